@@ -1,0 +1,287 @@
+"""Extension attributes written by the ``tree_expectations`` component.
+
+Everything is stored once per Doc, in ``doc._.tree_expectations``: a list with one
+record per sentence (in ``doc.sents`` order) of plain Python and numpy values, so the
+Doc survives ``DocBin(store_user_data=True)``, pickle, ``Doc.to_bytes`` and
+``nlp.pipe(n_process=...)``. Every other attribute is a read-only view computed from
+those records by a module-level getter (lambdas would break multiprocessing).
+
+Conventions (see docs/README_component.md for the full table):
+
+* Sentence-level head arrays (``mbr_heads``, ``sampled_heads``, the record's ``heads``)
+  use the CoNLL-U convention: word ``i`` (1-based) of the sentence is token
+  ``sent.start + i - 1``, and head ``0`` is ROOT.
+* Token-level heads follow spaCy: a Token, and the root's head is the token itself.
+* ``arc_marginals[h, d]`` is the marginal probability of the arc h -> d
+  (Koo et al. 2007, Prop. 1), index 0 = ROOT; each column d >= 1 sums to 1.
+
+A record (one sentence) holds: ``start``, ``end`` (token offsets), ``marginals``
+float32 (n+1, n+1), ``log_partition``, ``entropy``, ``expected_attachment`` (floats; the latter a
+fraction of the n words),
+``heads`` int32 (n,) (the tree the token values refer to), ``head_prob``,
+``head_entropy`` float32 (n,), ``dep_prob`` float32 (n,) or None, ``mbr_heads`` int32
+(n,), ``sampled_heads`` int32 (k, n), ``sample_log_probs`` float64 (k,),
+``sampled_labels`` int32 (k, n) or None, ``labels`` (list of str) or None, and
+``top_k_heads`` (int).
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy
+from spacy.attrs import DEP, HEAD
+from spacy.tokens import Doc, Span, Token
+
+#: Name of the Doc extension holding the per-sentence records.
+STORE = "tree_expectations"
+
+#: Dependency label given to sampled arcs when the parser has no relation scores.
+UNLABELLED_DEP = "dep"
+ROOT_DEP = "ROOT"
+
+
+def _records(doc: Doc) -> Optional[Sequence[Dict[str, Any]]]:
+    return doc._.get(STORE)
+
+
+def _record_for_span(span: Span) -> Optional[Dict[str, Any]]:
+    records = _records(span.doc)
+    if records is None:
+        return None
+    for record in records:
+        if record["start"] == span.start and record["end"] == span.end:
+            return record
+    raise ValueError(
+        f"Span {span.start}:{span.end} ({span.text[:40]!r}) is not a sentence "
+        "annotated by 'tree_expectations': use the spans of doc.sents."
+    )
+
+
+def _record_for_token(token: Token) -> Optional[Dict[str, Any]]:
+    records = _records(token.doc)
+    if not records:
+        return None
+    starts = [record["start"] for record in records]
+    k = bisect_right(starts, token.i) - 1
+    if k < 0 or token.i >= records[k]["end"]:
+        return None
+    return records[k]
+
+
+# --- Doc getters -----------------------------------------------------------------
+
+
+def get_doc_arc_marginals(doc: Doc) -> Optional[List[numpy.ndarray]]:
+    """Per-sentence arc marginal matrices (n+1, n+1), ``[h, d]``, index 0 = ROOT."""
+    records = _records(doc)
+    if records is None:
+        return None
+    return [record["marginals"] for record in records]
+
+
+def get_doc_tree_entropy(doc: Doc) -> Optional[float]:
+    """Entropy (nats) of the Doc's parse: the sum of its sentences' tree entropies."""
+    records = _records(doc)
+    if records is None:
+        return None
+    return float(sum(record["entropy"] for record in records))
+
+
+def sampled_doc(doc: Doc, i: int) -> Doc:
+    """A copy of ``doc`` whose parse is the ``i``-th sampled tree of every sentence.
+
+    Labels are the most probable relation for each sampled arc (the parser's relation
+    scores are conditionally independent given the tree); without relation scores
+    they are ``"dep"`` (and ``"ROOT"`` for the root). The copy carries no
+    ``tree_expectations`` records: they describe the original parse.
+    """
+    records = _records(doc)
+    if records is None:
+        raise ValueError("Doc has no tree_expectations annotation: run the component first.")
+    if not records:
+        raise ValueError("Doc has no sentences, so it has no sampled parses.")
+    k = min(len(record["sampled_heads"]) for record in records)
+    if not 0 <= i < k:
+        raise ValueError(
+            f"Sample index {i} out of range: the Doc has {k} samples per sentence "
+            "(set n_samples in the tree_expectations config)."
+        )
+    heads = numpy.zeros(len(doc), dtype="int64")
+    deps = [doc.vocab.strings.add(UNLABELLED_DEP)] * len(doc)
+    for record in records:
+        start = record["start"]
+        row = record["sampled_heads"][i]
+        if (row < 0).any():
+            raise ValueError(
+                f"Sample {i} of the sentence at token {start} does not exist (the "
+                "sentence has fewer distinct trees than samples drawn without replacement)."
+            )
+        for m, h in enumerate(row, start=1):
+            token_i = start + m - 1
+            if h == 0:
+                heads[token_i] = 0
+                label = ROOT_DEP
+            else:
+                heads[token_i] = (start + int(h) - 1) - token_i
+                label = UNLABELLED_DEP
+            if record.get("sampled_labels") is not None:
+                label = record["labels"][int(record["sampled_labels"][i][m - 1])]
+            deps[token_i] = doc.vocab.strings.add(label)
+    copy = doc.copy()
+    copy._.set(STORE, None)
+    array = numpy.stack([heads.astype("uint64"), numpy.asarray(deps, dtype="uint64")], axis=1)
+    copy.from_array([HEAD, DEP], array)
+    return copy
+
+
+# --- sentence Span getters --------------------------------------------------------
+
+
+def _span_value(span: Span, key: str) -> Any:
+    record = _record_for_span(span)
+    return None if record is None else record[key]
+
+
+def get_span_arc_marginals(span: Span) -> Optional[numpy.ndarray]:
+    """The sentence's arc marginals (n+1, n+1), ``[h, d]``, index 0 = ROOT."""
+    return _span_value(span, "marginals")
+
+
+def get_span_tree_entropy(span: Span) -> Optional[float]:
+    """Entropy H(p) of the sentence's tree distribution, nats (Zmigrod et al. 2021, §5)."""
+    return _span_value(span, "entropy")
+
+
+def get_span_log_partition(span: Span) -> Optional[float]:
+    """log Z of the sentence's tree distribution (Koo et al. 2007, Prop. 1)."""
+    return _span_value(span, "log_partition")
+
+
+def get_span_expected_attachment(span: Span) -> Optional[float]:
+    """Expected attachment score (fraction of words, 0-1) of the predicted tree."""
+    return _span_value(span, "expected_attachment")
+
+
+def get_span_mbr_heads(span: Span) -> Optional[numpy.ndarray]:
+    """Heads (n,) of the minimum-Bayes-risk tree (max expected attachment), 0 = ROOT."""
+    return _span_value(span, "mbr_heads")
+
+
+def get_span_sampled_heads(span: Span) -> Optional[numpy.ndarray]:
+    """Sampled trees (k, n), sentence-relative heads, 0 = ROOT (Stanojević 2022)."""
+    return _span_value(span, "sampled_heads")
+
+
+def get_span_sample_log_probs(span: Span) -> Optional[numpy.ndarray]:
+    """Exact log-probabilities (k,) of the sampled trees."""
+    return _span_value(span, "sample_log_probs")
+
+
+def get_span_entropy_per_word(span: Span) -> Optional[float]:
+    """Tree entropy divided by the number of words (nats per word)."""
+    record = _record_for_span(span)
+    if record is None:
+        return None
+    return record["entropy"] / max(len(record["heads"]), 1)
+
+
+# --- Token getters ----------------------------------------------------------------
+
+
+def _token_value(token: Token, key: str) -> Any:
+    record = _record_for_token(token)
+    if record is None or record[key] is None:
+        return None
+    return float(record[key][token.i - record["start"]])
+
+
+def get_token_head_prob(token: Token) -> Optional[float]:
+    """Marginal probability of the token's predicted head (ROOT for the root)."""
+    return _token_value(token, "head_prob")
+
+
+def get_token_head_entropy(token: Token) -> Optional[float]:
+    """Entropy (nats) of the token's marginal head distribution, -Σ_h μ(h,d) log μ(h,d)."""
+    return _token_value(token, "head_entropy")
+
+
+def get_token_dep_prob(token: Token) -> Optional[float]:
+    """Marginal probability μ(h, d)·p(label | h, d) of the predicted head and relation.
+
+    None when the parser gives no relation scores, or does not score the token's label.
+    """
+    value = _token_value(token, "dep_prob")
+    return None if value is None or math.isnan(value) else value
+
+
+def get_token_head_distribution(token: Token) -> Optional[List[Tuple[Token, float]]]:
+    """The ``top_k_heads`` most probable heads with their marginals, best first.
+
+    Heads are Tokens; as in spaCy, ROOT is represented by the token itself.
+    """
+    record = _record_for_token(token)
+    if record is None:
+        return None
+    start = record["start"]
+    column = record["marginals"][:, token.i - start + 1]
+    order = numpy.argsort(-column, kind="stable")[: record["top_k_heads"]]
+    doc = token.doc
+    return [
+        (token if h == 0 else doc[start + int(h) - 1], float(column[h]))
+        for h in order
+        if column[h] > 0.0
+    ]
+
+
+DOC_GETTERS = {
+    "arc_marginals": get_doc_arc_marginals,
+    "tree_entropy": get_doc_tree_entropy,
+}
+DOC_METHODS = {"sampled_doc": sampled_doc}
+SPAN_GETTERS = {
+    "arc_marginals": get_span_arc_marginals,
+    "tree_entropy": get_span_tree_entropy,
+    "log_partition": get_span_log_partition,
+    "expected_attachment": get_span_expected_attachment,
+    "mbr_heads": get_span_mbr_heads,
+    "sampled_heads": get_span_sampled_heads,
+    "sample_log_probs": get_span_sample_log_probs,
+    "entropy_per_word": get_span_entropy_per_word,
+}
+TOKEN_GETTERS = {
+    "head_prob": get_token_head_prob,
+    "head_entropy": get_token_head_entropy,
+    "head_distribution": get_token_head_distribution,
+    "dep_prob": get_token_dep_prob,
+}
+
+#: Attribute names, in the form spaCy's ``assigns`` declarations use.
+ASSIGNS = (
+    [f"doc._.{STORE}"]
+    + [f"doc._.{name}" for name in DOC_GETTERS]
+    + [f"span._.{name}" for name in SPAN_GETTERS]
+    + [f"token._.{name}" for name in TOKEN_GETTERS]
+)
+
+
+def register_extensions() -> None:
+    """Register the extensions (idempotent; never ``force=True``)."""
+    if not Doc.has_extension(STORE):
+        Doc.set_extension(STORE, default=None)
+    for name, getter in DOC_GETTERS.items():
+        if not Doc.has_extension(name):
+            Doc.set_extension(name, getter=getter)
+    for name, method in DOC_METHODS.items():
+        if not Doc.has_extension(name):
+            Doc.set_extension(name, method=method)
+    for name, getter in SPAN_GETTERS.items():
+        if not Span.has_extension(name):
+            Span.set_extension(name, getter=getter)
+    for name, getter in TOKEN_GETTERS.items():
+        if not Token.has_extension(name):
+            Token.set_extension(name, getter=getter)
+
+
+register_extensions()

@@ -1,0 +1,440 @@
+"""The tree_expectations component: values, batching, samples, serialization, bad input."""
+from __future__ import annotations
+
+import math
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.tokens import Doc, DocBin, Span, Token
+
+from spacy_treexp import TreeDistribution
+from spacy_treexp.pipeline import attributes
+from test_tree_expectations_support import (
+    LABELS,
+    TEXTS,
+    enumerate_trees,
+    make_nlp,
+    random_scores,
+    score_doc,
+)
+
+FLOAT_KEYS = ("marginals", "head_prob", "head_entropy", "dep_prob", "sample_log_probs")
+EXACT_KEYS = ("start", "end", "heads", "mbr_heads", "sampled_heads", "sampled_labels", "labels", "top_k_heads")
+
+
+def assert_same_records(a, b, atol=1e-6):
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        assert set(ra) == set(rb)
+        for key in ra:
+            if ra[key] is None:
+                assert rb[key] is None, key
+            elif key in EXACT_KEYS:
+                assert numpy.array_equal(numpy.asarray(ra[key]), numpy.asarray(rb[key])), key
+            else:
+                numpy.testing.assert_allclose(ra[key], rb[key], atol=atol, rtol=0, err_msg=key)
+
+
+def blank_doc(words, sent_starts=None):
+    vocab = spacy.blank("en").vocab
+    if sent_starts is None:
+        sent_starts = [True] + [False] * (len(words) - 1)
+    return Doc(vocab, words=words, sent_starts=sent_starts)
+
+
+def component(**config):
+    nlp = spacy.blank("en")
+    return nlp.add_pipe("tree_expectations", config=config)
+
+
+def tree_prob_table(arc, single_root=True):
+    """Exact tree probabilities by enumeration (independent of the engine)."""
+    n = arc.shape[0] - 1
+    trees = enumerate_trees(n, single_root)
+    logw = numpy.array([sum(arc[h, m] for m, h in enumerate(t, start=1)) for t in trees])
+    logz = numpy.logaddexp.reduce(logw)
+    return trees, numpy.exp(logw - logz), logz
+
+
+# --- values -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_values_match_brute_force_enumeration(single_root):
+    doc = score_doc(blank_doc(["a", "b", "c", "d", "e", "f", "g"], [True, False, False, True, False, False, False]))
+    component(single_root=single_root)(doc)
+    for sent, scores in zip(doc.sents, doc._.parser_scores):
+        arc = numpy.asarray(scores["arc"], dtype=numpy.float64)
+        trees, probs, logz = tree_prob_table(arc, single_root)
+        n = len(sent)
+        mu = numpy.zeros((n + 1, n + 1))
+        for t, p in zip(trees, probs):
+            mu[t, numpy.arange(1, n + 1)] += p
+        numpy.testing.assert_allclose(sent._.arc_marginals, mu, atol=1e-5)
+        assert sent._.log_partition == pytest.approx(logz, abs=1e-5)
+        entropy = -(probs * numpy.log(probs)).sum()
+        assert sent._.tree_entropy == pytest.approx(entropy, abs=1e-5)
+        assert sent._.entropy_per_word == pytest.approx(entropy / n, abs=1e-6)
+        pred = numpy.array([0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent])
+        ea = sum(p * (t == pred).mean() for t, p in zip(trees, probs))
+        assert sent._.expected_attachment == pytest.approx(ea, abs=1e-5)
+        best = max(range(len(trees)), key=lambda k: mu[trees[k], numpy.arange(1, n + 1)].sum())
+        assert list(sent._.mbr_heads) == list(trees[best])
+        for m, token in enumerate(sent, start=1):
+            h = 0 if token.head.i == token.i else token.head.i - sent.start + 1
+            assert token._.head_prob == pytest.approx(mu[h, m], abs=1e-5)
+            col = mu[:, m][mu[:, m] > 0]
+            assert token._.head_entropy == pytest.approx(-(col * numpy.log(col)).sum(), abs=1e-5)
+    assert doc._.tree_entropy == pytest.approx(sum(s._.tree_entropy for s in doc.sents))
+    assert len(doc._.arc_marginals) == 2
+
+
+def test_token_views_and_labelled_probability():
+    doc = score_doc(blank_doc("the quick brown fox jumps over dogs".split()))
+    component(top_k_heads=2)(doc)
+    record = doc._.parser_scores[0]
+    for m, token in enumerate(doc, start=1):
+        dist = token._.head_distribution
+        assert 1 <= len(dist) <= 2
+        assert [p for _, p in dist] == sorted((p for _, p in dist), reverse=True)
+        column = doc._.arc_marginals[0][:, m]
+        assert dist[0][1] == pytest.approx(column.max())
+        for head, p in dist:
+            h = 0 if head.i == token.i else head.i + 1
+            assert p == pytest.approx(column[h])
+        h = 0 if token.head.i == token.i else token.head.i + 1
+        label = LABELS.index(token.dep_)
+        expected = column[h] * math.exp(record["rel"][h, m, label])
+        assert token._.dep_prob == pytest.approx(expected, rel=1e-5)
+        assert token._.dep_prob <= token._.head_prob + 1e-7
+
+
+def test_getters_are_module_level_functions():
+    for cls, table in ((Doc, attributes.DOC_GETTERS), (Span, attributes.SPAN_GETTERS), (Token, attributes.TOKEN_GETTERS)):
+        for name in table:
+            default, method, getter, setter = cls.get_extension(name)
+            assert getter is table[name] and getter.__name__ != "<lambda>"
+            assert getattr(attributes, getter.__name__) is getter
+
+
+def _walk(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _walk(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _walk(v)
+    else:
+        yield value
+
+
+def test_user_data_holds_only_numpy_and_plain_python():
+    nlp = make_nlp({"n_samples": 3})
+    doc = nlp(TEXTS[0])
+    kinds = {type(v) for v in _walk(doc._.tree_expectations)}
+    assert not any(issubclass(k, torch.Tensor) for k in kinds)
+    assert kinds <= {numpy.ndarray, int, float, str, type(None)}
+
+
+def test_no_parse_in_doc_uses_the_map_tree():
+    doc = score_doc(blank_doc("a b c d e".split()), set_parse=False)
+    assert not doc.has_annotation("DEP")
+    component()(doc)
+    arc = torch.from_numpy(doc._.parser_scores[0]["arc"]).double()
+    mode = TreeDistribution(arc).mode.reshape(-1)[1:].numpy()
+    assert list(doc._.tree_expectations[0]["heads"]) == list(mode)
+
+
+# --- batching ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", [{"n_samples": 4}, {"n_samples": 3, "without_replacement": True}])
+def test_pipe_gives_the_same_results_as_one_doc_at_a_time(config):
+    nlp = make_nlp(dict(config, batch_size=3))
+    texts = TEXTS * 2
+    alone = [nlp(text) for text in texts]
+    piped = list(nlp.pipe(texts, batch_size=5))
+    for a, b in zip(alone, piped):
+        assert_same_records(a._.tree_expectations, b._.tree_expectations)
+    # one engine batch holds several sentences of different lengths
+    te = nlp.get_pipe("tree_expectations")
+    from spacy_treexp.pipeline.tree_expectations import _length_buckets
+
+    items = [{"n": n} for n in (1, 2, 2, 3, 9, 10, 11, 30)]
+    buckets = [[i["n"] for i in b] for b in _length_buckets(items, te.batch_size)]
+    assert buckets == [[1, 2, 2], [3], [9, 10, 11], [30]]
+
+
+# --- samples ----------------------------------------------------------------------
+
+
+def _is_tree(heads, single_root=True):
+    n = len(heads)
+    if single_root and (heads == 0).sum() != 1:
+        return False
+    for m in range(1, n + 1):
+        seen, node = set(), m
+        while node != 0:
+            if node in seen or not 0 <= node <= n:
+                return False
+            seen.add(node)
+            node = heads[node - 1]
+    return True
+
+
+@pytest.mark.parametrize("sampler", ["wilson_marginal", "wilson_reject", "colbourn"])
+def test_samples_are_trees_with_exact_log_probs(sampler):
+    nlp = make_nlp({"n_samples": 6, "sampler": sampler})
+    doc = nlp(TEXTS[4])
+    for sent in doc.sents:
+        heads = sent._.sampled_heads
+        assert heads.shape == (6, len(sent)) and heads.dtype == numpy.int32
+        assert all(_is_tree(row) for row in heads)
+        arc = torch.from_numpy(doc._.parser_scores[list(doc.sents).index(sent)]["arc"]).double()
+        full = torch.cat([torch.full((6, 1), -1), torch.from_numpy(heads).long()], dim=1).unsqueeze(1)
+        expected = TreeDistribution(arc.unsqueeze(0)).log_prob(full)[:, 0].numpy()
+        numpy.testing.assert_allclose(sent._.sample_log_probs, expected, atol=1e-6)
+
+
+def test_samples_follow_the_tree_distribution():
+    # 4 words: 64 trees; 3,000 draws; chi-square against the exact probabilities.
+    doc = score_doc(blank_doc("a b c d".split()), scale=1.0)
+    component(n_samples=3000)(doc)
+    trees, probs, _ = tree_prob_table(doc._.parser_scores[0]["arc"].astype(numpy.float64))
+    index = {tuple(t): k for k, t in enumerate(trees)}
+    counts = numpy.zeros(len(trees))
+    for row in doc[0:4].sent._.sampled_heads:
+        counts[index[tuple(row)]] += 1
+    expected = 3000 * probs
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    # 63 degrees of freedom: P(chi2 > 110) < 2e-4 under the null.
+    assert chi2 < 110, chi2
+
+
+def test_samples_are_reproducible_per_seed():
+    a = make_nlp({"n_samples": 5, "seed": 7})("Dogs bark. Cats sleep all day.")
+    b = make_nlp({"n_samples": 5, "seed": 7})("Dogs bark. Cats sleep all day.")
+    c = make_nlp({"n_samples": 5, "seed": 8})("Dogs bark. Cats sleep all day.")
+    assert_same_records(a._.tree_expectations, b._.tree_expectations)
+    assert any(
+        not numpy.array_equal(x["sampled_heads"], y["sampled_heads"])
+        for x, y in zip(a._.tree_expectations, c._.tree_expectations)
+    )
+    fresh = make_nlp({"n_samples": 5, "seed": None})("Dogs bark. Cats sleep all day.")
+    assert fresh[3:].sent._.sampled_heads.shape == (5, 5)
+
+
+def test_without_replacement_gives_distinct_trees_and_pads_small_sentences():
+    doc = score_doc(blank_doc(["Hello", "there", "friend", "Hi", "you"], [True, False, False, True, False]))
+    component(n_samples=4, without_replacement=True, sampler="trie")(doc)
+    long_sent, short_sent = list(doc.sents)
+    rows = {tuple(r) for r in long_sent._.sampled_heads}
+    assert len(rows) == 4 and all(_is_tree(numpy.array(r)) for r in rows)
+    # two words have exactly two single-root trees
+    heads, log_probs = short_sent._.sampled_heads, short_sent._.sample_log_probs
+    assert {tuple(r) for r in heads[:2]} == {(0, 1), (2, 0)}
+    assert (heads[2:] == -1).all() and numpy.isneginf(log_probs[2:]).all()
+    assert numpy.exp(log_probs[:2]).sum() == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError, match="fewer distinct trees"):
+        doc._.sampled_doc(2)
+
+
+def test_sampled_doc_is_a_parse_of_the_sample():
+    nlp = make_nlp({"n_samples": 3})
+    doc = nlp(TEXTS[0])
+    for i in range(3):
+        sample = doc._.sampled_doc(i)
+        assert sample.text == doc.text and sample._.tree_expectations is None
+        assert [s.start for s in sample.sents] == [s.start for s in doc.sents]
+        for sent, record in zip(sample.sents, doc._.tree_expectations):
+            got = [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
+            assert got == list(record["sampled_heads"][i])
+            rel = doc._.parser_scores[doc._.tree_expectations.index(record)]["rel"]
+            for m, (token, h) in enumerate(zip(sent, got), start=1):
+                assert token.dep_ == LABELS[int(rel[h, m].argmax())]
+    with pytest.raises(ValueError, match="out of range"):
+        doc._.sampled_doc(3)
+
+
+# --- bad input and edge cases -------------------------------------------------------
+
+
+def test_missing_scores_names_the_upstream_component():
+    doc = blank_doc(["No", "scores"])
+    with pytest.raises(ValueError, match="biaffine_parser"):
+        component()(doc)
+
+
+def test_shape_mismatch_is_an_error():
+    doc = blank_doc(["three", "words", "here"])
+    arc, rel = random_scores(2, 0)
+    doc._.parser_scores = [{"start": 0, "end": 3, "arc": arc, "rel": None, "labels": None}]
+    with pytest.raises(ValueError, match=r"shape \(3, 3\).*3 words"):
+        component()(doc)
+    arc, rel = random_scores(3, 0)
+    doc._.parser_scores = [{"start": 0, "end": 3, "arc": arc, "rel": rel[..., :2], "labels": LABELS}]
+    with pytest.raises(ValueError, match="relation scores"):
+        component()(doc)
+    doc._.parser_scores = [{"start": 0, "end": 2, "arc": arc, "rel": None, "labels": None}]
+    with pytest.raises(ValueError, match="does not match the sentence"):
+        component()(doc)
+    doc._.parser_scores = []
+    with pytest.raises(ValueError, match="0 sentence records"):
+        component()(doc)
+
+
+def test_nan_scores_are_rejected():
+    doc = blank_doc(["a", "b"])
+    arc = numpy.zeros((3, 3), dtype=numpy.float32)
+    arc[1, 2] = numpy.nan
+    doc._.parser_scores = [{"start": 0, "end": 2, "arc": arc, "rel": None, "labels": None}]
+    with pytest.raises(ValueError):
+        component()(doc)
+
+
+def test_empty_doc():
+    nlp = make_nlp()
+    doc = nlp("")
+    assert doc._.tree_expectations == [] and doc._.tree_entropy == 0.0
+    assert doc._.arc_marginals == []
+
+
+def test_one_word_sentence():
+    nlp = make_nlp({"n_samples": 2})
+    doc = nlp("Yes")
+    sent = next(doc.sents)
+    assert sent._.tree_entropy == pytest.approx(0.0, abs=1e-6)
+    assert doc[0]._.head_prob == pytest.approx(1.0)
+    assert doc[0]._.head_entropy == pytest.approx(0.0, abs=1e-6)
+    assert sent._.expected_attachment == pytest.approx(1.0)
+    assert sent._.sampled_heads.tolist() == [[0], [0]]
+    assert numpy.allclose(sent._.sample_log_probs, 0.0, atol=1e-6)
+    assert doc[0]._.head_distribution == [(doc[0], pytest.approx(1.0))]
+
+
+def test_300_word_sentence():
+    words = [f"w{i}" for i in range(300)]
+    doc = score_doc(blank_doc(words), scale=3.0)
+    component(n_samples=2)(doc)
+    mu = doc._.arc_marginals[0]
+    assert mu.shape == (301, 301) and numpy.isfinite(mu).all()
+    numpy.testing.assert_allclose(mu[:, 1:].sum(axis=0), 1.0, atol=1e-4)
+    assert mu[0, 1:].sum() == pytest.approx(1.0, abs=1e-4)  # exactly one root child
+    sent = doc[:].sent
+    assert 0 < sent._.tree_entropy < 300 * math.log(300)
+    assert all(_is_tree(row) for row in sent._.sampled_heads)
+
+
+def test_span_that_is_not_a_sentence_is_an_error():
+    doc = make_nlp()(TEXTS[0])
+    with pytest.raises(ValueError, match="not a sentence"):
+        doc[1:3]._.tree_entropy
+    assert blank_doc(["x"])[0]._.head_prob is None  # unannotated: None, as in spaCy
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"n_samples": -1}, "n_samples"),
+        ({"sampler": "sbs"}, "cannot sample with replacement"),
+        ({"without_replacement": True, "sampler": "colbourn"}, "without replacement"),
+        ({"device": "tpu"}, "device"),
+        ({"top_k_heads": 0}, "top_k_heads"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+)
+def test_bad_config(config, message):
+    with pytest.raises(ValueError, match=message):
+        component(**config)
+
+
+def test_error_handler_skips_failing_docs_in_pipe():
+    nlp = make_nlp()
+    te = nlp.get_pipe("tree_expectations")
+    seen = []
+    te.set_error_handler(lambda name, proc, docs, e: seen.append((name, len(docs), str(e))))
+    good, bad = nlp("Fine here."), blank_doc(["No", "scores"])
+    assert list(te.pipe([good, bad], batch_size=1)) == [good]
+    assert len(seen) == 1 and seen[0][:2] == ("tree_expectations", 1) and "biaffine_parser" in seen[0][2]
+
+
+# --- spaCy integration --------------------------------------------------------------
+
+
+def test_serialization_round_trips(tmp_path):
+    nlp = make_nlp({"n_samples": 2})
+    doc = nlp(TEXTS[0])
+    expected = doc._.tree_expectations
+    copies = [
+        Doc(nlp.vocab).from_bytes(doc.to_bytes()),
+        pickle.loads(pickle.dumps(doc)),
+    ]
+    docbin = DocBin(store_user_data=True, docs=[doc])
+    copies += list(DocBin(store_user_data=True).from_bytes(docbin.to_bytes()).get_docs(nlp.vocab))
+    for copy in copies:
+        assert_same_records(copy._.tree_expectations, expected, atol=0)
+        assert [t._.head_prob for t in copy] == [t._.head_prob for t in doc]
+        assert [s._.tree_entropy for s in copy.sents] == [s._.tree_entropy for s in doc.sents]
+        assert copy._.sampled_doc(1).to_array("HEAD").tolist() == doc._.sampled_doc(1).to_array("HEAD").tolist()
+
+
+def test_to_disk_and_load(tmp_path):
+    nlp = make_nlp({"n_samples": 3, "top_k_heads": 5, "seed": 3})
+    nlp.to_disk(tmp_path / "pipe")
+    loaded = spacy.load(tmp_path / "pipe")
+    te = loaded.get_pipe("tree_expectations")
+    assert (te.n_samples, te.top_k_heads, te.seed) == (3, 5, 3)
+    assert_same_records(loaded(TEXTS[4])._.tree_expectations, nlp(TEXTS[4])._.tree_expectations)
+
+
+def test_analyze_pipes_declares_requires_and_assigns():
+    nlp = make_nlp()
+    analysis = nlp.analyze_pipes()
+    assert analysis["problems"]["tree_expectations"] == []
+    assert "token._.head_prob" in analysis["summary"]["tree_expectations"]["assigns"]
+    alone = spacy.blank("en")
+    alone.add_pipe("tree_expectations")
+    assert alone.analyze_pipes()["problems"]["tree_expectations"] == ["doc._.parser_scores"]
+
+
+def test_pipe_with_two_processes_does_not_hang(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys, torch
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_tree_expectations_support import make_nlp, TEXTS
+        torch.set_num_threads(2)
+        torch.randn(400, 400) @ torch.randn(400, 400)   # warm the parent's thread pool
+        nlp = make_nlp({{"n_samples": 2}})
+        texts = [t for t in TEXTS * 4 if t]
+        alone = [nlp(t)._.tree_expectations for t in texts]
+        multi = [d._.tree_expectations for d in nlp.pipe(texts, n_process=2, batch_size=3)]
+        for a, b in zip(alone, multi):
+            for ra, rb in zip(a, b):
+                assert abs(ra["entropy"] - rb["entropy"]) < 1e-6
+                assert (ra["sampled_heads"] == rb["sampled_heads"]).all()
+        assert len(multi) == len(texts)
+        print("ok", len(multi))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "ok 20"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    cpu = make_nlp({"n_samples": 2})(TEXTS[4])
+    gpu = make_nlp({"n_samples": 2, "device": "cuda"})(TEXTS[4])
+    for a, b in zip(cpu._.tree_expectations, gpu._.tree_expectations):
+        numpy.testing.assert_allclose(a["marginals"], b["marginals"], atol=1e-5)
+        assert a["mbr_heads"].tolist() == b["mbr_heads"].tolist()
+        assert all(_is_tree(row) for row in b["sampled_heads"])

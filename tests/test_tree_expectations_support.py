@@ -1,0 +1,138 @@
+"""Test-only helpers for the tree_expectations tests: a scorer component that writes
+random arc scores into ``Doc._.parser_scores`` (and the MAP parse), so the component's
+tests do not depend on a trained parser, plus a brute-force tree enumerator used as an
+independent oracle on tiny sentences."""
+from __future__ import annotations
+
+import itertools
+import zlib
+from typing import List, Optional
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.attrs import DEP, HEAD
+from spacy.language import Language
+from spacy.tokens import Doc
+
+import spacy_treexp.pipeline.extensions  # noqa: F401  (Doc._.parser_scores)
+from spacy_treexp import TreeDistribution
+
+LABELS = ["ROOT", "nsubj", "obj", "det"]
+
+
+def random_scores(n: int, seed: int, scale: float = 2.0, n_labels: int = len(LABELS)):
+    """Arc log-potentials (n+1, n+1) and relation log-probabilities (n+1, n+1, L)."""
+    rng = numpy.random.default_rng(seed)
+    arc = (scale * rng.standard_normal((n + 1, n + 1))).astype(numpy.float32)
+    logits = rng.standard_normal((n + 1, n + 1, n_labels))
+    rel = logits - numpy.log(numpy.exp(logits).sum(-1, keepdims=True))
+    return arc, rel.astype(numpy.float32)
+
+
+def score_doc(doc: Doc, seed: int = 0, scale: float = 2.0, set_parse: bool = True) -> Doc:
+    """Fill ``doc._.parser_scores`` per sentence; optionally set the MAP parse."""
+    records = []
+    heads = numpy.zeros(len(doc), dtype=numpy.int64)
+    deps = numpy.zeros(len(doc), dtype=numpy.uint64)
+    for sent in doc.sents:
+        n = len(sent)
+        arc, rel = random_scores(n, seed + zlib.crc32(sent.text.encode("utf8")), scale)
+        records.append({"start": sent.start, "end": sent.end, "arc": arc, "rel": rel, "labels": list(LABELS)})
+        mode = TreeDistribution(torch.from_numpy(arc).double()).mode.numpy().reshape(-1)
+        for m in range(1, n + 1):
+            h = int(mode[m])
+            i = sent.start + m - 1
+            heads[i] = 0 if h == 0 else (sent.start + h - 1) - i
+            deps[i] = doc.vocab.strings.add(LABELS[int(rel[h, m].argmax())])
+    doc._.parser_scores = records
+    if set_parse and len(doc):
+        doc.from_array([HEAD, DEP], numpy.stack([heads.astype(numpy.uint64), deps], axis=1))
+    return doc
+
+
+@Language.factory(
+    "treexp_test_scorer",
+    default_config={"seed": 0, "scale": 2.0, "set_parse": True},
+    assigns=["doc._.parser_scores", "token.head", "token.dep"],
+)
+def make_test_scorer(nlp: Language, name: str, seed: int, scale: float, set_parse: bool):
+    return TestScorer(seed, scale, set_parse)
+
+
+class TestScorer:
+    """Writes reproducible random scores (seeded by the sentence text)."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, seed: int, scale: float, set_parse: bool) -> None:
+        self.seed, self.scale, self.set_parse = seed, scale, set_parse
+
+    def __call__(self, doc: Doc) -> Doc:
+        if len(doc) == 0:
+            doc._.parser_scores = []
+            return doc
+        return score_doc(doc, self.seed, self.scale, self.set_parse)
+
+
+TEXTS = [
+    "The cat sat on the mat. It was happy.",
+    "Dogs bark.",
+    "A very long sentence with quite a few words in it goes here for the bucketing test.",
+    "Yes.",
+    "Colourless green ideas sleep furiously. Time flies like an arrow. Fruit flies like a banana.",
+    "",
+]
+
+
+def make_nlp(te_config: Optional[dict] = None, scorer_config: Optional[dict] = None) -> Language:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("treexp_test_scorer", config=scorer_config or {})
+    nlp.add_pipe("tree_expectations", config=te_config or {})
+    return nlp
+
+
+def enumerate_trees(n: int, single_root: bool = True) -> List[numpy.ndarray]:
+    """All dependency trees over n words as head vectors (n,), 0 = ROOT (brute force)."""
+    trees = []
+    for heads in itertools.product(range(n + 1), repeat=n):
+        if any(h == m + 1 for m, h in enumerate(heads)):
+            continue
+        if single_root and sum(h == 0 for h in heads) != 1:
+            continue
+        ok = True
+        for m in range(1, n + 1):
+            seen, node = set(), m
+            while node != 0 and ok:
+                if node in seen:
+                    ok = False
+                seen.add(node)
+                node = heads[node - 1]
+        if ok:
+            trees.append(numpy.array(heads))
+    return trees
+
+
+def test_enumerate_trees_counts_match_cayley():
+    # (n+1)^(n-1) rooted forests, n^(n-1) single-root trees (Cayley).
+    assert len(enumerate_trees(3, single_root=False)) == 4 ** 2
+    assert len(enumerate_trees(3)) == 3 ** 2
+    assert len(enumerate_trees(4)) == 4 ** 3
+
+
+def test_scorer_sets_the_map_tree_of_its_scores():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("treexp_test_scorer")
+    doc = nlp("One two three four. Five six.")
+    for sent, record in zip(doc.sents, doc._.parser_scores):
+        arc = record["arc"].astype(numpy.float64)
+        best = max(
+            enumerate_trees(len(sent)),
+            key=lambda heads: sum(arc[h, m] for m, h in enumerate(heads, start=1)),
+        )
+        got = [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
+        assert got == list(best)
+
