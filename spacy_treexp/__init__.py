@@ -1,0 +1,19 @@
+"""spacy_treexp: exact marginals, entropy and unbiased samples of dependency trees."""
+from spacy_treexp.engine import TreeDistribution
+
+__all__ = ["TreeDistribution", "load", "render"]
+__version__ = "0.1.0"
+
+
+def load(**overrides):
+    """Load the default English pipeline shipped with the package (see its model card)."""
+    from spacy_treexp.pipeline.default_model import load as _load
+
+    return _load(**overrides)
+
+
+def render(doc, **options):
+    """Render a Doc annotated by ``tree_expectations`` as a standalone HTML page."""
+    from spacy_treexp.pipeline.render import render as _render
+
+    return _render(doc, **options)

@@ -1,0 +1,5 @@
+"""Pure-torch exact inference over dependency trees (no spaCy or Stanza imports)."""
+from spacy_treexp.engine.distribution import TreeDistribution
+from spacy_treexp.engine.decoding import NoTreeError
+
+__all__ = ["TreeDistribution", "NoTreeError"]

@@ -1,0 +1,143 @@
+"""Input validation for arc scores, lengths and head vectors.
+
+Every check raises :class:`ValueError` naming the batch index and the problem, so a bad
+sentence is found at the boundary instead of turning into a silent NaN later.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+
+def prepare_scores(
+    scores: Tensor, lengths: Optional[Tensor]
+) -> Tuple[Tensor, Tensor, Optional[Tensor], bool]:
+    """Validate and normalise ``scores`` and ``lengths``.
+
+    Returns ``(arc_scores, lengths, label_scores, unbatched)`` where ``arc_scores`` is
+    ``(B, N+1, N+1)`` (labeled scores reduced by logsumexp over labels, Koo et al. 2007
+    §3.4), ``lengths`` is a long tensor ``(B,)`` on the scores' device, ``label_scores`` the
+    original ``(B, N+1, N+1, L)`` tensor or ``None``, and ``unbatched`` whether a single
+    sentence was given.
+    """
+    if not isinstance(scores, Tensor):
+        raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
+    if not scores.is_floating_point():
+        raise ValueError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
+    if scores.dim() < 2 or scores.dim() > 4:
+        raise ValueError(
+            "scores must have shape (N+1, N+1), (B, N+1, N+1) or labeled (B, N+1, N+1, L); "
+            f"got {tuple(scores.shape)}"
+        )
+    unbatched = scores.dim() == 2
+    if unbatched:
+        scores = scores.unsqueeze(0)
+    label_scores = None
+    if scores.dim() == 4:
+        if scores.shape[-1] == 0:
+            raise ValueError("labeled scores have an empty label axis (L = 0)")
+        label_scores = scores
+        arc_scores = torch.logsumexp(scores, dim=-1)
+    else:
+        arc_scores = scores
+    batch, rows, cols = arc_scores.shape
+    if rows != cols:
+        raise ValueError(f"scores must be square over (head, dependent); got {rows} x {cols}")
+    if rows < 2:
+        raise ValueError("scores must cover ROOT and at least one word: N+1 >= 2")
+    n_max = rows - 1
+    if lengths is None:
+        lengths = torch.full((batch,), n_max, dtype=torch.long, device=scores.device)
+    else:
+        if not isinstance(lengths, Tensor):
+            lengths = torch.as_tensor(lengths)
+        if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+            raise ValueError(f"lengths must be an integer tensor, got dtype {lengths.dtype}")
+        if unbatched and lengths.dim() == 0:
+            lengths = lengths.reshape(1)
+        if lengths.dim() != 1 or lengths.shape[0] != batch:
+            raise ValueError(
+                f"lengths must have shape ({batch},) to match scores {tuple(scores.shape)}; "
+                f"got {tuple(lengths.shape)}"
+            )
+        lengths = lengths.to(device=scores.device, dtype=torch.long)
+        bad = ((lengths < 1) | (lengths > n_max)).nonzero()
+        if bad.numel():
+            b = int(bad[0, 0])
+            raise ValueError(
+                f"lengths[{b}] = {int(lengths[b])} is out of range: each sentence needs "
+                f"1 <= n <= N = {n_max} words"
+            )
+    mask = arc_mask(lengths, n_max)
+    _check_finite(arc_scores, mask, "scores")
+    if label_scores is not None:
+        _check_finite(label_scores, mask.unsqueeze(-1).expand_as(label_scores), "label scores")
+    return arc_scores, lengths, label_scores, unbatched
+
+
+def _check_finite(values: Tensor, mask: Tensor, what: str) -> None:
+    """Reject NaN and +inf inside the sentences (padding may hold anything)."""
+    with torch.no_grad():
+        bad = (torch.isnan(values) | (values == float("inf"))) & mask
+        if bad.any():
+            idx = bad.nonzero()[0].tolist()
+            value = values[tuple(idx)].item()
+            b, h, m = idx[:3]
+            raise ValueError(
+                f"{what} of sentence {b} hold {value} for arc {h} -> {m}; "
+                "scores must be finite or -inf (a forbidden arc)"
+            )
+
+
+def arc_mask(lengths: Tensor, n_max: int) -> Tensor:
+    """Boolean ``(B, N+1, N+1)`` mask of the arcs h -> m inside each sentence.
+
+    True where ``0 <= h <= n``, ``1 <= m <= n`` and ``h != m``; ROOT's column, the
+    diagonal and padding are False.
+    """
+    positions = torch.arange(n_max + 1, device=lengths.device)
+    inside = positions.unsqueeze(0) <= lengths.unsqueeze(1)  # (B, N+1), ROOT included
+    heads_ok = inside.unsqueeze(2)
+    deps_ok = (inside & (positions > 0)).unsqueeze(1)
+    off_diagonal = positions.unsqueeze(1) != positions.unsqueeze(0)
+    return heads_ok & deps_ok & off_diagonal
+
+
+def check_heads(heads: Tensor, lengths: Tensor, n_max: int) -> Tensor:
+    """Validate head vectors ``(..., B, N+1)`` against the sentence lengths.
+
+    Returns a boolean tensor ``(..., B)``: whether each head vector is a tree (every word
+    has a head inside the sentence, no cycle). Malformed shapes raise ``ValueError``.
+    """
+    if not isinstance(heads, Tensor):
+        heads = torch.as_tensor(heads)
+    if heads.is_floating_point():
+        raise ValueError(f"heads must be an integer tensor, got dtype {heads.dtype}")
+    batch = lengths.shape[0]
+    if heads.dim() < 2 or heads.shape[-2:] != (batch, n_max + 1):
+        raise ValueError(
+            f"heads must have shape (..., {batch}, {n_max + 1}) (B, N+1); got {tuple(heads.shape)}"
+        )
+    return is_tree(heads, lengths)
+
+
+def is_tree(heads: Tensor, lengths: Tensor) -> Tensor:
+    """Whether each head vector ``(..., B, N+1)`` is a dependency tree over its words.
+
+    Every word 1..n needs a head in 0..n other than itself, and following heads from any
+    word must reach ROOT (no cycle): checked by n rounds of pointer jumping, O(n log n).
+    """
+    n_max = heads.shape[-1] - 1
+    positions = torch.arange(n_max + 1, device=heads.device)
+    words = (positions > 0) & (positions <= lengths.unsqueeze(-1))  # (B, N+1)
+    in_range = (heads >= 0) & (heads <= lengths.unsqueeze(-1)) & (heads != positions)
+    ok = torch.where(words, in_range, torch.ones_like(in_range)).all(-1)
+    # Pointer jumping: ancestor^(2^k); a tree sends every word to ROOT within n steps.
+    anc = torch.where(words & in_range, heads, torch.zeros_like(heads))
+    steps = max(1, int(n_max).bit_length())
+    for _ in range(steps):
+        anc = torch.gather(anc, -1, anc)
+    reaches_root = torch.where(words, anc == 0, torch.ones_like(words)).all(-1)
+    return ok & reaches_root

@@ -1,0 +1,197 @@
+"""Partition function and arc marginals of (single- or multi-root) dependency trees.
+
+Two exact algorithms compute the same quantities:
+
+* the **fast path** (Koo et al. 2007, Prop. 1 and §3.3): Z = det(L̂) for the Laplacian L̂
+  with its first row replaced by the ROOT weights (single-root) or with the ROOT weights added
+  to its diagonal (multi-root); the marginals come in closed form from one LU factorisation
+  and the inverse of L̂ (no double autograd);
+* the **stable path**: the Grassmann–Taksar–Heyman state reduction on the Markov chain in
+  which each word jumps to a head with probability proportional to w(head -> word). By the
+  Markov-chain tree theorem its pivots are ratios of arborescence weights, computed as sums
+  of positive terms only (no subtraction), here in log space so that no weight underflows.
+  The marginals are the gradient of log Z.
+
+Both shift the scores of each dependent column by their maximum (every tree has exactly one
+head per word, so log Z shifts by the sum of those maxima and the marginals are unchanged).
+The fast path's own pivots tell how much cancellation it suffered; a sentence whose error
+estimate is above the dtype's tolerance is recomputed on the stable path, so callers never
+need to choose.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+NEG_INF = float("-inf")
+
+#: Largest error estimate (relative, eps times the pivot growth) the fast path may have.
+_FAST_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
+
+
+def fast_tolerance(dtype: torch.dtype) -> float:
+    """Largest fast-path error estimate accepted for ``dtype`` (calibrated against mpmath)."""
+    return _FAST_TOLERANCE.get(dtype, 1e-5)
+
+
+def shifted_weights(scores: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
+    """Arc weights ``exp(score - shift[m])`` with masked arcs set to 0.
+
+    ``shift[b, m]`` is the largest score of an arc into ``m`` (0 where no arc enters m, e.g.
+    ROOT and padding). Returns ``(weights (B, N+1, N+1), shift (B, N+1))``; the shift is
+    detached: log Z(scores) = log Z(weights) + Σ_m shift[m] holds for any shift, so its
+    gradient is carried by the weights alone.
+    """
+    masked = scores.masked_fill(~mask, NEG_INF)
+    shift = masked.detach().amax(dim=-2)
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    weights = torch.exp(masked - shift.unsqueeze(-2))
+    return weights, shift
+
+
+def laplacian_matrix(weights: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """Koo et al. (2007)'s matrix L̂ ``(B, N, N)`` indexed by words (word i at row i-1).
+
+    ``L[h, m] = -w(h -> m)``, ``L[m, m] = Σ_h w(h -> m)`` over word heads; multi-root adds
+    the ROOT weights to the diagonal, single-root replaces the first row by them. Rows and
+    columns past a sentence's length are the identity, so they change no determinant.
+    """
+    word_weights = weights[..., 1:, 1:]
+    root_weights = weights[..., 0, 1:]
+    n_max = word_weights.shape[-1]
+    padding = torch.arange(n_max, device=weights.device).unsqueeze(0) >= lengths.unsqueeze(1)
+    in_weight = word_weights.sum(dim=-2)
+    if single_root:
+        lap = torch.diag_embed(in_weight + padding.to(weights.dtype)) - word_weights
+        lap = torch.cat([root_weights.unsqueeze(-2), lap[..., 1:, :]], dim=-2)
+    else:
+        lap = torch.diag_embed(in_weight + root_weights + padding.to(weights.dtype)) - word_weights
+    return lap
+
+
+def fast_partition_and_marginals(
+    weights: Tensor, lengths: Tensor, single_root: bool
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """Fast path: ``(log det L̂, marginals (B, N+1, N+1), error estimate (B,))``.
+
+    Marginals (Koo et al. 2007, §3.3), with A = L̂⁻¹ over 0-based word indices:
+    multi-root μ(h→m) = w(h→m)(A[m,m] − A[m,h]), μ(0→m) = w(0→m) A[m,m];
+    single-root μ(h→m) = w(h→m)([m≠0] A[m,m] − [h≠0] A[m,h]), μ(0→m) = w(0→m) A[m,0].
+    The error estimate is eps · n · max_k |L̂|_{max, col k} / |U_kk| from the LU pivots: the
+    amplification of rounding errors by cancellation during elimination.
+    """
+    lap = laplacian_matrix(weights, lengths, single_root)
+    n_max = lap.shape[-1]
+    lu, pivots, info = torch.linalg.lu_factor_ex(lap)
+    u_diag = torch.diagonal(lu, dim1=-2, dim2=-1)
+    permutation_sign = torch.where(
+        (pivots != torch.arange(1, n_max + 1, device=lap.device, dtype=pivots.dtype)).sum(-1) % 2 == 1,
+        -1.0,
+        1.0,
+    ).to(lap.dtype)
+    det_sign = permutation_sign * torch.sign(u_diag).prod(-1)
+    log_det = torch.log(u_diag.abs()).sum(-1)
+    with torch.no_grad():
+        column_scale = lap.abs().amax(dim=-2)
+        growth = (column_scale / u_diag.abs()).amax(-1)
+        eps = torch.finfo(lap.dtype).eps
+        error = eps * n_max * growth
+        error = torch.where((det_sign > 0) & (info == 0) & torch.isfinite(error), error, torch.full_like(error, float("inf")))
+    eye = torch.eye(n_max, dtype=lap.dtype, device=lap.device).expand_as(lap)
+    inverse = torch.linalg.lu_solve(lu, pivots, eye)
+    marginals = _closed_form_marginals(weights, inverse, single_root)
+    return log_det, marginals, error
+
+
+def _closed_form_marginals(weights: Tensor, inverse: Tensor, single_root: bool) -> Tensor:
+    """Arc marginals from A = L̂⁻¹ (see :func:`fast_partition_and_marginals`)."""
+    n_max = inverse.shape[-1]
+    diag = torch.diagonal(inverse, dim1=-2, dim2=-1)  # A[m, m]
+    transposed = inverse.transpose(-1, -2)  # [h, m] -> A[m, h]
+    if single_root:
+        not_first = torch.ones(n_max, dtype=inverse.dtype, device=inverse.device)
+        not_first[0] = 0
+        word_part = diag.unsqueeze(-2) * not_first - transposed * not_first.unsqueeze(-1)
+        root_part = inverse[..., :, 0]
+    else:
+        word_part = diag.unsqueeze(-2) - transposed
+        root_part = diag
+    factor = torch.cat([root_part.unsqueeze(-2), word_part], dim=-2)  # (B, N+1, N)
+    factor = torch.cat([torch.zeros_like(factor[..., :1]), factor], dim=-1)  # ROOT column
+    return weights * factor
+
+
+def _logsumexp(values: Tensor, dim: int) -> Tensor:
+    """logsumexp whose gradient is 0, not NaN, where every term is -inf."""
+    top = values.detach().amax(dim=dim, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    total = torch.exp(values - top).sum(dim=dim)
+    positive = total > 0
+    safe = torch.where(positive, total, torch.ones_like(total))
+    return torch.where(positive, torch.log(safe) + top.squeeze(dim), torch.full_like(total, NEG_INF))
+
+
+def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+    """log(exp(a) + exp(b)) whose gradient is 0, not NaN, where both are -inf."""
+    top = torch.maximum(a, b).detach()
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    total = torch.exp(a - top) + torch.exp(b - top)
+    positive = total > 0
+    safe = torch.where(positive, total, torch.ones_like(total))
+    return torch.where(positive, torch.log(safe) + top, torch.full_like(total, NEG_INF))
+
+
+def stable_log_partition(scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """Stable path: log Z by log-space GTH state reduction, subtraction-free.
+
+    Markov-chain tree theorem: in the chain where word m jumps to head h with probability
+    ∝ w(h→m), eliminating a state k (the Schur complement of the Laplacian) gives the new
+    word-to-word weights w'(h→m) = w(h→m) + w(h→k) w(k→m) / D_k with the pivot
+    D_k = Σ_h w(h→k) over the states left — a sum, never a difference (Grassmann, Taksar &
+    Heyman 1985). Multi-root keeps ROOT as the last state: Z = Π_k D_k. Single-root drops
+    ROOT from the pivots and carries its row along: Z = Π_{k} D_k · w'(ROOT → last word), the
+    first-order term of det(L + t·diag(w_ROOT)) in t, i.e. Σ_j w(ROOT→j) Z_j (Koo et al.
+    2007). The next state eliminated is the one with the largest pivot, so a pivot is zero
+    only when no tree exists. Computed in float64 (or the input's precision, if higher).
+    """
+    work_dtype = torch.float64 if scores.dtype in (torch.float16, torch.bfloat16, torch.float32) else scores.dtype
+    masked = scores.to(work_dtype).masked_fill(~mask, NEG_INF)
+    shift = masked.detach().amax(dim=-2)
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    logw = masked - shift.unsqueeze(-2)  # (B, N+1, N+1) [head, dep], ROOT at 0
+    batch, size, _ = logw.shape
+    device = logw.device
+    n_max = size - 1
+    positions = torch.arange(size, device=device)
+    is_word = (positions > 0) & (positions.unsqueeze(0) <= lengths.unsqueeze(1))  # (B, N+1)
+    remaining = is_word.clone()
+    batch_index = torch.arange(batch, device=device)
+    self_loop = torch.eye(size, dtype=torch.bool, device=device)
+    # Rows (heads) that feed the pivots: all words left, plus ROOT in the multi-root chain.
+    log_z = shift.sum(-1).to(work_dtype)
+    steps = n_max - 1 if single_root else n_max
+    for step in range(steps):
+        active = step < (lengths - 1 if single_root else lengths)  # (B,)
+        head_rows = remaining.clone()
+        if not single_root:
+            head_rows[:, 0] = True
+        pivots = _logsumexp(logw.masked_fill(~head_rows.unsqueeze(-1), NEG_INF), dim=-2)  # (B, N+1)
+        pivots_free = pivots.masked_fill(~remaining, NEG_INF)
+        k = pivots_free.detach().argmax(-1)  # (B,)
+        pivot = pivots_free[batch_index, k]
+        pivot = torch.where(active, pivot, torch.zeros_like(pivot))
+        log_z = log_z + pivot
+        remaining = remaining & ~(active.unsqueeze(-1) & (positions == k.unsqueeze(-1)))
+        column = logw[batch_index, :, k]  # w(h -> k), (B, N+1)
+        row = logw[batch_index, k, :]  # w(k -> m), (B, N+1)
+        row = row.masked_fill(~(remaining & active.unsqueeze(-1)), NEG_INF)
+        update = column.unsqueeze(-1) + row.unsqueeze(-2) - pivot.unsqueeze(-1).unsqueeze(-1)
+        # A path m -> k -> m is a self-loop of the reduced chain: GTH drops it (no diagonal).
+        update = update.masked_fill(~torch.isfinite(update) | self_loop, NEG_INF)
+        logw = _logaddexp(logw, update)
+    if single_root:
+        last = remaining.to(torch.long).argmax(-1)  # the word never eliminated
+        log_z = log_z + logw[batch_index, 0, last]
+    return log_z

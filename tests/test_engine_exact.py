@@ -1,0 +1,212 @@
+"""Exact inference of TreeDistribution against brute-force enumeration (float64, 1e-8)."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch.distributions import kl_divergence
+
+from enumerate_trees import tree_log_probs
+from spacy_treexp import TreeDistribution
+
+TOL = 1e-8
+PATHS = [False, True]  # stable=False: fast determinant path; True: GTH path
+
+
+def _scores(n, seed, scale=2.0, labels=None):
+    gen = torch.Generator().manual_seed(seed)
+    shape = (n + 1, n + 1) if labels is None else (n + 1, n + 1, labels)
+    return torch.randn(shape, generator=gen, dtype=torch.float64) * scale
+
+
+def _brute(scores, n, single_root):
+    trees, log_p = tree_log_probs(scores, n, single_root)
+    p = log_p.exp()
+    deps = torch.arange(1, n + 1)
+    mu = torch.zeros(n + 1, n + 1, dtype=torch.float64)
+    for m in range(1, n + 1):
+        mu[:, m].index_add_(0, trees[:, m], p)
+    tree_scores = scores[: n + 1, : n + 1][trees[:, 1:], deps].sum(-1)
+    return trees, log_p, p, mu, torch.logsumexp(tree_scores, 0), tree_scores
+
+
+CASES = [(n, single) for n in range(1, 7) for single in (True, False)]
+
+
+@pytest.mark.parametrize("n,single_root", CASES)
+@pytest.mark.parametrize("stable", PATHS)
+def test_partition_marginals_entropy_logprob(n, single_root, stable):
+    scores = _scores(n, seed=10 * n + single_root)
+    trees, log_p, p, mu, log_z, _ = _brute(scores, n, single_root)
+    dist = TreeDistribution(scores, single_root=single_root, stable=stable)
+    assert abs(dist.log_partition.item() - log_z.item()) < TOL
+    assert torch.allclose(dist.marginals, mu, atol=TOL, rtol=0)
+    assert abs(dist.entropy().item() + (p * log_p).sum().item()) < TOL
+    assert torch.allclose(dist.log_prob(trees), log_p, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("n,single_root", CASES)
+def test_mode_mbr_expected_attachment(n, single_root):
+    scores = _scores(n, seed=100 + n, scale=3.0)
+    trees, _, p, mu, _, tree_scores = _brute(scores, n, single_root)
+    dist = TreeDistribution(scores, single_root=single_root)
+    assert torch.equal(dist.mode, trees[tree_scores.argmax()])
+    deps = torch.arange(1, n + 1)
+    expected = mu[trees[:, 1:], deps].sum(-1)  # expected attachment of every tree
+    assert torch.allclose(dist.expected_attachment(trees), expected, atol=TOL, rtol=0)
+    mbr = dist.mbr()
+    assert abs(dist.expected_attachment(mbr).item() - expected.max().item()) < TOL
+
+
+def test_mode_with_positive_scores_respects_single_root():
+    # All-positive scores: every extra ROOT child adds weight, yet exactly one is allowed.
+    n = 5
+    scores = _scores(n, seed=3).abs() + 50.0
+    scores[0, 1:] += 100.0
+    trees, _, _, _, _, tree_scores = _brute(scores, n, True)
+    dist = TreeDistribution(scores)
+    assert torch.equal(dist.mode, trees[tree_scores.argmax()])
+    assert int((dist.mode == 0).sum()) == 1
+
+
+@pytest.mark.parametrize("n,single_root", [(3, True), (4, False), (5, True), (6, True)])
+@pytest.mark.parametrize("stable", PATHS)
+def test_cross_entropy_kl_renyi(n, single_root, stable):
+    s_p, s_q = _scores(n, seed=7), _scores(n, seed=8)
+    _, log_p, p, _, _, _ = _brute(s_p, n, single_root)
+    _, log_q, _, _, _, _ = _brute(s_q, n, single_root)
+    P = TreeDistribution(s_p, single_root=single_root, stable=stable)
+    Q = TreeDistribution(s_q, single_root=single_root, stable=stable)
+    assert abs(P.cross_entropy(Q).item() + (p * log_q).sum().item()) < TOL
+    assert abs(kl_divergence(P, Q).item() - (p * (log_p - log_q)).sum().item()) < TOL
+    for alpha in (0.0, 0.5, 2.0, 3.0):
+        if alpha == 0.0:
+            expected = torch.log(torch.tensor(float(len(p)), dtype=torch.float64))
+        else:
+            expected = torch.logsumexp(alpha * log_p, 0) / (1 - alpha)
+        assert abs(P.renyi_entropy(alpha).item() - expected.item()) < TOL, alpha
+    assert abs(P.renyi_entropy(float("inf")).item() + log_p.max().item()) < TOL
+    assert abs(P.renyi_entropy(1.0).item() - P.entropy().item()) < TOL
+    near_one = P.renyi_entropy(1.0 + 1e-5).item()
+    assert abs(near_one - P.entropy().item()) < 1e-3
+
+
+@pytest.mark.parametrize("n,single_root", [(2, True), (4, True), (5, False), (6, False)])
+def test_first_and_second_order_expectations(n, single_root):
+    scores = _scores(n, seed=21)
+    trees, _, p, _, _, _ = _brute(scores, n, single_root)
+    gen = torch.Generator().manual_seed(5)
+    r = torch.randn(1, n + 1, n + 1, 2, generator=gen, dtype=torch.float64)
+    s = torch.randn(1, n + 1, n + 1, 3, generator=gen, dtype=torch.float64)
+    deps = torch.arange(1, n + 1)
+    r_tree = r[0][trees[:, 1:], deps].sum(1)  # (T, 2)
+    s_tree = s[0][trees[:, 1:], deps].sum(1)  # (T, 3)
+    dist = TreeDistribution(scores.unsqueeze(0), single_root=single_root)
+    assert torch.allclose(dist.expectation(r)[0], (p[:, None] * r_tree).sum(0), atol=TOL, rtol=0)
+    second = (p[:, None, None] * r_tree[:, :, None] * s_tree[:, None, :]).sum(0)
+    assert torch.allclose(dist.second_order(r, s)[0], second, atol=TOL, rtol=0)
+    mean_r, mean_s = (p[:, None] * r_tree).sum(0), (p[:, None] * s_tree).sum(0)
+    covariance = second - mean_r[:, None] * mean_s[None, :]
+    assert torch.allclose(dist.covariance(r, s)[0], covariance, atol=TOL, rtol=0)
+    # Unvectorised r and s give the scalar forms.
+    assert torch.allclose(dist.covariance(r[..., 0], s[..., 0])[0], covariance[0, 0], atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_labeled_scores(single_root):
+    n, n_labels = 4, 3
+    labeled = _scores(n, seed=31, labels=n_labels)
+    arc = torch.logsumexp(labeled, -1)
+    trees, log_p, p, mu, _, _ = _brute(arc, n, single_root)
+    dist = TreeDistribution(labeled.unsqueeze(0), single_root=single_root)
+    assert torch.allclose(dist.marginals[0], mu, atol=TOL, rtol=0)
+    label_mu = dist.label_marginals[0]
+    expected = mu.unsqueeze(-1) * torch.softmax(labeled, -1)
+    assert torch.allclose(label_mu[:, 1:], expected[:, 1:], atol=TOL, rtol=0)
+    assert torch.allclose(label_mu.sum(-1), mu, atol=TOL, rtol=0)
+    # A labeled tree's probability is its unlabeled probability times p(labels | arcs).
+    tree = trees[p.argmax()]
+    labels = torch.tensor([-1] + [1] * n)
+    deps = torch.arange(1, n + 1)
+    label_logp = torch.log_softmax(labeled, -1)[tree[1:], deps, 1].sum()
+    got = dist.log_prob(tree.unsqueeze(0), labels.unsqueeze(0))
+    assert abs(got.item() - (log_p[p.argmax()] + label_logp).item()) < TOL
+
+
+def test_padding_never_changes_results():
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([3, 6, 1, 5])
+    n_max = 6
+    batch = torch.randn(4, n_max + 1, n_max + 1, generator=gen, dtype=torch.float64) * 3
+    garbage = batch.clone()
+    for b, n in enumerate(lengths.tolist()):
+        garbage[b, n + 1 :, :] = float("nan")
+        garbage[b, :, n + 1 :] = 1e6
+    garbage[:, :, 0] = float("nan")  # ROOT column is ignored
+    for stable in PATHS:
+        together = TreeDistribution(garbage, lengths, stable=stable)
+        for b, n in enumerate(lengths.tolist()):
+            alone = TreeDistribution(batch[b, : n + 1, : n + 1], stable=stable)
+            assert abs(together.log_partition[b].item() - alone.log_partition.item()) < 1e-10
+            assert torch.allclose(together.marginals[b, : n + 1, : n + 1], alone.marginals, atol=1e-10, rtol=0)
+            assert together.marginals[b, n + 1 :].abs().sum() == 0
+            assert torch.equal(together.mode[b, : n + 1], alone.mode)
+            assert (together.mode[b, n + 1 :] == -1).all()
+            assert abs(together.entropy()[b].item() - alone.entropy().item()) < 1e-10
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+@pytest.mark.parametrize("stable", PATHS)
+def test_gradcheck(single_root, stable):
+    gen = torch.Generator().manual_seed(2)
+    scores = torch.randn(2, 4, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([3, 2])
+
+    def quantities(x):
+        dist = TreeDistribution(x, lengths, single_root=single_root, stable=stable)
+        return dist.log_partition, dist.marginals, dist.entropy()
+
+    assert torch.autograd.gradcheck(quantities, (scores,))
+    r = torch.randn(2, 4, 4, generator=gen, dtype=torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda x: TreeDistribution(x, lengths, single_root=single_root, stable=stable).covariance(r, r), (scores,)
+    )
+
+
+def test_log_partition_gradient_is_marginals():
+    scores = _scores(5, seed=4).requires_grad_(True)
+    dist = TreeDistribution(scores)
+    (grad,) = torch.autograd.grad(dist.log_partition, scores)
+    assert torch.allclose(grad, dist.marginals.detach(), atol=1e-12, rtol=0)
+
+
+def test_non_trees_get_minus_infinity():
+    dist = TreeDistribution(_scores(3, seed=1))
+    cycle = torch.tensor([-1, 2, 1, 0])  # 1 <-> 2
+    two_roots = torch.tensor([-1, 0, 0, 1])
+    self_loop = torch.tensor([-1, 1, 0, 2])
+    assert torch.isinf(dist.log_prob(torch.stack([cycle, two_roots, self_loop]))).all()
+    multi = TreeDistribution(_scores(3, seed=1), single_root=False)
+    assert torch.isfinite(multi.log_prob(two_roots))
+
+
+def test_float32_in_float32_out():
+    scores = _scores(5, seed=2).float()
+    dist = TreeDistribution(scores)
+    for value in (dist.log_partition, dist.marginals, dist.entropy()):
+        assert value.dtype == torch.float32
+    assert dist.mode.dtype == torch.long
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("stable", PATHS)
+def test_cuda_matches_cpu(stable):
+    scores = torch.randn(3, 8, 8, dtype=torch.float64) * 5
+    lengths = torch.tensor([7, 4, 2])
+    cpu = TreeDistribution(scores, lengths, stable=stable)
+    gpu = TreeDistribution(scores.cuda(), lengths.cuda(), stable=stable)
+    assert gpu.marginals.device.type == "cuda"
+    assert torch.allclose(gpu.marginals.cpu(), cpu.marginals, atol=1e-10)
+    assert torch.allclose(gpu.log_partition.cpu(), cpu.log_partition, atol=1e-10)
+    assert torch.equal(gpu.mode.cpu(), cpu.mode)
