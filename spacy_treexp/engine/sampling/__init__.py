@@ -1,0 +1,152 @@
+"""Unbiased sampling of dependency trees, with and without replacement (Stanojević 2022).
+
+Public functions (``TreeDistribution.sample`` and ``.sample_without_replacement`` delegate
+here):
+
+* :func:`sample` -- independent draws. Single-root distributions: ``"wilson_marginal"``
+  (default; ROOT child from its marginal, then Wilson's walks), ``"wilson_reject"``
+  (multi-root Wilson until one ROOT child), ``"colbourn"`` (ancestral, Sherman-Morrison).
+  Multi-root distributions: ``"wilson"`` (default there) and ``"colbourn"``.
+* :func:`sample_without_replacement` -- k distinct trees with exact log-probabilities:
+  ``"sbs"`` (stochastic beam search) or ``"trie"`` (incremental, Shi et al. 2020).
+* :func:`iter_without_replacement` -- the trie sampler as an iterator, one new tree per
+  sentence per step.
+* :func:`wilson_reject_acceptance` -- Wilson-Reject's exact acceptance rate
+  Z_single / Z_multi per sentence (expected tries = its inverse);
+  :func:`spacy_treexp.engine.sampling.wilson.wilson_reject` also returns the tries of each draw.
+
+Heads are ``(..., B, N+1)`` long tensors with -1 at ROOT (index 0) and at padding. The same
+seeded ``torch.Generator`` gives the same trees on the same device.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Iterator
+
+import torch
+from torch import Tensor
+
+from spacy_treexp.engine.sampling.colbourn import colbourn
+from spacy_treexp.engine.sampling.wilson import wilson_marginal, wilson_multi_root, wilson_reject
+from spacy_treexp.engine.sampling.without_replacement import (
+    stochastic_beam_search,
+    trie_draws,
+    trie_without_replacement,
+)
+
+__all__ = ["sample", "sample_without_replacement", "iter_without_replacement", "wilson_reject_acceptance"]
+
+SINGLE_ROOT_METHODS = ("wilson_marginal", "wilson_reject", "colbourn")
+MULTI_ROOT_METHODS = ("wilson", "colbourn")
+WITHOUT_REPLACEMENT_METHODS = ("sbs", "trie")
+
+
+def _batched(dist):
+    """The distribution with an explicit batch axis (a single sentence becomes B = 1)."""
+    return dist._batched_view() if getattr(dist, "_unbatched", False) else dist
+
+
+def _check_generator(dist, generator: torch.Generator | None) -> None:
+    if generator is not None and generator.device.type != dist.scores.device.type:
+        raise ValueError(
+            f"generator is on {generator.device} but the scores are on {dist.scores.device}; "
+            "create the torch.Generator on the scores' device."
+        )
+
+
+def sample(
+    dist,
+    sample_shape: torch.Size | tuple[int, ...] = torch.Size(),
+    method: str = "wilson_marginal",
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Independent trees from ``dist``: heads (*sample_shape, B, N+1), -1 at ROOT and padding.
+
+    For a multi-root ``dist`` the default ``"wilson_marginal"`` means ``"wilson"``. A single
+    unbatched sentence is treated as B = 1 (``TreeDistribution.sample`` drops that axis).
+    """
+    dist = _batched(dist)
+    try:
+        shape = torch.Size(sample_shape)
+    except TypeError as error:
+        raise ValueError(f"sample_shape must be a tuple of non-negative ints, got {sample_shape!r}") from error
+    if any(size < 0 for size in shape):
+        raise ValueError(f"sample_shape must be a tuple of non-negative ints, got {tuple(shape)}")
+    if not dist.single_root and method == "wilson_marginal":
+        method = "wilson"
+    allowed = SINGLE_ROOT_METHODS if dist.single_root else MULTI_ROOT_METHODS
+    if method not in allowed:
+        kind = "single-root" if dist.single_root else "multi-root"
+        raise ValueError(f"method {method!r} does not sample {kind} trees; use one of {allowed}")
+    _check_generator(dist, generator)
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    count = shape.numel()
+    if count == 0:
+        return torch.full((*shape, batch, size), -1, dtype=torch.long, device=dist.scores.device)
+    if method == "wilson_marginal":
+        heads = wilson_marginal(dist, count, generator)
+    elif method == "wilson_reject":
+        heads, _ = wilson_reject(dist, count, generator)
+    elif method == "wilson":
+        heads = wilson_multi_root(dist, count, generator)
+    else:
+        heads, _ = colbourn(dist, count, generator)
+    return heads.reshape(*shape, batch, size)
+
+
+def _check_k(k: int) -> int:
+    if isinstance(k, bool):
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    try:
+        k = operator.index(k)
+    except TypeError as error:
+        raise ValueError(f"k must be a positive integer, got {k!r}") from error
+    if k <= 0:
+        raise ValueError(f"k must be a positive integer, got {k}")
+    return k
+
+
+def sample_without_replacement(
+    dist, k: int, method: str = "sbs", generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
+    """k distinct trees per sentence: heads (k, B, N+1) and log_probs (k, B) = dist.log_prob.
+
+    ``"sbs"`` returns them in the order of a sequential draw (the first is a sample of p),
+    ``"trie"`` in draw order too. A sentence with fewer than k trees is padded with -1 heads
+    and -inf log-probabilities. Cost O(k n^3).
+    """
+    k = _check_k(k)
+    dist = _batched(dist)
+    if method not in WITHOUT_REPLACEMENT_METHODS:
+        raise ValueError(f"unknown method {method!r} for sampling without replacement; use one of "
+                         f"{WITHOUT_REPLACEMENT_METHODS}")
+    _check_generator(dist, generator)
+    if method == "sbs":
+        return stochastic_beam_search(dist, k, generator)
+    return trie_without_replacement(dist, k, generator)
+
+
+def iter_without_replacement(dist, generator: torch.Generator | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+    """Trees without replacement one at a time (the ``"trie"`` method, Shi et al. 2020).
+
+    Each step yields (heads (B, N+1), log_probs (B,)): one new tree per sentence, with
+    ``dist.log_prob``; an exhausted sentence yields -1 heads and -inf. Stops when every
+    sentence is exhausted; stop earlier whenever the drawn trees suffice. O(n^3) per step.
+    """
+    dist = _batched(dist)
+    _check_generator(dist, generator)
+    return trie_draws(dist, generator)
+
+
+def wilson_reject_acceptance(dist) -> Tensor:
+    """(B,) Wilson-Reject's acceptance rate Z_single / Z_multi (Stanojević 2022, §4).
+
+    The expected number of multi-root draws per accepted tree is its inverse, at most
+    (1 + 1/n)^(n-1) <= e in expectation over random weights per the paper.
+    """
+    if not dist.single_root:
+        raise ValueError("wilson_reject_acceptance needs a single-root distribution")
+    batched = _batched(dist)
+    multi = type(dist)(batched.scores, batched.lengths, single_root=False)
+    acceptance = torch.exp(batched.log_partition - multi.log_partition)
+    return acceptance.squeeze(0) if batched is not dist else acceptance

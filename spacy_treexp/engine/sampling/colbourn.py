@@ -1,0 +1,205 @@
+"""Colbourn's ancestral sampler: the tree distribution as an autoregressive model over heads.
+
+Colbourn, Myrvold & Neufeld (1996); Stanojević (2022), §5. Words are visited in order
+m = 1..n; word m's head is drawn from its marginal *conditioned on the heads already
+chosen*; fixing it replaces column m of Koo et al.'s matrix L-hat by the column of a
+single arc of weight 1, a rank-one change, so L-hat^{-1} follows by one Sherman-Morrison
+update in O(n^2) per word and O(n^3) per tree.
+
+Accuracy: the inverse and every update are kept in float64 whatever the input dtype
+(Sherman-Morrison drifts in float32); the first word's conditional is the engine's stable
+marginal column. Two kinds of zero-probability heads are removed exactly, by structure,
+rather than by the sign of a rounding error: heads closing a cycle with the heads already
+chosen, and (single-root) a second ROOT child.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from spacy_treexp.engine.laplacian import laplacian_matrix, shifted_weights
+
+
+#: Sherman-Morrison's conditionals of a word must sum to 1 within this (a residual check of
+#: row j of L-hat^{-1} against column j of L-hat); a row that does not, or whose L-hat is
+#: singular in float64, is *refactorised*: its conditionals come from the engine's exact
+#: marginals of the conditioned scores (stable path where needed), O(n^3) per word.
+SUM_TOLERANCE = 1e-6
+
+
+class Conditioner:
+    """Colbourn's state for K partial trees; row i belongs to sentence ``sentence[i]``.
+
+    ``probs(m)`` gives the conditional head distribution of word m (K, N+1) float64 given the
+    heads fixed so far; ``fix(m, head, active)`` conditions on word m's head.
+    ``select(rows)`` keeps/duplicates rows (beam search).
+    """
+
+    def __init__(self, dist, sentence: Tensor, inverse: Tensor | None = None):
+        scores = dist.scores.detach().double()
+        weights, _ = shifted_weights(scores, dist._arc_mask)  # (B, N+1, N+1) [h, m]
+        if inverse is None:
+            inverse = self.initial_inverse(dist)
+        self.dist = dist
+        self.single_root = dist.single_root
+        self.weights = weights
+        self.first_marginals = dist.marginals[:, :, 1].detach().double()  # (B, N+1)
+        self.sentence = sentence
+        self.lengths = dist.lengths[sentence]
+        size = scores.shape[-1]
+        self.inverse = inverse[sentence].clone()  # (K, N, N) float64
+        self.refactorise = ~torch.isfinite(self.inverse).all(-1).all(-1)  # (K,)
+        self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=scores.device)
+        # top[v]: the word (or 0) where the chain of fixed heads starting at v ends.
+        self.top = torch.arange(size, device=scores.device).repeat(sentence.numel(), 1)
+        self.has_root_child = torch.zeros(sentence.numel(), dtype=torch.bool, device=scores.device)
+
+    @staticmethod
+    def initial_inverse(dist) -> Tensor:
+        """(B, N, N) float64 inverse of L-hat (NaN for a sentence where it is singular)."""
+        weights, _ = shifted_weights(dist.scores.detach().double(), dist._arc_mask)
+        inverse, info = torch.linalg.inv_ex(laplacian_matrix(weights, dist.lengths, dist.single_root))
+        return torch.where((info == 0)[:, None, None], inverse, torch.full_like(inverse, torch.nan))
+
+    def select(self, rows: Tensor) -> None:
+        self.sentence = self.sentence[rows]
+        self.lengths = self.lengths[rows]
+        self.inverse = self.inverse[rows]
+        self.refactorise = self.refactorise[rows]
+        self.heads = self.heads[rows]
+        self.top = self.top[rows]
+        self.has_root_child = self.has_root_child[rows]
+
+    def probs(self, m: int) -> Tensor:
+        """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007, §3.2)."""
+        j = m - 1
+        column = self.weights[self.sentence, :, m]  # (K, N+1)
+        if m == 1:
+            probs = self.first_marginals[self.sentence].clone()
+        else:
+            row = self.inverse[:, j, :]  # (K, N)
+            diagonal = row[:, j : j + 1]
+            probs = torch.empty_like(column)
+            if self.single_root:
+                # Row 0 of L-hat holds the ROOT weights; word 1 has no diagonal term.
+                probs[:, 0] = column[:, 0] * row[:, 0]
+                word_terms = diagonal - row
+                word_terms[:, 0] = diagonal[:, 0]  # head = word 1: only the diagonal entry
+                probs[:, 1:] = column[:, 1:] * word_terms
+            else:
+                probs[:, 0] = column[:, 0] * diagonal[:, 0]
+                probs[:, 1:] = column[:, 1:] * (diagonal - row)
+        probs = self._exclude_impossible(m, probs)
+        drifted = ~((probs.sum(-1) - 1).abs() <= SUM_TOLERANCE)  # NaN counts as drifted
+        redo = (self.refactorise | drifted) & (self.lengths >= m)
+        if redo.any():
+            rows = redo.nonzero().squeeze(-1)
+            probs[rows] = self._exclude_impossible(m, self._engine_conditionals(m, rows), rows)
+            self.refactorise = self.refactorise | redo
+        return probs
+
+    def _exclude_impossible(self, m: int, probs: Tensor, rows: Tensor | None = None) -> Tensor:
+        """Zero, exactly, the heads that close a cycle and (single-root) a second ROOT child."""
+        top = self.top if rows is None else self.top[rows]
+        probs = probs.masked_fill(top == m, 0.0)
+        if self.single_root:
+            has_root_child = self.has_root_child if rows is None else self.has_root_child[rows]
+            probs[:, 0] = probs[:, 0].masked_fill(has_root_child, 0.0)
+        return probs
+
+    def _engine_conditionals(self, m: int, rows: Tensor) -> Tensor:
+        """Word m's head marginals under the scores conditioned on the fixed heads (R, N+1).
+
+        Each fixed word keeps only the arc from its chosen head; the engine's marginals of
+        that distribution are the exact conditionals (refactorisation instead of updates).
+        """
+        scores = self.dist.scores.detach().double()[self.sentence[rows]]
+        heads = self.heads[rows]
+        fixed = heads >= 0  # (R, N+1)
+        chosen = torch.zeros_like(scores).scatter_(1, heads.clamp_min(0).unsqueeze(1), 1.0) > 0
+        scores = torch.where(fixed.unsqueeze(1) & ~chosen, torch.full_like(scores, -torch.inf), scores)
+        scores = torch.where(fixed.unsqueeze(1) & chosen, torch.zeros_like(scores), scores)
+        conditioned = type(self.dist)(scores, self.lengths[rows], single_root=self.single_root)
+        return conditioned.marginals[:, :, m].detach().double()
+
+    def fix(self, m: int, head: Tensor, active: Tensor) -> None:
+        """Condition word m on ``head`` (K,) where ``active`` (K,): Sherman-Morrison update.
+
+        The new column c of L-hat is that of the single arc head -> m with weight 1. With
+        x = L^{-1} c - e_j and denominator e_j^T L^{-1} c (= det ratio, > 0 for a possible
+        head): L^{-1} <- L^{-1} - x (e_j^T L^{-1}) / (e_j^T L^{-1} c).
+        """
+        j = m - 1
+        rows = torch.arange(head.numel(), device=head.device)
+        safe_head = torch.where(active, head, torch.ones_like(head))
+        inv = self.inverse
+        dep_col = inv[:, :, j]
+        head_col = inv[rows, :, (safe_head - 1).clamp_min(0)]  # L^{-1} e_{h-1} (h >= 1)
+        is_root = safe_head == 0
+        if self.single_root:
+            # c = e_0 for h = 0; else [m != 1] e_j - [h != 1] e_{h-1}
+            lc_root = inv[:, :, 0]
+            lc_word = dep_col * float(m != 1) - head_col * (safe_head != 1).unsqueeze(-1)
+        else:
+            lc_root = dep_col
+            lc_word = dep_col - head_col
+        lc = torch.where(is_root.unsqueeze(-1), lc_root, lc_word)  # L^{-1} c  (K, N)
+        denominator = lc[:, j]
+        x = lc.clone()
+        x[:, j] -= 1.0
+        x = x * active.unsqueeze(-1)
+        denominator = torch.where(active, denominator, torch.ones_like(denominator))
+        row = inv[:, j, :] / denominator.unsqueeze(-1)
+        self.inverse = torch.baddbmm(inv, x.unsqueeze(-1), row.unsqueeze(-2), alpha=-1.0)
+        # structure: word m now hangs below head's chain
+        new_top = self.top.gather(1, safe_head.unsqueeze(-1))
+        moved = (self.top == m) & active.unsqueeze(-1)
+        self.top = torch.where(moved, new_top, self.top)
+        self.has_root_child = self.has_root_child | (active & is_root)
+        self.heads[:, m] = torch.where(active, head, self.heads[:, m])
+
+
+def first_exceeding(weights: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """Draw an index per row of float64 ``weights`` (K, C) proportionally to its positive part.
+
+    The first index whose running sum exceeds u * total (u ~ U[0, 1)): an entry <= 0 (an
+    exact zero or a rounding-error negative) is never drawn, and nothing is floored.
+    Returns the index (K,) and whether the row had positive total weight (K,).
+    """
+    running = weights.cumsum(-1)
+    total = running[:, -1:]
+    u = torch.rand(total.shape, dtype=weights.dtype, device=weights.device, generator=generator)
+    exceeds = (running > u * total) & (weights > 0)
+    return exceeds.to(torch.uint8).argmax(-1), exceeds.any(-1)
+
+
+def colbourn(dist, num_samples: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Colbourn's ancestral sampler: heads (S, B, N+1) and their float64 log-probabilities.
+
+    The log-probability is the sum of the log conditionals along the draw; it equals
+    ``dist.log_prob(heads)`` up to rounding (a check of the sampler's accuracy). O(S n^3),
+    vectorised over samples and sentences, one step per word position.
+    """
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    device = dist.scores.device
+    sentence = torch.arange(batch, device=device).repeat(num_samples)
+    state = Conditioner(dist, sentence)
+    heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
+    log_prob = torch.zeros(sentence.numel(), dtype=torch.float64, device=device)
+    for m in range(1, size):
+        active = state.lengths >= m
+        probs = state.probs(m)
+        head, possible = first_exceeding(probs, generator)
+        dead = active & ~possible
+        if dead.any():
+            stuck = sorted(set(sentence[dead].tolist()))
+            raise ValueError(
+                f"Colbourn's sampler found no possible head for word {m} of sentence(s) "
+                f"{stuck[:10]} (the tree distribution has no tree there)."
+            )
+        drawn_mass = torch.where(probs > 0, probs, torch.zeros_like(probs)).sum(-1)
+        chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / drawn_mass
+        log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
+        heads[:, m] = torch.where(active, head, torch.full_like(head, -1))
+        state.fix(m, head, active)
+    return heads.reshape(num_samples, batch, size), log_prob.reshape(num_samples, batch)

@@ -1,0 +1,194 @@
+"""Wilson's algorithm for dependency trees: multi-root, Wilson-Marginal and Wilson-Reject.
+
+Stanojević (2022), *Unbiased and Efficient Sampling of Dependency Trees*, §3-4.
+
+A word's walk moves from the word to a head h with probability w[h, m] / sum_h' w[h', m],
+so the arborescence Wilson's algorithm returns has probability proportional to
+prod_m w[heads[m], m]: exactly the tree distribution.
+
+We run Wilson's algorithm in its *cycle-popping* form (Wilson 1996; Propp & Wilson 1998,
+Thm. 4): every free word points at a random head; while the pointers contain cycles, every
+word on a cycle draws a fresh head. Cycles of a functional graph are disjoint, so popping
+all of them at once is one admissible popping order and the final tree has the same law as
+the loop-erased random walks. This lets all samples of all sentences advance together:
+one round costs a few gathers over the words that are still on cycles.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from spacy_treexp.engine.laplacian import shifted_weights
+
+#: Rounds of cycle popping after which we give up with an error instead of looping forever.
+#: Wilson's expected time is the walk's mean hitting time of the tree, which grows like
+#: exp(score gap) when words form a strongly scored cycle with weak exits; a walk whose step
+#: to ROOT underflows to 0 cannot finish at all. Colbourn's sampler has no such limit.
+MAX_ROUNDS = 10_000
+#: Multi-root draws per accepted tree after which Wilson-Reject gives up (its expected number
+#: of tries is Z_multi / Z_single, at most e for random weights per Stanojević 2022).
+MAX_TRIES = 1_000
+
+
+def _cumulative_weights(dist, with_root: bool) -> Tensor:
+    """(B, N+1, N+1) float64 cumulative walk weights ``cdf[b, m, h] = sum_{h' <= h} w[h', m]``.
+
+    Weights are the engine's column-shifted exp(scores) (a column scale does not change
+    the walk). ``with_root=False`` removes every ROOT arc (the walk of Wilson-Marginal
+    after the ROOT child is fixed).
+    """
+    weights, _ = shifted_weights(dist.scores.detach().double(), dist._arc_mask)
+    if not with_root:
+        weights = weights.clone()
+        weights[:, 0, :] = 0.0
+    return weights.transpose(-1, -2).cumsum(-1)
+
+
+def draw_categorical(cdf: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Draw one index per row from non-negative cumulative weights ``cdf`` (M, C), float64.
+
+    Inverse-CDF sampling: the first index whose cumulative weight exceeds u * total,
+    u ~ U[0, 1). Zero-weight categories can never be drawn; no weight is floored.
+    """
+    u = torch.rand(cdf.shape[:-1] + (1,), dtype=cdf.dtype, device=cdf.device, generator=generator)
+    return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)
+
+
+def cycle_nodes(nxt: Tensor) -> Tensor:
+    """(K, N+1) bool: which nodes lie on a cycle of the functional graph ``nxt`` (K, N+1).
+
+    Node 0 (ROOT, a fixed point) is excluded. By pointer doubling, nxt^(2^t) with
+    2^t >= N+1 maps every node onto a cycle, and its image is exactly the set of cycle nodes.
+    """
+    size = nxt.shape[-1]
+    jump = nxt
+    for _ in range(max(1, math.ceil(math.log2(size)))):
+        jump = jump.gather(-1, jump)
+    on_cycle = torch.zeros_like(nxt, dtype=torch.bool).scatter_(-1, jump, True)
+    on_cycle[:, 0] = False
+    return on_cycle
+
+
+def _pop_cycles(
+    nxt: Tensor,
+    free: Tensor,
+    cdf: Tensor,
+    sentence: Tensor,
+    generator: torch.Generator | None,
+    max_rounds: int,
+) -> Tensor:
+    """Wilson's algorithm by cycle popping, in place on ``nxt`` (K, N+1).
+
+    ``free`` (K, N+1) marks the words that draw heads; every other node must point at 0
+    (ROOT, fixed words, padding). Row i belongs to sentence ``sentence[i]`` of ``cdf``.
+    """
+    rows, words = free.nonzero(as_tuple=True)
+    nxt[rows, words] = draw_categorical(cdf[sentence[rows], words], generator)
+    active = torch.arange(nxt.shape[0], device=nxt.device)
+    for _ in range(max_rounds):
+        on_cycle = cycle_nodes(nxt[active])
+        has_cycle = on_cycle.any(-1)
+        active, on_cycle = active[has_cycle], on_cycle[has_cycle]
+        if active.numel() == 0:
+            return nxt
+        local, words = on_cycle.nonzero(as_tuple=True)
+        rows = active[local]
+        nxt[rows, words] = draw_categorical(cdf[sentence[rows], words], generator)
+    stuck = sorted(set(sentence[active].tolist()))
+    raise ValueError(
+        f"Wilson's walk did not reach ROOT after {max_rounds} rounds of cycle popping in "
+        f"sentence(s) {stuck[:10]}: some words form a cycle whose arcs out of it have "
+        "(almost) zero weight, so the walk's hitting time is astronomical or infinite; use "
+        "method='colbourn' for these sentences."
+    )
+
+
+def _start(dist, num_samples: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Initial pointers (all 0), the free words mask and sentence index, for S*B rows."""
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    device = dist.scores.device
+    positions = torch.arange(size, device=device)
+    words = (positions >= 1) & (positions[None, :] <= dist.lengths[:, None])  # (B, N+1)
+    free = words.expand(num_samples, batch, size).reshape(-1, size).clone()
+    sentence = torch.arange(batch, device=device).repeat(num_samples)
+    nxt = torch.zeros(num_samples * batch, size, dtype=torch.long, device=device)
+    return nxt, free, sentence
+
+
+def _to_heads(nxt: Tensor, free_or_fixed: Tensor, num_samples: int, batch: int) -> Tensor:
+    """Pointers -> heads (S, B, N+1) with -1 at ROOT and padding."""
+    heads = torch.where(free_or_fixed, nxt, torch.full_like(nxt, -1))
+    return heads.reshape(num_samples, batch, -1)
+
+
+def wilson_multi_root(
+    dist, num_samples: int, generator: torch.Generator | None = None, max_rounds: int = MAX_ROUNDS
+) -> Tensor:
+    """Multi-root trees by Wilson's algorithm (Stanojević 2022, §3): (S, B, N+1) heads."""
+    cdf = _cumulative_weights(dist, with_root=True)
+    nxt, free, sentence = _start(dist, num_samples)
+    _pop_cycles(nxt, free, cdf, sentence, generator, max_rounds)
+    return _to_heads(nxt, free, num_samples, dist.scores.shape[0])
+
+
+def wilson_marginal(
+    dist, num_samples: int, generator: torch.Generator | None = None, max_rounds: int = MAX_ROUNDS
+) -> Tensor:
+    """Single-root trees by Wilson-Marginal (Stanojević 2022, Alg. 2): (S, B, N+1) heads.
+
+    The ROOT child r is drawn from its exact marginal mu[0, r] (the engine's stable
+    marginals, computed once for all samples); the other words then run Wilson's walks on
+    the graph without ROOT arcs, with r as the root. O(n^3 + S * walk length).
+    """
+    batch = dist.scores.shape[0]
+    root_marginals = dist.marginals[:, 0, :].detach().double()  # (B, N+1), zero at 0 and padding
+    root_cdf = root_marginals.cumsum(-1)
+    nxt, free, sentence = _start(dist, num_samples)
+    root_child = draw_categorical(root_cdf[sentence], generator)  # (S*B,)
+    rows = torch.arange(nxt.shape[0], device=nxt.device)
+    words = free.clone()
+    free[rows, root_child] = False  # r keeps pointing at ROOT
+    cdf = _cumulative_weights(dist, with_root=False)
+    _pop_cycles(nxt, free, cdf, sentence, generator, max_rounds)
+    return _to_heads(nxt, words, num_samples, batch)
+
+
+def wilson_reject(
+    dist,
+    num_samples: int,
+    generator: torch.Generator | None = None,
+    max_rounds: int = MAX_ROUNDS,
+    max_tries: int = MAX_TRIES,
+) -> tuple[Tensor, Tensor]:
+    """Single-root trees by Wilson-Reject (Stanojević 2022, Alg. 3).
+
+    Draws multi-root trees with Wilson's algorithm until a draw has exactly one ROOT child;
+    accepted draws are exact single-root samples. Returns heads (S, B, N+1) and the number
+    of tries of each draw (S, B), whose mean is Z_multi / Z_single
+    (see :func:`wilson_reject_acceptance`). Gives up after ``max_tries`` tries.
+    """
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    cdf = _cumulative_weights(dist, with_root=True)
+    nxt_all, free_all, sentence_all = _start(dist, num_samples)
+    heads = torch.full_like(nxt_all, -1)
+    tries = torch.zeros(nxt_all.shape[0], dtype=torch.long, device=nxt_all.device)
+    pending = torch.arange(nxt_all.shape[0], device=nxt_all.device)
+    for _ in range(max_tries):
+        nxt = torch.zeros(pending.numel(), size, dtype=torch.long, device=nxt_all.device)
+        free = free_all[pending]
+        _pop_cycles(nxt, free, cdf, sentence_all[pending], generator, max_rounds)
+        tries[pending] += 1
+        accept = ((nxt == 0) & free).sum(-1) == 1
+        done = pending[accept]
+        heads[done] = torch.where(free[accept], nxt[accept], -1)
+        pending = pending[~accept]
+        if pending.numel() == 0:
+            return heads.reshape(num_samples, batch, size), tries.reshape(num_samples, batch)
+    stuck = sorted(set(sentence_all[pending].tolist()))
+    raise ValueError(
+        f"Wilson-Reject drew no single-root tree in {max_tries} tries for sentence(s) "
+        f"{stuck[:10]}: its acceptance rate Z_single / Z_multi is too small "
+        "(see wilson_reject_acceptance); use method='wilson_marginal' or 'colbourn'."
+    )

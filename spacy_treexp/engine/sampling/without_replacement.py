@@ -1,0 +1,220 @@
+"""Sampling dependency trees without replacement over Colbourn's autoregressive form.
+
+Colbourn's sampler (see :mod:`.colbourn`) writes p(tree) = prod_m p(head_m | head_<m), so
+sequence-model techniques for sampling without replacement apply (Stanojević 2022, §6):
+
+* ``sbs``: stochastic beam search (Kool, van Hoof & Welling 2019): Gumbel-perturbed
+  log-probabilities of prefixes, each child's Gumbel conditioned on its parent's
+  (truncated Gumbel, their eq. 10 in the stable form of their appendix B), top-k per word.
+  The k trees are distributed as k draws without replacement, in draw order (the first is
+  a sample of p). All beams advance together: O(k n^3).
+* ``trie``: incremental sampling without replacement (Shi, Sheng, Bai & Maddison 2020,
+  Alg. 1): one ancestral draw at a time, each step renormalised by the probability mass
+  already drawn below every prefix, kept in a trie of the drawn prefixes. A trie lookup per
+  step, never a pass over earlier draws: O(n^3) per tree, and it can stop at any time.
+
+The trie keeps the *remaining* mass of each prefix as a sum of positive terms (never
+"total minus drawn"), so an exhausted subtree has exactly zero mass and a drawn tree can
+never come back through rounding, however peaked the distribution.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+from torch import Tensor
+
+from spacy_treexp.engine.sampling.colbourn import Conditioner, first_exceeding
+
+
+def _log1mexp(x: Tensor) -> Tensor:
+    """log(1 - exp(x)) for x <= 0, accurate at both ends (Maechler 2012)."""
+    return torch.where(x > -0.6931471805599453, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+
+
+def _truncated_gumbel(parent: Tensor, perturbed: Tensor, valid: Tensor) -> Tensor:
+    """Children's Gumbels conditioned on their maximum being the parent's (Kool et al. 2019).
+
+    parent (..., 1), perturbed (..., C) = phi + Gumbel noise, valid (..., C).
+    """
+    top = perturbed.max(-1, keepdim=True).values
+    v = parent - perturbed + _log1mexp(perturbed - top)
+    conditioned = parent - torch.relu(v) - torch.log1p(torch.exp(-v.abs()))
+    return torch.where(valid, conditioned, torch.full_like(conditioned, -torch.inf))
+
+
+def _exact_log_probs(dist, heads: Tensor, valid: Tensor) -> Tensor:
+    """dist.log_prob of the valid trees, -inf where ``valid`` is False (heads there: -1)."""
+    filler = heads[:1].expand_as(heads)  # the first draw is valid for every sentence
+    log_probs = dist.log_prob(torch.where(valid.unsqueeze(-1), heads, filler))
+    return torch.where(valid, log_probs, torch.full_like(log_probs, -torch.inf))
+
+
+def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """k trees per sentence without replacement by stochastic beam search.
+
+    Returns heads (k, B, N+1) in draw order and ``dist.log_prob`` of each (k, B); where a
+    sentence has fewer than k trees the extra rows are -1 heads with -inf log-probability.
+    """
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    device = dist.scores.device
+    sentence = torch.arange(batch, device=device).repeat(k)  # row = beam * B + b
+    state = Conditioner(dist, sentence)
+    log_p = torch.full((k, batch), -torch.inf, dtype=torch.float64, device=device)
+    log_p[0] = 0.0
+    gumbel = log_p.clone()  # the root prefix's Gumbel is fixed to 0: a shift, not a bias
+    sentences = torch.arange(batch, device=device)
+    for m in range(1, size):
+        active = dist.lengths >= m  # (B,)
+        probs = state.probs(m).view(k, batch, size)
+        valid = (probs > 0) & (log_p > -torch.inf).unsqueeze(-1) & active[None, :, None]
+        phi = torch.where(valid, log_p.unsqueeze(-1) + probs.log(), torch.full_like(probs, -torch.inf))
+        uniform = torch.rand(phi.shape, dtype=phi.dtype, device=device, generator=generator)
+        perturbed = torch.where(valid, phi - torch.log(-torch.log(uniform)), phi)
+        children = _truncated_gumbel(gumbel.unsqueeze(-1), perturbed, valid)
+        # a finished sentence keeps each beam as its own only child (slot 0)
+        keep = torch.full_like(children, -torch.inf)
+        keep[..., 0] = gumbel
+        keep_phi = torch.full_like(phi, -torch.inf)
+        keep_phi[..., 0] = log_p
+        children = torch.where(active[None, :, None], children, keep)
+        phi = torch.where(active[None, :, None], phi, keep_phi)
+
+        flat = children.permute(1, 0, 2).reshape(batch, k * size)
+        top, index = flat.topk(k, dim=-1)  # (B, k), sorted: draw order
+        parent, head = (index // size).T, (index % size).T  # (k, B)
+        rows = (parent * batch + sentences).reshape(-1)
+        log_p = phi.permute(1, 0, 2).reshape(batch, k * size).gather(1, index).T
+        gumbel = top.T
+        state.select(rows)
+        moving = (active.unsqueeze(0) & (gumbel > -torch.inf)).reshape(-1)
+        state.fix(m, head.reshape(-1), moving)
+    heads = state.heads.view(k, batch, size)
+    valid = gumbel > -torch.inf
+    heads = torch.where(valid.unsqueeze(-1), heads, torch.full_like(heads, -1))
+    return heads, _exact_log_probs(dist, heads, valid)
+
+
+class _Trie:
+    """Trie of drawn prefixes for all sentences in one node pool (node b = root of sentence b).
+
+    child[node, h]: the node of prefix + h, or -1 while no drawn tree went there.
+    log_remaining[node]: log of the probability mass of the trees below the node that are
+    not drawn yet (-inf: exhausted).
+    """
+
+    def __init__(self, batch: int, size: int, device: torch.device):
+        self.size = size
+        self.count = batch
+        capacity = max(batch * size, 16)
+        self.child = torch.full((capacity, size), -1, dtype=torch.long, device=device)
+        self.log_remaining = torch.zeros(capacity, dtype=torch.float64, device=device)
+
+    def allocate(self, number: int) -> Tensor:
+        """Ids of ``number`` new nodes (the pool doubles when full: amortised O(1) per node)."""
+        needed = self.count + number
+        capacity = self.child.shape[0]
+        if needed > capacity:
+            extra = max(capacity, needed - capacity)
+            self.child = torch.cat([self.child, self.child.new_full((extra, self.size), -1)])
+            self.log_remaining = torch.cat([self.log_remaining, self.log_remaining.new_zeros(extra)])
+        ids = torch.arange(self.count, needed, device=self.child.device)
+        self.count = needed
+        return ids
+
+    def update(self, path: Tensor, path_log_p: Tensor, path_probs: Tensor) -> None:
+        """Remove a drawn tree's mass from every prefix on its path, bottom-up.
+
+        The remaining mass of a node is a sum of positive terms, never a difference:
+        P(node) * (sum of q(h) over children not in the trie) + sum of the children's
+        remaining masses. A drawn leaf has none, so exhaustion is exact (log mass -inf).
+        path (B, N+1) nodes by depth (-1 past the leaf), path_log_p (B, N+1) log P(prefix),
+        path_probs (B, N+1, N+1) the conditionals of word d at the node of depth d-1.
+        """
+        rows = torch.arange(path.shape[0], device=path.device)
+        depth = (path >= 0).sum(-1) - 1  # the leaf's depth, -1 for a sentence not drawn
+        drawn = depth >= 0
+        self.log_remaining[path[rows[drawn], depth[drawn]]] = -torch.inf
+        for d in range(path.shape[1] - 1, 0, -1):
+            below = path[:, d] >= 0
+            node = torch.where(below, path[:, d - 1], torch.zeros_like(path[:, d - 1]))
+            children = self.child[node]
+            probs = path_probs[:, d]
+            unseen = torch.where((children < 0) & (probs > 0), probs, torch.zeros_like(probs)).sum(-1)
+            seen = torch.where(
+                children >= 0,
+                self.log_remaining[children.clamp_min(0)],
+                torch.full_like(probs, -torch.inf),
+            )
+            log_remaining = torch.logaddexp(path_log_p[:, d - 1] + unseen.log(), torch.logsumexp(seen, -1))
+            self.log_remaining[node[below]] = log_remaining[below]
+
+
+def trie_draws(dist, generator: torch.Generator | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+    """Yield one new tree per sentence per step, without replacement (Shi et al. 2020).
+
+    At each word, the child h of the current prefix is drawn with weight q(h) if no tree was
+    drawn below it yet, else with its remaining mass relative to the prefix. Each item is
+    (heads (B, N+1), log_probs (B,)) with ``log_probs = dist.log_prob(heads)``; a sentence
+    whose trees are all drawn yields -1 heads and -inf. Stops when every sentence is exhausted.
+    """
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    device = dist.scores.device
+    sentences = torch.arange(batch, device=device)
+    inverse = Conditioner.initial_inverse(dist)
+    trie = _Trie(batch, size, device)
+    first_heads = None
+    while True:
+        alive = trie.log_remaining[sentences] > -torch.inf
+        if not alive.any():
+            return
+        state = Conditioner(dist, sentences, inverse)
+        node = sentences.clone()
+        log_p = torch.zeros(batch, dtype=torch.float64, device=device)
+        path = torch.full((batch, size), -1, dtype=torch.long, device=device)
+        path[:, 0] = torch.where(alive, node, path[:, 0])
+        path_log_p = torch.zeros(batch, size, dtype=torch.float64, device=device)
+        path_probs = torch.zeros(batch, size, size, dtype=torch.float64, device=device)
+        for m in range(1, size):
+            active = alive & (dist.lengths >= m)
+            probs = state.probs(m)
+            children = trie.child[node]
+            seen = children >= 0
+            relative = torch.exp(trie.log_remaining[children.clamp_min(0)] - log_p.unsqueeze(-1))
+            weights = torch.where(seen, relative, probs)
+            head, possible = first_exceeding(weights, generator)
+            if (active & ~possible).any():
+                stuck = sentences[active & ~possible].tolist()
+                raise ValueError(
+                    f"sampling without replacement reached a prefix with no tree left in "
+                    f"sentence(s) {stuck[:10]} (word {m}); the distribution's arcs admit no "
+                    "completion there."
+                )
+            chosen = children.gather(1, head.unsqueeze(-1)).squeeze(-1)
+            new = active & (chosen < 0)
+            new_ids = trie.allocate(int(new.sum()))
+            chosen[new] = new_ids
+            trie.child[node[new], head[new]] = new_ids
+            path_probs[:, m] = probs
+            path_log_p[:, m - 1] = log_p
+            step_log_p = probs.gather(1, head.unsqueeze(-1)).squeeze(-1).log()
+            log_p = torch.where(active, log_p + step_log_p, log_p)
+            node = torch.where(active, chosen, node)
+            path[:, m] = torch.where(active, node, torch.full_like(node, -1))
+            state.fix(m, head, active)
+        trie.update(path, path_log_p, path_probs)
+        heads = torch.where(alive.unsqueeze(-1), state.heads, torch.full_like(state.heads, -1))
+        if first_heads is None:
+            first_heads = heads
+        log_probs = dist.log_prob(torch.where(alive.unsqueeze(-1), heads, first_heads))
+        yield heads, torch.where(alive, log_probs, torch.full_like(log_probs, -torch.inf))
+
+
+def trie_without_replacement(dist, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """The first k draws of :func:`trie_draws`, padded with -1 / -inf."""
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    heads = torch.full((k, batch, size), -1, dtype=torch.long, device=dist.scores.device)
+    log_probs = torch.full((k, batch), -torch.inf, dtype=dist.scores.dtype, device=dist.scores.device)
+    for i, (tree, log_prob) in zip(range(k), trie_draws(dist, generator)):
+        heads[i], log_probs[i] = tree, log_prob
+    return heads, log_probs

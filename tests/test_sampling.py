@@ -1,0 +1,408 @@
+"""Samplers of dependency trees are unbiased (Stanojević 2022): goodness-of-fit against
+enumeration, the Wilson-RC counterexample, sampling without replacement, reproducibility.
+
+Every statistical test uses a fixed seed and rejects at p < 1e-3, so a biased sampler fails.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from enumerate_trees import all_trees, tree_log_probs
+
+from spacy_treexp import TreeDistribution
+from spacy_treexp.engine.sampling import (
+    iter_without_replacement,
+    sample,
+    sample_without_replacement,
+    wilson_reject_acceptance,
+)
+from spacy_treexp.engine.sampling.colbourn import colbourn
+from spacy_treexp.engine.sampling.wilson import wilson_multi_root, wilson_reject
+
+DRAWS = 20_000
+ALPHA = 1e-3
+
+
+# ---------------------------------------------------------------- exact distributions
+def exact_probs(scores: torch.Tensor, n: int, single_root: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Trees (T, n+1) of one sentence and their probabilities (T,) float64 by enumeration."""
+    trees, log_probs = tree_log_probs(scores, n, single_root)
+    return trees, log_probs.exp()
+
+
+def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
+    """Integer code of each head vector (..., >= n+1) over words 1..n."""
+    base = (n + 1) ** torch.arange(n)
+    return (heads[..., 1 : n + 1] * base).sum(-1)
+
+
+def chi_square_p(observed: torch.Tensor, categories: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson chi-square p-value of observed category codes against probabilities.
+
+    Categories with expected count below 5 are pooled; an observation outside the
+    categories (not a tree) fails the test outright.
+    """
+    assert torch.isin(observed, categories).all(), "a draw is not a tree of the sentence"
+    counts = (observed.unsqueeze(-1) == categories).sum(0).double()
+    expected = probs * observed.numel()
+    small = expected < 5
+    counts = torch.cat([counts[~small], counts[small].sum().reshape(1)])
+    expected = torch.cat([expected[~small], expected[small].sum().reshape(1)])
+    keep = expected > 0
+    counts, expected = counts[keep], expected[keep]
+    statistic = ((counts - expected) ** 2 / expected).sum()
+    dof = torch.tensor(float(counts.numel() - 1), dtype=torch.float64)
+    return float(torch.special.gammaincc(dof / 2, statistic / 2))
+
+
+def random_batch(seed: int, dtype=torch.float64):
+    """Two sentences, n = 4 and a padded n = 3, random N(0, 1.5^2) scores."""
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(2, 5, 5, generator=gen, dtype=dtype) * 1.5
+    return scores, torch.tensor([4, 3])
+
+
+def assert_fits(heads: torch.Tensor, scores: torch.Tensor, lengths, single_root: bool) -> None:
+    """Chi-square goodness of fit of draws (S, B, N+1) for every sentence of the batch."""
+    for b, n in enumerate(lengths.tolist()):
+        assert (heads[:, b, n + 1 :] == -1).all() and (heads[:, b, 0] == -1).all()
+        trees, probs = exact_probs(scores[b], n, single_root)
+        p_value = chi_square_p(codes(heads[:, b], n), codes(trees, n), probs)
+        assert p_value > ALPHA, f"sentence {b}: chi-square p = {p_value:.2e}"
+
+
+# ---------------------------------------------------------------- goodness of fit
+@pytest.mark.parametrize(
+    "method,single_root,seed",
+    [
+        ("wilson_marginal", True, 1),
+        ("wilson_reject", True, 2),
+        ("colbourn", True, 3),
+        ("wilson", False, 4),
+        ("colbourn", False, 5),
+    ],
+)
+def test_samples_fit_the_tree_distribution(method, single_root, seed):
+    scores, lengths = random_batch(seed)
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    heads = sample(dist, (DRAWS,), method=method, generator=torch.Generator().manual_seed(seed))
+    assert heads.shape == (DRAWS, 2, 5) and heads.dtype == torch.long
+    assert_fits(heads, scores, lengths, single_root)
+
+
+def test_float32_peaked_scores_fit():
+    """Colbourn in float32 with peaked scores (std 4) still matches enumeration."""
+    scores, lengths = random_batch(6, dtype=torch.float32)
+    scores = scores * 8 / 3
+    dist = TreeDistribution(scores, lengths)
+    heads = sample(dist, (DRAWS,), method="colbourn", generator=torch.Generator().manual_seed(6))
+    assert_fits(heads, scores, lengths, True)
+
+
+# ---------------------------------------------------------------- Wilson-RC counterexample
+# ROOT=0, A=1, B=2, C=3; arcs R->A, R->C, A->B, A->C, B->A, C->B of weight 1. The three
+# single-root trees each have probability 1/3; Wilson-RC gives 1/4, 1/4, 1/2.
+COUNTER_ARCS = [(0, 1), (0, 3), (1, 2), (1, 3), (2, 1), (3, 2)]
+
+
+def counterexample_scores() -> torch.Tensor:
+    scores = torch.full((4, 4), -torch.inf, dtype=torch.float64)
+    for h, m in COUNTER_ARCS:
+        scores[h, m] = 0.0
+    return scores
+
+
+def wilson_rc(weights: list[list[float]], rng: random.Random) -> list[int]:
+    """The biased Wilson-RC: ROOT child by its raw weight, then Wilson's loop-erased walks."""
+    n = len(weights) - 1
+    words = list(range(1, n + 1))
+    root_child = rng.choices(words, weights=[weights[0][m] for m in words])[0]
+    heads = [-1] * (n + 1)
+    heads[root_child] = 0
+    in_tree = {0, root_child}
+    for start in words:
+        node = start
+        while node not in in_tree:
+            heads[node] = rng.choices(words, weights=[weights[h][node] for h in words])[0]
+            node = heads[node]
+        node = start
+        while node not in in_tree:
+            in_tree.add(node)
+            node = heads[node]
+    return heads
+
+
+def counterexample_p(heads: torch.Tensor) -> float:
+    trees = torch.tensor([[-1, 0, 1, 1], [-1, 0, 3, 1], [-1, 2, 3, 0]])
+    return chi_square_p(codes(heads, 3), codes(trees, 3), torch.full((3,), 1 / 3, dtype=torch.float64))
+
+
+def test_counterexample_has_three_equiprobable_trees():
+    trees, probs = exact_probs(counterexample_scores(), 3, True)
+    finite = probs > 0
+    assert int(finite.sum()) == 3
+    assert torch.allclose(probs[finite], torch.full((3,), 1 / 3, dtype=torch.float64))
+
+
+def test_wilson_rc_is_rejected():
+    weights = counterexample_scores().exp().tolist()
+    rng = random.Random(0)
+    heads = torch.tensor([wilson_rc(weights, rng) for _ in range(DRAWS)])
+    assert counterexample_p(heads) < ALPHA
+
+
+@pytest.mark.parametrize("method", ["wilson_marginal", "wilson_reject", "colbourn"])
+def test_our_samplers_pass_the_counterexample(method):
+    dist = TreeDistribution(counterexample_scores())
+    heads = sample(dist, (DRAWS,), method=method, generator=torch.Generator().manual_seed(7))
+    assert counterexample_p(heads[:, 0]) > ALPHA
+
+
+# ---------------------------------------------------------------- Wilson-Reject statistics
+def test_wilson_reject_acceptance_is_z_ratio_and_tries_match():
+    scores, lengths = random_batch(8)
+    dist = TreeDistribution(scores, lengths)
+    acceptance = wilson_reject_acceptance(dist)
+    for b, n in enumerate(lengths.tolist()):
+        z_single = exact_probs(scores[b], n, True)[0].shape[0]  # tree count, sanity
+        assert z_single == n ** (n - 1)
+        sub = scores[b, : n + 1, : n + 1]
+        words = torch.arange(1, n + 1)
+        log_z = {
+            single: torch.logsumexp(sub[all_trees(n, single)[:, 1:], words].sum(-1), 0)
+            for single in (True, False)
+        }
+        assert torch.allclose(acceptance[b], (log_z[True] - log_z[False]).exp(), rtol=1e-6)
+    _, tries = wilson_reject(dist, DRAWS, torch.Generator().manual_seed(8))
+    mean, expected = tries.double().mean(0), 1 / acceptance
+    std = ((1 - acceptance) / acceptance**2 / DRAWS).sqrt()
+    assert ((mean - expected).abs() < 5 * std).all(), (mean, expected)
+
+
+# ---------------------------------------------------------------- without replacement
+def assert_exact_log_probs(dist, heads: torch.Tensor, log_probs: torch.Tensor) -> None:
+    """SWOR log-probabilities equal dist.log_prob on the drawn trees (padding: -inf)."""
+    valid = log_probs > -torch.inf
+    filled = torch.where(valid.unsqueeze(-1), heads, heads[:1])
+    assert torch.equal(log_probs[valid], dist.log_prob(filled)[valid])
+
+
+@pytest.mark.parametrize("method", ["sbs", "trie"])
+@pytest.mark.parametrize("single_root", [True, False])
+def test_without_replacement_draws_every_tree_once_then_pads(method, single_root):
+    scores, _ = random_batch(9)
+    lengths = torch.tensor([3, 2])
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    k = 20  # more than the 9 / 16 trees of n = 3 and the 2 / 3 trees of n = 2
+    heads, log_probs = sample_without_replacement(dist, k, method=method, generator=torch.Generator().manual_seed(9))
+    assert heads.shape == (k, 2, 5) and log_probs.shape == (k, 2)
+    for b, n in enumerate(lengths.tolist()):
+        trees, probs = exact_probs(scores[b], n, single_root)
+        count = trees.shape[0]
+        drawn = codes(heads[:count, b], n)
+        assert sorted(drawn.tolist()) == sorted(codes(trees, n).tolist())
+        order = torch.argsort(codes(trees, n))
+        expected = probs[order][torch.searchsorted(codes(trees, n)[order], drawn)].log()
+        assert torch.allclose(log_probs[:count, b].double(), expected, atol=1e-9)
+        assert (heads[count:, b] == -1).all() and (log_probs[count:, b] == -torch.inf).all()
+    assert_exact_log_probs(dist, heads, log_probs)
+
+
+@pytest.mark.parametrize("method,seed", [("sbs", 10), ("trie", 11)])
+def test_first_two_draws_have_the_without_replacement_law(method, seed):
+    """Ordered pair (a, b) has probability p(a) p(b) / (1 - p(a)); the first draw is ~ p."""
+    n = 3
+    gen = torch.Generator().manual_seed(seed)
+    one = torch.randn(1, n + 1, n + 1, generator=gen, dtype=torch.float64)
+    dist = TreeDistribution(one.expand(DRAWS, -1, -1))  # the same sentence DRAWS times
+    heads, _ = sample_without_replacement(dist, 2, method=method, generator=gen)
+    trees, probs = exact_probs(one[0], n, True)
+    tree_codes = codes(trees, n)
+    first, second = codes(heads[0], n), codes(heads[1], n)
+    assert (first != second).all()
+    assert chi_square_p(first, tree_codes, probs) > ALPHA
+    count = tree_codes.numel()
+    pair_probs = probs[:, None] * probs[None, :] / (1 - probs[:, None])
+    pair_probs.fill_diagonal_(0)
+    pair_codes = tree_codes[:, None] * 10_000 + tree_codes[None, :]
+    observed = first * 10_000 + second
+    off = ~torch.eye(count, dtype=torch.bool)
+    assert chi_square_p(observed, pair_codes[off], pair_probs[off]) > ALPHA
+
+
+def test_iterator_yields_distinct_trees_and_stops():
+    scores, _ = random_batch(12)
+    dist = TreeDistribution(scores, torch.tensor([3, 2]))
+    steps = list(iter_without_replacement(dist, torch.Generator().manual_seed(12)))
+    assert len(steps) == 9  # n = 3 has 9 single-root trees; n = 2 runs out after 2
+    heads = torch.stack([h for h, _ in steps])
+    log_probs = torch.stack([lp for _, lp in steps])
+    assert len(set(codes(heads[:, 0], 3).tolist())) == 9
+    assert (log_probs[2:, 1] == -torch.inf).all() and (heads[2:, 1] == -1).all()
+    assert torch.allclose(log_probs[:, 0].exp().sum(), torch.tensor(1.0, dtype=log_probs.dtype))
+
+
+def test_sbs_scales_to_longer_sentences_with_exact_log_probs():
+    gen = torch.Generator().manual_seed(13)
+    scores = torch.randn(3, 31, 31, generator=gen) * 2
+    dist = TreeDistribution(scores, torch.tensor([30, 12, 1]))
+    for method in ("sbs", "trie"):
+        heads, log_probs = sample_without_replacement(dist, 16, method=method, generator=gen)
+        assert torch.isfinite(log_probs[:, :2]).all()
+        assert torch.equal(log_probs[1:, 2], torch.full((15,), -torch.inf))  # n = 1: one tree
+        for b in range(2):
+            assert len(set(map(tuple, heads[:, b].tolist()))) == 16
+        assert_exact_log_probs(dist, heads, log_probs)
+
+
+# ---------------------------------------------------------------- accuracy of Colbourn
+def test_colbourn_log_probs_stay_exact_in_float32_long_sentences():
+    """Sherman-Morrison over 60 words from float32 peaked scores: the conditionals multiply
+    to the exact tree probability (no drift)."""
+    gen = torch.Generator().manual_seed(14)
+    scores = torch.randn(2, 61, 61, generator=gen) * 5
+    dist = TreeDistribution(scores, torch.tensor([60, 45]))
+    heads, log_prob = colbourn(dist, 50, gen)
+    exact = TreeDistribution(scores.double(), torch.tensor([60, 45])).log_prob(heads)
+    assert torch.allclose(log_prob, exact, atol=1e-6, rtol=0)
+
+
+# ---------------------------------------------------------------- validity (property-based)
+def draws_trees(dist, heads: torch.Tensor) -> bool:
+    return bool(torch.isfinite(dist.log_prob(heads)).all())
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 7), seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([0.1, 1.0]))
+def test_wilson_methods_draw_trees(n, seed, scale):
+    """Wilson's walks (expected time: the hitting time, fine for moderate score gaps)."""
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(2, n + 2, n + 2, generator=gen) * scale
+    lengths = torch.tensor([n + 1, n])
+    single, multi = TreeDistribution(scores, lengths), TreeDistribution(scores, lengths, single_root=False)
+    for method in ("wilson_marginal", "wilson_reject"):
+        assert draws_trees(single, sample(single, (4,), method=method, generator=gen)), method
+    assert draws_trees(multi, sample(multi, (4,), method="wilson", generator=gen))
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 9), seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([0.1, 4.0, 30.0, 300.0]))
+def test_colbourn_and_swor_draw_trees_even_for_peaked_scores(n, seed, scale):
+    """Colbourn-based samplers never stall; for gaps beyond float64 they refactorise."""
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(2, n + 2, n + 2, generator=gen) * scale
+    lengths = torch.tensor([n + 1, n])
+    for single_root in (True, False):
+        dist = TreeDistribution(scores, lengths, single_root=single_root)
+        assert draws_trees(dist, sample(dist, (4,), method="colbourn", generator=gen))
+        for method in ("sbs", "trie"):
+            heads, log_probs = sample_without_replacement(dist, 3, method=method, generator=gen)
+            assert torch.isfinite(log_probs[0]).all()
+            assert_exact_log_probs(dist, heads, log_probs)
+            for b in range(2):
+                valid = heads[log_probs[:, b] > -torch.inf, b]
+                assert len(set(map(tuple, valid.tolist()))) == valid.shape[0]
+
+
+# ---------------------------------------------------------------- reproducibility, errors
+@pytest.mark.parametrize("method", ["wilson_marginal", "wilson_reject", "colbourn"])
+def test_same_seed_same_trees(method):
+    scores = torch.randn(3, 11, 11, generator=torch.Generator().manual_seed(15))
+    dist = TreeDistribution(scores, torch.tensor([10, 7, 3]))
+    one = sample(dist, (5, 2), method=method, generator=torch.Generator().manual_seed(3))
+    two = sample(dist, (5, 2), method=method, generator=torch.Generator().manual_seed(3))
+    other = sample(dist, (5, 2), method=method, generator=torch.Generator().manual_seed(4))
+    assert one.shape == (5, 2, 3, 11)
+    assert torch.equal(one, two) and not torch.equal(one, other)
+
+
+@pytest.mark.parametrize("method", ["sbs", "trie"])
+def test_same_seed_same_trees_without_replacement(method):
+    scores = torch.randn(2, 9, 9, generator=torch.Generator().manual_seed(16))
+    dist = TreeDistribution(scores)
+    one = sample_without_replacement(dist, 6, method=method, generator=torch.Generator().manual_seed(1))
+    two = sample_without_replacement(dist, 6, method=method, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
+
+
+def test_bad_arguments_are_clear_errors():
+    scores = torch.randn(1, 4, 4)
+    single, multi = TreeDistribution(scores), TreeDistribution(scores, single_root=False)
+    with pytest.raises(ValueError, match="does not sample single-root"):
+        sample(single, (2,), method="wilson")
+    with pytest.raises(ValueError, match="does not sample multi-root"):
+        sample(multi, (2,), method="wilson_reject")
+    with pytest.raises(ValueError, match="does not sample"):
+        sample(single, (2,), method="gibbs")
+    with pytest.raises(ValueError, match="sample_shape"):
+        sample(single, (-1,))
+    for k in (0, -2, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="k must be a positive integer"):
+            sample_without_replacement(single, k)
+    with pytest.raises(ValueError, match="unknown method"):
+        sample_without_replacement(single, 2, method="beam")
+    with pytest.raises(ValueError, match="single-root"):
+        wilson_reject_acceptance(multi)
+    assert sample(single, (0, 3)).shape == (0, 3, 1, 4)
+    assert sample(multi, (2,)).shape == (2, 1, 4)  # default method means "wilson" there
+
+
+def test_walk_that_cannot_reach_root_raises_naming_the_sentence():
+    """Multi-root: words 1 and 2 prefer each other by e^10000, so the walk's step to ROOT
+    underflows to probability 0 and cycle popping cannot end; it must fail, not hang."""
+    scores = torch.zeros(2, 3, 3)
+    scores[1, 1, 2] = scores[1, 2, 1] = 1e4
+    dist = TreeDistribution(scores, single_root=False)
+    with pytest.raises(ValueError, match=r"sentence\(s\) \[1\].*colbourn"):
+        wilson_multi_root(dist, 3, torch.Generator().manual_seed(0), max_rounds=50)
+    # Colbourn refactorises where L-hat is singular in float64: both trees, 1/2 each.
+    heads = sample(dist, (DRAWS,), method="colbourn", generator=torch.Generator().manual_seed(0))
+    trees = torch.tensor([[-1, 0, 1], [-1, 2, 0]])
+    half = torch.full((2,), 0.5, dtype=torch.float64)
+    assert chi_square_p(codes(heads[:, 1], 2), codes(trees, 2), half) > ALPHA
+    swor, log_probs = sample_without_replacement(dist, 3, generator=torch.Generator().manual_seed(0))
+    assert sorted(codes(swor[:2, 1], 2).tolist()) == sorted(codes(trees, 2).tolist())
+    # float32 scores of 1e4: log-probabilities are good to the float32 ulp of 1e4 (~1e-3)
+    assert torch.allclose(log_probs[:2, 1], torch.full((2,), 0.5).log(), atol=2e-3)
+
+
+def test_hopeless_rejection_raises_naming_the_sentence():
+    scores = torch.zeros(2, 7, 7)
+    scores[0, 0, 1:] = 30.0  # multi-root trees almost surely have several ROOT children
+    dist = TreeDistribution(scores)
+    assert wilson_reject_acceptance(dist)[0] < 1e-30
+    with pytest.raises(ValueError, match=r"sentence\(s\) \[0\].*acceptance"):
+        wilson_reject(dist, 4, torch.Generator().manual_seed(0), max_tries=30)
+
+
+# ---------------------------------------------------------------- CUDA
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("method", ["wilson_marginal", "wilson_reject", "colbourn"])
+def test_cuda_samples_fit_and_reproduce(method):
+    scores, lengths = random_batch(17)
+    dist = TreeDistribution(scores.cuda(), lengths.cuda())
+    heads = sample(dist, (DRAWS,), method=method, generator=torch.Generator("cuda").manual_seed(1))
+    again = sample(dist, (DRAWS,), method=method, generator=torch.Generator("cuda").manual_seed(1))
+    assert heads.is_cuda and torch.equal(heads, again)
+    assert_fits(heads.cpu(), scores, lengths, True)
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("method", ["sbs", "trie"])
+def test_cuda_without_replacement(method):
+    scores, _ = random_batch(18)
+    dist = TreeDistribution(scores.cuda(), torch.tensor([3, 2], device="cuda"))
+    heads, log_probs = sample_without_replacement(dist, 12, method=method, generator=torch.Generator("cuda").manual_seed(2))
+    assert heads.is_cuda
+    assert len(set(codes(heads[:9, 0].cpu(), 3).tolist())) == 9
+    assert (log_probs[9:, 0] == -torch.inf).all()
