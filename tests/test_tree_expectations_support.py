@@ -54,22 +54,25 @@ def score_doc(doc: Doc, seed: int = 0, scale: float = 2.0, set_parse: bool = Tru
 
 @Language.factory(
     "treexp_test_scorer",
-    default_config={"seed": 0, "scale": 2.0, "set_parse": True},
+    default_config={"seed": 0, "scale": 2.0, "set_parse": True, "fail_on": ""},
     assigns=["doc._.parser_scores", "token.head", "token.dep"],
 )
-def make_test_scorer(nlp: Language, name: str, seed: int, scale: float, set_parse: bool):
-    return TestScorer(seed, scale, set_parse)
+def make_test_scorer(nlp: Language, name: str, seed: int, scale: float, set_parse: bool, fail_on: str):
+    return TestScorer(seed, scale, set_parse, fail_on)
 
 
 class TestScorer:
-    """Writes reproducible random scores (seeded by the sentence text)."""
+    """Writes reproducible random scores (seeded by the sentence text); raises on a
+    Doc containing ``fail_on`` (to test error reporting)."""
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, seed: int, scale: float, set_parse: bool) -> None:
-        self.seed, self.scale, self.set_parse = seed, scale, set_parse
+    def __init__(self, seed: int, scale: float, set_parse: bool, fail_on: str = "") -> None:
+        self.seed, self.scale, self.set_parse, self.fail_on = seed, scale, set_parse, fail_on
 
     def __call__(self, doc: Doc) -> Doc:
+        if self.fail_on and self.fail_on in doc.text:
+            raise ValueError(f"test scorer refuses {self.fail_on!r}")
         if len(doc) == 0:
             doc._.parser_scores = []
             return doc
