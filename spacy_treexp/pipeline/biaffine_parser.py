@@ -1,0 +1,342 @@
+"""The ``biaffine_parser`` spaCy component: a graph-based parser that keeps its arc scores.
+
+Training maximises the likelihood of the gold tree under the single-root tree
+distribution defined by the arc scores (Koo et al. 2007, log-linear training with the
+Matrix-Tree Theorem; here with a neural scorer), plus the cross-entropy of the gold
+relation labels. The gradient of ``-log p(gold)`` with respect to the scores is
+``marginals - gold``, so the scores become calibrated tree log-potentials.
+
+Prediction sets ``token.head`` / ``token.dep_`` from the single-root MAP tree (or, with
+``decoding = "mbr"``, the tree with the highest expected attachment score) of each
+sentence, and stores the scores in ``Doc._.parser_scores`` (see ``extensions.py``).
+Sentence boundaries must come from an upstream ``senter``, ``sentencizer`` or parser.
+"""
+import os
+from itertools import islice
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+import numpy
+import torch
+from spacy.attrs import DEP, HEAD
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.scorer import Scorer
+from spacy.tokens import Doc
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.util import registry
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, set_dropout_rate
+
+from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.pipeline.architectures import set_n_labels
+from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
+
+Sentences = List[Tuple[int, int]]
+
+DEFAULT_MODEL_CONFIG = """
+[model]
+@architectures = "spacy_treexp.BiaffineParser.v1"
+arc_width = 256
+rel_width = 64
+lstm_depth = 1
+lstm_width = 128
+dropout = 0.33
+
+[model.tok2vec]
+@architectures = "spacy.HashEmbedCNN.v2"
+pretrained_vectors = null
+width = 96
+depth = 4
+embed_size = 2000
+window_size = 1
+maxout_pieces = 3
+subword_features = true
+"""
+DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+DECODINGS = ("map", "mbr")
+
+
+def _single_torch_thread() -> None:
+    # Forked workers of nlp.pipe(n_process>1) can hang in the parent's OpenMP pool.
+    torch.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_single_torch_thread)
+
+
+def biaffine_parser_score(examples: Iterable[Example], **kwargs) -> Dict[str, object]:
+    """UAS / LAS (``dep_uas``, ``dep_las``, ``dep_las_per_type``) over all tokens,
+    punctuation included, as in the UD / CoNLL 2018 evaluation."""
+
+    def dep_getter(token, attr):
+        return getattr(token, attr)
+
+    return Scorer.score_deps(examples, "dep", getter=dep_getter, **kwargs)
+
+
+@registry.scorers("spacy_treexp.biaffine_parser_scorer.v1")
+def make_biaffine_parser_scorer() -> Callable:
+    """The scorer of ``biaffine_parser``: ``dep_uas``, ``dep_las``, ``dep_las_per_type``."""
+    return biaffine_parser_score
+
+
+@Language.factory(
+    "biaffine_parser",
+    assigns=["token.dep", "token.head", "token.is_sent_start", "doc.sents", "doc._.parser_scores"],
+    requires=["token.is_sent_start"],
+    default_config={
+        "model": DEFAULT_MODEL,
+        "decoding": "map",
+        "scorer": {"@scorers": "spacy_treexp.biaffine_parser_scorer.v1"},
+    },
+    default_score_weights={"dep_uas": 0.5, "dep_las": 0.5, "dep_las_per_type": None},
+)
+def make_biaffine_parser(
+    nlp: Language, name: str, model: Model, decoding: str, scorer: Optional[Callable]
+) -> "BiaffineParser":
+    """Create a ``biaffine_parser`` component (see ``BiaffineParser``)."""
+    return BiaffineParser(nlp.vocab, model, name, decoding=decoding, scorer=scorer)
+
+
+class BiaffineParser(TrainablePipe):
+    """Graph-based dependency parser (Dozat & Manning 2017) trained as a tree CRF."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "biaffine_parser",
+        *,
+        decoding: str = "map",
+        scorer: Optional[Callable] = biaffine_parser_score,
+    ) -> None:
+        if decoding not in DECODINGS:
+            raise ValueError(f"biaffine_parser: decoding must be one of {DECODINGS}, got {decoding!r}")
+        register_extensions()
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.decoding = decoding
+        self.scorer = scorer
+        self.cfg: Dict[str, object] = {"labels": []}
+
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        """The relation labels, in the order of the ``rel`` score axis."""
+        return tuple(self.cfg["labels"])
+
+    @property
+    def label_data(self) -> List[str]:
+        return list(self.labels)
+
+    def add_label(self, label: str) -> int:
+        """Add a relation label; returns 1 if it was new, 0 otherwise."""
+        if not isinstance(label, str):
+            raise ValueError(f"biaffine_parser: labels must be strings, got {label!r}")
+        if label in self.labels:
+            return 0
+        self.cfg["labels"].append(label)
+        self.vocab.strings.add(label)
+        set_n_labels(self.model, len(self.labels))
+        return 1
+
+    # -- sentences ---------------------------------------------------------------------
+
+    def _sentences(self, doc: Doc) -> Sentences:
+        if len(doc) == 0:
+            return []
+        if not doc.has_annotation("SENT_START"):
+            raise ValueError(
+                f"biaffine_parser: the Doc has no sentence boundaries. Add a 'senter' or "
+                f"'sentencizer' before '{self.name}' in the pipeline, or set "
+                f"token.is_sent_start. Doc: {doc.text[:60]!r}"
+            )
+        return [(sent.start, sent.end) for sent in doc.sents]
+
+    def _training_sentences(self, example: Example) -> Sentences:
+        """Gold sentences (aligned to the predicted tokens) when the reference has them."""
+        doc = example.predicted
+        if len(doc) == 0:
+            return []
+        if not example.reference.has_annotation("SENT_START"):
+            return self._sentences(doc)
+        starts = example.get_aligned_sent_starts()
+        boundaries = [i for i in range(1, len(doc)) if starts[i] is True] + [len(doc)]
+        spans, start = [], 0
+        for end in boundaries:
+            spans.append((start, end))
+            start = end
+        return spans
+
+    # -- prediction --------------------------------------------------------------------
+
+    def predict(self, docs: Iterable[Doc]) -> Dict[str, object]:
+        """Score every sentence and decode its tree. Returns the batch's scores and heads."""
+        docs = list(docs)
+        sentences = [self._sentences(doc) for doc in docs]
+        arc, rel, lengths = self.model.predict((docs, sentences, None))
+        arc, rel = self.model.ops.to_numpy(arc), self.model.ops.to_numpy(rel)
+        return {
+            "sentences": sentences,
+            "arc": arc,
+            "rel": rel,
+            "lengths": lengths,
+            "heads": self._decode(arc, lengths),
+        }
+
+    def _decode(self, arc: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
+        if len(lengths) == 0:
+            return numpy.zeros((0, 1), dtype="int64")
+        dist = TreeDistribution(
+            torch.from_numpy(arc), torch.from_numpy(lengths), single_root=True
+        )
+        heads = dist.mode if self.decoding == "map" else dist.mbr()
+        return heads.cpu().numpy()
+
+    def set_annotations(self, docs: Iterable[Doc], predictions: Dict[str, object]) -> None:
+        """Set heads and labels and store the per-sentence scores in ``doc._.parser_scores``."""
+        arc, rel, heads = predictions["arc"], predictions["rel"], predictions["heads"]
+        labels = list(self.labels)
+        if not labels:
+            raise ValueError(f"biaffine_parser '{self.name}' has no labels: initialize or train it first")
+        label_ids = numpy.array([self.vocab.strings.add(label) for label in labels], dtype="uint64")
+        b = 0
+        for doc, sentences in zip(docs, predictions["sentences"]):
+            records = []
+            annotation = numpy.zeros((len(doc), 2), dtype="uint64")
+            for start, end in sentences:
+                n = end - start
+                dependents = numpy.arange(1, n + 1)
+                sent_heads = heads[b, 1 : n + 1]
+                best = rel[b, sent_heads, dependents].argmax(-1)
+                # spaCy's HEAD attribute is the offset head - i, and a root is its own head.
+                absolute = numpy.where(sent_heads == 0, dependents, sent_heads) + start - 1
+                annotation[start:end, 0] = (absolute - (dependents + start - 1)).astype("int64").view("uint64")
+                annotation[start:end, 1] = label_ids[best]
+                records.append(
+                    {
+                        "start": start,
+                        "end": end,
+                        "arc": numpy.ascontiguousarray(arc[b, : n + 1, : n + 1], dtype="float32"),
+                        "rel": numpy.ascontiguousarray(rel[b, : n + 1, : n + 1], dtype="float32"),
+                        "labels": labels,
+                    }
+                )
+                b += 1
+            if len(doc):
+                doc.from_array([HEAD, DEP], annotation)
+            doc._.set(PARSER_SCORES, records)
+
+    # -- training ----------------------------------------------------------------------
+
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd=None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """One gradient step on the tree-CRF loss plus the relation cross-entropy."""
+        examples = list(examples)
+        validate_examples(examples, "BiaffineParser.update")
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        if not any(len(eg.predicted) for eg in examples):
+            return losses
+        set_dropout_rate(self.model, drop)
+        gold = self._gold(examples)
+        docs = [eg.predicted for eg in examples]
+        scores, backprop = self.model.begin_update((docs, gold["sentences"], gold["heads"]))
+        loss, d_scores = self._loss(scores, gold)
+        backprop(d_scores)
+        if sgd is not None:
+            self.finish_update(sgd)
+        losses[self.name] += loss
+        return losses
+
+    def get_loss(
+        self, examples: Iterable[Example], scores: Tuple[numpy.ndarray, ...]
+    ) -> Tuple[float, Tuple[numpy.ndarray, numpy.ndarray]]:
+        """Loss per word and its gradients for scores computed at the gold heads
+        (``model((docs, sentences, gold_heads))``); see ``_loss``."""
+        return self._loss(scores, self._gold(list(examples)))
+
+    def _gold(self, examples: List[Example]) -> Dict[str, object]:
+        """Gold sentences, heads (B, N+1) and label indices (B, N+1), sentence-internal,
+        -1 where unknown; ``complete[b]``: sentence b has a full single-root gold tree."""
+        sentences = [self._training_sentences(eg) for eg in examples]
+        n_max = max((end - start for sents in sentences for start, end in sents), default=0)
+        n_sents = sum(len(sents) for sents in sentences)
+        heads = numpy.full((n_sents, n_max + 1), -1, dtype="int64")
+        labels = numpy.full((n_sents, n_max + 1), -1, dtype="int64")
+        complete = numpy.zeros(n_sents, dtype=bool)
+        label_index = {label: i for i, label in enumerate(self.labels)}
+        b = 0
+        for eg, sents in zip(examples, sentences):
+            aligned_heads, aligned_deps = eg.get_aligned_parse(projectivize=False)
+            for start, end in sents:
+                complete[b] = True
+                for i in range(start, end):
+                    head = aligned_heads[i]
+                    if head is None or not (start <= head < end):
+                        complete[b] = False
+                        continue
+                    m = i - start + 1
+                    heads[b, m] = 0 if head == i else head - start + 1
+                    labels[b, m] = label_index.get(aligned_deps[i], -1)
+                complete[b] &= int((heads[b, 1 : end - start + 1] == 0).sum()) == 1
+                b += 1
+        return {"sentences": sentences, "heads": heads, "labels": labels, "complete": complete}
+
+    def _loss(
+        self, scores: Tuple[numpy.ndarray, ...], gold: Dict[str, object]
+    ) -> Tuple[float, Tuple[numpy.ndarray, numpy.ndarray]]:
+        """Loss per word and gradients: ``-log p(gold tree)`` (Koo et al. 2007, gradient
+        marginals - gold) plus ``-log p(gold label | gold head, dependent)``.
+
+        Sentences whose gold tree is incomplete, crosses the sentence boundary or is not
+        single-rooted give no arc loss; tokens without a known gold label give no label loss.
+        """
+        arc, rel, lengths = (self.model.ops.to_numpy(s) for s in scores)
+        heads, labels, complete = gold["heads"], gold["labels"], gold["complete"]
+        if heads.shape != arc.shape[:2] or rel.ndim != 3:
+            raise ValueError("biaffine_parser: scores do not match the gold sentences and heads")
+        n_words = max(int(lengths.sum()), 1)
+        d_arc = numpy.zeros_like(arc)
+        loss = 0.0
+        if complete.any():
+            arc_t = torch.from_numpy(arc[complete]).requires_grad_()
+            dist = TreeDistribution(arc_t, torch.from_numpy(lengths[complete]), single_root=True)
+            nll = -dist.log_prob(torch.from_numpy(heads[complete])).sum()
+            nll.backward()
+            d_arc[complete] = arc_t.grad.numpy()
+            loss += float(nll.detach())
+        d_rel = numpy.zeros_like(rel)
+        sent, dep = numpy.nonzero(labels >= 0)
+        loss -= float(rel[sent, dep, labels[sent, dep]].sum())
+        d_rel[sent, dep, labels[sent, dep]] = -1.0
+        return loss / n_words, (d_arc / n_words, d_rel / n_words)
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        labels: Optional[Iterable[str]] = None,
+    ) -> None:
+        """Collect the relation labels (or take ``labels``) and initialise the model."""
+        validate_get_examples(get_examples, "BiaffineParser.initialize")
+        if labels is None:
+            labels = sorted(
+                {token.dep_ for eg in get_examples() for token in eg.reference if token.dep_}
+            )
+        for label in labels:
+            self.add_label(label)
+        if not self.labels:
+            raise ValueError("biaffine_parser: no relation labels found in the training data")
+        sample = list(islice(get_examples(), 10))
+        docs = [eg.predicted for eg in sample]
+        self.model.initialize(X=(docs, [self._training_sentences(eg) for eg in sample], None))

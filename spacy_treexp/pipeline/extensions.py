@@ -1,0 +1,27 @@
+"""The Doc extension that carries a parser's scores to ``tree_expectations``.
+
+``Doc._.parser_scores`` is ``None`` (no scores) or a list with one record per sentence,
+in ``doc.sents`` order. Each record is a dict of plain Python / numpy values (so it
+survives ``Doc.to_bytes``, ``DocBin(store_user_data=True)``, pickle and
+``nlp.pipe(n_process>1)``):
+
+- ``"start"``, ``"end"``: token offsets of the sentence in the Doc.
+- ``"arc"``: float32 ndarray ``(n+1, n+1)``; ``arc[h, d]`` is the log-potential of the arc
+  head ``h`` -> dependent ``d``; index 0 is ROOT, index ``i`` is token ``start + i - 1``.
+- ``"rel"``: float32 ndarray ``(n+1, n+1, L)`` of log p(label | h, d), or ``None``.
+- ``"labels"``: list of the L label strings of the ``rel`` axis, or ``None``.
+
+DocBin may give lists back as tuples: readers accept both. See docs/CONTRACTS.md.
+"""
+from spacy.tokens import Doc
+
+PARSER_SCORES = "parser_scores"
+
+
+def register_extensions() -> None:
+    """Register ``Doc._.parser_scores`` (default ``None``) once; never overrides."""
+    if not Doc.has_extension(PARSER_SCORES):
+        Doc.set_extension(PARSER_SCORES, default=None)
+
+
+register_extensions()

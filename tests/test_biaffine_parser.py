@@ -1,0 +1,297 @@
+"""Tests of the ``biaffine_parser`` component, trained in seconds on a toy treebank."""
+import pickle
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+from spacy.training.converters import conllu_to_docs
+from thinc.api import Config, fix_random_seed
+
+from spacy_treexp import TreeDistribution
+from spacy_treexp.pipeline.default_model import MODEL_PATH
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).parent.parent
+
+# A shared tok2vec with a listener, like the shipped pipeline, kept tiny for speed.
+TINY_CONFIG = """
+[nlp]
+lang = "en"
+pipeline = ["tok2vec", "sentencizer", "biaffine_parser"]
+
+[components]
+
+[components.sentencizer]
+factory = "sentencizer"
+
+[components.tok2vec]
+factory = "tok2vec"
+
+[components.tok2vec.model]
+@architectures = "spacy.HashEmbedCNN.v2"
+pretrained_vectors = null
+width = 32
+depth = 2
+embed_size = 500
+window_size = 1
+maxout_pieces = 2
+subword_features = true
+
+[components.biaffine_parser]
+factory = "biaffine_parser"
+
+[components.biaffine_parser.model]
+@architectures = "spacy_treexp.BiaffineParser.v1"
+arc_width = 64
+rel_width = 16
+lstm_depth = 1
+lstm_width = 32
+dropout = 0.0
+
+[components.biaffine_parser.model.tok2vec]
+@architectures = "spacy.Tok2VecListener.v1"
+width = 32
+upstream = "tok2vec"
+"""
+
+TEXTS = [
+    "The cat sat on the mat . A dog barked .",
+    "She reads old books in the garden .",
+    "My brother plays the guitar and sings . Is it raining ?",
+    "Give me the red pen quickly .",
+    "The old man saw a bird that sang . We will visit Paris next year .",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one thread, and the CI machine has two shared cores."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def toy_examples(nlp):
+    text = (FIXTURES / "toy_treebank.conllu").read_text(encoding="utf8")
+    gold_docs = list(conllu_to_docs(text, n_sents=2, no_print=True))
+    return [
+        Example(Doc(nlp.vocab, words=[t.text for t in gold], spaces=[t.whitespace_ for t in gold]), gold)
+        for gold in gold_docs
+    ]
+
+
+def train_toy(config_str, n_iter):
+    fix_random_seed(0)
+    nlp = spacy.util.load_model_from_config(Config().from_str(config_str), auto_fill=True)
+    examples = toy_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    history = []
+    for _ in range(n_iter):
+        random.shuffle(examples)
+        losses = nlp.update(examples, sgd=optimizer, losses={})
+        history.append(losses["biaffine_parser"])
+    return nlp, examples, history
+
+
+@pytest.fixture(scope="module")
+def trained():
+    nlp, examples, _ = train_toy(TINY_CONFIG, 100)
+    return nlp, examples
+
+
+def parse(nlp, text):
+    """Parse pre-tokenized text (tokens separated by spaces)."""
+    return nlp(Doc(nlp.vocab, words=text.split()))
+
+
+def sentence_heads(sent):
+    """Head vector of a sentence in the engine's convention (ROOT = 0, -1 at index 0)."""
+    heads = [-1]
+    for token in sent:
+        heads.append(0 if token.head.i == token.i else token.head.i - sent.start + 1)
+    return heads
+
+
+def test_toy_treebank_reaches_full_uas(trained):
+    nlp, examples = trained
+    scores = nlp.evaluate(examples)
+    assert scores["dep_uas"] == 1.0
+    assert scores["dep_las"] == 1.0
+
+
+def test_own_tok2vec_default_model_trains():
+    config = TINY_CONFIG.replace('"tok2vec", ', "").split("[components.tok2vec]")[0]
+    config += '[components.biaffine_parser]\nfactory = "biaffine_parser"\n'
+    nlp, _, history = train_toy(config, 15)
+    assert nlp.get_pipe("biaffine_parser").model.layers[0].name != "tok2vec-listener"
+    assert history[-1] < 0.8 * history[0]
+
+
+def test_loss_gradient_is_marginals_minus_gold(trained):
+    nlp, examples = trained
+    parser = nlp.get_pipe("biaffine_parser")
+    example = examples[0]
+    gold = parser._gold([example])
+    docs = [example.predicted]
+    tok2vec = nlp.get_pipe("tok2vec")
+    tok2vec.set_annotations(docs, tok2vec.predict(docs))  # the listener reads doc.tensor
+    scores = parser.model.predict((docs, gold["sentences"], gold["heads"]))
+    loss, (d_arc, _) = parser.get_loss([example], scores)
+    arc, _, lengths = scores
+    dist = TreeDistribution(torch.from_numpy(arc), torch.from_numpy(lengths))
+    expected = dist.marginals.numpy().copy()
+    for b, heads in enumerate(gold["heads"]):
+        for m in range(1, int(lengths[b]) + 1):
+            expected[b, heads[m], m] -= 1.0
+    assert numpy.allclose(d_arc * lengths.sum(), expected, atol=1e-4)
+    assert loss > 0
+
+
+def test_predicted_trees_are_single_root_trees(trained):
+    nlp, _ = trained
+    for text in TEXTS + ["Dogs and cats sleep while birds sing loudly in old trees ."]:
+        doc = parse(nlp, text)
+        for sent in doc.sents:
+            heads = sentence_heads(sent)
+            assert heads.count(0) == 1
+            for m in range(1, len(heads)):
+                seen, node = set(), m
+                while node != 0:
+                    assert node not in seen, "cycle"
+                    seen.add(node)
+                    node = heads[node]
+
+
+def test_stored_scores_shapes_and_map_agree_with_heads(trained):
+    nlp, _ = trained
+    parser = nlp.get_pipe("biaffine_parser")
+    doc = parse(nlp, TEXTS[2])
+    records = doc._.parser_scores
+    sents = list(doc.sents)
+    assert len(records) == len(sents) == 2
+    for record, sent in zip(records, sents):
+        n = len(sent)
+        assert (record["start"], record["end"]) == (sent.start, sent.end)
+        assert record["arc"].shape == (n + 1, n + 1) and record["arc"].dtype == numpy.float32
+        assert record["rel"].shape == (n + 1, n + 1, len(parser.labels))
+        assert record["rel"].dtype == numpy.float32
+        assert list(record["labels"]) == list(parser.labels)
+        assert numpy.allclose(numpy.logaddexp.reduce(record["rel"], axis=-1), 0.0, atol=1e-4)
+        heads = sentence_heads(sent)
+        mode = TreeDistribution(torch.from_numpy(record["arc"])).mode
+        assert mode.reshape(-1).tolist() == heads
+        for token, head in zip(sent, heads[1:]):
+            best = record["rel"][head, token.i - sent.start + 1].argmax()
+            assert token.dep_ == record["labels"][best]
+
+
+def test_mbr_decoding_matches_engine(trained):
+    nlp, _ = trained
+    parser = nlp.get_pipe("biaffine_parser")
+    parser.decoding = "mbr"
+    try:
+        doc = parse(nlp, TEXTS[4])
+    finally:
+        parser.decoding = "map"
+    for record, sent in zip(doc._.parser_scores, doc.sents):
+        mbr = TreeDistribution(torch.from_numpy(record["arc"])).mbr()
+        assert mbr.reshape(-1).tolist() == sentence_heads(sent)
+
+
+def test_bad_decoding_is_rejected():
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="decoding"):
+        nlp.add_pipe("biaffine_parser", config={"decoding": "greedy"})
+
+
+def test_missing_sentence_boundaries_raise(trained):
+    nlp, _ = trained
+    parser = nlp.get_pipe("biaffine_parser")
+    doc = Doc(nlp.vocab, words=["The", "cat", "sat", "."])
+    nlp.get_pipe("tok2vec")(doc)
+    with pytest.raises(ValueError, match="no sentence boundaries"):
+        parser(doc)
+
+
+def test_empty_doc(trained):
+    nlp, _ = trained
+    doc = nlp(Doc(nlp.vocab, words=[]))
+    assert doc._.parser_scores == []
+
+
+def assert_same_parse(doc, other):
+    assert [(t.head.i, t.dep_) for t in doc] == [(t.head.i, t.dep_) for t in other]
+    assert len(doc._.parser_scores) == len(other._.parser_scores)
+    for record, copy in zip(doc._.parser_scores, other._.parser_scores):
+        assert (record["start"], record["end"]) == (copy["start"], copy["end"])
+        assert numpy.allclose(record["arc"], copy["arc"], atol=1e-5)
+        assert numpy.allclose(record["rel"], copy["rel"], atol=1e-5)
+        assert list(record["labels"]) == list(copy["labels"])
+
+
+def test_to_disk_from_disk_and_fresh_process(trained, tmp_path):
+    nlp, _ = trained
+    nlp.to_disk(tmp_path / "toy")
+    loaded = spacy.load(tmp_path / "toy")
+    assert loaded.get_pipe("biaffine_parser").labels == nlp.get_pipe("biaffine_parser").labels
+    assert_same_parse(parse(nlp, TEXTS[0]), parse(loaded, TEXTS[0]))
+    # A fresh interpreter that never imports spacy_treexp: found through entry points.
+    code = (
+        "import sys, spacy; nlp = spacy.load(sys.argv[1]); doc = nlp('The cat sat on the mat.');"
+        "print(len(doc._.parser_scores), [t.head.i for t in doc])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "toy")], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.startswith("1 [")
+
+
+def test_docbin_and_pickle_round_trips(trained):
+    nlp, _ = trained
+    docs = [parse(nlp, text) for text in TEXTS]
+    doc_bin = DocBin(store_user_data=True, docs=docs)
+    restored = list(DocBin().from_bytes(doc_bin.to_bytes()).get_docs(nlp.vocab))
+    for doc, copy in zip(docs, restored):
+        assert_same_parse(doc, copy)
+    for doc in docs:
+        assert_same_parse(doc, pickle.loads(pickle.dumps(doc)))
+        assert_same_parse(doc, Doc(nlp.vocab).from_bytes(doc.to_bytes()))
+
+
+def test_pipe_with_two_processes(trained):
+    nlp, _ = trained
+    docs = [Doc(nlp.vocab, words=text.split()) for text in TEXTS]
+    single = list(nlp.pipe([d.copy() for d in docs]))
+    multi = list(nlp.pipe([d.copy() for d in docs], n_process=2, batch_size=2))
+    for doc, other in zip(single, multi):
+        assert_same_parse(doc, other)
+
+
+def test_training_config_assembles():
+    config = spacy.util.load_config(REPO / "configs" / "en_ewt.cfg")
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    assert nlp.pipe_names == ["tok2vec", "senter", "morphologizer", "biaffine_parser"]
+
+
+@pytest.mark.skipif(not (MODEL_PATH / "config.cfg").exists(), reason="shipped model files absent")
+def test_shipped_model_loads_and_parses():
+    import spacy_treexp
+
+    nlp = spacy_treexp.load()
+    doc = nlp("The parser keeps its scores. Every sentence gets a tree.")
+    sents = list(doc.sents)
+    assert len(doc._.parser_scores) == len(sents) >= 1
+    for record, sent in zip(doc._.parser_scores, sents):
+        assert record["arc"].shape == (len(sent) + 1, len(sent) + 1)
+        assert sentence_heads(sent).count(0) == 1
+    assert all(token.pos_ for token in doc)
+    with pytest.raises(ValueError, match="unknown option"):
+        spacy_treexp.load(colour="red")
