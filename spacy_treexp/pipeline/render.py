@@ -138,117 +138,133 @@ def _sentence_html(doc: Doc, record: dict, number: int, alt_threshold: float, he
     return "\n".join(out)
 
 
+_LEVEL = 26.0  # vertical distance between nested arcs (px)
+_HALO = 'paint-order="stroke" stroke="#fff" stroke-width="4" stroke-linejoin="round"'
+
+
+def _levels(arcs: Sequence[Tuple[int, int]]) -> List[int]:
+    """Nesting level of each arc (1 + the highest level of the arcs it spans), so
+    arcs and their labels do not overlap (as in displaCy)."""
+    spans = [(min(h, d), max(h, d)) for h, d in arcs]
+    level: dict = {}
+    for k in sorted(range(len(arcs)), key=lambda k: spans[k][1] - spans[k][0]):
+        lo, hi = spans[k]
+        inner = [level[j] for j in level if lo <= spans[j][0] and spans[j][1] <= hi]
+        level[k] = 1 + max(inner, default=0)
+    return [level[k] for k in range(len(arcs))]
+
+
 def _tree_svg(words: Sequence[str], deps: Sequence[str], record: dict, alt_threshold: float) -> str:
     mu = numpy.asarray(record["marginals"])
-    heads = numpy.asarray(record["heads"])
+    heads = [int(h) for h in record["heads"]]
     head_entropy = numpy.asarray(record["head_entropy"])
     n = len(words)
-    widths = [max(56.0, 8.0 * len(word) + 22.0) for word in words]
+    widths = [max(58.0, 8.0 * len(word) + 22.0) for word in words]
     centers = [30.0 + sum(widths[:i]) + widths[i] / 2 for i in range(n)]
-    total_width = 60.0 + sum(widths)
 
     def x_of(index: int) -> float:  # sentence-relative index, 1-based
         return centers[index - 1]
 
-    def height(h: int, d: int) -> float:
-        return min(22.0 + 0.42 * abs(x_of(h) - x_of(d)), 260.0)
+    def x_start(h: int, d: int) -> float:  # leave the head beside its centre
+        return x_of(h) + (1 if d > h else -1) * min(10.0, widths[h - 1] / 4)
 
-    above = [height(int(heads[d - 1]), d) for d in range(1, n + 1) if heads[d - 1] != 0]
-    alternatives = []
-    for d in range(1, n + 1):
-        for h in numpy.nonzero(mu[:, d] >= alt_threshold)[0]:
-            if h != heads[d - 1]:
-                alternatives.append((int(h), d, float(mu[h, d])))
-    below = [height(h, d) for h, d, _ in alternatives if h != 0]
-    top = 0.75 * max(above, default=0.0) + 40.0
-    box_top, box_height = top + 6.0, 34.0
-    info_y = box_top + box_height + 14.0
-    alt_y = info_y + 10.0
-    total_height = alt_y + 0.75 * max(below, default=0.0) + (34.0 if alternatives else 8.0)
+    def name(h: int) -> str:
+        return "ROOT" if h == 0 else html.escape(words[h - 1])
 
-    out = [
-        f'<svg class="treexp-arcs" xmlns="http://www.w3.org/2000/svg" width="{total_width:.0f}" '
-        f'height="{total_height:.0f}" viewBox="0 0 {total_width:.0f} {total_height:.0f}">'
+    predicted = [(heads[d - 1], d) for d in range(1, n + 1)]
+    alternatives = [
+        (int(h), d)
+        for d in range(1, n + 1)
+        for h in numpy.nonzero(mu[:, d] >= alt_threshold)[0]
+        if h != heads[d - 1]
     ]
-    for d in range(1, n + 1):
-        h = int(heads[d - 1])
+    up = dict(zip([a for a in predicted if a[0]], _levels([a for a in predicted if a[0]])))
+    down = dict(zip([a for a in alternatives if a[0]], _levels([a for a in alternatives if a[0]])))
+    top = _LEVEL * max(up.values(), default=0) + 36.0
+    box_top, box_height = top + 6.0, 34.0
+    info_y = box_top + box_height + 13.0
+    alt_y = info_y + 28.0
+    total_height = alt_y + 22.0 * max(down.values(), default=0) + (36.0 if alternatives else 6.0)
+    total_width = 60.0 + sum(widths)
+
+    arcs: List[str] = []
+    labels: List[str] = []
+    for h, d in predicted:
         p = float(mu[h, d])
         style = (
             f'stroke="{_rgb(_ARC)}" stroke-opacity="{0.2 + 0.8 * p:.3f}" '
             f'stroke-width="{0.8 + 4.2 * p:.2f}" fill="none"'
         )
-        title = f"{'ROOT' if h == 0 else html.escape(words[h - 1])} &#8594; {html.escape(words[d - 1])}: {p:.3f}"
+        common = f'class="treexp-arc" data-head="{h}" data-dep="{d}" data-prob="{p:.4f}"'
+        title = f"<title>{name(h)} &#8594; {name(d)}: {p:.3f}</title>"
+        label = f"{html.escape(deps[d - 1] or ('root' if h == 0 else 'dep'))} {p:.2f}"
         xd = x_of(d)
-        label = f"{html.escape(deps[d - 1] or ('root' if h == 0 else ''))} {p:.2f}"
         if h == 0:
-            out.append(
-                f'<path class="treexp-arc" data-head="0" data-dep="{d}" data-prob="{p:.4f}" '
-                f'd="M{xd:.1f},14 L{xd:.1f},{top:.1f}" {style}><title>{title}</title></path>'
-            )
-            out.append(
-                f'<text class="treexp-label" x="{xd + 5:.1f}" y="12">ROOT &#183; {label}</text>'
-            )
+            arcs.append(f'<path {common} d="M{xd:.1f},20 L{xd:.1f},{top:.1f}" {style}>{title}</path>')
+            labels.append(f'<text class="treexp-label" x="{xd + 5:.1f}" y="14" {_HALO}>ROOT &#183; {label}</text>')
+            total_width = max(total_width, xd + 7.0 * len(label) + 70.0)
         else:
-            xh, rise = x_of(h), height(h, d)
-            out.append(
-                f'<path class="treexp-arc" data-head="{h}" data-dep="{d}" data-prob="{p:.4f}" '
-                f'd="M{xh:.1f},{top:.1f} C{xh:.1f},{top - rise:.1f} {xd:.1f},{top - rise:.1f} '
-                f'{xd:.1f},{top:.1f}" {style}><title>{title}</title></path>'
+            xh, rise = x_start(h, d), _LEVEL * up[(h, d)] / 0.75
+            arcs.append(
+                f'<path {common} d="M{xh:.1f},{top:.1f} C{xh:.1f},{top - rise:.1f} '
+                f'{xd:.1f},{top - rise:.1f} {xd:.1f},{top - 2:.1f}" {style}>{title}</path>'
             )
-            out.append(
-                f'<text class="treexp-label" x="{(xh + xd) / 2:.1f}" y="{top - 0.75 * rise - 4:.1f}" '
-                f'text-anchor="middle">{label}</text>'
+            labels.append(
+                f'<text class="treexp-label" x="{(xh + xd) / 2:.1f}" y="{top - 0.75 * rise + 4:.1f}" '
+                f'text-anchor="middle" {_HALO}>{label}</text>'
             )
-        out.append(
-            f'<path d="M{xd - 4:.1f},{top - 7:.1f} L{xd + 4:.1f},{top - 7:.1f} L{xd:.1f},{top:.1f} Z" '
+        arcs.append(
+            f'<path d="M{xd - 4.5:.1f},{top - 8:.1f} L{xd + 4.5:.1f},{top - 8:.1f} L{xd:.1f},{top:.1f} Z" '
             f'fill="{_rgb(_ARC)}" fill-opacity="{0.2 + 0.8 * p:.3f}"/>'
         )
-    for h, d, p in alternatives:
-        xd = x_of(d)
+    for h, d in alternatives:
+        p = float(mu[h, d])
         style = (
             f'stroke="{_rgb(_ALT)}" stroke-opacity="{0.25 + 0.6 * p:.3f}" '
             f'stroke-width="{0.8 + 3.0 * p:.2f}" stroke-dasharray="5,3" fill="none"'
         )
-        title = f"alternative: {'ROOT' if h == 0 else html.escape(words[h - 1])} &#8594; {html.escape(words[d - 1])}: {p:.3f}"
+        common = f'class="treexp-alt" data-head="{h}" data-dep="{d}" data-prob="{p:.4f}"'
+        title = f"<title>alternative: {name(h)} &#8594; {name(d)}: {p:.3f}</title>"
+        xd = x_of(d)
         if h == 0:
-            out.append(
-                f'<path class="treexp-alt" data-head="0" data-dep="{d}" data-prob="{p:.4f}" '
-                f'd="M{xd:.1f},{alt_y:.1f} L{xd:.1f},{alt_y + 22:.1f}" {style}><title>{title}</title></path>'
-            )
-            out.append(
-                f'<text class="treexp-altlabel" x="{xd + 4:.1f}" y="{alt_y + 30:.1f}">ROOT {p:.2f}</text>'
+            arcs.append(f'<path {common} d="M{xd:.1f},{alt_y:.1f} L{xd:.1f},{alt_y + 20:.1f}" {style}>{title}</path>')
+            labels.append(
+                f'<text class="treexp-altlabel" x="{xd:.1f}" y="{alt_y + 31:.1f}" text-anchor="middle" '
+                f"{_HALO}>ROOT {p:.2f}</text>"
             )
         else:
-            xh, rise = x_of(h), height(h, d)
-            out.append(
-                f'<path class="treexp-alt" data-head="{h}" data-dep="{d}" data-prob="{p:.4f}" '
-                f'd="M{xh:.1f},{alt_y:.1f} C{xh:.1f},{alt_y + rise:.1f} {xd:.1f},{alt_y + rise:.1f} '
-                f'{xd:.1f},{alt_y:.1f}" {style}><title>{title}</title></path>'
+            xh, rise = x_start(h, d), 22.0 * down[(h, d)] / 0.75
+            arcs.append(
+                f'<path {common} d="M{xh:.1f},{alt_y:.1f} C{xh:.1f},{alt_y + rise:.1f} '
+                f'{xd:.1f},{alt_y + rise:.1f} {xd:.1f},{alt_y:.1f}" {style}>{title}</path>'
             )
-            out.append(
-                f'<text class="treexp-altlabel" x="{(xh + xd) / 2:.1f}" '
-                f'y="{alt_y + 0.75 * rise + 11:.1f}" text-anchor="middle">{p:.2f}</text>'
+            labels.append(
+                f'<text class="treexp-altlabel" x="{(xh + xd) / 2:.1f}" y="{alt_y + 0.75 * rise + 4:.1f}" '
+                f'text-anchor="middle" {_HALO}>{p:.2f}</text>'
             )
+    tokens: List[str] = []
     for d in range(1, n + 1):
         x0 = x_of(d) - widths[d - 1] / 2 + 3
         e = float(head_entropy[d - 1])
-        p = float(mu[int(heads[d - 1]), d])
-        out.append(
+        p = float(mu[heads[d - 1], d])
+        tokens.append(
             f'<rect class="treexp-token" data-index="{d}" data-entropy="{e:.4f}" x="{x0:.1f}" '
             f'y="{box_top:.1f}" width="{widths[d - 1] - 6:.1f}" height="{box_height:.1f}" rx="5" '
-            f'fill="{_mix(_ENTROPY_HOT, e)}" stroke="#bbb"><title>head entropy {e:.3f} nats; '
-            f"head probability {p:.3f}</title></rect>"
-        )
-        out.append(
+            f'fill="{_mix(_ENTROPY_HOT, e)}" stroke="#bbb"><title>{name(d)}: head entropy {e:.3f} '
+            f"nats, head probability {p:.3f}</title></rect>"
             f'<text class="treexp-word" x="{x_of(d):.1f}" y="{box_top + 22:.1f}" '
-            f'text-anchor="middle">{html.escape(words[d - 1])}</text>'
-        )
-        out.append(
+            f'text-anchor="middle">{name(d)}</text>'
             f'<text class="treexp-small" x="{x_of(d):.1f}" y="{info_y:.1f}" text-anchor="middle">'
-            f"p {p:.2f} &#183; H {e:.2f}</text>"
+            f"p {p:.2f}</text>"
+            f'<text class="treexp-small" x="{x_of(d):.1f}" y="{info_y + 12:.1f}" text-anchor="middle">'
+            f"H {e:.2f}</text>"
         )
-    out.append("</svg>")
-    return "".join(out)
+    return (
+        f'<svg class="treexp-arcs" xmlns="http://www.w3.org/2000/svg" width="{total_width:.0f}" '
+        f'height="{total_height:.0f}" viewBox="0 0 {total_width:.0f} {total_height:.0f}">'
+        + "".join(arcs + tokens + labels)
+        + "</svg>"
+    )
 
 
 def _heatmap_svg(words: Sequence[str], record: dict) -> str:
