@@ -21,7 +21,7 @@ from spacy_treexp.engine.sampling import (
     sample_without_replacement,
     wilson_reject_acceptance,
 )
-from spacy_treexp.engine.sampling.colbourn import colbourn
+from spacy_treexp.engine.sampling.colbourn import colbourn_sample
 from spacy_treexp.engine.sampling.wilson import wilson_multi_root, wilson_reject
 
 DRAWS = 20_000
@@ -267,7 +267,7 @@ def test_colbourn_log_probs_stay_exact_in_float32_long_sentences():
     gen = torch.Generator().manual_seed(14)
     scores = torch.randn(2, 61, 61, generator=gen) * 5
     dist = TreeDistribution(scores, torch.tensor([60, 45]))
-    heads, log_prob = colbourn(dist, 50, gen)
+    heads, log_prob = colbourn_sample(dist, 50, gen)
     exact = TreeDistribution(scores.double(), torch.tensor([60, 45])).log_prob(heads)
     assert torch.allclose(log_prob, exact, atol=1e-6, rtol=0)
 

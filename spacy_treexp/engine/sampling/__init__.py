@@ -26,7 +26,7 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.sampling.colbourn import colbourn
+from spacy_treexp.engine.sampling.colbourn import colbourn_sample
 from spacy_treexp.engine.sampling.wilson import wilson_marginal, wilson_multi_root, wilson_reject
 from spacy_treexp.engine.sampling.without_replacement import (
     stochastic_beam_search,
@@ -90,7 +90,7 @@ def sample(
     elif method == "wilson":
         heads = wilson_multi_root(dist, count, generator)
     else:
-        heads, _ = colbourn(dist, count, generator)
+        heads, _ = colbourn_sample(dist, count, generator)
     return heads.reshape(*shape, batch, size)
 
 

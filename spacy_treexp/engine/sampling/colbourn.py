@@ -173,7 +173,7 @@ def first_exceeding(weights: Tensor, generator: torch.Generator | None) -> tuple
     return exceeds.to(torch.uint8).argmax(-1), exceeds.any(-1)
 
 
-def colbourn(dist, num_samples: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def colbourn_sample(dist, num_samples: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """Colbourn's ancestral sampler: heads (S, B, N+1) and their float64 log-probabilities.
 
     The log-probability is the sum of the log conditionals along the draw; it equals

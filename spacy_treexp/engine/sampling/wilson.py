@@ -81,11 +81,10 @@ def _pop_cycles(
 ) -> Tensor:
     """Wilson's algorithm by cycle popping, in place on ``nxt`` (K, N+1).
 
-    ``free`` (K, N+1) marks the words that draw heads; every other node must point at 0
-    (ROOT, fixed words, padding). Row i belongs to sentence ``sentence[i]`` of ``cdf``.
+    ``nxt`` holds the first pointers (:func:`_first_pointers`); ``free`` (K, N+1) marks the
+    words that draw heads, every other node points at 0 (ROOT, fixed words, padding).
+    Row i belongs to sentence ``sentence[i]`` of ``cdf``.
     """
-    rows, words = free.nonzero(as_tuple=True)
-    nxt[rows, words] = draw_categorical(cdf[sentence[rows], words], generator)
     active = torch.arange(nxt.shape[0], device=nxt.device)
     for _ in range(max_rounds):
         on_cycle = cycle_nodes(nxt[active])
@@ -93,9 +92,7 @@ def _pop_cycles(
         active, on_cycle = active[has_cycle], on_cycle[has_cycle]
         if active.numel() == 0:
             return nxt
-        local, words = on_cycle.nonzero(as_tuple=True)
-        rows = active[local]
-        nxt[rows, words] = draw_categorical(cdf[sentence[rows], words], generator)
+        _redraw(nxt, active, on_cycle, cdf, sentence, generator)
     stuck = sorted(set(sentence[active].tolist()))
     raise ValueError(
         f"Wilson's walk did not reach ROOT after {max_rounds} rounds of cycle popping in "
@@ -105,16 +102,37 @@ def _pop_cycles(
     )
 
 
-def _start(dist, num_samples: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Initial pointers (all 0), the free words mask and sentence index, for S*B rows."""
+def _redraw(
+    nxt: Tensor, rows: Tensor, nodes: Tensor, cdf: Tensor, sentence: Tensor, generator: torch.Generator | None
+) -> None:
+    """Draw fresh heads, in place, for the ``nodes`` (R, N+1) bool of rows ``rows`` (R,) of nxt."""
+    local, words = nodes.nonzero(as_tuple=True)
+    chosen = rows[local]
+    nxt[chosen, words] = draw_categorical(cdf[sentence[chosen], words], generator)
+
+
+def _start(dist, num_samples: int) -> tuple[Tensor, Tensor]:
+    """The free words mask (S*B, N+1) and each row's sentence (row = sample * B + b)."""
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
     positions = torch.arange(size, device=device)
     words = (positions >= 1) & (positions[None, :] <= dist.lengths[:, None])  # (B, N+1)
     free = words.expand(num_samples, batch, size).reshape(-1, size).clone()
     sentence = torch.arange(batch, device=device).repeat(num_samples)
-    nxt = torch.zeros(num_samples * batch, size, dtype=torch.long, device=device)
-    return nxt, free, sentence
+    return free, sentence
+
+
+def _first_pointers(cdf: Tensor, free: Tensor, num_samples: int, generator: torch.Generator | None) -> Tensor:
+    """A head for every free word of S*B rows, 0 elsewhere: (S*B, N+1) long.
+
+    Inverse-CDF draws by broadcasting u * total against the sentence's cumulative weights:
+    the count of cumulative weights <= u * total is the drawn index (as in
+    :func:`draw_categorical`), without copying a weight row per draw.
+    """
+    batch, size = cdf.shape[0], cdf.shape[-1]
+    u = torch.rand((num_samples, batch, size, 1), dtype=cdf.dtype, device=cdf.device, generator=generator)
+    first = (cdf.unsqueeze(0) <= u * cdf[..., -1:].unsqueeze(0)).sum(-1).reshape(-1, size)
+    return torch.where(free, first, torch.zeros_like(first))
 
 
 def _to_heads(nxt: Tensor, free_or_fixed: Tensor, num_samples: int, batch: int) -> Tensor:
@@ -128,7 +146,8 @@ def wilson_multi_root(
 ) -> Tensor:
     """Multi-root trees by Wilson's algorithm (Stanojević 2022, §3): (S, B, N+1) heads."""
     cdf = _cumulative_weights(dist, with_root=True)
-    nxt, free, sentence = _start(dist, num_samples)
+    free, sentence = _start(dist, num_samples)
+    nxt = _first_pointers(cdf, free, num_samples, generator)
     _pop_cycles(nxt, free, cdf, sentence, generator, max_rounds)
     return _to_heads(nxt, free, num_samples, dist.scores.shape[0])
 
@@ -145,12 +164,13 @@ def wilson_marginal(
     batch = dist.scores.shape[0]
     root_marginals = dist.marginals[:, 0, :].detach().double()  # (B, N+1), zero at 0 and padding
     root_cdf = root_marginals.cumsum(-1)
-    nxt, free, sentence = _start(dist, num_samples)
+    free, sentence = _start(dist, num_samples)
     root_child = draw_categorical(root_cdf[sentence], generator)  # (S*B,)
-    rows = torch.arange(nxt.shape[0], device=nxt.device)
+    rows = torch.arange(free.shape[0], device=free.device)
     words = free.clone()
     free[rows, root_child] = False  # r keeps pointing at ROOT
     cdf = _cumulative_weights(dist, with_root=False)
+    nxt = _first_pointers(cdf, free, num_samples, generator)
     _pop_cycles(nxt, free, cdf, sentence, generator, max_rounds)
     return _to_heads(nxt, words, num_samples, batch)
 
@@ -171,22 +191,37 @@ def wilson_reject(
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     cdf = _cumulative_weights(dist, with_root=True)
-    nxt_all, free_all, sentence_all = _start(dist, num_samples)
-    heads = torch.full_like(nxt_all, -1)
-    tries = torch.zeros(nxt_all.shape[0], dtype=torch.long, device=nxt_all.device)
-    pending = torch.arange(nxt_all.shape[0], device=nxt_all.device)
-    for _ in range(max_tries):
-        nxt = torch.zeros(pending.numel(), size, dtype=torch.long, device=nxt_all.device)
-        free = free_all[pending]
-        _pop_cycles(nxt, free, cdf, sentence_all[pending], generator, max_rounds)
-        tries[pending] += 1
-        accept = ((nxt == 0) & free).sum(-1) == 1
-        done = pending[accept]
-        heads[done] = torch.where(free[accept], nxt[accept], -1)
-        pending = pending[~accept]
-        if pending.numel() == 0:
+    free, sentence = _start(dist, num_samples)
+    nxt = _first_pointers(cdf, free, num_samples, generator)
+    tries = torch.ones(free.shape[0], dtype=torch.long, device=free.device)
+    accepted = torch.zeros_like(free[:, 0])
+    active = torch.arange(free.shape[0], device=free.device)
+    # One cycle-popping loop for all tries: a row whose draw is a tree but has several ROOT
+    # children starts a fresh try at once (each try is an independent Wilson run).
+    for _ in range(max_rounds):
+        on_cycle = cycle_nodes(nxt[active])
+        has_cycle = on_cycle.any(-1)
+        finished = active[~has_cycle]
+        single = ((nxt[finished] == 0) & free[finished]).sum(-1) == 1
+        accepted[finished[single]] = True
+        rejected = finished[~single]
+        tries[rejected] += 1
+        if (tries > max_tries).any():
+            break
+        _redraw(nxt, rejected, free[rejected], cdf, sentence, generator)
+        _redraw(nxt, active[has_cycle], on_cycle[has_cycle], cdf, sentence, generator)
+        active = torch.cat([active[has_cycle], rejected])
+        if active.numel() == 0:
+            heads = torch.where(free, nxt, torch.full_like(nxt, -1))
             return heads.reshape(num_samples, batch, size), tries.reshape(num_samples, batch)
-    stuck = sorted(set(sentence_all[pending].tolist()))
+    over = tries > max_tries
+    stuck = sorted(set(sentence[over if over.any() else ~accepted].tolist()))
+    if not over.any():
+        raise ValueError(
+            f"Wilson-Reject's walks did not finish within {max_rounds} rounds of cycle popping in "
+            f"sentence(s) {stuck[:10]}: the walk's hitting time is astronomical or infinite; "
+            "use method='colbourn' for these sentences."
+        )
     raise ValueError(
         f"Wilson-Reject drew no single-root tree in {max_tries} tries for sentence(s) "
         f"{stuck[:10]}: its acceptance rate Z_single / Z_multi is too small "

@@ -1,0 +1,173 @@
+"""Speed of the tree samplers against a plain per-sample Wilson loop in Python.
+
+    python benchmarks/bench_sampling.py            # CPU, 2 threads, about 2-3 minutes
+    python benchmarks/bench_sampling.py --quick    # smaller, for a smoke test
+
+Prints four tables:
+1. trees per second at n = 10, 30, 60 (batch 64, 100 samples per sentence) for every method,
+   and the ratio to the baseline: Wilson-Marginal written as a plain Python loop, one
+   sample, one word and one step at a time (the way public samplers are written);
+2. sampling without replacement, k = 20, batch 64, n = 30, in milliseconds;
+3. the same as k grows to 1000 (time per tree should stay flat: O(k n^3));
+4. Wilson-Reject's expected tries Z_multi / Z_single (exact) and measured, against the
+   (1 + 1/n)^(n-1) <= e bound of Stanojević (2022).
+Scores are i.i.d. N(0, 1) log-potentials (fixed seed). On CUDA (if present) it adds SBS at
+n = 100.
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import random
+import statistics
+import time
+
+import torch
+
+from spacy_treexp import TreeDistribution
+from spacy_treexp.engine.sampling import sample, sample_without_replacement, wilson_reject_acceptance
+from spacy_treexp.engine.sampling.wilson import wilson_reject
+
+
+def python_wilson_marginal(dist: TreeDistribution, samples: int, rng: random.Random) -> list[list[int]]:
+    """Baseline: Wilson-Marginal as a per-sample, per-word Python loop (loop-erased walks)."""
+    weights = dist.scores.double().masked_fill(~dist._arc_mask, float("-inf")).exp().tolist()
+    root_marginals = dist.marginals[:, 0, :].double().tolist()
+    trees = []
+    for b, n in enumerate(dist.lengths.tolist()):
+        words = list(range(1, n + 1))
+        cumulative = {}
+        for m in words:  # walk from m to a word head (ROOT arcs removed)
+            total, running = 0.0, []
+            for h in words:
+                total += weights[b][h][m]
+                running.append(total)
+            cumulative[m] = running
+        root_cdf, total = [], 0.0
+        for m in words:
+            total += root_marginals[b][m]
+            root_cdf.append(total)
+        for _ in range(samples):
+            root_child = words[bisect.bisect_right(root_cdf, rng.random() * root_cdf[-1])]
+            heads = [-1] * (n + 1)
+            heads[root_child] = 0
+            in_tree = [False] * (n + 1)
+            in_tree[0] = in_tree[root_child] = True
+            for start in words:
+                node = start
+                while not in_tree[node]:
+                    running = cumulative[node]
+                    heads[node] = words[bisect.bisect_right(running, rng.random() * running[-1])]
+                    node = heads[node]
+                node = start
+                while not in_tree[node]:
+                    in_tree[node] = True
+                    node = heads[node]
+            trees.append(heads)
+    return trees
+
+
+def timed(function, repeats: int) -> float:
+    """Median wall time in seconds of ``function()`` after one warm-up call."""
+    function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def random_dist(batch: int, n: int, seed: int, single_root: bool = True, device: str = "cpu") -> TreeDistribution:
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(batch, n + 1, n + 1, generator=gen).to(device)
+    return TreeDistribution(scores, single_root=single_root)
+
+
+def throughput_table(lengths: list[int], batch: int, samples: int, repeats: int) -> None:
+    print(f"\n1. Trees per second (batch {batch}, {samples} samples per sentence, N(0,1) scores)")
+    methods = [("wilson_marginal", True), ("wilson_reject", True), ("colbourn", True), ("wilson", False), ("colbourn", False)]
+    header = f"{'n':>4} {'baseline (py loop)':>19}" + "".join(
+        f" {name + (' multi' if not single else ''):>24}" for name, single in methods
+    )
+    print(header)
+    for n in lengths:
+        single = random_dist(batch, n, seed=n)
+        single.marginals  # exact inference is shared by every method; time sampling only
+        rng = random.Random(0)
+        base_samples = max(1, samples // 20)
+        base_time = timed(lambda: python_wilson_marginal(single, base_samples, rng), 1)
+        base_rate = batch * base_samples / base_time
+        row = f"{n:>4} {base_rate:>19,.0f}"
+        for method, single_root in methods:
+            dist = single if single_root else random_dist(batch, n, seed=n, single_root=False)
+            dist.marginals
+            gen = torch.Generator().manual_seed(1)
+            seconds = timed(lambda: sample(dist, (samples,), method=method, generator=gen), repeats)
+            rate = batch * samples / seconds
+            row += f" {rate:>13,.0f} ({rate / base_rate:>6.1f}x)"
+        print(row)
+
+
+def swor_table(batch: int, n: int, ks: list[int], repeats: int) -> None:
+    dist = random_dist(batch, n, seed=7)
+    dist.marginals
+    print(f"\n2./3. Sampling without replacement (batch {batch}, n = {n}): time per call and per tree")
+    print(f"{'k':>6} {'sbs ms':>10} {'sbs us/tree':>12} {'trie ms':>10} {'trie us/tree':>13}")
+    for k in ks:
+        gen = torch.Generator().manual_seed(2)
+        row = f"{k:>6}"
+        for method in ("sbs", "trie"):
+            seconds = timed(lambda: sample_without_replacement(dist, k, method=method, generator=gen), repeats if k <= 100 else 1)
+            row += f" {seconds * 1e3:>10.1f} {seconds * 1e6 / (k * batch):>12.1f}"
+        print(row)
+
+
+def acceptance_table(lengths: list[int], batch: int, samples: int) -> None:
+    print(f"\n4. Wilson-Reject expected tries Z_multi / Z_single (batch {batch}, N(0,1) scores)")
+    print(f"{'n':>4} {'exact mean':>11} {'exact max':>10} {'measured':>9} {'(1+1/n)^(n-1)':>14}")
+    for n in lengths:
+        dist = random_dist(batch, n, seed=100 + n)
+        expected = 1 / wilson_reject_acceptance(dist).double()
+        _, tries = wilson_reject(dist, samples, torch.Generator().manual_seed(3))
+        bound = (1 + 1 / n) ** (n - 1)
+        print(f"{n:>4} {expected.mean():>11.3f} {expected.max():>10.3f} {tries.double().mean():>9.3f} {bound:>14.3f}")
+
+
+def cuda_table(n: int, batch: int, k: int) -> None:
+    if not torch.cuda.is_available():
+        print("\n5. CUDA: no GPU on this machine; SBS at n = 100 on CUDA not measured")
+        return
+    dist = random_dist(batch, n, seed=9, device="cuda")
+    dist.marginals
+    gen = torch.Generator("cuda").manual_seed(4)
+
+    def run():
+        sample_without_replacement(dist, k, method="sbs", generator=gen)
+        torch.cuda.synchronize()
+
+    seconds = timed(run, 3)
+    print(f"\n5. CUDA ({torch.cuda.get_device_name()}): SBS n = {n}, batch {batch}, k = {k}: "
+          f"{seconds * 1e3:.1f} ms, {k * batch / seconds:,.0f} trees/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+    if args.quick:
+        throughput_table([10], batch=8, samples=20, repeats=1)
+        swor_table(batch=8, n=10, ks=[5, 20], repeats=1)
+        acceptance_table([10], batch=8, samples=50)
+        return
+    throughput_table([10, 30, 60], batch=64, samples=100, repeats=3)
+    swor_table(batch=64, n=30, ks=[20, 100, 300, 1000], repeats=3)
+    acceptance_table([10, 30, 60], batch=64, samples=200)
+    cuda_table(n=100, batch=64, k=100)
+
+
+if __name__ == "__main__":
+    main()
