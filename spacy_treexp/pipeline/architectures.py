@@ -16,12 +16,12 @@ The model takes ``(docs, sentences, heads)``: ``sentences[i]`` lists the ``(star
 token offsets of the sentences of ``docs[i]``; ``heads`` is ``None`` or, in training, the
 gold heads (B, N+1) (sentence-internal indices, -1 where unknown). It returns
 ``(arc, rel, lengths)`` for all sentences in order: ``arc`` (B, N+1, N+1), ``lengths`` (B,)
-and ``rel`` (B, N+1, N+1, L) for all pairs, or (B, N+1, L) at the given heads only (the
-training loss needs no more, and the all-pairs tensor dominates the training cost; zero
-where the head is unknown).
+and ``rel``: without heads, a list of B arrays (n_b+1, n_b+1, L) for all pairs (unpadded:
+the all-pairs tensor dominates the cost); with heads, (B, N+1, L) at the given heads only,
+which is all the training loss needs (zero where the head is unknown).
 Its backward pass takes ``(d_arc, d_rel)``.
 """
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Tuple, Union
 
 import numpy
 import torch
@@ -31,7 +31,7 @@ from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v2, torch2xp, xp2torch
 from thinc.types import Floats2d
 
 ParserInput = Tuple[List[Doc], List[List[Tuple[int, int]]], Optional[numpy.ndarray]]
-ParserOutput = Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]
+ParserOutput = Tuple[numpy.ndarray, Union[numpy.ndarray, List[numpy.ndarray]], numpy.ndarray]
 
 
 @registry.architectures("spacy_treexp.BiaffineParser.v1")
@@ -100,8 +100,8 @@ def _forward(model: Model, inputs: ParserInput, is_train: bool) -> Tuple[ParserO
     width = model.get_dim("nI")
     n_labels = get_scorer_module(model).n_labels
     if len(spans) == 0:
-        rel_shape = (0, 1, n_labels) if heads is not None else (0, 1, 1, n_labels)
-        empty = (numpy.zeros((0, 1, 1), "f"), numpy.zeros(rel_shape, "f"), lengths)
+        rel = numpy.zeros((0, 1, n_labels), "f") if heads is not None else []
+        empty = (numpy.zeros((0, 1, 1), "f"), rel, lengths)
 
         def backprop_empty(d_scores):
             return backprop_tok2vec([model.ops.alloc2f(*t.shape) for t in tokvecs])
@@ -142,6 +142,8 @@ def _convert_outputs(model: Model, inputs_outputs, is_train: bool):
         grads = (xp2torch(d_arc), xp2torch(d_rel))
         return ArgsKwargs(args=((arc, rel),), kwargs={"grad_tensors": grads})
 
+    if isinstance(rel, (list, tuple)):
+        return (torch2xp(arc), [torch2xp(r) for r in rel]), reverse
     return (torch2xp(arc), torch2xp(rel)), reverse
 
 
@@ -202,9 +204,9 @@ class BiaffineScorer(torch.nn.Module):
 
     def forward(
         self, X: torch.Tensor, lengths: torch.Tensor, heads: Optional[torch.Tensor] = None
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """X (B, N, width) token vectors, lengths (B,) -> arc (B, N+1, N+1) and
-        rel (B, N+1, N+1, L), or rel (B, N+1, L) at ``heads`` (B, N+1) when given."""
+    ) -> Tuple[torch.Tensor, Union[torch.Tensor, List[torch.Tensor]]]:
+        """X (B, N, width) token vectors, lengths (B,) -> arc (B, N+1, N+1) and rel: a
+        list of B (n_b+1, n_b+1, L), or (B, N+1, L) at ``heads`` (B, N+1) when given."""
         batch, n_max, _ = X.shape
         X = torch.cat([self.root.expand(batch, 1, -1).to(X.dtype), X], dim=1)
         X = self.dropout(X)
@@ -232,8 +234,11 @@ class BiaffineScorer(torch.nn.Module):
             rel = rel.index_put((sent, dep), pairs.log_softmax(dim=-1))
             return arc, rel
         by_head = torch.einsum("bhi,lij->bhlj", rel_head, self.rel_weight)
-        rel = torch.einsum("bhlj,bmj->bhml", by_head, rel_dep)
-        return arc, rel.log_softmax(dim=-1)
+        rel = [
+            torch.einsum("hlj,mj->hml", by_head[b, : n + 1], rel_dep[b, : n + 1]).log_softmax(dim=-1)
+            for b, n in enumerate(lengths.tolist())
+        ]
+        return arc, rel
 
 
 def _mlp(n_in: int, n_out: int, dropout: float) -> torch.nn.Module:

@@ -69,10 +69,12 @@ def biaffine_parser_score(examples: Iterable[Example], **kwargs) -> Dict[str, ob
     """UAS / LAS (``dep_uas``, ``dep_las``, ``dep_las_per_type``) over all tokens,
     punctuation included, as in the UD / CoNLL 2018 evaluation."""
 
-    def dep_getter(token, attr):
-        return getattr(token, attr)
+    return Scorer.score_deps(examples, "dep", getter=dep_label, **kwargs)
 
-    return Scorer.score_deps(examples, "dep", getter=dep_getter, **kwargs)
+
+def dep_label(token, attr: str) -> str:
+    """The label string of ``token.<attr>`` (a hash), lower-cased as spaCy's parser scorer."""
+    return token.vocab.strings.as_string(getattr(token, attr)).lower()
 
 
 @registry.scorers("spacy_treexp.biaffine_parser_scorer.v1")
@@ -176,7 +178,8 @@ class BiaffineParser(TrainablePipe):
         docs = list(docs)
         sentences = [self._sentences(doc) for doc in docs]
         arc, rel, lengths = self.model.predict((docs, sentences, None))
-        arc, rel = self.model.ops.to_numpy(arc), self.model.ops.to_numpy(rel)
+        arc = self.model.ops.to_numpy(arc)
+        rel = [self.model.ops.to_numpy(r) for r in rel]
         return {
             "sentences": sentences,
             "arc": arc,
@@ -209,7 +212,7 @@ class BiaffineParser(TrainablePipe):
                 n = end - start
                 dependents = numpy.arange(1, n + 1)
                 sent_heads = heads[b, 1 : n + 1]
-                best = rel[b, sent_heads, dependents].argmax(-1)
+                best = rel[b][sent_heads, dependents].argmax(-1)
                 # spaCy's HEAD attribute is the offset head - i, and a root is its own head.
                 absolute = numpy.where(sent_heads == 0, dependents, sent_heads) + start - 1
                 annotation[start:end, 0] = (absolute - (dependents + start - 1)).astype("int64").view("uint64")
@@ -219,7 +222,7 @@ class BiaffineParser(TrainablePipe):
                         "start": start,
                         "end": end,
                         "arc": numpy.ascontiguousarray(arc[b, : n + 1, : n + 1], dtype="float32"),
-                        "rel": numpy.ascontiguousarray(rel[b, : n + 1, : n + 1], dtype="float32"),
+                        "rel": numpy.ascontiguousarray(rel[b], dtype="float32"),
                         "labels": labels,
                     }
                 )
