@@ -47,8 +47,8 @@ class Conditioner:
         self.sentence = sentence
         self.lengths = dist.lengths[sentence]
         size = scores.shape[-1]
-        self.inverse = inverse[sentence].clone()  # (K, N, N) float64
-        self.refactorise = ~torch.isfinite(self.inverse).all(-1).all(-1)  # (K,)
+        self.inverse = inverse[sentence]  # (K, N, N) float64, a copy
+        self.refactorise = (~torch.isfinite(inverse).flatten(1).all(-1))[sentence]  # (K,)
         self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=scores.device)
         # top[v]: the word (or 0) where the chain of fixed heads starting at v ends.
         self.top = torch.arange(size, device=scores.device).repeat(sentence.numel(), 1)
@@ -127,7 +127,7 @@ class Conditioner:
 
         The new column c of L-hat is that of the single arc head -> m with weight 1. With
         x = L^{-1} c - e_j and denominator e_j^T L^{-1} c (= det ratio, > 0 for a possible
-        head): L^{-1} <- L^{-1} - x (e_j^T L^{-1}) / (e_j^T L^{-1} c).
+        head): L^{-1} <- L^{-1} - x (e_j^T L^{-1}) / (e_j^T L^{-1} c), j = m - 1.
         """
         j = m - 1
         rows = torch.arange(head.numel(), device=head.device)
@@ -150,7 +150,9 @@ class Conditioner:
         x = x * active.unsqueeze(-1)
         denominator = torch.where(active, denominator, torch.ones_like(denominator))
         row = inv[:, j, :] / denominator.unsqueeze(-1)
-        self.inverse = torch.baddbmm(inv, x.unsqueeze(-1), row.unsqueeze(-2), alpha=-1.0)
+        # Rows <= j of the inverse are never read again (word m' reads row m'-1 and the
+        # columns' entries of rows >= m'-1): update the later rows only.
+        inv[:, j + 1 :, :].addcmul_(x[:, j + 1 :, None], row[:, None, :], value=-1.0)
         # structure: word m now hangs below head's chain
         new_top = self.top.gather(1, safe_head.unsqueeze(-1))
         moved = (self.top == m) & active.unsqueeze(-1)
