@@ -210,3 +210,22 @@ def test_cuda_matches_cpu(stable):
     assert torch.allclose(gpu.marginals.cpu(), cpu.marginals, atol=1e-10)
     assert torch.allclose(gpu.log_partition.cpu(), cpu.log_partition, atol=1e-10)
     assert torch.equal(gpu.mode.cpu(), cpu.mode)
+
+
+@pytest.mark.parametrize("n,single_root", [(n, s) for n in range(2, 7) for s in (True, False)])
+def test_log_space_gth_with_forbidden_arcs(n, single_root):
+    # A forbidden arc sends the stable path to its log-space arithmetic.
+    scores = _scores(n, seed=50 + n, scale=4.0)
+    scores[1, 2] = float("-inf")
+    scores[0, n] = float("-inf")
+    trees, log_p = tree_log_probs(scores, n, single_root)
+    p = log_p.exp()
+    mu = torch.zeros(n + 1, n + 1, dtype=torch.float64)
+    for m in range(1, n + 1):
+        mu[:, m].index_add_(0, trees[:, m], p)
+    tree_scores = scores[trees[:, 1:], torch.arange(1, n + 1)].sum(-1)
+    for stable in PATHS:
+        dist = TreeDistribution(scores, single_root=single_root, stable=stable)
+        assert abs(dist.log_partition.item() - torch.logsumexp(tree_scores, 0).item()) < TOL
+        assert torch.allclose(dist.marginals, mu, atol=TOL, rtol=0)
+        assert dist.marginals[1, 2] == 0

@@ -143,8 +143,14 @@ def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
     return torch.where(positive, torch.log(safe) + top, torch.full_like(total, NEG_INF))
 
 
+#: Linear arithmetic is safe for the GTH elimination when every arc weight relative to its
+#: column's best is at least exp(-300): then no product of two path terms reaches float64's
+#: underflow (exp(-708)) while every entry and pivot stays above exp(-300).
+_LINEAR_GTH_MIN_LOG_WEIGHT = -300.0
+
+
 def stable_log_partition(scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
-    """Stable path: log Z by log-space GTH state reduction, subtraction-free.
+    """Stable path: log Z by GTH state reduction, subtraction-free.
 
     Markov-chain tree theorem: in the chain where word m jumps to head h with probability
     ∝ w(h→m), eliminating a state k (the Schur complement of the Laplacian) gives the new
@@ -154,44 +160,79 @@ def stable_log_partition(scores: Tensor, mask: Tensor, lengths: Tensor, single_r
     ROOT from the pivots and carries its row along: Z = Π_{k} D_k · w'(ROOT → last word), the
     first-order term of det(L + t·diag(w_ROOT)) in t, i.e. Σ_j w(ROOT→j) Z_j (Koo et al.
     2007). The next state eliminated is the one with the largest pivot, so a pivot is zero
-    only when no tree exists. Computed in float64 (or the input's precision, if higher).
+    only when no tree exists. Computed in float64 (or the input's precision, if higher):
+    with plain arithmetic where all weights are within exp(-300) of their column's best and
+    no arc is forbidden, otherwise in log space, where nothing can underflow.
     """
     work_dtype = torch.float64 if scores.dtype in (torch.float16, torch.bfloat16, torch.float32) else scores.dtype
     masked = scores.to(work_dtype).masked_fill(~mask, NEG_INF)
     shift = masked.detach().amax(dim=-2)
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
     logw = masked - shift.unsqueeze(-2)  # (B, N+1, N+1) [head, dep], ROOT at 0
+    structural = _structural_mask(lengths, scores.shape[-1])
+    with torch.no_grad():
+        smallest = torch.where(structural, logw, torch.zeros_like(logw)).amin(dim=(-2, -1))
+        linear = smallest >= _LINEAR_GTH_MIN_LOG_WEIGHT  # also False if any arc is -inf
+    log_z = shift.sum(-1)
+    result = torch.zeros_like(log_z)
+    for use_linear in (True, False):
+        index = (linear == use_linear).nonzero().squeeze(-1)
+        if index.numel():
+            part = _gth_eliminate(logw[index], lengths[index], single_root, use_linear)
+            result = result.index_put((index,), part)
+    return log_z + result
+
+
+def _structural_mask(lengths: Tensor, size: int) -> Tensor:
+    positions = torch.arange(size, device=lengths.device)
+    inside = positions.unsqueeze(0) <= lengths.unsqueeze(1)
+    return inside.unsqueeze(2) & (inside & (positions > 0)).unsqueeze(1) & (positions.unsqueeze(1) != positions.unsqueeze(0))
+
+
+def _gth_eliminate(logw: Tensor, lengths: Tensor, single_root: bool, linear: bool) -> Tensor:
+    """log Z of column-shifted log-weights by GTH elimination (see :func:`stable_log_partition`)."""
     batch, size, _ = logw.shape
     device = logw.device
     n_max = size - 1
     positions = torch.arange(size, device=device)
-    is_word = (positions > 0) & (positions.unsqueeze(0) <= lengths.unsqueeze(1))  # (B, N+1)
-    remaining = is_word.clone()
+    remaining = (positions > 0) & (positions.unsqueeze(0) <= lengths.unsqueeze(1))  # (B, N+1)
     batch_index = torch.arange(batch, device=device)
-    self_loop = torch.eye(size, dtype=torch.bool, device=device)
-    # Rows (heads) that feed the pivots: all words left, plus ROOT in the multi-root chain.
-    log_z = shift.sum(-1).to(work_dtype)
+    off_diagonal = ~torch.eye(size, dtype=torch.bool, device=device)
+    values = torch.exp(logw) if linear else logw
+    log_z = torch.zeros(batch, dtype=logw.dtype, device=device)
     steps = n_max - 1 if single_root else n_max
     for step in range(steps):
         active = step < (lengths - 1 if single_root else lengths)  # (B,)
         head_rows = remaining.clone()
         if not single_root:
             head_rows[:, 0] = True
-        pivots = _logsumexp(logw.masked_fill(~head_rows.unsqueeze(-1), NEG_INF), dim=-2)  # (B, N+1)
-        pivots_free = pivots.masked_fill(~remaining, NEG_INF)
-        k = pivots_free.detach().argmax(-1)  # (B,)
-        pivot = pivots_free[batch_index, k]
-        pivot = torch.where(active, pivot, torch.zeros_like(pivot))
-        log_z = log_z + pivot
+        if linear:
+            pivots = (values * head_rows.unsqueeze(-1)).sum(dim=-2)
+            free = torch.where(remaining, pivots, torch.full_like(pivots, -1.0))
+        else:
+            pivots = _logsumexp(values.masked_fill(~head_rows.unsqueeze(-1), NEG_INF), dim=-2)
+            free = pivots.masked_fill(~remaining, NEG_INF)
+        k = free.detach().argmax(-1)
+        pivot = free[batch_index, k]
         remaining = remaining & ~(active.unsqueeze(-1) & (positions == k.unsqueeze(-1)))
-        column = logw[batch_index, :, k]  # w(h -> k), (B, N+1)
-        row = logw[batch_index, k, :]  # w(k -> m), (B, N+1)
-        row = row.masked_fill(~(remaining & active.unsqueeze(-1)), NEG_INF)
-        update = column.unsqueeze(-1) + row.unsqueeze(-2) - pivot.unsqueeze(-1).unsqueeze(-1)
+        column = values[batch_index, :, k]  # w(h -> k)
+        row = values[batch_index, k, :]  # w(k -> m)
+        keep = remaining & active.unsqueeze(-1)
         # A path m -> k -> m is a self-loop of the reduced chain: GTH drops it (no diagonal).
-        update = update.masked_fill(~torch.isfinite(update) | self_loop, NEG_INF)
-        logw = _logaddexp(logw, update)
+        if linear:
+            pivot = torch.where(active, pivot, torch.ones_like(pivot))
+            log_z = log_z + torch.log(pivot)
+            row = torch.where(keep, row, torch.zeros_like(row)) / pivot.unsqueeze(-1)
+            values = values + column.unsqueeze(-1) * row.unsqueeze(-2) * off_diagonal
+        else:
+            pivot = torch.where(active, pivot, torch.zeros_like(pivot))
+            log_z = log_z + pivot
+            row = row.masked_fill(~keep, NEG_INF)
+            update = column.unsqueeze(-1) + row.unsqueeze(-2) - pivot.unsqueeze(-1).unsqueeze(-1)
+            update = update.masked_fill(~torch.isfinite(update) | ~off_diagonal, NEG_INF)
+            values = _logaddexp(values, update)
     if single_root:
         last = remaining.to(torch.long).argmax(-1)  # the word never eliminated
-        log_z = log_z + logw[batch_index, 0, last]
+        root_to_last = values[batch_index, 0, last]
+        log_z = log_z + (torch.log(root_to_last) if linear else root_to_last)
     return log_z
