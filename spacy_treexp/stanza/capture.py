@@ -1,0 +1,186 @@
+"""Capture Stanza depparse's own arc and relation scores during its own pass.
+
+Stanza's graph parser (Dozat & Manning 2017; ``GraphParser.forward_scores`` in
+``stanza/models/depparse/model.py``) computes, per batch, ``unlabeled_scores`` of shape
+``(B, L, L)`` and ``deprel_scores`` ``(B, L, L, R)`` indexed ``S[dep, head]`` with ROOT at 0,
+decodes the best tree and throws the scores away. :class:`DepparseScoreCapture` wraps three
+methods *of one depparse processor instance* (never Stanza's classes), so the scores of the
+parser's single pass are kept:
+
+1. ``model.forward_scores`` records the batch's raw scores;
+2. ``trainer.predict`` cuts them per sentence, undoes the batch-internal length sort
+   (``orig_idx``) exactly as ``Trainer.predict`` undoes it for the heads, transposes them
+   to the engine's ``[head, dep]`` convention and maps ``reversed`` models back to the
+   original word order;
+3. ``processor.process`` undoes the document-level length sort of Stanza's
+   ``DataLoader`` (``sort_all``: longest first, ties by higher index first; checked against
+   every sentence's words) and stores the scores on each ``Sentence`` as
+   ``sentence._treexp_scores``.
+
+No score is recomputed: the cost is copying the scores to the CPU and one log-softmax
+over the relation axis (Stanza computes the same one itself).
+
+The raw unlabeled scores are kept (Stanza's decoder uses a log-softmax over heads that
+does not mask padding; that only subtracts a constant per dependent, which changes log Z
+but not the tree distribution).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+#: Attribute under which captured scores are stored on a ``stanza`` ``Sentence``.
+SCORES_ATTR = "_treexp_scores"
+
+
+@dataclass
+class SentenceScores:
+    """One sentence's parser scores in the engine's convention (index 0 = ROOT).
+
+    ``arc[h, d]``: log-potential of the arc h -> d, float32 ``(n+1, n+1)``.
+    ``rel[h, d, l]``: log p(label l | h, d), float32 ``(n+1, n+1, L)``.
+    ``labels``: the L relation names of the ``rel`` axis.
+    """
+
+    arc: torch.Tensor
+    rel: torch.Tensor
+    labels: List[str]
+
+
+def _check_graph_model(processor: Any) -> Any:
+    """Return the depparse trainer after checking it holds a graph-based model."""
+    from stanza.models.depparse.model import GraphParser
+
+    if getattr(processor, "_variant", None) is not None:
+        raise ValueError(
+            "tree_expectations needs Stanza's neural depparse; this depparse processor is "
+            f"the variant {type(processor._variant).__name__}, which has no arc scores."
+        )
+    trainer = getattr(processor, "trainer", None)
+    model = getattr(trainer, "model", None)
+    if not isinstance(model, GraphParser):
+        kind = type(model).__name__
+        raise ValueError(
+            "tree_expectations needs a graph-based (biaffine) depparse model, whose arc "
+            f"scores define a distribution over trees; this pipeline's depparse model is a "
+            f"{kind} (transition-based and ensemble models are not supported)."
+        )
+    return trainer
+
+
+def _relation_labels(trainer: Any, n_relations: int) -> List[str]:
+    from stanza.models.common.vocab import VOCAB_PREFIX_SIZE
+
+    vocab = trainer.vocab["deprel"]
+    return list(vocab.unmap([r + VOCAB_PREFIX_SIZE for r in range(n_relations)]))
+
+
+def _normalise(text: str) -> str:
+    """The punctuation simplification Stanza's depparse DataLoader applies to words."""
+    from stanza.models.common.utils import EXCLAM_RE, QUESTION_RE
+
+    return EXCLAM_RE.sub("!", QUESTION_RE.sub("?", text))
+
+
+class DepparseScoreCapture:
+    """Keeps the scores of one depparse processor's own parser pass (see module doc)."""
+
+    def __init__(self, processor: Any) -> None:
+        self.trainer = _check_graph_model(processor)
+        self.model = self.trainer.model
+        self.labels = _relation_labels(self.trainer, self.model.num_relations)
+        self._batch_scores: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+        self._sorted: List[Tuple[List[str], SentenceScores]] = []
+        self._process = processor.process
+        self._predict = self.trainer.predict
+        self._forward_scores = self.model.forward_scores
+        self._processor = processor
+        # instance attributes shadow the class methods for this processor only
+        self.model.forward_scores = self._capture_forward_scores
+        self.trainer.predict = self._capture_predict
+        processor.process = self._capture_process
+
+    @classmethod
+    def attach(cls, processor: Any) -> "DepparseScoreCapture":
+        """The processor's capture, installed once however many times it is asked for."""
+        existing = processor.__dict__.get("_treexp_capture")
+        if existing is not None:
+            return existing
+        capture = cls(processor)
+        processor._treexp_capture = capture
+        return capture
+
+    # -- wrapped methods ------------------------------------------------------------
+
+    def _capture_forward_scores(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._forward_scores(*args, **kwargs)
+        self._batch_scores = (out[0].detach(), out[1].detach())
+        return out
+
+    def _capture_predict(self, batch: Sequence[Any], unsort: bool = True, **kwargs: Any) -> Any:
+        self._batch_scores = None
+        preds = self._predict(batch, unsort=unsort, **kwargs)
+        if self._batch_scores is None:
+            raise RuntimeError("tree_expectations: depparse predicted without computing arc scores.")
+        unlabeled, deprel = self._batch_scores
+        self._batch_scores = None
+        orig_idx, sentlens, text = batch[11], batch[13], batch[15]
+        unlabeled = unlabeled.float().cpu()
+        # log p(l | h, d), normalised over the relation axis
+        rel = F.log_softmax(deprel.float(), dim=-1).cpu()
+        # read when predicting, as Trainer.predict does
+        reversed_model = bool(self.trainer.args.get("reversed", False))
+        per_sentence = []
+        for i, size in enumerate(sentlens):
+            arc = unlabeled[i, :size, :size].transpose(0, 1)
+            rel_i = rel[i, :size, :size].transpose(0, 1)
+            words = list(text[i])
+            if reversed_model:
+                perm = torch.tensor([0] + list(range(size - 1, 0, -1)))
+                arc = arc[perm][:, perm]
+                rel_i = rel_i[perm][:, perm]
+                words = words[::-1]
+            scores = SentenceScores(arc.contiguous(), rel_i.contiguous(), self.labels)
+            per_sentence.append((words, scores))
+        if unsort:
+            restored: List[Any] = [None] * len(per_sentence)
+            for position, original in enumerate(orig_idx):
+                restored[original] = per_sentence[position]
+            per_sentence = restored
+        self._sorted.extend(per_sentence)
+        return preds
+
+    def _capture_process(self, document: Any) -> Any:
+        self._sorted = []
+        try:
+            result = self._process(document)
+            self._assign(result.sentences)
+        finally:
+            self._sorted = []
+        return result
+
+    def _assign(self, sentences: Sequence[Any]) -> None:
+        """Map the captured (length-sorted) sentences back to the document's order."""
+        if len(self._sorted) != len(sentences):
+            raise RuntimeError(
+                f"tree_expectations: captured scores for {len(self._sorted)} sentences but the "
+                f"document has {len(sentences)} (did depparse drop sentences?)."
+            )
+        if self._processor.config.get("sort_during_eval", True):
+            # Stanza's sort_all: descending (length, index)
+            order = sorted(range(len(sentences)), key=lambda i: (len(sentences[i].words), i), reverse=True)
+        else:
+            order = list(range(len(sentences)))
+        for (words, scores), index in zip(self._sorted, order):
+            sentence = sentences[index]
+            expected = [_normalise(word.text) for word in sentence.words]
+            if words != expected:
+                raise RuntimeError(
+                    "tree_expectations: the captured depparse scores do not line up with the "
+                    f"sentence {' '.join(expected)[:60]!r}; this Stanza version orders "
+                    "depparse batches differently from the one spacy_treexp supports."
+                )
+            setattr(sentence, SCORES_ATTR, scores)

@@ -1,0 +1,153 @@
+"""Stanza -> spaCy, and loading a Stanza pipeline with ``tree_expectations`` from a folder.
+
+:func:`to_spacy` turns a Stanza Document parsed with ``tree_expectations`` into a spaCy
+``Doc`` with words, heads, relations, tags, lemmas and sentence starts, and the
+sentences' captured depparse scores in ``doc._.parser_scores`` (docs/CONTRACTS.md); it
+then runs the spaCy ``tree_expectations`` component on it, so spaCy users get the same
+``doc._`` / ``span._`` / ``token._`` attributes from Stanza's parser.
+
+:func:`pipeline_from_dir` builds the pipeline the command line's ``--stanza DIR`` uses.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+import numpy
+from spacy.tokens import Doc
+from spacy.vocab import Vocab
+from stanza.models.common.doc import Document
+
+from spacy_treexp.stanza.capture import SCORES_ATTR
+from spacy_treexp.stanza.processor import RECORD_ATTR
+
+STANZA_PROCESSORS = "tokenize,pos,lemma,depparse,tree_expectations"
+
+
+def _sentence_scores(sentence: Any) -> Dict[str, Any]:
+    """The sentence's arc scores [h, d], relation log-probs and labels (numpy)."""
+    scores = getattr(sentence, SCORES_ATTR, None)
+    if scores is not None:
+        return {"arc": scores.arc.numpy(), "rel": scores.rel.numpy(), "labels": list(scores.labels)}
+    record = getattr(sentence, RECORD_ATTR, None) or {}
+    if record.get("arc") is not None:
+        rel = record.get("rel")
+        return {"arc": record["arc"], "rel": rel, "labels": record.get("labels") if rel is not None else None}
+    raise ValueError(
+        "to_spacy needs the depparse scores of every sentence: parse the Document with the "
+        "'tree_expectations' processor (or load it with from_dict(..., include_scores=True) "
+        f"output). Missing for {' '.join(w.text for w in sentence.words)[:60]!r}."
+    )
+
+
+def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **component_options: Any) -> Doc:
+    """A spaCy Doc with Stanza's words, parse and scores (see the module doc).
+
+    ``annotate``: run the spaCy ``tree_expectations`` component (with
+    ``component_options``, e.g. ``n_samples=10``) so the Doc carries its extension
+    attributes; otherwise only ``doc._.parser_scores`` is set.
+    """
+    from spacy_treexp.pipeline.extensions import PARSER_SCORES
+
+    if not isinstance(stanza_doc, Document):
+        raise ValueError(f"to_spacy expects a stanza Document, got {type(stanza_doc).__name__}.")
+    words: List[str] = []
+    spaces: List[bool] = []
+    heads: List[int] = []
+    deps: List[str] = []
+    tags: List[str] = []
+    pos: List[str] = []
+    lemmas: List[str] = []
+    sent_starts: List[bool] = []
+    records: List[Dict[str, Any]] = []
+    for sentence in stanza_doc.sentences:
+        start = len(words)
+        n = len(sentence.words)
+        for token in sentence.tokens:
+            for k, word in enumerate(token.words):
+                last = k == len(token.words) - 1
+                words.append(word.text)
+                spaces.append(bool(token.spaces_after) if last else False)
+                if word.head is None:
+                    raise ValueError("to_spacy needs a parsed Document (a word has no head).")
+                heads.append(start + word.head - 1 if word.head > 0 else start + word.id - 1)
+                deps.append(word.deprel or "dep")
+                tags.append(word.xpos or "")
+                pos.append(word.upos or "X")
+                lemmas.append(word.lemma or word.text)
+                sent_starts.append(word.id == 1)
+        records.append({"start": start, "end": start + n, **_sentence_scores(sentence)})
+    if not words:
+        doc = Doc(vocab, words=[])
+    else:
+        doc = Doc(
+            vocab, words=words, spaces=spaces, heads=heads, deps=deps, tags=tags, pos=pos,
+            lemmas=lemmas, sent_starts=sent_starts,
+        )
+    for record in records:
+        record["arc"] = numpy.ascontiguousarray(record["arc"], dtype=numpy.float32)
+        if record["rel"] is not None:
+            record["rel"] = numpy.ascontiguousarray(record["rel"], dtype=numpy.float32)
+    doc._.set(PARSER_SCORES, records)
+    if annotate:
+        from spacy_treexp.pipeline.tree_expectations import TreeExpectations
+
+        TreeExpectations(vocab, **component_options)(doc)
+    return doc
+
+
+def pipeline_from_dir(
+    path: str, *, lang: str = "en", tree_options: Optional[Dict[str, Any]] = None, **stanza_kwargs: Any
+) -> Any:
+    """A Stanza pipeline ending in ``tree_expectations``, built offline from a folder.
+
+    Two layouts are accepted:
+
+    * a Stanza model folder (``resources.json`` listing ``lang``, as ``stanza.download``
+      makes it): the usual ``tokenize,pos,lemma,depparse`` models are loaded from it;
+    * a folder with ``depparse.pt`` and ``pos.pt`` (optionally ``pretrain.pt`` and
+      ``tokenize.pt``), as ``benchmarks/train_stanza_ewt.sh`` writes: without
+      ``tokenize.pt`` the input is pre-tokenised (words split on spaces, one sentence a
+      line); lemmas are the words themselves.
+
+    ``tree_options`` are the processor's options (``n_samples``, ``sampler``, ...);
+    ``stanza_kwargs`` go to ``stanza.Pipeline`` unchanged.
+    """
+    import stanza
+
+    import spacy_treexp.stanza  # noqa: F401  (registers the processor)
+
+    resources = os.path.join(path, "resources.json")
+    if not os.path.isfile(resources):
+        raise ValueError(f"{path!r} is not a Stanza pipeline folder: it has no resources.json.")
+    kwargs: Dict[str, Any] = {f"tree_expectations_{k}": v for k, v in (tree_options or {}).items()}
+    kwargs.update(download_method=None, dir=path)
+    depparse = os.path.join(path, "depparse.pt")
+    if os.path.isfile(depparse):
+        pos = os.path.join(path, "pos.pt")
+        if not os.path.isfile(pos):
+            raise ValueError(f"{path!r} has depparse.pt but no pos.pt (the parser needs POS tags).")
+        kwargs.update(
+            depparse_model_path=depparse,
+            pos_model_path=pos,
+            lemma_use_identity=True,
+            allow_unknown_language=True,
+        )
+        pretrain = os.path.join(path, "pretrain.pt")
+        if os.path.isfile(pretrain):
+            kwargs.update(pos_pretrain_path=pretrain, depparse_pretrain_path=pretrain)
+        tokenize = os.path.join(path, "tokenize.pt")
+        if os.path.isfile(tokenize):
+            kwargs.update(tokenize_model_path=tokenize)
+        else:
+            kwargs.update(tokenize_pretokenized=True)
+    else:
+        with open(resources, encoding="utf-8") as f:
+            if lang not in json.load(f):
+                raise ValueError(
+                    f"{path!r} has neither depparse.pt nor models for language {lang!r} in "
+                    "resources.json."
+                )
+    kwargs.update(stanza_kwargs)
+    return stanza.Pipeline(lang, processors=STANZA_PROCESSORS, **kwargs)
