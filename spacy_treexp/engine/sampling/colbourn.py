@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.laplacian import laplacian_matrix, shifted_weights
+from spacy_treexp.engine.sampling.wilson import draw_categorical
 
 
 #: Sherman-Morrison's conditionals of a word must sum to 1 within this (a residual check of
@@ -25,6 +26,12 @@ from spacy_treexp.engine.laplacian import laplacian_matrix, shifted_weights
 #: singular in float64, is *refactorised*: its conditionals come from the engine's exact
 #: marginals of the conditioned scores (stable path where needed), O(n^3) per word.
 SUM_TOLERANCE = 1e-6
+
+
+def _weights(dist) -> Tensor:
+    """The engine's column-shifted arc weights exp(score - max) in float64 (B, N+1, N+1)."""
+    weights, _ = shifted_weights(dist.scores.detach().double(), dist._arc_mask)
+    return weights
 
 
 class Conditioner:
@@ -37,9 +44,9 @@ class Conditioner:
 
     def __init__(self, dist, sentence: Tensor, inverse: Tensor | None = None):
         scores = dist.scores.detach().double()
-        weights, _ = shifted_weights(scores, dist._arc_mask)  # (B, N+1, N+1) [h, m]
+        weights = _weights(dist)  # (B, N+1, N+1) [h, m], float64
         if inverse is None:
-            inverse = self.initial_inverse(dist)
+            inverse = self.initial_inverse(dist, weights)
         self.dist = dist
         self.single_root = dist.single_root
         self.weights = weights
@@ -55,9 +62,9 @@ class Conditioner:
         self.has_root_child = torch.zeros(sentence.numel(), dtype=torch.bool, device=scores.device)
 
     @staticmethod
-    def initial_inverse(dist) -> Tensor:
+    def initial_inverse(dist, weights: Tensor | None = None) -> Tensor:
         """(B, N, N) float64 inverse of L-hat (NaN for a sentence where it is singular)."""
-        weights, _ = shifted_weights(dist.scores.detach().double(), dist._arc_mask)
+        weights = _weights(dist) if weights is None else weights
         inverse, info = torch.linalg.inv_ex(laplacian_matrix(weights, dist.lengths, dist.single_root))
         return torch.where((info == 0)[:, None, None], inverse, torch.full_like(inverse, torch.nan))
 
@@ -72,23 +79,22 @@ class Conditioner:
 
     def probs(self, m: int) -> Tensor:
         """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007, §3.2)."""
+        if m == 1:  # nothing fixed yet: the engine's (stable) marginals
+            return self.first_marginals[self.sentence]
         j = m - 1
         column = self.weights[self.sentence, :, m]  # (K, N+1)
-        if m == 1:
-            probs = self.first_marginals[self.sentence].clone()
+        row = self.inverse[:, j, :]  # (K, N)
+        diagonal = row[:, j : j + 1]
+        probs = torch.empty_like(column)
+        if self.single_root:
+            # Row 0 of L-hat holds the ROOT weights; word 1 has no diagonal term.
+            probs[:, 0] = column[:, 0] * row[:, 0]
+            word_terms = diagonal - row
+            word_terms[:, 0] = diagonal[:, 0]  # head = word 1: only the diagonal entry
+            probs[:, 1:] = column[:, 1:] * word_terms
         else:
-            row = self.inverse[:, j, :]  # (K, N)
-            diagonal = row[:, j : j + 1]
-            probs = torch.empty_like(column)
-            if self.single_root:
-                # Row 0 of L-hat holds the ROOT weights; word 1 has no diagonal term.
-                probs[:, 0] = column[:, 0] * row[:, 0]
-                word_terms = diagonal - row
-                word_terms[:, 0] = diagonal[:, 0]  # head = word 1: only the diagonal entry
-                probs[:, 1:] = column[:, 1:] * word_terms
-            else:
-                probs[:, 0] = column[:, 0] * diagonal[:, 0]
-                probs[:, 1:] = column[:, 1:] * (diagonal - row)
+            probs[:, 0] = column[:, 0] * diagonal[:, 0]
+            probs[:, 1:] = column[:, 1:] * (diagonal - row)
         probs = self._exclude_impossible(m, probs)
         drifted = ~((probs.sum(-1) - 1).abs() <= SUM_TOLERANCE)  # NaN counts as drifted
         redo = (self.refactorise | drifted) & (self.lengths >= m)
@@ -161,18 +167,18 @@ class Conditioner:
         self.heads[:, m] = torch.where(active, head, self.heads[:, m])
 
 
-def first_exceeding(weights: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+def draw_positive(weights: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """Draw an index per row of float64 ``weights`` (K, C) proportionally to its positive part.
 
-    The first index whose running sum exceeds u * total (u ~ U[0, 1)): an entry <= 0 (an
-    exact zero or a rounding-error negative) is never drawn, and nothing is floored.
-    Returns the index (K,) and whether the row had positive total weight (K,).
+    A conditional probability is never negative; a negative entry is a rounding error of
+    an impossible head and counts as zero. Returns the index (K,) (0 where nothing is
+    possible) and whether the row had positive total weight (K,).
     """
-    running = weights.cumsum(-1)
-    total = running[:, -1:]
-    u = torch.rand(total.shape, dtype=weights.dtype, device=weights.device, generator=generator)
-    exceeds = (running > u * total) & (weights > 0)
-    return exceeds.to(torch.uint8).argmax(-1), exceeds.any(-1)
+    positive = torch.where(weights > 0, weights, torch.zeros_like(weights))
+    cumulative = positive.cumsum(-1)
+    possible = cumulative[:, -1] > 0
+    index = draw_categorical(cumulative, generator)
+    return torch.where(possible, index, torch.zeros_like(index)), possible
 
 
 def colbourn_sample(dist, num_samples: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
@@ -191,7 +197,7 @@ def colbourn_sample(dist, num_samples: int, generator: torch.Generator | None = 
     for m in range(1, size):
         active = state.lengths >= m
         probs = state.probs(m)
-        head, possible = first_exceeding(probs, generator)
+        head, possible = draw_positive(probs, generator)
         dead = active & ~possible
         if dead.any():
             stuck = sorted(set(sentence[dead].tolist()))

@@ -50,7 +50,8 @@ def draw_categorical(cdf: Tensor, generator: torch.Generator | None) -> Tensor:
     """Draw one index per row from non-negative cumulative weights ``cdf`` (M, C), float64.
 
     Inverse-CDF sampling: the first index whose cumulative weight exceeds u * total,
-    u ~ U[0, 1). Zero-weight categories can never be drawn; no weight is floored.
+    u ~ U[0, 1) (u * total < total in float64). Zero-weight categories can never be drawn;
+    no weight is floored. The one categorical sampler of this package.
     """
     u = torch.rand(cdf.shape[:-1] + (1,), dtype=cdf.dtype, device=cdf.device, generator=generator)
     return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)

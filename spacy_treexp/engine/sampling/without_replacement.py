@@ -24,7 +24,7 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.sampling.colbourn import Conditioner, first_exceeding
+from spacy_treexp.engine.sampling.colbourn import Conditioner, draw_positive
 
 
 def _log1mexp(x: Tensor) -> Tensor:
@@ -182,7 +182,7 @@ def trie_draws(dist, generator: torch.Generator | None = None) -> Iterator[tuple
             seen = children >= 0
             relative = torch.exp(trie.log_remaining[children.clamp_min(0)] - log_p.unsqueeze(-1))
             weights = torch.where(seen, relative, probs)
-            head, possible = first_exceeding(weights, generator)
+            head, possible = draw_positive(weights, generator)
             if (active & ~possible).any():
                 stuck = sentences[active & ~possible].tolist()
                 raise ValueError(
