@@ -1,0 +1,386 @@
+"""The evaluation: attachment scores, calibration, error detection and samples.
+
+:func:`evaluate` takes gold sentences and the parser's scores of each (see
+:mod:`spacy_treexp.evaluation.scores`) and computes every quantity from the engine's
+:class:`~spacy_treexp.TreeDistribution` of each sentence (single-root trees): exact arc
+marginals, MAP and MBR trees, entropy, samples with and without replacement, and
+Wilson-Reject's acceptance rate. Arc scores may be divided by a temperature and relation
+log-probabilities re-normalised at another (see :mod:`spacy_treexp.evaluation.temperature`).
+
+Choices (documented in docs/README_evaluation.md):
+
+* ``head_prob`` of a word is the marginal μ(ĥ, m) of the head ĥ the MAP tree gives it; arc
+  calibration compares it with whether ĥ is the gold head (the standard reading). ECE over
+  *every* candidate arc μ(h, m) against the gold indicator is reported as well.
+* Relation probabilities: the labeled-arc marginal μ(ĥ, m) · p(l̂ | ĥ, m) of the predicted
+  head and label (the component's ``dep_prob``) against "head and label both correct", and
+  the conditional p(l̂ | ĥ, m) against label correctness on words whose head is correct.
+* Labels are compared in full (``nmod:poss``), ``ROOT``/``root`` alike; LAS on the universal
+  part only (before ``:``, as CoNLL 2018) is also given. Punctuation counts.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy
+import torch
+
+from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.engine.sampling import wilson_reject_acceptance
+from spacy_treexp.engine.sampling.wilson import wilson_reject
+from spacy_treexp.evaluation import metrics
+from spacy_treexp.evaluation.conllu import GoldSentence
+from spacy_treexp.evaluation.scores import SentenceScores
+
+
+@dataclass
+class EvalOptions:
+    """What :func:`evaluate` computes.
+
+    ``ks``: sample counts for the oracle UAS (the largest is drawn once and the first k of
+    it are used: the first k of i.i.d. draws are i.i.d., and the first k trees of
+    stochastic beam search, which returns its trees in draw order, are a sample without
+    replacement of size k). ``samples=False`` skips sampling. ``reject_draws``: accepted
+    Wilson-Reject draws per sentence for the measured acceptance rate (0: skip).
+    """
+
+    ks: Tuple[int, ...] = (1, 5, 20, 100)
+    n_bins: int = 15
+    fraction: float = 0.1
+    samples: bool = True
+    reject_draws: int = 10
+    seed: int = 0
+    max_cells: int = 2_000_000
+    max_sample_cells: int = 15_000_000
+
+
+def normalise_label(label: str) -> str:
+    """``ROOT`` (spaCy's name) and ``root`` (UD's) are the same relation."""
+    return "root" if label.lower() == "root" else label
+
+
+def universal(label: str) -> str:
+    """The universal part of a UD relation (``nmod:poss`` -> ``nmod``)."""
+    return normalise_label(label).split(":")[0]
+
+
+def length_batches(lengths: Sequence[int], max_cells: int, max_batch: int = 512, factor: int = 1) -> Iterator[List[int]]:
+    """Sentence indices grouped by length so that ``factor · B · (N+1)²`` stays below ``max_cells``."""
+    order = numpy.argsort(numpy.asarray(lengths), kind="stable")
+    batch: List[int] = []
+    for index in order.tolist():
+        size = (lengths[index] + 1) ** 2 * factor
+        if batch and ((len(batch) + 1) * size > max_cells or len(batch) >= max_batch):
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch
+
+
+def padded_scores(scores: Sequence[SentenceScores], index: Sequence[int], temperature: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """float64 ``(B, N+1, N+1)`` arc scores / temperature of the chosen sentences, and lengths."""
+    lengths = torch.tensor([scores[i].n for i in index], dtype=torch.long)
+    size = int(lengths.max()) + 1
+    batch = torch.zeros((len(index), size, size), dtype=torch.float64)
+    for b, i in enumerate(index):
+        n = scores[i].n
+        batch[b, : n + 1, : n + 1] = torch.from_numpy(scores[i].arc.astype(numpy.float64))
+    if temperature != 1.0:
+        batch = batch / temperature
+    return batch, lengths
+
+
+def padded_gold(gold: Sequence[GoldSentence], index: Sequence[int], size: int) -> torch.Tensor:
+    """Gold heads ``(B, size)`` with -1 at ROOT and padding."""
+    heads = torch.full((len(index), size), -1, dtype=torch.long)
+    for b, i in enumerate(index):
+        heads[b, : gold[i].n + 1] = torch.from_numpy(gold[i].heads)
+    return heads
+
+
+def _check_inputs(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores]) -> None:
+    if len(gold) != len(scores):
+        raise ValueError(f"{len(gold)} gold sentences but {len(scores)} scored sentences")
+    if not gold:
+        raise ValueError("nothing to evaluate: no sentences")
+    for sentence, score in zip(gold, scores):
+        score.check(sentence.n, f"sentence {sentence.sent_id}")
+
+
+def _label_log_probs(rel: numpy.ndarray, heads: numpy.ndarray, temperature: float) -> numpy.ndarray:
+    """log p(label | heads[m], m) for m = 1..n at the given temperature, ``(n, L)``."""
+    n = rel.shape[0] - 1
+    logits = rel[heads[1:], numpy.arange(1, n + 1)].astype(numpy.float64) / temperature
+    logits -= logits.max(axis=-1, keepdims=True)
+    return logits - numpy.log(numpy.exp(logits).sum(axis=-1, keepdims=True))
+
+
+def evaluate(
+    gold: Sequence[GoldSentence],
+    scores: Sequence[SentenceScores],
+    *,
+    arc_temperature: float = 1.0,
+    rel_temperature: float = 1.0,
+    options: Optional[EvalOptions] = None,
+) -> Dict[str, object]:
+    """Every quality metric of the parser's scores against the gold trees (a JSON-able dict)."""
+    options = options or EvalOptions()
+    _check_inputs(gold, scores)
+    if arc_temperature <= 0 or rel_temperature <= 0:
+        raise ValueError("temperatures must be positive")
+    generator = torch.Generator().manual_seed(options.seed)
+    count = len(gold)
+    lengths = numpy.array([sentence.n for sentence in gold], dtype=numpy.int64)
+    marginals: List[Optional[numpy.ndarray]] = [None] * count
+    map_heads: List[Optional[numpy.ndarray]] = [None] * count
+    mbr_heads: List[Optional[numpy.ndarray]] = [None] * count
+    entropy = numpy.zeros(count)
+    gold_log_prob = numpy.zeros(count)
+    expected_gold = numpy.zeros(count)
+    acceptance = numpy.zeros(count)
+    with torch.no_grad():
+        for index in length_batches(lengths.tolist(), options.max_cells):
+            batch, batch_lengths = padded_scores(scores, index, arc_temperature)
+            dist = TreeDistribution(batch, batch_lengths, single_root=True)
+            gold_heads = padded_gold(gold, index, batch.shape[-1])
+            mu = dist.marginals.numpy()
+            mode = dist.mode.numpy()
+            mbr = dist.mbr().numpy()
+            entropy[index] = dist.entropy().numpy()
+            gold_log_prob[index] = dist.log_prob(gold_heads).numpy()
+            expected_gold[index] = dist.expected_attachment(gold_heads).numpy()
+            acceptance[index] = wilson_reject_acceptance(dist).numpy()
+            for b, i in enumerate(index):
+                n = lengths[i]
+                marginals[i] = mu[b, : n + 1, : n + 1]
+                map_heads[i] = mode[b, : n + 1]
+                mbr_heads[i] = mbr[b, : n + 1]
+    n_words = int(lengths.sum())
+    report: Dict[str, object] = {
+        "n_sentences": count,
+        "n_words": n_words,
+        "mean_sentence_length": float(lengths.mean()),
+        "arc_temperature": float(arc_temperature),
+        "rel_temperature": float(rel_temperature),
+    }
+    tokens = _token_arrays(gold, scores, marginals, map_heads, mbr_heads, rel_temperature)
+    report["attachment"] = _attachment(tokens, expected_gold, n_words, scores, map_heads)
+    report["calibration"] = _calibration(tokens, gold, marginals, options)
+    report["error_detection"] = _error_detection(tokens, entropy, lengths, options)
+    report["likelihood"] = {
+        "gold_tree_nll_per_word": float(-gold_log_prob.sum() / n_words),
+        "gold_label_nll_per_word": tokens.get("gold_label_nll_per_word"),
+    }
+    report["entropy"] = {
+        "nats_per_word": float(entropy.sum() / n_words),
+        "mean_sentence_nats_per_word": float((entropy / lengths).mean()),
+        "mean_sentence_nats": float(entropy.mean()),
+    }
+    tries = 1.0 / acceptance
+    report["wilson_reject"] = {
+        "expected_tries_mean": float(tries.mean()),
+        "expected_tries_median": float(numpy.median(tries)),
+        "expected_tries_max": float(tries.max()),
+        "z_multi_over_z_single_mean": float(tries.mean()),
+        "acceptance_rate_mean": float(acceptance.mean()),
+    }
+    if options.reject_draws > 0:
+        report["wilson_reject"].update(_measured_rejection(scores, lengths, arc_temperature, options, generator))
+    if options.samples:
+        report["samples"] = _samples(gold, scores, lengths, arc_temperature, options, generator)
+    return report
+
+
+def _token_arrays(gold, scores, marginals, map_heads, mbr_heads, rel_temperature) -> Dict[str, object]:
+    """Per-word arrays over the whole corpus (in sentence order)."""
+    head_prob, head_ent, head_ok, mbr_ok = [], [], [], []
+    has_labels = all(score.rel is not None for score in scores)
+    label_ok, label_ok_universal, label_prob, mbr_label_ok, gold_label_nll = [], [], [], [], []
+    for sentence, score, mu, mode, mbr in zip(gold, scores, marginals, map_heads, mbr_heads):
+        n = sentence.n
+        words = numpy.arange(1, n + 1)
+        head_prob.append(mu[mode[1:], words])
+        head_ent.append(metrics.head_entropy(mu))
+        head_ok.append(mode[1:] == sentence.heads[1:])
+        mbr_ok.append(mbr[1:] == sentence.heads[1:])
+        if has_labels:
+            names = [normalise_label(label) for label in score.labels]
+            gold_names = [normalise_label(label) for label in sentence.deprels]
+            log_p = _label_log_probs(score.rel, mode, rel_temperature)
+            best = log_p.argmax(-1)
+            label_prob.append(numpy.exp(log_p[numpy.arange(n), best]))
+            label_ok.append(numpy.array([names[b] == g for b, g in zip(best, gold_names)]))
+            label_ok_universal.append(numpy.array([universal(names[b]) == universal(g) for b, g in zip(best, gold_names)]))
+            mbr_best = _label_log_probs(score.rel, mbr, rel_temperature).argmax(-1)
+            mbr_label_ok.append(numpy.array([names[b] == g for b, g in zip(mbr_best, gold_names)]))
+            index = {name: i for i, name in enumerate(names)}
+            gold_log_p = _label_log_probs(score.rel, sentence.heads, rel_temperature)
+            gold_label_nll.extend(-gold_log_p[m, index[g]] for m, g in enumerate(gold_names) if g in index)
+    tokens: Dict[str, object] = {
+        "head_prob": numpy.concatenate(head_prob),
+        "head_entropy": numpy.concatenate(head_ent),
+        "head_ok": numpy.concatenate(head_ok),
+        "mbr_ok": numpy.concatenate(mbr_ok),
+        "has_labels": has_labels,
+    }
+    if has_labels:
+        tokens.update(
+            label_prob=numpy.concatenate(label_prob),
+            label_ok=numpy.concatenate(label_ok),
+            label_ok_universal=numpy.concatenate(label_ok_universal),
+            mbr_label_ok=numpy.concatenate(mbr_label_ok),
+            gold_label_nll_per_word=float(numpy.mean(gold_label_nll)) if gold_label_nll else None,
+        )
+    return tokens
+
+
+def _attachment(tokens, expected_gold, n_words, scores, map_heads) -> Dict[str, object]:
+    head_ok, mbr_ok = tokens["head_ok"], tokens["mbr_ok"]
+    result: Dict[str, object] = {
+        "uas_map": float(head_ok.mean()),
+        "uas_mbr": float(mbr_ok.mean()),
+        "expected_uas_of_a_sample": float(expected_gold.sum() / n_words),
+    }
+    if tokens["has_labels"]:
+        result["las_map"] = float((head_ok & tokens["label_ok"]).mean())
+        result["las_map_universal_labels"] = float((head_ok & tokens["label_ok_universal"]).mean())
+        result["las_mbr"] = float((mbr_ok & tokens["mbr_label_ok"]).mean())
+        result["label_accuracy_map"] = float(tokens["label_ok"].mean())
+    if all(score.parser_heads is not None for score in scores):
+        same = sum(int((score.parser_heads[1:] == mode[1:]).sum()) for score, mode in zip(scores, map_heads))
+        result["parser_heads_equal_engine_map"] = same / n_words
+    return result
+
+
+def _calibration(tokens, gold, marginals, options: EvalOptions) -> Dict[str, object]:
+    def block(confidence, correct) -> Dict[str, object]:
+        return {
+            "ece": metrics.expected_calibration_error(confidence, correct, options.n_bins),
+            "n": int(numpy.size(confidence)),
+            "mean_confidence": float(numpy.mean(confidence)) if numpy.size(confidence) else float("nan"),
+            "accuracy": float(numpy.mean(correct)) if numpy.size(correct) else float("nan"),
+            "bins": metrics.equal_mass_bins(confidence, correct, options.n_bins),
+        }
+
+    result: Dict[str, object] = {"n_bins": options.n_bins, "arc": block(tokens["head_prob"], tokens["head_ok"])}
+    candidates, truth = [], []
+    for sentence, mu in zip(gold, marginals):
+        n = sentence.n
+        allowed = ~numpy.eye(n + 1, dtype=bool)[:, 1:]  # every head h != m, columns m = 1..n
+        indicator = numpy.zeros((n + 1, n), dtype=bool)
+        indicator[sentence.heads[1:], numpy.arange(n)] = True
+        candidates.append(mu[:, 1:][allowed])
+        truth.append(indicator[allowed])
+    every = block(numpy.concatenate(candidates), numpy.concatenate(truth))
+    result["arc_all_candidates"] = every
+    if tokens["has_labels"]:
+        head_ok = tokens["head_ok"]
+        result["labeled_arc"] = block(tokens["head_prob"] * tokens["label_prob"], head_ok & tokens["label_ok"])
+        result["relation_given_correct_head"] = block(tokens["label_prob"][head_ok], tokens["label_ok"][head_ok])
+    return result
+
+
+def _error_detection(tokens, entropy, lengths, options: EvalOptions) -> Dict[str, object]:
+    wrong = ~tokens["head_ok"]
+    errors = numpy.zeros(len(lengths))
+    offsets = numpy.concatenate([[0], numpy.cumsum(lengths)])
+    for s in range(len(lengths)):
+        errors[s] = wrong[offsets[s] : offsets[s + 1]].sum()
+    extremes = metrics.extreme_accuracy(tokens["head_prob"], tokens["head_ok"], options.fraction)
+    return {
+        "auroc_one_minus_head_prob": metrics.auroc(1.0 - tokens["head_prob"], wrong),
+        "auroc_head_entropy": metrics.auroc(tokens["head_entropy"], wrong),
+        "spearman_entropy_per_word_vs_error_rate": metrics.spearman(entropy / lengths, errors / lengths),
+        "spearman_entropy_per_word_vs_errors": metrics.spearman(entropy / lengths, errors),
+        "spearman_entropy_vs_errors": metrics.spearman(entropy, errors),
+        "fraction": options.fraction,
+        "accuracy_most_certain": extremes["most_certain"],
+        "accuracy_least_certain": extremes["least_certain"],
+        "tokens_per_group": extremes["count"],
+        "n_wrong_heads": int(wrong.sum()),
+    }
+
+
+def _measured_rejection(scores, lengths, temperature, options: EvalOptions, generator) -> Dict[str, object]:
+    """Run Wilson-Reject: accepted draws / total multi-root draws."""
+    tries_total, accepted, failed = 0, 0, 0
+    with torch.no_grad():
+        for index in length_batches(lengths.tolist(), options.max_sample_cells, factor=options.reject_draws):
+            batch, batch_lengths = padded_scores(scores, index, temperature)
+            dist = TreeDistribution(batch, batch_lengths, single_root=True)
+            try:
+                _, tries = wilson_reject(dist, options.reject_draws, generator)
+            except ValueError:
+                failed += len(index)
+                continue
+            tries_total += int(tries.sum())
+            accepted += int(tries.numel())
+    return {
+        "measured_draws_accepted": accepted,
+        "measured_multi_root_draws": tries_total,
+        "measured_acceptance_rate": accepted / tries_total if tries_total else float("nan"),
+        "measured_tries_per_tree": tries_total / accepted if accepted else float("nan"),
+        "sentences_not_sampled": failed,
+    }
+
+
+def _distinct(heads: numpy.ndarray, valid: numpy.ndarray, ks: Sequence[int]) -> Dict[int, int]:
+    """Number of distinct valid trees among the first k rows of ``heads`` (K, n+1)."""
+    out, seen = {}, set()
+    position = 0
+    for k in sorted(ks):
+        while position < k:
+            if valid[position]:
+                seen.add(heads[position].tobytes())
+            position += 1
+        out[k] = len(seen)
+    return out
+
+
+def _samples(gold, scores, lengths, temperature, options: EvalOptions, generator) -> Dict[str, object]:
+    """Oracle UAS of the best of k samples and distinct trees, with and without replacement."""
+    ks = tuple(sorted(set(int(k) for k in options.ks)))
+    if not ks or ks[0] < 1:
+        raise ValueError(f"sample counts must be positive, got {options.ks}")
+    top = ks[-1]
+    count = len(gold)
+    results = {}
+    for mode in ("with_replacement", "without_replacement"):
+        correct = numpy.full((top, count), -1, dtype=numpy.int64)
+        distinct = {k: numpy.zeros(count, dtype=numpy.int64) for k in ks}
+        fallback = 0
+        with torch.no_grad():
+            for index in length_batches(lengths.tolist(), options.max_sample_cells, factor=top):
+                batch, batch_lengths = padded_scores(scores, index, temperature)
+                dist = TreeDistribution(batch, batch_lengths, single_root=True)
+                if mode == "with_replacement":
+                    try:
+                        heads = dist.sample((top,), method="wilson_marginal", generator=generator)
+                    except ValueError:  # a walk that would not finish: Colbourn has no limit
+                        heads = dist.sample((top,), method="colbourn", generator=generator)
+                        fallback += len(index)
+                    valid = torch.ones(heads.shape[:2], dtype=torch.bool)
+                else:
+                    heads, log_probs = dist.sample_without_replacement(top, method="sbs", generator=generator)
+                    valid = torch.isfinite(log_probs)
+                gold_heads = padded_gold(gold, index, batch.shape[-1])
+                words = gold_heads >= 0
+                hits = ((heads == gold_heads.unsqueeze(0)) & words.unsqueeze(0)).sum(-1)
+                hits = torch.where(valid, hits, torch.full_like(hits, -1)).numpy()
+                heads_np, valid_np = heads.numpy(), valid.numpy()
+                for b, i in enumerate(index):
+                    correct[:, i] = hits[:, b]
+                    for k, value in _distinct(heads_np[:, b, : lengths[i] + 1], valid_np[:, b], ks).items():
+                        distinct[k][i] = value
+        oracle = metrics.oracle_uas(correct, lengths, ks)
+        results[mode] = {
+            "oracle_uas": {str(k): oracle[k] for k in ks},
+            "distinct_trees_mean": {str(k): float(distinct[k].mean()) for k in ks},
+        }
+        if mode == "with_replacement":
+            results[mode]["sentences_sampled_by_colbourn"] = fallback
+    results["ks"] = list(ks)
+    return results

@@ -1,0 +1,224 @@
+"""Writing the evaluation: ``report.json``, ``summary.md`` and PNG plots (matplotlib)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+#: The targets of the issue for the default model on EWT test.
+TARGETS = {"arc_ece_max": 0.02, "auroc_min": 0.85}
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: nan/inf become None, numpy scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def targets(quality: Dict[str, Any]) -> Dict[str, Any]:
+    """Pass/fail of the issue's targets for one quality block."""
+    attachment = quality["attachment"]
+    ece = quality["calibration"]["arc"]["ece"]
+    auc = quality["error_detection"]["auroc_one_minus_head_prob"]
+    return {
+        "arc_ece_le_0.02": bool(ece <= TARGETS["arc_ece_max"]) if ece == ece else None,
+        "auroc_head_prob_ge_0.85": bool(auc >= TARGETS["auroc_min"]) if auc == auc else None,
+        "mbr_uas_ge_map_uas": bool(attachment["uas_mbr"] >= attachment["uas_map"]),
+    }
+
+
+def write_json(report: Dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(_clean(report), indent=2, ensure_ascii=False) + "\n", encoding="utf8")
+
+
+def _f(value: Optional[float], digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def _pct(value: Optional[float]) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{100 * value:.2f}"
+
+
+def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
+    """Markdown rows comparing quality blocks (e.g. raw and temperature-scaled)."""
+    names = list(blocks)
+    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+
+    def row(label: str, getter, fmt=_f) -> None:
+        values = []
+        for name in names:
+            try:
+                values.append(fmt(getter(blocks[name])))
+            except (KeyError, TypeError):
+                values.append("–")
+        lines.append(f"| {label} | " + " | ".join(values) + " |")
+
+    row("arc temperature T", lambda q: q["arc_temperature"], lambda v: _f(v, 3))
+    row("relation temperature T", lambda q: q["rel_temperature"], lambda v: _f(v, 3))
+    row("UAS, MAP tree (%)", lambda q: q["attachment"]["uas_map"], _pct)
+    row("UAS, MBR tree (%)", lambda q: q["attachment"]["uas_mbr"], _pct)
+    row("LAS, MAP tree (%)", lambda q: q["attachment"]["las_map"], _pct)
+    row("LAS, MBR tree (%)", lambda q: q["attachment"]["las_mbr"], _pct)
+    row("LAS, MAP, universal labels (%)", lambda q: q["attachment"]["las_map_universal_labels"], _pct)
+    row("expected UAS of one sample (%)", lambda q: q["attachment"]["expected_uas_of_a_sample"], _pct)
+    row("ECE, head_prob of predicted head", lambda q: q["calibration"]["arc"]["ece"])
+    row("ECE, every candidate arc", lambda q: q["calibration"]["arc_all_candidates"]["ece"])
+    row("ECE, labeled arc (dep_prob) vs LAS-correct", lambda q: q["calibration"]["labeled_arc"]["ece"])
+    row("ECE, p(label | head) on correct heads", lambda q: q["calibration"]["relation_given_correct_head"]["ece"])
+    row("AUROC, 1 − head_prob → wrong head", lambda q: q["error_detection"]["auroc_one_minus_head_prob"])
+    row("AUROC, head entropy → wrong head", lambda q: q["error_detection"]["auroc_head_entropy"])
+    row("Spearman, entropy/word vs error rate", lambda q: q["error_detection"]["spearman_entropy_per_word_vs_error_rate"])
+    row("Spearman, entropy/word vs errors", lambda q: q["error_detection"]["spearman_entropy_per_word_vs_errors"])
+    row("accuracy, 10% most certain heads (%)", lambda q: q["error_detection"]["accuracy_most_certain"], _pct)
+    row("accuracy, 10% least certain heads (%)", lambda q: q["error_detection"]["accuracy_least_certain"], _pct)
+    row("gold tree NLL (nats/word)", lambda q: q["likelihood"]["gold_tree_nll_per_word"])
+    row("gold label NLL (nats/word)", lambda q: q["likelihood"]["gold_label_nll_per_word"])
+    row("entropy (nats/word)", lambda q: q["entropy"]["nats_per_word"])
+    row("Z_multi / Z_single (mean expected tries)", lambda q: q["wilson_reject"]["expected_tries_mean"])
+    row("Wilson-Reject acceptance, exact mean", lambda q: q["wilson_reject"]["acceptance_rate_mean"])
+    row("Wilson-Reject acceptance, measured", lambda q: q["wilson_reject"]["measured_acceptance_rate"])
+    for mode, short in (("with_replacement", "with repl."), ("without_replacement", "w/o repl.")):
+        ks = next((q["samples"]["ks"] for q in blocks.values() if "samples" in q), [])
+        for k in ks:
+            row(f"oracle UAS, best of {k} ({short}) (%)", lambda q, k=k, m=mode: q["samples"][m]["oracle_uas"][str(k)], _pct)
+        for k in ks:
+            row(f"distinct trees among {k} ({short})", lambda q, k=k, m=mode: q["samples"][m]["distinct_trees_mean"][str(k)], lambda v: _f(v, 2))
+    return lines
+
+
+def timing_lines(timing: Dict[str, Any]) -> List[str]:
+    lines = [
+        "| lengths | sentences | mean length | entropy (nats/word) | T1 engine (ms/sent) | O(n⁴) baseline (ms/sent) | speed-up | batched: T1 / O(n⁴) (ms/sent) | batched speed-up | max abs ΔH |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in timing["rows"] + [timing["all"]]:
+        lines.append(
+            f"| {row['lengths']} | {row['sentences']} ({row['timed_sentences']} timed) | {_f(row['mean_length'], 1)} | "
+            f"{_f(row['entropy_nats_per_word'], 3)} | {_f(row['engine_ms_per_sentence'], 3)} | "
+            f"{_f(row['baseline_ms_per_sentence'], 3)} | {_f(row['speedup'], 1)}× | "
+            f"{_f(row['engine_batched_ms_per_sentence'], 3)} / {_f(row['baseline_batched_ms_per_sentence'], 3)} | "
+            f"{_f(row['batched_speedup'], 1)}× | {row['max_abs_entropy_difference']:.1e} |"
+        )
+    return lines
+
+
+def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None:
+    meta = report["meta"]
+    blocks = {"raw scores": report["raw"]}
+    if report.get("calibrated"):
+        blocks["temperature-scaled (T fitted on dev)"] = report["calibrated"]
+    lines = [
+        "# spacy_treexp evaluation",
+        "",
+        f"- model: `{meta['model']}`",
+        f"- data: `{meta['conllu']}` ({report['raw']['n_sentences']} sentences, {report['raw']['n_words']} words,"
+        f" mean length {report['raw']['mean_sentence_length']:.2f}); gold tokenization and gold sentences",
+        f"- command: `{meta['command']}`",
+        f"- machine: {meta['machine']}; total time {meta['seconds']:.0f} s",
+        "",
+        "## Quality",
+        "",
+        *quality_table(blocks),
+        "",
+        "Targets (issue 7): " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["raw"].items()),
+    ]
+    if "calibrated" in report["targets"]:
+        lines.append("; after temperature scaling: " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["calibrated"].items()))
+    if report.get("temperature"):
+        t = report["temperature"]
+        lines += ["", "## Temperature (post-hoc, fitted on dev)", "",
+                  f"Fitted on `{t['dev']}` by minimising the gold-tree NLL (arc) and the gold-label NLL at gold heads (relations)."]
+        arc = t["arc"]
+        lines.append(f"- arc: T = {arc['temperature']:.3f} ({arc['status']}), dev NLL/word {arc['nll_per_word_before']:.4f} → {arc['nll_per_word_after']:.4f}")
+        if t.get("rel"):
+            rel = t["rel"]
+            lines.append(f"- relations: T = {rel['temperature']:.3f} ({rel['status']}), dev NLL/word {rel['nll_per_word_before']:.4f} → {rel['nll_per_word_after']:.4f}")
+    if report.get("timing"):
+        lines += ["", "## Entropy: T1 (O(n³)) vs the O(n⁴) baseline, by sentence length", "",
+                  *timing_lines(report["timing"]), "",
+                  f"Best of {report['timing']['repeats']} runs, float64, 1 torch thread; unbatched: one sentence at a time; "
+                  "batched: each bucket's sentences padded into one call."]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
+    path.write_text("\n".join(lines) + "\n", encoding="utf8")
+
+
+def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
+    """Reliability diagrams, oracle UAS by k and entropy vs errors; returns the file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    blocks = {"raw": report["raw"]}
+    if report.get("calibrated"):
+        blocks[f"T = {report['calibrated']['arc_temperature']:.2f} (dev)"] = report["calibrated"]
+    written = []
+    kinds = [("arc", "head_prob of the predicted head"), ("labeled_arc", "labeled arc (dep_prob)"),
+             ("relation_given_correct_head", "p(label | correct head)"), ("arc_all_candidates", "every candidate arc")]
+    present = [(key, title) for key, title in kinds if key in report["raw"]["calibration"]]
+    fig, axes = plt.subplots(1, len(present), figsize=(4.2 * len(present), 4.2), squeeze=False)
+    for ax, (key, title) in zip(axes[0], present):
+        ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+        for name, block in blocks.items():
+            cal = block["calibration"][key]
+            xs = [b["confidence"] for b in cal["bins"]]
+            ys = [b["accuracy"] for b in cal["bins"]]
+            ax.plot(xs, ys, marker="o", label=f"{name}: ECE {cal['ece']:.4f}")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("mean confidence (15 equal-mass bins)")
+        ax.set_ylabel("accuracy")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out_dir / "reliability.png", dpi=110)
+    plt.close(fig)
+    written.append("reliability.png")
+
+    if "samples" in report["raw"]:
+        fig, ax = plt.subplots(figsize=(5, 4))
+        for name, block in blocks.items():
+            samples = block["samples"]
+            ks = samples["ks"]
+            for mode, style in (("with_replacement", "-"), ("without_replacement", "--")):
+                ax.plot(ks, [100 * samples[mode]["oracle_uas"][str(k)] for k in ks], style, marker="o",
+                        label=f"{name}, {mode.replace('_', ' ')}")
+            ax.axhline(100 * block["attachment"]["uas_map"], color="grey", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("k samples")
+        ax.set_ylabel("oracle UAS (%)")
+        ax.set_title("best of k sampled trees (grey: MAP)", fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / "oracle_uas.png", dpi=110)
+        plt.close(fig)
+        written.append("oracle_uas.png")
+
+    timing = report.get("timing")
+    if timing and timing["rows"]:
+        fig, ax = plt.subplots(figsize=(5, 4))
+        xs = [row["mean_length"] for row in timing["rows"]]
+        ax.plot(xs, [row["engine_ms_per_sentence"] for row in timing["rows"]], marker="o", label="T1 engine, O(n³)")
+        ax.plot(xs, [row["baseline_ms_per_sentence"] for row in timing["rows"]], marker="s", label="baseline, O(n⁴)")
+        ax.set_xlabel("mean sentence length of the bucket")
+        ax.set_ylabel("ms per sentence (entropy)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out_dir / "entropy_timing.png", dpi=110)
+        plt.close(fig)
+        written.append("entropy_timing.png")
+    return written

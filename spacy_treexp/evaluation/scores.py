@@ -1,0 +1,132 @@
+"""Per-sentence parser scores for evaluation, and where they come from.
+
+A :class:`SentenceScores` holds one sentence's arc log-potentials (the record format of
+``Doc._.parser_scores``, docs/CONTRACTS.md) and optionally relation log-probabilities.
+Sources produce one per gold sentence, parsing on gold tokenization and gold sentences:
+
+* :func:`spacy_scores` -- any spaCy pipeline whose parser writes ``Doc._.parser_scores``
+  (the shipped ``biaffine_parser`` does);
+* :func:`stanza_scores` -- a Stanza pipeline with graph-based depparse, through the scores
+  that ``spacy_treexp.stanza`` captures during depparse's own pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, List, Optional, Sequence
+
+import numpy
+
+from spacy_treexp.evaluation.conllu import GoldSentence
+
+#: Components that would change the gold sentence boundaries or only add our own outputs.
+SKIPPED_FACTORIES = ("senter", "sentencizer", "tree_expectations")
+
+
+@dataclass
+class SentenceScores:
+    """One sentence's scores in the engine's convention (index 0 = ROOT).
+
+    ``arc[h, m]``: log-potential of h -> m, ``(n+1, n+1)``. ``rel[h, m, l]``: log p(label l |
+    h, m), ``(n+1, n+1, L)`` or ``None``; ``labels``: the L label names. ``parser_heads``:
+    the tree the parser itself output (``-1`` at 0), if known, to check it against the
+    engine's MAP tree.
+    """
+
+    arc: numpy.ndarray
+    rel: Optional[numpy.ndarray] = None
+    labels: Optional[List[str]] = None
+    parser_heads: Optional[numpy.ndarray] = None
+
+    @property
+    def n(self) -> int:
+        return self.arc.shape[0] - 1
+
+    def check(self, n: int, where: str) -> None:
+        """Raise if the shapes do not fit a sentence of ``n`` words."""
+        if self.arc.shape != (n + 1, n + 1):
+            raise ValueError(f"{where}: arc scores of shape {self.arc.shape} for a sentence of {n} words")
+        if self.rel is not None:
+            if self.labels is None or self.rel.shape != (n + 1, n + 1, len(self.labels)):
+                raise ValueError(f"{where}: relation scores of shape {self.rel.shape} do not match "
+                                 f"{n} words and {0 if self.labels is None else len(self.labels)} labels")
+
+
+def from_record(record: Any, n: int, where: str, parser_heads: Optional[numpy.ndarray] = None) -> SentenceScores:
+    """A ``Doc._.parser_scores`` record (dict; lists may be tuples) as :class:`SentenceScores`."""
+    arc = numpy.asarray(record["arc"], dtype=numpy.float32)
+    rel = record.get("rel")
+    labels = record.get("labels")
+    scores = SentenceScores(
+        arc=arc,
+        rel=None if rel is None else numpy.asarray(rel, dtype=numpy.float32),
+        labels=None if labels is None else [str(label) for label in labels],
+        parser_heads=parser_heads,
+    )
+    scores.check(n, where)
+    return scores
+
+
+def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -> List[SentenceScores]:
+    """Parse every gold sentence (as its own Doc, gold words and boundaries) with ``nlp``.
+
+    Components that set sentence boundaries or compute tree expectations are skipped; the
+    scores are read from ``Doc._.parser_scores``.
+    """
+    from spacy.tokens import Doc
+
+    import spacy_treexp.pipeline.extensions  # noqa: F401  (registers Doc._.parser_scores)
+
+    skipped = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory in SKIPPED_FACTORIES]
+
+    def docs() -> Iterable[Doc]:
+        for sentence in gold:
+            yield Doc(nlp.vocab, words=sentence.words, spaces=sentence.spaces or None,
+                      sent_starts=[True] + [False] * (sentence.n - 1))
+
+    out: List[SentenceScores] = []
+    with nlp.select_pipes(disable=skipped):
+        for sentence, doc in zip(gold, nlp.pipe(docs(), batch_size=batch_size)):
+            where = f"sentence {sentence.sent_id}"
+            records = doc._.get("parser_scores")
+            if not records:
+                raise ValueError(
+                    f"{where}: the pipeline wrote no Doc._.parser_scores; it needs a parser that "
+                    f"stores its arc scores (e.g. 'biaffine_parser'). Components: {nlp.pipe_names}"
+                )
+            if len(records) != 1 or records[0]["start"] != 0 or records[0]["end"] != sentence.n:
+                raise ValueError(f"{where}: the parser changed the gold sentence boundaries")
+            heads = numpy.full(sentence.n + 1, -1, dtype=numpy.int64)
+            for token in doc:
+                heads[token.i + 1] = 0 if token.head.i == token.i else token.head.i + 1
+            out.append(from_record(records[0], sentence.n, where, heads))
+    return out
+
+
+def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], **options: Any) -> List[SentenceScores]:
+    """Parse the gold sentences with the Stanza pipeline saved in ``pipeline_dir``.
+
+    Needs ``spacy_treexp.stanza.pipeline_from_dir`` (the Stanza adapter); the scores are the
+    ones captured during depparse's own pass (``sentence._treexp_scores``).
+    """
+    try:
+        from spacy_treexp import stanza as treexp_stanza
+        from spacy_treexp.stanza.capture import SCORES_ATTR
+    except ImportError as error:  # pragma: no cover - depends on the optional adapter
+        raise RuntimeError(f"the Stanza adapter is not available: {error}") from error
+    make = getattr(treexp_stanza, "pipeline_from_dir", None)
+    if make is None:
+        raise RuntimeError("spacy_treexp.stanza.pipeline_from_dir is missing: cannot load a Stanza pipeline directory")
+    nlp = make(pipeline_dir, **options)
+    doc = nlp([sentence.words for sentence in gold])
+    if len(doc.sentences) != len(gold):
+        raise ValueError(f"Stanza returned {len(doc.sentences)} sentences for {len(gold)} gold sentences")
+    out = []
+    for sentence, parsed in zip(gold, doc.sentences):
+        where = f"sentence {sentence.sent_id}"
+        captured = getattr(parsed, SCORES_ATTR, None)
+        if captured is None:
+            raise ValueError(f"{where}: Stanza's depparse scores were not captured")
+        heads = numpy.asarray([-1] + [word.head for word in parsed.words], dtype=numpy.int64)
+        record = {"arc": captured.arc.numpy(), "rel": captured.rel.numpy(), "labels": captured.labels}
+        out.append(from_record(record, sentence.n, where, heads))
+    return out

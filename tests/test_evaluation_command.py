@@ -1,0 +1,123 @@
+"""The evaluation command end to end on the 20-sentence fixture, with a tiny parser
+trained here in seconds (no shipped model, no ../shared data)."""
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import spacy
+import torch
+from spacy.tokens import Doc
+from spacy.training import Example
+from thinc.api import Config, fix_random_seed
+
+from spacy_treexp.evaluation import read_conllu
+from spacy_treexp.evaluation.run import main
+
+REPO = Path(__file__).parent.parent
+FIXTURE = Path(__file__).parent / "fixtures" / "eval_20.conllu"
+
+TINY = """
+[nlp]
+lang = "en"
+pipeline = ["tok2vec", "sentencizer", "biaffine_parser"]
+
+[components]
+
+[components.sentencizer]
+factory = "sentencizer"
+
+[components.tok2vec]
+factory = "tok2vec"
+
+[components.tok2vec.model]
+@architectures = "spacy.HashEmbedCNN.v2"
+pretrained_vectors = null
+width = 32
+depth = 2
+embed_size = 500
+window_size = 1
+maxout_pieces = 2
+subword_features = true
+
+[components.biaffine_parser]
+factory = "biaffine_parser"
+
+[components.biaffine_parser.model]
+@architectures = "spacy_treexp.BiaffineParser.v1"
+arc_width = 32
+rel_width = 16
+lstm_depth = 1
+lstm_width = 32
+dropout = 0.0
+
+[components.biaffine_parser.model.tok2vec]
+@architectures = "spacy.Tok2VecListener.v1"
+width = 32
+upstream = "tok2vec"
+"""
+
+
+@pytest.fixture(scope="module")
+def pipeline_dir(tmp_path_factory):
+    """A tiny pipeline trained on the first 12 fixture sentences (the rest stay unseen)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fix_random_seed(0)
+        nlp = spacy.util.load_model_from_config(Config().from_str(TINY), auto_fill=True)
+        examples = []
+        for sentence in read_conllu(FIXTURE)[:12]:
+            words = sentence.words
+            heads = [i if h == 0 else h - 1 for i, h in enumerate(sentence.heads[1:].tolist())]
+            deps = ["ROOT" if d == "root" else d for d in sentence.deprels]
+            reference = Doc(nlp.vocab, words=words, heads=heads, deps=deps, sent_starts=[True] + [False] * (len(words) - 1))
+            examples.append(Example(Doc(nlp.vocab, words=words), reference))
+        optimizer = nlp.initialize(lambda: examples)
+        for _ in range(25):
+            random.shuffle(examples)
+            nlp.update(examples, sgd=optimizer)
+        path = tmp_path_factory.mktemp("eval") / "tiny"
+        nlp.to_disk(path)
+    finally:
+        torch.set_num_threads(previous)
+    return path
+
+
+def test_command_on_fixture_writes_the_report(pipeline_dir, tmp_path):
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "quality.py"), "--model", str(pipeline_dir),
+         "--conllu", str(FIXTURE), "--dev", str(FIXTURE), "--out", str(out), "--ks", "1,5",
+         "--reject-draws", "2", "--timing-repeats", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text(encoding="utf8"))
+    raw = report["raw"]
+    assert raw["n_sentences"] == 20 and raw["n_words"] == 141
+    assert raw["attachment"]["parser_heads_equal_engine_map"] == 1.0  # the parser's tree is the MAP tree
+    for key in ("uas_map", "uas_mbr", "las_map", "las_mbr"):
+        assert 0.0 <= raw["attachment"][key] <= 1.0
+    assert 0.0 <= raw["calibration"]["arc"]["ece"] <= 1.0
+    assert len(raw["calibration"]["arc"]["bins"]) == 15
+    assert set(raw["samples"]["with_replacement"]["oracle_uas"]) == {"1", "5"}
+    assert report["temperature"]["arc"]["temperature"] > 0
+    assert report["calibrated"]["arc_temperature"] == report["temperature"]["arc"]["temperature"]
+    assert report["timing"]["all"]["sentences"] == 20
+    assert {"reliability.png", "oracle_uas.png", "entropy_timing.png"} <= {p.name for p in out.iterdir()}
+    summary = (out / "summary.md").read_text(encoding="utf8")
+    assert "UAS, MBR tree" in summary and "O(n⁴)" in summary
+
+
+def test_command_reports_bad_input(tmp_path, capsys):
+    assert main(["--model", "x", "--conllu", str(tmp_path / "missing.conllu"), "--out", str(tmp_path)]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_module_entry_point_help():
+    result = subprocess.run([sys.executable, "-m", "spacy_treexp.evaluation", "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "--conllu" in result.stdout
