@@ -38,8 +38,12 @@ class Conditioner:
     """Colbourn's state for K partial trees; row i belongs to sentence ``sentence[i]``.
 
     ``probs(m)`` gives the conditional head distribution of word m (K, N+1) float64 given the
-    heads fixed so far; ``fix(m, head, active)`` conditions on word m's head.
+    heads fixed so far; ``fix(m, head, active)`` conditions on word m's head. Words are
+    visited in order m = 1, 2, ..., each ``probs(m)`` followed by ``fix(m, ...)``.
     ``select(rows)`` keeps/duplicates rows (beam search).
+
+    Only the rows of L-hat^{-1} that later words read are kept: before word m, rows
+    m-1..N-1 (``self.inverse[:, r]`` is row m-1+r), so the state shrinks as words are fixed.
     """
 
     def __init__(self, dist, sentence: Tensor, inverse: Tensor | None = None):
@@ -83,7 +87,7 @@ class Conditioner:
             return self.first_marginals[self.sentence]
         j = m - 1
         column = self.weights[self.sentence, :, m]  # (K, N+1)
-        row = self.inverse[:, j, :]  # (K, N)
+        row = self.inverse[:, 0, :]  # (K, N): row j of L-hat^{-1}
         diagonal = row[:, j : j + 1]
         probs = torch.empty_like(column)
         if self.single_root:
@@ -138,7 +142,7 @@ class Conditioner:
         j = m - 1
         rows = torch.arange(head.numel(), device=head.device)
         safe_head = torch.where(active, head, torch.ones_like(head))
-        inv = self.inverse
+        inv = self.inverse  # rows j..N-1
         dep_col = inv[:, :, j]
         head_col = inv[rows, :, (safe_head - 1).clamp_min(0)]  # L^{-1} e_{h-1} (h >= 1)
         is_root = safe_head == 0
@@ -149,16 +153,13 @@ class Conditioner:
         else:
             lc_root = dep_col
             lc_word = dep_col - head_col
-        lc = torch.where(is_root.unsqueeze(-1), lc_root, lc_word)  # L^{-1} c  (K, N)
-        denominator = lc[:, j]
-        x = lc.clone()
-        x[:, j] -= 1.0
-        x = x * active.unsqueeze(-1)
-        denominator = torch.where(active, denominator, torch.ones_like(denominator))
-        row = inv[:, j, :] / denominator.unsqueeze(-1)
-        # Rows <= j of the inverse are never read again (word m' reads row m'-1 and the
-        # columns' entries of rows >= m'-1): update the later rows only.
-        inv[:, j + 1 :, :].addcmul_(x[:, j + 1 :, None], row[:, None, :], value=-1.0)
+        lc = torch.where(is_root.unsqueeze(-1), lc_root, lc_word)  # rows j.. of L^{-1} c
+        denominator = torch.where(active, lc[:, 0], torch.ones_like(lc[:, 0]))
+        x = lc[:, 1:] * active.unsqueeze(-1)  # rows j+1.. of L^{-1} c - e_j
+        row = inv[:, 0, :] / denominator.unsqueeze(-1)
+        later = inv[:, 1:, :]  # row j is not read again: drop it
+        later.addcmul_(x.unsqueeze(-1), row.unsqueeze(-2), value=-1.0)
+        self.inverse = later
         # structure: word m now hangs below head's chain
         new_top = self.top.gather(1, safe_head.unsqueeze(-1))
         moved = (self.top == m) & active.unsqueeze(-1)
