@@ -1,0 +1,55 @@
+"""Parsing speed (words/s) of the shipped pipeline on UD English-EWT test, gold tokens.
+
+Runs the whole pipeline (tok2vec, senter, morphologizer, biaffine_parser, which also stores
+all arc scores and relation log-probabilities) on the gold-tokenized test Docs, once per
+torch thread count, after a warm-up batch; reports the best of ``--repeats`` runs.
+
+    nice -n 19 python benchmarks/bench_parser_speed.py [--model PATH] [--threads 1 2]
+"""
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import spacy
+import torch
+from spacy.tokens import Doc
+from spacy.training.converters import conllu_to_docs
+
+import spacy_treexp
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_en_ewt" / "en_ewt-ud-test.conllu"
+
+
+def main(model: Optional[Path], data: Path, threads: List[int], repeats: int) -> None:
+    nlp = spacy_treexp.load() if model is None else spacy.load(model)
+    gold = conllu_to_docs(data.read_text(encoding="utf8"), n_sents=10, no_print=True)
+    words = [[token.text for token in doc] for doc in gold]
+    n_words = sum(len(w) for w in words)
+    results = []
+    for n_threads in threads:
+        torch.set_num_threads(n_threads)
+        list(nlp.pipe([Doc(nlp.vocab, words=w) for w in words[:5]]))
+        best = float("inf")
+        for _ in range(repeats):
+            docs = [Doc(nlp.vocab, words=w) for w in words]
+            start = time.perf_counter()
+            for _ in nlp.pipe(docs, batch_size=64):
+                pass
+            best = min(best, time.perf_counter() - start)
+        results.append(
+            {"torch_threads": n_threads, "words": n_words, "seconds": round(best, 2),
+             "words_per_second": round(n_words / best)}
+        )
+    print(json.dumps({"pipeline": nlp.pipe_names, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="default: the shipped model")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    main(args.model, args.data, args.threads, args.repeats)
