@@ -7,7 +7,8 @@ decodes the best tree and throws the scores away. :class:`DepparseScoreCapture` 
 methods *of one depparse processor instance* (never Stanza's classes), so the scores of the
 parser's single pass are kept:
 
-1. ``model.forward_scores`` records the batch's raw scores;
+1. ``model.forward_scores`` records the batch's raw arc scores and ``model.forward`` its
+   relation log-probabilities;
 2. ``trainer.predict`` cuts them per sentence, undoes the batch-internal length sort
    (``orig_idx``) exactly as ``Trainer.predict`` undoes it for the heads, transposes them
    to the engine's ``[head, dep]`` convention and maps ``reversed`` models back to the
@@ -17,8 +18,10 @@ parser's single pass are kept:
    every sentence's words) and stores the scores on each ``Sentence`` as
    ``sentence._treexp_scores``.
 
-No score is recomputed: the cost is copying the scores to the CPU and one log-softmax
-over the relation axis (Stanza computes the same one itself).
+No score is recomputed: the relation log-probabilities are the ones Stanza's
+``GraphParser.forward`` computes itself (its third prediction, a log-softmax over the
+relation axis), taken by also wrapping ``model.forward``; the captured arrays are numpy
+views of the batch arrays (the reversed-model mapping copies).
 
 The raw unlabeled scores are kept (Stanza's decoder uses a log-softmax over heads that
 does not mask padding; that only subtracts a constant per dependent, which changes log Z
@@ -29,8 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-import torch
-import torch.nn.functional as F
+import numpy
 
 #: Attribute under which captured scores are stored on a ``stanza`` ``Sentence``.
 SCORES_ATTR = "_treexp_scores"
@@ -45,8 +47,8 @@ class SentenceScores:
     ``labels``: the L relation names of the ``rel`` axis.
     """
 
-    arc: torch.Tensor
-    rel: torch.Tensor
+    arc: numpy.ndarray
+    rel: numpy.ndarray
     labels: List[str]
 
 
@@ -92,14 +94,17 @@ class DepparseScoreCapture:
         self.trainer = _check_graph_model(processor)
         self.model = self.trainer.model
         self.labels = _relation_labels(self.trainer, self.model.num_relations)
-        self._batch_scores: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+        self._batch_arc: Optional[numpy.ndarray] = None
+        self._batch_rel: Optional[numpy.ndarray] = None
         self._sorted: List[Tuple[List[str], SentenceScores]] = []
         self._process = processor.process
         self._predict = self.trainer.predict
         self._forward_scores = self.model.forward_scores
+        self._forward = self.model.forward
         self._processor = processor
         # instance attributes shadow the class methods for this processor only
         self.model.forward_scores = self._capture_forward_scores
+        self.model.forward = self._capture_forward
         self.trainer.predict = self._capture_predict
         processor.process = self._capture_process
 
@@ -117,34 +122,37 @@ class DepparseScoreCapture:
 
     def _capture_forward_scores(self, *args: Any, **kwargs: Any) -> Any:
         out = self._forward_scores(*args, **kwargs)
-        self._batch_scores = (out[0].detach(), out[1].detach())
+        self._batch_arc = out[0].detach().float().cpu().numpy()
         return out
 
+    def _capture_forward(self, *args: Any, **kwargs: Any) -> Any:
+        loss, preds = self._forward(*args, **kwargs)
+        if not self.model.training:
+            # log p(l | h, d) as Stanza computed it, (B, L, L, R) indexed [dep, head, l]
+            self._batch_rel = preds[2]
+        return loss, preds
+
     def _capture_predict(self, batch: Sequence[Any], unsort: bool = True, **kwargs: Any) -> Any:
-        self._batch_scores = None
+        self._batch_arc = self._batch_rel = None
         preds = self._predict(batch, unsort=unsort, **kwargs)
-        if self._batch_scores is None:
-            raise RuntimeError("tree_expectations: depparse predicted without computing arc scores.")
-        unlabeled, deprel = self._batch_scores
-        self._batch_scores = None
+        unlabeled, rel = self._batch_arc, self._batch_rel
+        self._batch_arc = self._batch_rel = None
+        if unlabeled is None or rel is None:
+            raise RuntimeError("tree_expectations: depparse predicted without computing its scores.")
         orig_idx, sentlens, text = batch[11], batch[13], batch[15]
-        unlabeled = unlabeled.float().cpu()
-        # log p(l | h, d), normalised over the relation axis
-        rel = F.log_softmax(deprel.float(), dim=-1).cpu()
         # read when predicting, as Trainer.predict does
         reversed_model = bool(self.trainer.args.get("reversed", False))
         per_sentence = []
         for i, size in enumerate(sentlens):
-            arc = unlabeled[i, :size, :size].transpose(0, 1)
-            rel_i = rel[i, :size, :size].transpose(0, 1)
+            arc = unlabeled[i, :size, :size].T
+            rel_i = rel[i, :size, :size].transpose(1, 0, 2)
             words = list(text[i])
             if reversed_model:
-                perm = torch.tensor([0] + list(range(size - 1, 0, -1)))
-                arc = arc[perm][:, perm]
-                rel_i = rel_i[perm][:, perm]
+                perm = numpy.array([0] + list(range(size - 1, 0, -1)))
+                arc = arc[numpy.ix_(perm, perm)]
+                rel_i = rel_i[numpy.ix_(perm, perm)]
                 words = words[::-1]
-            scores = SentenceScores(arc.contiguous(), rel_i.contiguous(), self.labels)
-            per_sentence.append((words, scores))
+            per_sentence.append((words, SentenceScores(arc, rel_i, self.labels)))
         if unsort:
             restored: List[Any] = [None] * len(per_sentence)
             for position, original in enumerate(orig_idx):

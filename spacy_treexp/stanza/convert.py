@@ -29,7 +29,7 @@ def _sentence_scores(sentence: Any) -> Dict[str, Any]:
     """The sentence's arc scores [h, d], relation log-probs and labels (numpy)."""
     scores = getattr(sentence, SCORES_ATTR, None)
     if scores is not None:
-        return {"arc": scores.arc.numpy(), "rel": scores.rel.numpy(), "labels": list(scores.labels)}
+        return {"arc": scores.arc, "rel": scores.rel, "labels": list(scores.labels)}
     record = getattr(sentence, RECORD_ATTR, None) or {}
     if record.get("arc") is not None:
         rel = record.get("rel")

@@ -23,7 +23,7 @@ import numpy
 from stanza.models.common.doc import Document, Sentence
 from stanza.utils.conll import CoNLL
 
-from spacy_treexp.stanza.processor import RECORD_ATTR
+from spacy_treexp.stanza.processor import RECORD_ATTR, get_mbr_heads
 
 #: Record fields stored as arrays, with their dtypes.
 _ARRAYS = {
@@ -83,6 +83,7 @@ def to_dict(doc: Document, *, include_scores: bool = False) -> List[Dict[str, An
     out = []
     for sentence in doc.sentences:
         record = _record(sentence)
+        get_mbr_heads(sentence)  # computed on first access; exported with the rest
         fields = {
             key: _encode(value)
             for key, value in record.items()

@@ -10,8 +10,8 @@ Usage (after ``import spacy_treexp.stanza``)::
 The depparse scores are those of depparse's own pass (see :mod:`.capture`): nothing is
 re-run. For every sentence the engine's :class:`~spacy_treexp.TreeDistribution` gives the
 exact arc marginals and log Z (Koo et al. 2007, Prop. 1), the tree entropy (Zmigrod et
-al. 2021, §5), the expected attachment score of Stanza's tree, the MBR tree, and
-optionally unbiased samples with their exact log-probabilities (Stanojević 2022). The
+al. 2021, §5), the expected attachment score of Stanza's tree, the MBR tree (computed
+when first read), and optionally unbiased samples with their exact log-probabilities (Stanojević 2022). The
 values are stored per sentence as one record of numpy / plain Python values (the same
 keys as the spaCy component's records, plus the captured scores) and read through
 ``Sentence`` and ``Word`` properties registered once (:data:`SENTENCE_PROPERTIES`,
@@ -199,23 +199,24 @@ def annotate_sentences(numbered: Sequence[Tuple[int, Sentence]], options: Dict[s
 def _infer(bucket: List[Dict[str, Any]], device: torch.device, options: Dict[str, Any]) -> None:
     """Exact inference for one engine batch (Koo et al. 2007; Zmigrod et al. 2021)."""
     size = max(item["n"] for item in bucket)
-    scores = torch.zeros((len(bucket), size + 1, size + 1), dtype=torch.float64)
-    heads = torch.full((len(bucket), size + 1), -1, dtype=torch.long)
+    scores = numpy.zeros((len(bucket), size + 1, size + 1), dtype=numpy.float64)
+    heads = numpy.full((len(bucket), size + 1), -1, dtype=numpy.int64)
     for b, item in enumerate(bucket):
         n = item["n"]
         scores[b, : n + 1, : n + 1] = item["scores"].arc
         item["heads"] = _stanza_heads(item["sentence"])
-        heads[b, 1 : n + 1] = torch.from_numpy(item["heads"])
+        heads[b, 1 : n + 1] = item["heads"]
     lengths = torch.tensor([item["n"] for item in bucket], dtype=torch.long)
-    dist = TreeDistribution(scores.to(device), lengths.to(device), single_root=options["single_root"])
+    dist = TreeDistribution(
+        torch.from_numpy(scores).to(device), lengths.to(device), single_root=options["single_root"]
+    )
     marginals = dist.marginals
     head_entropy = -torch.special.xlogy(marginals, marginals).sum(dim=-2)
-    attachment = dist.expected_attachment(heads.to(device)).cpu().numpy()
+    attachment = dist.expected_attachment(torch.from_numpy(heads).to(device)).cpu().numpy()
     marginals = marginals.float().cpu().numpy()
     head_entropy = head_entropy.float().cpu().numpy()
     log_partition = dist.log_partition.cpu().numpy()
     entropy = dist.entropy().cpu().numpy()
-    mbr = dist.mbr().cpu().numpy()
     for b, item in enumerate(bucket):
         n = item["n"]
         mu = numpy.ascontiguousarray(marginals[b, : n + 1, : n + 1])
@@ -230,14 +231,14 @@ def _infer(bucket: List[Dict[str, Any]], device: torch.device, options: Dict[str
             "head_prob": head_prob.astype(numpy.float32),
             "head_entropy": numpy.ascontiguousarray(head_entropy[b, 1 : n + 1]),
             "dep_prob": _dep_prob(item["sentence"], scores_b, item["heads"], head_prob),
-            "mbr_heads": mbr[b, 1 : n + 1].astype(numpy.int32),
             "sampled_heads": numpy.zeros((0, n), dtype=numpy.int32),
             "sample_log_probs": numpy.zeros((0,), dtype=numpy.float64),
             "sampled_labels": None,
             "labels": scores_b.labels,
             "top_k_heads": options["top_k_heads"],
-            "arc": scores_b.arc.numpy(),
-            "rel": scores_b.rel.numpy(),
+            "single_root": options["single_root"],
+            "arc": scores_b.arc,
+            "rel": scores_b.rel,
         }
 
 
@@ -269,7 +270,7 @@ def _sample(item: Dict[str, Any], device: torch.device, options: Dict[str, Any])
     if options["seed"] is not None:
         generator = torch.Generator(device=device)
         generator.manual_seed(_sentence_seed(options["seed"], item["position"], item["sentence"]))
-    scores = item["scores"].arc.to(device=device, dtype=torch.float64)
+    scores = torch.from_numpy(numpy.ascontiguousarray(item["scores"].arc, dtype=numpy.float64)).to(device)
     dist = TreeDistribution(scores.unsqueeze(0), single_root=options["single_root"])
     if options["without_replacement"]:
         heads, log_probs = dist.sample_without_replacement(k, method=options["sampler"], generator=generator)
@@ -321,6 +322,22 @@ def get_entropy_per_word(sentence: Sentence) -> Optional[float]:
     return record["entropy"] / max(len(sentence.words), 1)
 
 
+def get_mbr_heads(sentence: Sentence) -> Optional[numpy.ndarray]:
+    """Heads (n,) of the minimum-Bayes-risk tree (max expected attachment), 0 = ROOT.
+
+    Computed by the engine's ``mbr()`` on first access (it is a maximum spanning tree
+    search, as costly as Stanza's own decoding) and cached in the record.
+    """
+    record = _record(sentence)
+    if record is None:
+        return None
+    if record.get("mbr_heads") is None and record.get("arc") is not None:
+        arc = torch.from_numpy(numpy.ascontiguousarray(record["arc"], dtype=numpy.float64))
+        dist = TreeDistribution(arc, single_root=record.get("single_root", True))
+        record["mbr_heads"] = dist.mbr()[1:].numpy().astype(numpy.int32)
+    return record.get("mbr_heads")
+
+
 def get_label_marginals(sentence: Sentence) -> Optional[numpy.ndarray]:
     """μ(h, m, l) = μ(h, m)·p(l | h, m), float32 ``(n+1, n+1, L)`` (axis 2: ``deprel_labels``)."""
     record = _record(sentence)
@@ -345,7 +362,7 @@ SENTENCE_PROPERTIES = {
     "tree_entropy": _sentence_value("entropy"),
     "log_partition": _sentence_value("log_partition"),
     "expected_attachment": _sentence_value("expected_attachment"),
-    "mbr_heads": _sentence_value("mbr_heads"),
+    "mbr_heads": get_mbr_heads,
     "sampled_heads": _sentence_value("sampled_heads"),
     "sample_log_probs": _sentence_value("sample_log_probs"),
     "sampled_deprel_ids": _sentence_value("sampled_labels"),

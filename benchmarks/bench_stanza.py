@@ -1,0 +1,103 @@
+"""Cost of the Stanza ``tree_expectations`` processor relative to depparse alone.
+
+Both pipelines parse the same pre-tagged sentences (words and tags read from a CoNLL-U
+file, so tokenisation and tagging are not timed): the baseline is plain Stanza
+``depparse``; the other is ``depparse`` (with its scores captured) followed by
+``tree_expectations``. Each configuration is timed ``--repeats`` times on a fresh copy of
+the documents, alternating, and the minimum is reported.
+
+    python benchmarks/bench_stanza.py --model DIR --conllu ../shared/data/ud_en_ewt/en_ewt-ud-test.conllu --n 2000
+
+``DIR`` holds ``depparse.pt`` (and ``pretrain.pt`` if the parser uses one), as written by
+benchmarks/train_stanza_ewt.sh; tests/fixtures/stanza/tiny is the small test model.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from typing import Any, Dict, List
+
+import torch
+from stanza.models.common.doc import Document
+from stanza.utils.conll import CoNLL
+
+import spacy_treexp.stanza  # noqa: F401  (registers the processor)
+
+
+def load_sentences(path: str, n: int, docs: int) -> List[List[List[Dict[str, Any]]]]:
+    """The first ``n`` sentences of a CoNLL-U file, words and tags only, in ``docs`` docs."""
+    doc = CoNLL.conll2doc(input_file=path)
+    sentences = []
+    for sentence in doc.sentences[:n]:
+        sentences.append([
+            {"id": w.id, "text": w.text, "lemma": w.lemma or w.text, "upos": w.upos,
+             "xpos": w.xpos, "feats": w.feats}
+            for w in sentence.words
+        ])
+    size = max(1, len(sentences) // docs)
+    return [sentences[i : i + size] for i in range(0, len(sentences), size)]
+
+
+def make_pipeline(model_dir: str, with_tree: bool, n_samples: int) -> Any:
+    import stanza
+
+    kwargs: Dict[str, Any] = dict(
+        dir=model_dir, download_method=None, allow_unknown_language=True,
+        depparse_model_path=os.path.join(model_dir, "depparse.pt"), depparse_pretagged=True,
+        logging_level="WARN",
+    )
+    pretrain = os.path.join(model_dir, "pretrain.pt")
+    if os.path.isfile(pretrain):
+        kwargs["depparse_pretrain_path"] = pretrain
+    processors = "depparse"
+    if with_tree:
+        processors += ",tree_expectations"
+        kwargs["tree_expectations_n_samples"] = n_samples
+    return stanza.Pipeline("en", processors=processors, **kwargs)
+
+
+def time_once(nlp: Any, batches: List[List[List[Dict[str, Any]]]]) -> float:
+    docs = [Document(batch) for batch in batches]
+    start = time.perf_counter()
+    nlp.bulk_process(docs)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="folder with depparse.pt [pretrain.pt]")
+    parser.add_argument("--conllu", required=True)
+    parser.add_argument("--n", type=int, default=2000, help="sentences")
+    parser.add_argument("--docs", type=int, default=20, help="documents they are split into")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=10, help="n_samples of the third run (0: skip)")
+    args = parser.parse_args()
+
+    batches = load_sentences(args.conllu, args.n, args.docs)
+    n_sent = sum(len(b) for b in batches)
+    n_words = sum(len(s) for b in batches for s in b)
+    configs = {"depparse": make_pipeline(args.model, False, 0),
+               "depparse+tree_expectations": make_pipeline(args.model, True, 0)}
+    if args.samples > 0:
+        configs[f"... n_samples={args.samples}"] = make_pipeline(args.model, True, args.samples)
+    for nlp in configs.values():  # warm up
+        time_once(nlp, batches[:1])
+    times: Dict[str, List[float]] = {name: [] for name in configs}
+    for _ in range(args.repeats):
+        for name, nlp in configs.items():
+            times[name].append(time_once(nlp, batches))
+
+    print(f"{n_sent} sentences, {n_words} words in {len(batches)} docs; torch threads "
+          f"{torch.get_num_threads()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
+    base = min(times["depparse"])
+    for name, values in times.items():
+        best = min(values)
+        print(f"{name:32s} min {best:7.3f} s  median {statistics.median(values):7.3f} s  "
+              f"{n_sent / best:8.1f} sent/s  overhead {100 * (best / base - 1):+6.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+"""Tests of the Stanza ``tree_expectations`` processor, its exports and ``to_spacy``.
+
+They use real Stanza models (tagger + graph parser) trained offline on the tiny
+hand-made treebank in tests/fixtures/stanza/ (see its README); no model hub is needed.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+
+import numpy
+import pytest
+import torch
+
+stanza = pytest.importorskip("stanza")
+
+import spacy_treexp.stanza as treexp_stanza  # noqa: E402
+from spacy_treexp import TreeDistribution  # noqa: E402
+from spacy_treexp.stanza import processor as processor_module  # noqa: E402
+from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures" / "stanza"
+MODEL_DIR = FIXTURES / "tiny"
+
+SHORT = "The dog saw a cat with the telescope ."
+LONGER = [
+    "Mary will find the old letter in the garden near the river behind the house , and the teacher laughed .",
+    "These quiet students read the strange book on the table with every small child in London !",
+    "She ran .",
+    "The big red car that John painted arrived quickly from Paris , but the tall doctor waited under the window .",
+]
+
+
+def _has_sampling() -> bool:
+    dist = TreeDistribution(torch.zeros(3, 3))
+    try:
+        dist.sample((1,))
+    except (NotImplementedError, ImportError, AttributeError):
+        return False
+    return True
+
+
+needs_sampling = pytest.mark.skipif(not _has_sampling(), reason="engine sampling not available")
+
+
+def make_pipeline(**tree_options):
+    return treexp_stanza.pipeline_from_dir(
+        str(MODEL_DIR),
+        tree_options=tree_options,
+        depparse_resolve_head_constraints=False,
+        logging_level="WARN",
+    )
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    return make_pipeline()
+
+
+@pytest.fixture(scope="module")
+def parsed(nlp):
+    return nlp("\n".join([SHORT] + LONGER))
+
+
+def arc_scores(sentence):
+    return torch.from_numpy(getattr(sentence, SCORES_ATTR).arc.astype(numpy.float64))
+
+
+def heads_of(sentence):
+    return [word.head for word in sentence.words]
+
+
+def test_map_tree_under_captured_scores_is_stanzas_tree(parsed):
+    for sentence in parsed.sentences:
+        arc = arc_scores(sentence)
+        n = len(sentence.words)
+        assert arc.shape == (n + 1, n + 1)
+        mode = TreeDistribution(arc).mode
+        assert mode[1:].tolist() == heads_of(sentence)
+
+
+def test_marginals_are_distributions_over_heads(parsed):
+    for sentence in parsed.sentences:
+        mu = sentence.arc_marginals
+        n = len(sentence.words)
+        assert mu.shape == (n + 1, n + 1)
+        numpy.testing.assert_allclose(mu[:, 1:].sum(axis=0), 1.0, atol=1e-5)
+        assert numpy.all(mu[:, 0] == 0) and numpy.all(numpy.diag(mu) == 0)
+        # single root: the ROOT row sums to exactly one child in expectation
+        assert mu[0, 1:].sum() == pytest.approx(1.0, abs=1e-5)
+        for word in sentence.words:
+            assert word.head_prob == pytest.approx(float(mu[word.head, word.id]), abs=1e-7)
+
+
+def test_properties_on_every_sentence_and_word(parsed):
+    for sentence in parsed.sentences:
+        n = len(sentence.words)
+        assert sentence.tree_entropy >= 0.0
+        assert math.isfinite(sentence.log_partition)
+        assert 0.0 <= sentence.expected_attachment <= 1.0
+        expected = sum(w.head_prob for w in sentence.words) / n
+        assert sentence.expected_attachment == pytest.approx(expected, abs=1e-5)
+        assert sentence.entropy_per_word == pytest.approx(sentence.tree_entropy / n)
+        # the MBR tree maximises the expected attachment, so it beats Stanza's tree
+        mbr = sentence.mbr_heads
+        assert len(mbr) == n and (mbr == 0).sum() == 1
+        mu = sentence.arc_marginals
+        mbr_score = sum(float(mu[h, m]) for m, h in enumerate(mbr, start=1))
+        assert mbr_score >= sentence.expected_attachment * n - 1e-5
+        assert sentence.sampled_heads.shape == (0, n)
+        labels = sentence.deprel_labels
+        label_mu = sentence.label_marginals
+        assert label_mu.shape == (n + 1, n + 1, len(labels))
+        numpy.testing.assert_allclose(label_mu.sum(-1), sentence.arc_marginals, atol=1e-5)
+        for word in sentence.words:
+            assert 0.0 < word.head_prob <= 1.0 + 1e-6
+            assert 0.0 <= word.head_entropy <= math.log(n) + 1e-5
+            distribution = word.head_distribution
+            assert 1 <= len(distribution) <= 3
+            probs = [p for _, p in distribution]
+            assert probs == sorted(probs, reverse=True)
+            # mu(h, m, l) of Stanza's own head and relation
+            l = labels.index(word.deprel)
+            assert word.dep_prob == pytest.approx(float(label_mu[word.head, word.id, l]), rel=1e-5)
+            assert word.dep_prob <= word.head_prob + 1e-6
+
+
+def test_entropy_matches_enumeration_free_identity(parsed):
+    """H = log Z - sum mu * s (Zmigrod et al. 2021) recomputed from the captured scores."""
+    sentence = parsed.sentences[0]
+    arc = arc_scores(sentence)
+    dist = TreeDistribution(arc)
+    assert sentence.log_partition == pytest.approx(float(dist.log_partition), rel=1e-9)
+    assert sentence.tree_entropy == pytest.approx(float(dist.entropy()), rel=1e-6, abs=1e-9)
+
+
+def test_same_numbers_alone_and_in_bulk(nlp):
+    alone = nlp(SHORT).sentences[0]
+    docs = [stanza.Document([], text=t) for t in ["\n".join(LONGER[:2]), "\n".join([LONGER[2], SHORT]), LONGER[3]]]
+    # pretokenized pipelines take Documents of text; bulk mode batches all sentences
+    docs = nlp.bulk_process(docs)
+    in_bulk = docs[1].sentences[1]
+    assert [w.text for w in in_bulk.words] == [w.text for w in alone.words]
+    assert heads_of(in_bulk) == heads_of(alone)
+    a, b = getattr(alone, SCORES_ATTR), getattr(in_bulk, SCORES_ATTR)
+    numpy.testing.assert_allclose(a.arc, b.arc, rtol=0, atol=1e-5)
+    numpy.testing.assert_allclose(a.rel, b.rel, rtol=0, atol=1e-5)
+    numpy.testing.assert_allclose(alone.arc_marginals, in_bulk.arc_marginals, atol=1e-5)
+    assert alone.tree_entropy == pytest.approx(in_bulk.tree_entropy, abs=1e-5)
+    assert alone.log_partition == pytest.approx(in_bulk.log_partition, abs=1e-4)
+    for wa, wb in zip(alone.words, in_bulk.words):
+        assert wa.head_prob == pytest.approx(wb.head_prob, abs=1e-5)
+    # every sentence of every bulk document was annotated
+    for doc in docs:
+        for sentence in doc.sentences:
+            assert sentence.tree_entropy is not None
+
+
+def test_reversed_model_scores_map_back(nlp):
+    depparse = nlp.processors["depparse"]
+    try:
+        depparse.trainer.args["reversed"] = True
+        depparse._config["reversed"] = True
+        doc = nlp("\n".join([SHORT] + LONGER))
+    finally:
+        depparse.trainer.args["reversed"] = False
+        depparse._config["reversed"] = False
+    for sentence in doc.sentences:
+        arc = arc_scores(sentence)
+        assert TreeDistribution(arc).mode[1:].tolist() == heads_of(sentence)
+        numpy.testing.assert_allclose(sentence.arc_marginals[:, 1:].sum(0), 1.0, atol=1e-5)
+
+
+def test_registering_twice_runs_once(monkeypatch):
+    from stanza.pipeline.registry import PIPELINE_NAMES
+
+    treexp_stanza.register_processor()
+    treexp_stanza.register_properties()
+    importlib.reload(processor_module)
+    processor_module.register_processor()
+    assert PIPELINE_NAMES.count("tree_expectations") == 1
+    calls = []
+    original = processor_module.annotate_sentences
+
+    def counting(numbered, options):
+        calls.append(len(numbered))
+        return original(numbered, options)
+
+    monkeypatch.setattr(processor_module, "annotate_sentences", counting)
+    nlp = make_pipeline()
+    doc = nlp(SHORT + "\n" + LONGER[2])
+    assert calls == [2]
+    assert doc.sentences[0].tree_entropy is not None
+
+
+def test_dict_export_round_trips_through_json(parsed):
+    data = json.loads(json.dumps(treexp_stanza.to_dict(parsed, include_scores=True)))
+    back = treexp_stanza.from_dict(data)
+    assert len(back.sentences) == len(parsed.sentences)
+    for a, b in zip(parsed.sentences, back.sentences):
+        assert [w.text for w in a.words] == [w.text for w in b.words]
+        assert heads_of(a) == heads_of(b)
+        for name in treexp_stanza.SENTENCE_PROPERTIES:
+            va, vb = getattr(a, name), getattr(b, name)
+            if isinstance(va, numpy.ndarray):
+                assert va.dtype == vb.dtype and va.shape == vb.shape
+                numpy.testing.assert_array_equal(va, vb)
+            else:
+                assert va == vb, name
+        for wa, wb in zip(a.words, b.words):
+            for name in treexp_stanza.WORD_PROPERTIES:
+                assert getattr(wa, name) == getattr(wb, name), name
+    # without scores the export is smaller and still restores the marginals
+    small = treexp_stanza.from_dict(json.loads(json.dumps(treexp_stanza.to_dict(parsed))))
+    assert small.sentences[0].arc_scores is None
+    numpy.testing.assert_array_equal(small.sentences[0].arc_marginals, parsed.sentences[0].arc_marginals)
+
+
+def test_conllu_export_round_trips(parsed):
+    text = treexp_stanza.to_conllu(parsed, digits=4)
+    assert "HeadProb=" in text and "HeadEntropy=" in text and "# tree_entropy = " in text
+    # the document itself is unchanged
+    assert all("HeadProb" not in (w.misc or "") for s in parsed.sentences for w in s.words)
+    back = treexp_stanza.from_conllu(text)
+    assert treexp_stanza.to_conllu(back, digits=4) == text
+    for a, b in zip(parsed.sentences, back.sentences):
+        assert heads_of(a) == heads_of(b)
+        assert b.tree_entropy == pytest.approx(a.tree_entropy, abs=5e-5)
+        assert b.log_partition == pytest.approx(a.log_partition, abs=5e-5)
+        for wa, wb in zip(a.words, b.words):
+            assert wb.head_prob == pytest.approx(wa.head_prob, abs=5e-5)
+            assert wb.head_entropy == pytest.approx(wa.head_entropy, abs=5e-5)
+            assert wb.dep_prob == pytest.approx(wa.dep_prob, abs=5e-5)
+
+
+def test_bad_options_are_clear_errors():
+    with pytest.raises(ValueError, match="n_samples"):
+        make_pipeline(n_samples=-1)
+    with pytest.raises(ValueError, match="unknown tree_expectations option"):
+        make_pipeline(n_sample=3)
+    with pytest.raises(ValueError, match="cannot sample without"):
+        make_pipeline(n_samples=2, without_replacement=True, sampler="wilson_marginal")
+
+
+def test_non_graph_parser_is_a_clear_error():
+    class FakeTrainer:
+        model = torch.nn.Linear(2, 2)
+        args = {}
+
+    class FakeProcessor:
+        trainer = FakeTrainer()
+
+        def process(self, doc):
+            return doc
+
+    with pytest.raises(ValueError, match="graph-based"):
+        DepparseScoreCapture(FakeProcessor())
+
+
+def test_sentence_without_scores_is_a_clear_error():
+    doc = stanza.Document([[{"id": 1, "text": "Hi", "head": 0, "deprel": "root"}]])
+    with pytest.raises(ValueError, match="no captured depparse scores"):
+        processor_module.annotate_sentences([(0, doc.sentences[0])], processor_module.parse_options({}))
+
+
+@needs_sampling
+def test_samples_are_trees_with_exact_log_probs(nlp):
+    sampler_nlp = make_pipeline(n_samples=6, seed=3)
+    doc = sampler_nlp("\n".join([SHORT] + LONGER[:2]))
+    for sentence in doc.sentences:
+        n = len(sentence.words)
+        heads = sentence.sampled_heads
+        assert heads.shape == (6, n)
+        assert ((heads >= 0) & (heads <= n)).all()
+        assert ((heads == 0).sum(axis=1) == 1).all()
+        arc = arc_scores(sentence)
+        dist = TreeDistribution(arc)
+        full = torch.cat([torch.full((6, 1), -1), torch.from_numpy(heads).long()], dim=1)
+        numpy.testing.assert_allclose(sentence.sample_log_probs, dist.log_prob(full).numpy(), atol=1e-6)
+        labels = sentence.deprel_labels
+        assert sentence.sampled_deprel_ids.shape == (6, n)
+        assert all(0 <= l < len(labels) for l in sentence.sampled_deprel_ids.ravel())
+    # seeded per sentence: the same samples alone and in a batch
+    alone = sampler_nlp(SHORT).sentences[0]
+    numpy.testing.assert_array_equal(alone.sampled_heads, doc.sentences[0].sampled_heads)
+
+
+@needs_sampling
+def test_samples_without_replacement_are_distinct():
+    doc = make_pipeline(n_samples=4, without_replacement=True)(SHORT)
+    sentence = doc.sentences[0]
+    rows = {tuple(row) for row in sentence.sampled_heads.tolist()}
+    assert len(rows) == 4
+    assert numpy.all(numpy.diff(sentence.sample_log_probs) <= 1e-9) or len(rows) == 4
+
+
+def test_to_spacy_carries_parse_scores_and_annotations(parsed):
+    spacy = pytest.importorskip("spacy")
+    vocab = spacy.blank("en").vocab
+    doc = treexp_stanza.to_spacy(parsed, vocab)
+    sentences = list(doc.sents)
+    assert len(sentences) == len(parsed.sentences)
+    records = doc._.parser_scores
+    for span, sentence, record in zip(sentences, parsed.sentences, records):
+        assert [t.text for t in span] == [w.text for w in sentence.words]
+        assert (record["start"], record["end"]) == (span.start, span.end)
+        assert record["arc"].dtype == numpy.float32
+        numpy.testing.assert_array_equal(record["arc"], getattr(sentence, SCORES_ATTR).arc)
+        assert record["labels"] == sentence.deprel_labels
+        for token, word in zip(span, sentence.words):
+            expected_head = token if word.head == 0 else span[word.head - 1]
+            assert token.head == expected_head
+            assert token.dep_ == word.deprel
+            assert token._.head_prob == pytest.approx(word.head_prob, abs=1e-6)
+            assert token._.head_entropy == pytest.approx(word.head_entropy, abs=1e-6)
+            assert token._.dep_prob == pytest.approx(word.dep_prob, abs=1e-6)
+        assert span._.tree_entropy == pytest.approx(sentence.tree_entropy, abs=1e-9)
+        assert span._.expected_attachment == pytest.approx(sentence.expected_attachment, abs=1e-9)
