@@ -73,20 +73,15 @@ class Conditioner:
         return torch.where((info == 0)[:, None, None], inverse, torch.full_like(inverse, torch.nan))
 
     def select(self, rows: Tensor) -> None:
-        self.sentence = self.sentence[rows]
-        self.lengths = self.lengths[rows]
-        self.inverse = self.inverse[rows]
-        self.refactorise = self.refactorise[rows]
-        self.heads = self.heads[rows]
-        self.top = self.top[rows]
-        self.has_root_child = self.has_root_child[rows]
+        for name in ("sentence", "lengths", "inverse", "refactorise", "heads", "top", "has_root_child"):
+            setattr(self, name, getattr(self, name).index_select(0, rows))
 
     def probs(self, m: int) -> Tensor:
         """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007, §3.2)."""
         if m == 1:  # nothing fixed yet: the engine's (stable) marginals
-            return self.first_marginals[self.sentence]
+            return self.first_marginals.index_select(0, self.sentence)
         j = m - 1
-        column = self.weights[self.sentence, :, m]  # (K, N+1)
+        column = self.weights[:, :, m].index_select(0, self.sentence)  # (K, N+1)
         row = self.inverse[:, 0, :]  # (K, N): row j of L-hat^{-1}
         diagonal = row[:, j : j + 1]
         probs = torch.empty_like(column)
@@ -140,11 +135,11 @@ class Conditioner:
         head): L^{-1} <- L^{-1} - x (e_j^T L^{-1}) / (e_j^T L^{-1} c), j = m - 1.
         """
         j = m - 1
-        rows = torch.arange(head.numel(), device=head.device)
         safe_head = torch.where(active, head, torch.ones_like(head))
         inv = self.inverse  # rows j..N-1
         dep_col = inv[:, :, j]
-        head_col = inv[rows, :, (safe_head - 1).clamp_min(0)]  # L^{-1} e_{h-1} (h >= 1)
+        head_index = (safe_head - 1).clamp_min(0).view(-1, 1, 1).expand(-1, inv.shape[1], 1)
+        head_col = inv.gather(2, head_index).squeeze(-1)  # L^{-1} e_{h-1} (h >= 1)
         is_root = safe_head == 0
         if self.single_root:
             # c = e_0 for h = 0; else [m != 1] e_j - [h != 1] e_{h-1}

@@ -27,18 +27,16 @@ from torch import Tensor
 from spacy_treexp.engine.sampling.colbourn import Conditioner, draw_positive
 
 
-def _log1mexp(x: Tensor) -> Tensor:
-    """log(1 - exp(x)) for x <= 0, accurate at both ends (Maechler 2012)."""
-    return torch.where(x > -0.6931471805599453, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
-
-
 def _truncated_gumbel(parent: Tensor, perturbed: Tensor, valid: Tensor) -> Tensor:
     """Children's Gumbels conditioned on their maximum being the parent's (Kool et al. 2019).
 
-    parent (..., 1), perturbed (..., C) = phi + Gumbel noise, valid (..., C).
+    parent (..., 1), perturbed (..., C) = phi + Gumbel noise, valid (..., C). Their
+    appendix B form: v = T - G + log(1 - exp(G - Z)), G~ = T - relu(v) - log1p(exp(-|v|)).
+    log(-expm1(x)) is exact to an absolute eps where 1 - exp(x) is close to 1, which is all
+    v needs (it is added to T - G).
     """
     top = perturbed.max(-1, keepdim=True).values
-    v = parent - perturbed + _log1mexp(perturbed - top)
+    v = parent - perturbed + torch.log(-torch.expm1(perturbed - top))
     conditioned = parent - torch.relu(v) - torch.log1p(torch.exp(-v.abs()))
     return torch.where(valid, conditioned, torch.full_like(conditioned, -torch.inf))
 
@@ -70,7 +68,7 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
         valid = (probs > 0) & (log_p > -torch.inf).unsqueeze(-1) & active[None, :, None]
         phi = torch.where(valid, log_p.unsqueeze(-1) + probs.log(), torch.full_like(probs, -torch.inf))
         uniform = torch.rand(phi.shape, dtype=phi.dtype, device=device, generator=generator)
-        perturbed = torch.where(valid, phi - torch.log(-torch.log(uniform)), phi)
+        perturbed = torch.where(valid, phi - torch.log(-torch.log(uniform)), phi)  # + Gumbel(0, 1)
         children = _truncated_gumbel(gumbel.unsqueeze(-1), perturbed, valid)
         # a finished sentence keeps each beam as its own only child (slot 0)
         keep = torch.full_like(children, -torch.inf)
