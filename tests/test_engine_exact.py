@@ -191,6 +191,15 @@ def test_non_trees_get_minus_infinity():
     assert torch.isfinite(multi.log_prob(two_roots))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_in_half_precision_out(dtype):
+    scores = _scores(4, seed=2)
+    dist = TreeDistribution(scores.to(dtype))
+    assert dist.marginals.dtype == dtype and dist.log_partition.dtype == dtype
+    reference = TreeDistribution(scores.to(dtype).double())
+    assert torch.allclose(dist.marginals.double(), reference.marginals, atol=1e-2)
+
+
 def test_float32_in_float32_out():
     scores = _scores(5, seed=2).float()
     dist = TreeDistribution(scores)

@@ -117,7 +117,9 @@ class TreeDistribution(Distribution):
         marginals = torch.zeros_like(scores)
         todo = torch.ones_like(lengths, dtype=torch.bool)
         if not self.stable:
-            dtypes = [scores.dtype] if (self.stable is False or scores.dtype == torch.float64) else [scores.dtype, torch.float64]
+            # Half precision has no LU kernels: its fast path runs in float32.
+            first = scores.dtype if scores.dtype in (torch.float32, torch.float64) else torch.float32
+            dtypes = [first] if (self.stable is False or first == torch.float64) else [first, torch.float64]
             for dtype in dtypes:
                 index = todo.nonzero().squeeze(-1)
                 if index.numel() == 0:
@@ -128,6 +130,7 @@ class TreeDistribution(Distribution):
                     weights, lengths[index], self.single_root
                 )
                 accepted = (error <= laplacian.fast_tolerance(dtype)) | (self.stable is False)
+                accepted = accepted & torch.isfinite(log_det)
                 keep = index[accepted]
                 log_z = log_z.index_put((keep,), (log_det + shift.sum(-1))[accepted].to(log_z.dtype))
                 marginals = marginals.index_put((keep,), sub_marginals[accepted].to(marginals.dtype))
