@@ -27,11 +27,15 @@ from stanza.utils.conll import CoNLL
 import spacy_treexp.stanza  # noqa: F401  (registers the processor)
 
 
+def load_gold(path: str, n: int) -> List[Any]:
+    """The first ``n`` sentences of a CoNLL-U file (stanza Sentences, with gold trees)."""
+    return CoNLL.conll2doc(input_file=path).sentences[:n]
+
+
 def load_sentences(path: str, n: int, docs: int) -> List[List[List[Dict[str, Any]]]]:
     """The first ``n`` sentences of a CoNLL-U file, words and tags only, in ``docs`` docs."""
-    doc = CoNLL.conll2doc(input_file=path)
     sentences = []
-    for sentence in doc.sentences[:n]:
+    for sentence in load_gold(path, n):
         sentences.append([
             {"id": w.id, "text": w.text, "lemma": w.lemma or w.text, "upos": w.upos,
              "xpos": w.xpos, "feats": w.feats}
@@ -66,6 +70,25 @@ def time_once(nlp: Any, batches: List[List[List[Dict[str, Any]]]]) -> float:
     return time.perf_counter() - start
 
 
+def accuracy(nlp: Any, batches: List[List[List[Dict[str, Any]]]], gold: List[Any]) -> Dict[str, float]:
+    """UAS / LAS (all words, punctuation included) of ``nlp`` against the gold trees, and
+    the mean tree entropy and head probability when ``tree_expectations`` ran."""
+    docs = nlp.bulk_process([Document(batch) for batch in batches])
+    parsed = [sentence for doc in docs for sentence in doc.sentences]
+    words = uas = las = 0
+    for p, g in zip(parsed, gold):
+        for pw, gw in zip(p.words, g.words):
+            words += 1
+            uas += pw.head == gw.head
+            las += pw.head == gw.head and pw.deprel == gw.deprel
+    out = {"UAS": 100 * uas / words, "LAS": 100 * las / words}
+    if getattr(parsed[0], "tree_entropy", None) is not None:
+        out["mean tree entropy"] = statistics.fmean(s.tree_entropy for s in parsed)
+        out["mean head prob"] = statistics.fmean(w.head_prob for s in parsed for w in s.words)
+        out["mean expected attachment"] = 100 * statistics.fmean(s.expected_attachment for s in parsed)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="folder with depparse.pt [pretrain.pt]")
@@ -92,6 +115,10 @@ def main() -> None:
 
     print(f"{n_sent} sentences, {n_words} words in {len(batches)} docs; torch threads "
           f"{torch.get_num_threads()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
+    gold = load_gold(args.conllu, args.n)
+    for name in ("depparse", "depparse+tree_expectations"):
+        scores = accuracy(configs[name], batches, gold)
+        print(f"{name:32s} " + "  ".join(f"{k} {v:.2f}" for k, v in scores.items()))
     base = min(times["depparse"])
     for name, values in times.items():
         best = min(values)
