@@ -121,19 +121,27 @@ class TreeDistribution(Distribution):
             first = scores.dtype if scores.dtype in (torch.float32, torch.float64) else torch.float32
             dtypes = [first] if (self.stable is False or first == torch.float64) else [first, torch.float64]
             for dtype in dtypes:
+                everything = bool(todo.all())
                 index = todo.nonzero().squeeze(-1)
                 if index.numel() == 0:
                     break
-                sub = scores[index].to(dtype)
-                weights, shift = laplacian.shifted_weights(sub, mask[index])
+                sub = (scores if everything else scores[index]).to(dtype)
+                sub_mask, sub_lengths = (mask, lengths) if everything else (mask[index], lengths[index])
+                weights, shift = laplacian.shifted_weights(sub, sub_mask)
                 log_det, sub_marginals, error = laplacian.fast_partition_and_marginals(
-                    weights, lengths[index], self.single_root
+                    weights, sub_lengths, self.single_root
                 )
+                sub_log_z = (log_det + shift.sum(-1)).to(log_z.dtype)
+                sub_marginals = sub_marginals.to(marginals.dtype)
                 accepted = (error <= laplacian.fast_tolerance(dtype)) | (self.stable is False)
                 accepted = accepted & torch.isfinite(log_det)
+                if everything and bool(accepted.all()):
+                    log_z, marginals = sub_log_z, sub_marginals
+                    todo = torch.zeros_like(todo)
+                    break
                 keep = index[accepted]
-                log_z = log_z.index_put((keep,), (log_det + shift.sum(-1))[accepted].to(log_z.dtype))
-                marginals = marginals.index_put((keep,), sub_marginals[accepted].to(marginals.dtype))
+                log_z = log_z.index_put((keep,), sub_log_z[accepted])
+                marginals = marginals.index_put((keep,), sub_marginals[accepted])
                 todo = todo.index_put((keep,), torch.zeros_like(keep, dtype=torch.bool))
         use_stable = todo
         if use_stable.any():

@@ -28,12 +28,12 @@ from torch import Tensor
 NEG_INF = float("-inf")
 
 #: Largest error estimate (relative, eps times the pivot growth) the fast path may have.
-_FAST_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
+_FAST_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-4}
 
 
 def fast_tolerance(dtype: torch.dtype) -> float:
     """Largest fast-path error estimate accepted for ``dtype`` (calibrated against mpmath)."""
-    return _FAST_TOLERANCE.get(dtype, 1e-5)
+    return _FAST_TOLERANCE.get(dtype, 1e-4)
 
 
 def shifted_weights(scores: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
@@ -62,12 +62,12 @@ def laplacian_matrix(weights: Tensor, lengths: Tensor, single_root: bool) -> Ten
     root_weights = weights[..., 0, 1:]
     n_max = word_weights.shape[-1]
     padding = torch.arange(n_max, device=weights.device).unsqueeze(0) >= lengths.unsqueeze(1)
-    in_weight = word_weights.sum(dim=-2)
+    diagonal = word_weights.sum(dim=-2) + padding.to(weights.dtype)
+    if not single_root:
+        diagonal = diagonal + root_weights
+    lap = torch.diag_embed(diagonal) - word_weights
     if single_root:
-        lap = torch.diag_embed(in_weight + padding.to(weights.dtype)) - word_weights
-        lap = torch.cat([root_weights.unsqueeze(-2), lap[..., 1:, :]], dim=-2)
-    else:
-        lap = torch.diag_embed(in_weight + root_weights + padding.to(weights.dtype)) - word_weights
+        lap[..., 0, :] = root_weights
     return lap
 
 
@@ -110,16 +110,15 @@ def _closed_form_marginals(weights: Tensor, inverse: Tensor, single_root: bool) 
     n_max = inverse.shape[-1]
     diag = torch.diagonal(inverse, dim1=-2, dim2=-1)  # A[m, m]
     transposed = inverse.transpose(-1, -2)  # [h, m] -> A[m, h]
+    factor = torch.zeros_like(weights)  # [h, m] over ROOT and words; ROOT column stays 0
     if single_root:
-        not_first = torch.ones(n_max, dtype=inverse.dtype, device=inverse.device)
-        not_first[0] = 0
-        word_part = diag.unsqueeze(-2) * not_first - transposed * not_first.unsqueeze(-1)
-        root_part = inverse[..., :, 0]
+        factor[..., 1:, 1:] = diag.unsqueeze(-2) - transposed
+        factor[..., 1:, 1] = -transposed[..., :, 0]  # m = first word: no A[m, m] term
+        factor[..., 1, 1:] = diag  # h = first word: no A[m, h] term
+        factor[..., 0, 1:] = inverse[..., :, 0]
     else:
-        word_part = diag.unsqueeze(-2) - transposed
-        root_part = diag
-    factor = torch.cat([root_part.unsqueeze(-2), word_part], dim=-2)  # (B, N+1, N)
-    factor = torch.cat([torch.zeros_like(factor[..., :1]), factor], dim=-1)  # ROOT column
+        factor[..., 1:, 1:] = diag.unsqueeze(-2) - transposed
+        factor[..., 0, 1:] = diag
     return weights * factor
 
 
