@@ -318,3 +318,16 @@ def test_to_spacy_carries_parse_scores_and_annotations(parsed):
             assert token._.dep_prob == pytest.approx(word.dep_prob, abs=1e-6)
         assert span._.tree_entropy == pytest.approx(sentence.tree_entropy, abs=1e-9)
         assert span._.expected_attachment == pytest.approx(sentence.expected_attachment, abs=1e-9)
+
+
+def test_to_spacy_from_a_json_export_with_scores(parsed):
+    spacy = pytest.importorskip("spacy")
+    vocab = spacy.blank("en").vocab
+    restored = treexp_stanza.from_dict(json.loads(json.dumps(treexp_stanza.to_dict(parsed, include_scores=True))))
+    direct = treexp_stanza.to_spacy(parsed, vocab)
+    via_json = treexp_stanza.to_spacy(restored, vocab)
+    assert [t.head.i for t in direct] == [t.head.i for t in via_json]
+    assert [t._.head_prob for t in direct] == [t._.head_prob for t in via_json]
+    without_scores = treexp_stanza.from_dict(json.loads(json.dumps(treexp_stanza.to_dict(parsed))))
+    with pytest.raises(ValueError, match="depparse scores"):
+        treexp_stanza.to_spacy(without_scores, vocab)

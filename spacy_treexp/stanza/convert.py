@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import numpy
-from spacy.tokens import Doc
-from spacy.vocab import Vocab
 from stanza.models.common.doc import Document
 
 from spacy_treexp.stanza.capture import SCORES_ATTR
 from spacy_treexp.stanza.processor import RECORD_ATTR
+
+if TYPE_CHECKING:  # spaCy is imported only when converting
+    from spacy.tokens import Doc
+    from spacy.vocab import Vocab
 
 STANZA_PROCESSORS = "tokenize,pos,lemma,depparse,tree_expectations"
 
@@ -41,13 +43,15 @@ def _sentence_scores(sentence: Any) -> Dict[str, Any]:
     )
 
 
-def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **component_options: Any) -> Doc:
+def to_spacy(stanza_doc: Document, vocab: "Vocab", *, annotate: bool = True, **component_options: Any) -> "Doc":
     """A spaCy Doc with Stanza's words, parse and scores (see the module doc).
 
     ``annotate``: run the spaCy ``tree_expectations`` component (with
     ``component_options``, e.g. ``n_samples=10``) so the Doc carries its extension
     attributes; otherwise only ``doc._.parser_scores`` is set.
     """
+    from spacy.tokens import Doc
+
     from spacy_treexp.pipeline.extensions import PARSER_SCORES
 
     if not isinstance(stanza_doc, Document):
