@@ -132,7 +132,8 @@ def _first_pointers(cdf: Tensor, free: Tensor, num_samples: int, generator: torc
     """
     batch, size = cdf.shape[0], cdf.shape[-1]
     u = torch.rand((num_samples, batch, size, 1), dtype=cdf.dtype, device=cdf.device, generator=generator)
-    first = (cdf.unsqueeze(0) <= u * cdf[..., -1:].unsqueeze(0)).sum(-1).reshape(-1, size)
+    below = cdf.unsqueeze(0) <= u * cdf[..., -1:].unsqueeze(0)
+    first = below.sum(-1, dtype=torch.int32).reshape(-1, size).long()  # int32: a cheap count
     return torch.where(free, first, torch.zeros_like(first))
 
 
