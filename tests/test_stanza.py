@@ -331,3 +331,10 @@ def test_to_spacy_from_a_json_export_with_scores(parsed):
     without_scores = treexp_stanza.from_dict(json.loads(json.dumps(treexp_stanza.to_dict(parsed))))
     with pytest.raises(ValueError, match="depparse scores"):
         treexp_stanza.to_spacy(without_scores, vocab)
+
+
+def test_one_word_sentence_is_certain(nlp):
+    sentence = nlp("Hello").sentences[0]
+    assert sentence.tree_entropy == pytest.approx(0.0, abs=1e-9)
+    assert sentence.words[0].head_prob == pytest.approx(1.0)
+    assert sentence.mbr_heads.tolist() == [0]
