@@ -19,8 +19,8 @@ A record (one sentence) holds: ``start``, ``end`` (token offsets), ``marginals``
 float32 (n+1, n+1), ``log_partition``, ``entropy``, ``expected_attachment`` (floats; the latter a
 fraction of the n words),
 ``heads`` int32 (n,) (the tree the token values refer to), ``head_prob``,
-``head_entropy`` float32 (n,), ``dep_prob`` float32 (n,) or None, ``mbr_heads`` int32
-(n,), ``sampled_heads`` int32 (k, n), ``sample_log_probs`` float64 (k,),
+``head_entropy`` float32 (n,), ``dep_prob`` float32 (n,) or None, ``single_root``
+(bool), ``sampled_heads`` int32 (k, n), ``sample_log_probs`` float64 (k,),
 ``sampled_labels`` int32 (k, n) or None, ``labels`` (list of str) or None, and
 ``top_k_heads`` (int).
 """
@@ -32,7 +32,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.attrs import DEP, HEAD
+import torch
 from spacy.tokens import Doc, Span, Token
+
+from spacy_treexp.engine import TreeDistribution
 
 #: Name of the Doc extension holding the per-sentence records.
 STORE = "tree_expectations"
@@ -165,8 +168,18 @@ def get_span_expected_attachment(span: Span) -> Optional[float]:
 
 
 def get_span_mbr_heads(span: Span) -> Optional[numpy.ndarray]:
-    """Heads (n,) of the minimum-Bayes-risk tree (max expected attachment), 0 = ROOT."""
-    return _span_value(span, "mbr_heads")
+    """Heads (n,) of the minimum-Bayes-risk tree (max expected attachment), 0 = ROOT.
+
+    Computed when asked, from the stored marginals: the engine's best tree under arc
+    scores μ(h, d) maximises Σ_d μ(h_d, d), the expected attachment score. (Lazy because
+    the spanning-tree search costs more than all the other values together.)
+    """
+    record = _record_for_span(span)
+    if record is None:
+        return None
+    marginals = torch.from_numpy(numpy.asarray(record["marginals"], dtype=numpy.float64))
+    best = TreeDistribution(marginals.unsqueeze(0), single_root=record["single_root"]).mode
+    return best[0, 1:].numpy().astype(numpy.int32)
 
 
 def get_span_sampled_heads(span: Span) -> Optional[numpy.ndarray]:
