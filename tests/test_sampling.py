@@ -360,6 +360,9 @@ def test_walk_that_cannot_reach_root_raises_naming_the_sentence():
     dist = TreeDistribution(scores, single_root=False)
     with pytest.raises(ValueError, match=r"sentence\(s\) \[1\].*colbourn"):
         wilson_multi_root(dist, 3, torch.Generator().manual_seed(0), max_rounds=50)
+    single = TreeDistribution(scores)  # Wilson-Reject's multi-root walks get stuck the same way
+    with pytest.raises(ValueError, match=r"did not reach ROOT.*sentence\(s\) \[1\]"):
+        wilson_reject(single, 3, torch.Generator().manual_seed(0), max_rounds=50)
     # Colbourn refactorises where L-hat is singular in float64: both trees, 1/2 each.
     heads = sample(dist, (DRAWS,), method="colbourn", generator=torch.Generator().manual_seed(0))
     trees = torch.tensor([[-1, 0, 1], [-1, 2, 0]])

@@ -196,36 +196,40 @@ def wilson_reject(
     free, sentence = _start(dist, num_samples)
     nxt = _first_pointers(cdf, free, num_samples, generator)
     tries = torch.ones(free.shape[0], dtype=torch.long, device=free.device)
-    accepted = torch.zeros_like(free[:, 0])
+    rounds = torch.zeros_like(tries)  # rounds of cycle popping in the current try
     active = torch.arange(free.shape[0], device=free.device)
     # One cycle-popping loop for all tries: a row whose draw is a tree but has several ROOT
-    # children starts a fresh try at once (each try is an independent Wilson run).
-    for _ in range(max_rounds):
+    # children starts a fresh try at once (each try is an independent Wilson run). Every
+    # round raises a row's try count or its round count, so the loop is bounded.
+    for _ in range(max_tries * max_rounds):
         on_cycle = cycle_nodes(nxt[active])
         has_cycle = on_cycle.any(-1)
         finished = active[~has_cycle]
         single = ((nxt[finished] == 0) & free[finished]).sum(-1) == 1
-        accepted[finished[single]] = True
         rejected = finished[~single]
         tries[rejected] += 1
-        if (tries > max_tries).any():
+        rounds[rejected] = 0
+        popping = active[has_cycle]
+        rounds[popping] += 1
+        if (tries[rejected] > max_tries).any() or (rounds[popping] > max_rounds).any():
             break
         _redraw(nxt, rejected, free[rejected], cdf, sentence, generator)
-        _redraw(nxt, active[has_cycle], on_cycle[has_cycle], cdf, sentence, generator)
-        active = torch.cat([active[has_cycle], rejected])
+        _redraw(nxt, popping, on_cycle[has_cycle], cdf, sentence, generator)
+        active = torch.cat([popping, rejected])
         if active.numel() == 0:
             heads = torch.where(free, nxt, torch.full_like(nxt, -1))
             return heads.reshape(num_samples, batch, size), tries.reshape(num_samples, batch)
-    over = tries > max_tries
-    stuck = sorted(set(sentence[over if over.any() else ~accepted].tolist()))
-    if not over.any():
+    if (tries > max_tries).any():
+        stuck = sorted(set(sentence[tries > max_tries].tolist()))
         raise ValueError(
-            f"Wilson-Reject's walks did not finish within {max_rounds} rounds of cycle popping in "
-            f"sentence(s) {stuck[:10]}: the walk's hitting time is astronomical or infinite; "
-            "use method='colbourn' for these sentences."
+            f"Wilson-Reject drew no single-root tree in {max_tries} tries for sentence(s) "
+            f"{stuck[:10]}: its acceptance rate Z_single / Z_multi is too small "
+            "(see wilson_reject_acceptance); use method='wilson_marginal' or 'colbourn'."
         )
+    stuck = sorted(set(sentence[rounds > max_rounds].tolist()))
     raise ValueError(
-        f"Wilson-Reject drew no single-root tree in {max_tries} tries for sentence(s) "
-        f"{stuck[:10]}: its acceptance rate Z_single / Z_multi is too small "
-        "(see wilson_reject_acceptance); use method='wilson_marginal' or 'colbourn'."
+        f"Wilson-Reject's walks did not reach ROOT after {max_rounds} rounds of cycle popping in "
+        f"sentence(s) {stuck[:10]}: some words form a cycle whose arcs out of it have (almost) "
+        "zero weight, so the walk's hitting time is astronomical or infinite; use "
+        "method='colbourn' for these sentences."
     )
