@@ -8,7 +8,9 @@ update in O(n^2) per word and O(n^3) per tree.
 
 Accuracy: the inverse and every update are kept in float64 whatever the input dtype
 (Sherman-Morrison drifts in float32); the first word's conditional is the engine's stable
-marginal column. Two kinds of zero-probability heads are removed exactly, by structure,
+marginal column. Every later conditional is checked (it must sum to 1); a sentence whose
+L-hat is singular in float64 or whose updates drift is refactorised: its conditionals come
+from the engine's marginals of the conditioned scores (see :data:`SUM_TOLERANCE`). Two kinds of zero-probability heads are removed exactly, by structure,
 rather than by the sign of a rounding error: heads closing a cycle with the heads already
 chosen, and (single-root) a second ROOT child.
 """

@@ -70,13 +70,10 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
         uniform = torch.rand(phi.shape, dtype=phi.dtype, device=device, generator=generator)
         perturbed = torch.where(valid, phi - torch.log(-torch.log(uniform)), phi)  # + Gumbel(0, 1)
         children = _truncated_gumbel(gumbel.unsqueeze(-1), perturbed, valid)
-        # a finished sentence keeps each beam as its own only child (slot 0)
-        keep = torch.full_like(children, -torch.inf)
-        keep[..., 0] = gumbel
-        keep_phi = torch.full_like(phi, -torch.inf)
-        keep_phi[..., 0] = log_p
-        children = torch.where(active[None, :, None], children, keep)
-        phi = torch.where(active[None, :, None], phi, keep_phi)
+        if not bool(active.all()):  # a finished sentence keeps each beam as its only child
+            finished = ~active[None, :]
+            children[..., 0] = torch.where(finished, gumbel, children[..., 0])
+            phi[..., 0] = torch.where(finished, log_p, phi[..., 0])
 
         flat = children.permute(1, 0, 2).reshape(batch, k * size)
         top, index = flat.topk(k, dim=-1)  # (B, k), sorted: draw order
