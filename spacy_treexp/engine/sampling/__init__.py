@@ -139,7 +139,7 @@ def iter_without_replacement(dist, generator: torch.Generator | None = None) -> 
 
 
 def wilson_reject_acceptance(dist) -> Tensor:
-    """(B,) Wilson-Reject's acceptance rate Z_single / Z_multi (Stanojević 2022, §4).
+    """(B,) Wilson-Reject's acceptance rate Z_single / Z_multi (Stanojević 2022).
 
     The expected number of multi-root draws per accepted tree is its inverse, at most
     (1 + 1/n)^(n-1) <= e in expectation over random weights per the paper.

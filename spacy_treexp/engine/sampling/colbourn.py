@@ -1,6 +1,6 @@
 """Colbourn's ancestral sampler: the tree distribution as an autoregressive model over heads.
 
-Colbourn, Myrvold & Neufeld (1996); Stanojević (2022), §5. Words are visited in order
+Colbourn, Myrvold & Neufeld (1996); Stanojević (2022). Words are visited in order
 m = 1..n; word m's head is drawn from its marginal *conditioned on the heads already
 chosen*; fixing it replaces column m of Koo et al.'s matrix L-hat by the column of a
 single arc of weight 1, a rank-one change, so L-hat^{-1} follows by one Sherman-Morrison
@@ -79,7 +79,7 @@ class Conditioner:
             setattr(self, name, getattr(self, name).index_select(0, rows))
 
     def probs(self, m: int) -> Tensor:
-        """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007, §3.2)."""
+        """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007)."""
         if m == 1:  # nothing fixed yet: the engine's (stable) marginals
             return self.first_marginals.index_select(0, self.sentence)
         j = m - 1

@@ -1,13 +1,13 @@
 """Wilson's algorithm for dependency trees: multi-root, Wilson-Marginal and Wilson-Reject.
 
-Stanojević (2022), *Unbiased and Efficient Sampling of Dependency Trees*, §3-4.
+Stanojević (2022), *Unbiased and Efficient Sampling of Dependency Trees*.
 
 A word's walk moves from the word to a head h with probability w[h, m] / sum_h' w[h', m],
 so the arborescence Wilson's algorithm returns has probability proportional to
 prod_m w[heads[m], m]: exactly the tree distribution.
 
-We run Wilson's algorithm in its *cycle-popping* form (Wilson 1996; Propp & Wilson 1998,
-Thm. 4): every free word points at a random head; while the pointers contain cycles, every
+We run Wilson's algorithm in its *cycle-popping* form (Wilson 1996; Propp & Wilson 1998):
+every free word points at a random head; while the pointers contain cycles, every
 word on a cycle draws a fresh head. Cycles of a functional graph are disjoint, so popping
 all of them at once is one admissible popping order and the final tree has the same law as
 the loop-erased random walks. This lets all samples of all sentences advance together:
@@ -146,7 +146,7 @@ def _to_heads(nxt: Tensor, free_or_fixed: Tensor, num_samples: int, batch: int) 
 def wilson_multi_root(
     dist, num_samples: int, generator: torch.Generator | None = None, max_rounds: int = MAX_ROUNDS
 ) -> Tensor:
-    """Multi-root trees by Wilson's algorithm (Stanojević 2022, §3): (S, B, N+1) heads."""
+    """Multi-root trees by Wilson's algorithm (Stanojević 2022): (S, B, N+1) heads."""
     cdf = _cumulative_weights(dist, with_root=True)
     free, sentence = _start(dist, num_samples)
     nxt = _first_pointers(cdf, free, num_samples, generator)
@@ -157,7 +157,7 @@ def wilson_multi_root(
 def wilson_marginal(
     dist, num_samples: int, generator: torch.Generator | None = None, max_rounds: int = MAX_ROUNDS
 ) -> Tensor:
-    """Single-root trees by Wilson-Marginal (Stanojević 2022, Alg. 2): (S, B, N+1) heads.
+    """Single-root trees by Wilson-Marginal (Stanojević 2022): (S, B, N+1) heads.
 
     The ROOT child r is drawn from its exact marginal mu[0, r] (the engine's stable
     marginals, computed once for all samples); the other words then run Wilson's walks on
@@ -184,7 +184,7 @@ def wilson_reject(
     max_rounds: int = MAX_ROUNDS,
     max_tries: int = MAX_TRIES,
 ) -> tuple[Tensor, Tensor]:
-    """Single-root trees by Wilson-Reject (Stanojević 2022, Alg. 3).
+    """Single-root trees by Wilson-Reject (Stanojević 2022).
 
     Draws multi-root trees with Wilson's algorithm until a draw has exactly one ROOT child;
     accepted draws are exact single-root samples. Returns heads (S, B, N+1) and the number

@@ -1,15 +1,15 @@
 """Sampling dependency trees without replacement over Colbourn's autoregressive form.
 
 Colbourn's sampler (see :mod:`.colbourn`) writes p(tree) = prod_m p(head_m | head_<m), so
-sequence-model techniques for sampling without replacement apply (Stanojević 2022, §6):
+sequence-model techniques for sampling without replacement apply (Stanojević 2022):
 
 * ``sbs``: stochastic beam search (Kool, van Hoof & Welling 2019): Gumbel-perturbed
   log-probabilities of prefixes, each child's Gumbel conditioned on its parent's
-  (truncated Gumbel, their eq. 10 in the stable form of their appendix B), top-k per word.
+  (a truncated Gumbel, in the numerically stable form of their appendix), top-k per word.
   The k trees are distributed as k draws without replacement, in draw order (the first is
   a sample of p). All beams advance together: O(k n^3).
-* ``trie``: incremental sampling without replacement (Shi, Sheng, Bai & Maddison 2020,
-  Alg. 1): one ancestral draw at a time, each step renormalised by the probability mass
+* ``trie``: incremental sampling without replacement (Shi, Sheng, Bai & Maddison 2020):
+  one ancestral draw at a time, each step renormalised by the probability mass
   already drawn below every prefix, kept in a trie of the drawn prefixes. A trie lookup per
   step, never a pass over earlier draws: O(n^3) per tree, and it can stop at any time.
 
@@ -31,7 +31,7 @@ def _truncated_gumbel(parent: Tensor, perturbed: Tensor, valid: Tensor) -> Tenso
     """Children's Gumbels conditioned on their maximum being the parent's (Kool et al. 2019).
 
     parent (..., 1), perturbed (..., C) = phi + Gumbel noise, valid (..., C). Their
-    appendix B form: v = T - G + log(1 - exp(G - Z)), G~ = T - relu(v) - log1p(exp(-|v|)).
+    appendix form: v = T - G + log(1 - exp(G - Z)), G~ = T - relu(v) - log1p(exp(-|v|)).
     log(-expm1(x)) is exact to an absolute eps where 1 - exp(x) is close to 1, which is all
     v needs (it is added to T - G).
     """
