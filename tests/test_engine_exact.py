@@ -168,6 +168,10 @@ def test_gradcheck(single_root, stable):
         return dist.log_partition, dist.marginals, dist.entropy()
 
     assert torch.autograd.gradcheck(quantities, (scores,))
+    # Second derivatives of log Z (its gradient is the marginals, which carry their own graph).
+    assert torch.autograd.gradgradcheck(
+        lambda x: TreeDistribution(x, lengths, single_root=single_root, stable=stable).log_partition, (scores,)
+    )
     r = torch.randn(2, 4, 4, generator=gen, dtype=torch.float64)
     assert torch.autograd.gradcheck(
         lambda x: TreeDistribution(x, lengths, single_root=single_root, stable=stable).covariance(r, r), (scores,)
