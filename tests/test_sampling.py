@@ -213,15 +213,17 @@ def test_without_replacement_draws_every_tree_once_then_pads(method, single_root
     assert_exact_log_probs(dist, heads, log_probs)
 
 
-@pytest.mark.parametrize("method,seed", [("sbs", 10), ("trie", 11)])
-def test_first_two_draws_have_the_without_replacement_law(method, seed):
+@pytest.mark.parametrize(
+    "method,single_root,seed", [("sbs", True, 10), ("trie", True, 11), ("sbs", False, 19), ("trie", False, 20)]
+)
+def test_first_two_draws_have_the_without_replacement_law(method, single_root, seed):
     """Ordered pair (a, b) has probability p(a) p(b) / (1 - p(a)); the first draw is ~ p."""
     n = 3
     gen = torch.Generator().manual_seed(seed)
     one = torch.randn(1, n + 1, n + 1, generator=gen, dtype=torch.float64)
-    dist = TreeDistribution(one.expand(DRAWS, -1, -1))  # the same sentence DRAWS times
+    dist = TreeDistribution(one.expand(DRAWS, -1, -1), single_root=single_root)  # DRAWS copies
     heads, _ = sample_without_replacement(dist, 2, method=method, generator=gen)
-    trees, probs = exact_probs(one[0], n, True)
+    trees, probs = exact_probs(one[0], n, single_root)
     tree_codes = codes(trees, n)
     first, second = codes(heads[0], n), codes(heads[1], n)
     assert (first != second).all()
