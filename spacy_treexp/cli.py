@@ -71,7 +71,21 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
         nlp.replace_pipe("tree_expectations", "tree_expectations", config=config)
     else:
         nlp.add_pipe("tree_expectations", config=settings)
+    _check_scores_upstream(nlp)
     return nlp
+
+
+def _check_scores_upstream(nlp: Language) -> None:
+    """Fail at once, not on every document, when nothing writes the default scores."""
+    config = nlp.get_pipe_config("tree_expectations")
+    if config["scores"] != {"@misc": "spacy_treexp.parser_scores.v1"}:
+        return
+    before = nlp.pipe_names[: nlp.pipe_names.index("tree_expectations")]
+    if not any("doc._.parser_scores" in nlp.get_pipe_meta(name).assigns for name in before):
+        raise SystemExit(
+            f"spacy-treexp: no component of the pipeline {before} writes arc scores "
+            "(Doc._.parser_scores); use a pipeline with 'biaffine_parser'."
+        )
 
 
 def make_doc(nlp: Language, item: Item) -> Doc:

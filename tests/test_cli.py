@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import spacy
@@ -172,6 +173,16 @@ def test_bad_arguments(model, tmp_path):
         cli.main(["parse", "Hi.", "--samples", "-1", "--model", model])
 
 
+def test_pipeline_without_arc_scores_fails_at_once(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.to_disk(tmp_path / "no_parser")
+    with pytest.raises(SystemExit, match="writes arc scores"):
+        cli.main(["parse", "Hi there.", "--model", str(tmp_path / "no_parser")])
+
+
 def test_module_and_console_script_entry_points():
-    result = subprocess.run([sys.executable, "-m", "spacy_treexp", "--help"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and "annotate" in result.stdout and "render" in result.stdout
+    script = Path(sys.executable).parent / "spacy-treexp"  # installed by pip with the package
+    for command in ([sys.executable, "-m", "spacy_treexp", "--help"], [str(script), "--help"]):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and "annotate" in result.stdout and "render" in result.stdout
