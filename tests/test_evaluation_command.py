@@ -121,3 +121,19 @@ def test_module_entry_point_help():
     result = subprocess.run([sys.executable, "-m", "spacy_treexp.evaluation", "--help"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "--conllu" in result.stdout
+
+
+STANZA_TINY = Path(__file__).parent / "fixtures" / "stanza" / "tiny"
+
+
+@pytest.mark.skipif(not (STANZA_TINY / "depparse.pt").is_file(), reason="no tiny Stanza fixture model")
+def test_stanza_pipeline_directory(tmp_path):
+    from spacy_treexp.evaluation import run
+
+    conllu = STANZA_TINY.parent / "tiny_en.dev.conllu"
+    report = run(None, conllu, tmp_path, stanza_dir=str(STANZA_TINY), limit=8, samples=False,
+                 reject_draws=0, timing=False, plots=False, log=lambda message: None)
+    assert report["meta"]["kind"] == "stanza"
+    assert report["raw"]["n_sentences"] == 8
+    assert 0.0 <= report["raw"]["attachment"]["las_map"] <= report["raw"]["attachment"]["uas_map"] <= 1.0
+    assert (tmp_path / "report.json").is_file() and (tmp_path / "summary.md").is_file()

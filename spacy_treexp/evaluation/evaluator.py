@@ -66,13 +66,16 @@ def universal(label: str) -> str:
     return normalise_label(label).split(":")[0]
 
 
-def length_batches(lengths: Sequence[int], max_cells: int, max_batch: int = 512, factor: int = 1) -> Iterator[List[int]]:
-    """Sentence indices grouped by length so that ``factor · B · (N+1)²`` stays below ``max_cells``."""
+def length_batches(lengths: Sequence[int], max_cells: int, max_batch: int = 512, factor: int = 1,
+                   max_ratio: float = 1.25) -> Iterator[List[int]]:
+    """Sentence indices grouped by length so that ``factor · B · (N+1)²`` stays below
+    ``max_cells`` and no sentence is padded beyond ``max_ratio`` times its length (+1)."""
     order = numpy.argsort(numpy.asarray(lengths), kind="stable")
     batch: List[int] = []
     for index in order.tolist():
         size = (lengths[index] + 1) ** 2 * factor
-        if batch and ((len(batch) + 1) * size > max_cells or len(batch) >= max_batch):
+        if batch and ((len(batch) + 1) * size > max_cells or len(batch) >= max_batch
+                      or lengths[index] + 1 > max_ratio * (lengths[batch[0]] + 1)):
             yield batch
             batch = []
         batch.append(index)

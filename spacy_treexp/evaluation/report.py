@@ -42,6 +42,8 @@ def write_json(report: Dict[str, Any], path: Path) -> None:
 def _f(value: Optional[float], digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
+    if value != 0 and abs(value) < 10 ** -(digits - 1):
+        return f"{value:.2e}"
     return f"{value:.{digits}f}"
 
 
@@ -176,7 +178,7 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
             cal = block["calibration"][key]
             xs = [b["confidence"] for b in cal["bins"]]
             ys = [b["accuracy"] for b in cal["bins"]]
-            ax.plot(xs, ys, marker="o", label=f"{name}: ECE {cal['ece']:.4f}")
+            ax.plot(xs, ys, marker="o", label=f"{name}: ECE {_f(cal['ece'])}")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("mean confidence (15 equal-mass bins)")
         ax.set_ylabel("accuracy")

@@ -74,6 +74,7 @@ def run(
     seed: int = 0,
     batch_size: int = 64,
     plots: bool = True,
+    threads: Optional[int] = 1,
     command: Optional[str] = None,
     log=print,
 ) -> Dict[str, Any]:
@@ -82,8 +83,26 @@ def run(
     ``model``: a spaCy pipeline path or name (None: the shipped model), or ``stanza_dir``: a
     Stanza pipeline directory. ``dev``: a CoNLL-U file on which to fit post-hoc arc and
     relation temperatures (None: no temperature scaling). ``limit`` > 0 evaluates the
-    first ``limit`` sentences only. Returns the report dict.
+    first ``limit`` sentences only. ``threads``: torch threads for the run (default 1: on a
+    small shared machine more threads than free cores make torch many times slower;
+    None keeps torch's setting). Returns the report dict.
     """
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _run(model, conllu, out_dir, stanza_dir=stanza_dir, dev=dev, ks=ks, samples=samples,
+                    reject_draws=reject_draws, timing_repeats=timing_repeats,
+                    timing_max_per_bucket=timing_max_per_bucket, timing=timing, limit=limit, seed=seed,
+                    batch_size=batch_size, plots=plots, command=command, log=log)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, reject_draws, timing_repeats,
+         timing_max_per_bucket, timing, limit, seed, batch_size, plots, command, log) -> Dict[str, Any]:
     start = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -178,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=64, help="spaCy nlp.pipe batch size")
     parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1; more than the free cores slows torch down badly)")
     return parser
 
 
@@ -197,7 +218,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run(args.model, conllu, args.out, stanza_dir=args.stanza, dev=dev, ks=args.ks,
             samples=not args.no_samples, reject_draws=args.reject_draws, timing_repeats=args.timing_repeats,
             timing_max_per_bucket=args.timing_max_per_bucket, timing=not args.no_timing, limit=args.limit,
-            seed=args.seed, batch_size=args.batch_size, plots=not args.no_plots, command=command,
+            seed=args.seed, batch_size=args.batch_size, plots=not args.no_plots, threads=args.threads, command=command,
             log=lambda message: print(message, file=sys.stderr, flush=True))
     except (FileNotFoundError, ValueError, RuntimeError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)

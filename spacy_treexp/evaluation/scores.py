@@ -116,8 +116,9 @@ def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], **options: An
     make = getattr(treexp_stanza, "pipeline_from_dir", None)
     if make is None:
         raise RuntimeError("spacy_treexp.stanza.pipeline_from_dir is missing: cannot load a Stanza pipeline directory")
-    nlp = make(pipeline_dir, **options)
-    doc = nlp([sentence.words for sentence in gold])
+    options = {"tokenize_pretokenized": True, "logging_level": "WARN", **options}
+    nlp = make(str(pipeline_dir), **options)
+    doc = nlp([list(sentence.words) for sentence in gold])
     if len(doc.sentences) != len(gold):
         raise ValueError(f"Stanza returned {len(doc.sentences)} sentences for {len(gold)} gold sentences")
     out = []
@@ -127,6 +128,15 @@ def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], **options: An
         if captured is None:
             raise ValueError(f"{where}: Stanza's depparse scores were not captured")
         heads = numpy.asarray([-1] + [word.head for word in parsed.words], dtype=numpy.int64)
-        record = {"arc": captured.arc.numpy(), "rel": captured.rel.numpy(), "labels": captured.labels}
+        record = {"arc": _numpy(captured.arc), "rel": _numpy(captured.rel), "labels": captured.labels}
         out.append(from_record(record, sentence.n, where, heads))
     return out
+
+
+def _numpy(value: Any) -> Optional[numpy.ndarray]:
+    """A numpy array from a numpy array or a (CPU or GPU) torch tensor."""
+    if value is None:
+        return None
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return numpy.asarray(value)
