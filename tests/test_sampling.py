@@ -411,3 +411,16 @@ def test_cuda_without_replacement(method):
     assert heads.is_cuda
     assert len(set(codes(heads[:9, 0].cpu(), 3).tolist())) == 9
     assert (log_probs[9:, 0] == -torch.inf).all()
+
+
+def test_word_without_possible_head_is_a_clear_error():
+    """Forbidden arcs are never walked; a word with no allowed head at all (no tree) is a
+    ValueError naming the sentence, not an index error or a hang."""
+    scores = torch.full((1, 3, 3), -torch.inf)
+    scores[0, 0, 1] = scores[0, 0, 2] = 0.0
+    dist = TreeDistribution(scores, single_root=False)  # both words on ROOT: one tree
+    heads = sample(dist, (5,), method="wilson", generator=torch.Generator().manual_seed(0))
+    assert heads[:, 0].tolist() == [[-1, 0, 0]] * 5
+    assert sample(dist, (5,), method="colbourn").tolist() == heads.tolist()
+    with pytest.raises(ValueError, match=r"no possible head in sentence\(s\) \[0\]"):
+        wilson_multi_root(TreeDistribution(torch.full((1, 3, 3), -torch.inf), single_root=False), 2)

@@ -126,11 +126,21 @@ def _start(dist, num_samples: int) -> tuple[Tensor, Tensor]:
 def _first_pointers(cdf: Tensor, free: Tensor, num_samples: int, generator: torch.Generator | None) -> Tensor:
     """A head for every free word of S*B rows, 0 elsewhere: (S*B, N+1) long.
 
+    Raises ValueError if a free word has no possible head at all (e.g. Wilson-Marginal's
+    ROOT child drawn from a rounding-error marginal leaves a word that only ROOT can head).
+
     Inverse-CDF draws by broadcasting u * total against the sentence's cumulative weights:
     the count of cumulative weights <= u * total is the drawn index (as in
     :func:`draw_categorical`), without copying a weight row per draw.
     """
     batch, size = cdf.shape[0], cdf.shape[-1]
+    headless = free & (cdf[..., -1] == 0).repeat(num_samples, 1)
+    if headless.any():
+        stuck = sorted(set((headless.any(-1).nonzero().squeeze(-1) % batch).tolist()))
+        raise ValueError(
+            f"Wilson's walk found a word with no possible head in sentence(s) {stuck[:10]} "
+            "(the tree distribution has no tree there)."
+        )
     u = torch.rand((num_samples, batch, size, 1), dtype=cdf.dtype, device=cdf.device, generator=generator)
     below = cdf.unsqueeze(0) <= u * cdf[..., -1:].unsqueeze(0)
     first = below.sum(-1, dtype=torch.int32).reshape(-1, size).long()  # int32: a cheap count
