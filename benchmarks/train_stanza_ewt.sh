@@ -5,7 +5,7 @@
 #   OUT/pretrain.pt  OUT/pos.pt  OUT/depparse.pt  OUT/resources.json
 # then report UAS/LAS on EWT test (gold tokens and tags) and the processor's overhead.
 #
-#   bash benchmarks/train_stanza_ewt.sh [OUT]        (default OUT: training/stanza_ewt)
+#   bash benchmarks/train_stanza_ewt.sh [OUT]        (default OUT: $TMPDIR/stanza_ewt, outside the repo)
 #
 # Environment: PYTHON (.venv/bin/python), EWT (../shared/data/ud_en_ewt),
 #   TAGGER_MINUTES (60; 0 skips the tagger), PARSER_MINUTES (180): wall-clock budgets;
@@ -16,7 +16,7 @@
 set -euo pipefail
 PY=${PYTHON:-.venv/bin/python}
 EWT=${EWT:-../shared/data/ud_en_ewt}
-OUT=${1:-training/stanza_ewt}
+OUT=${1:-${TMPDIR:-/tmp}/stanza_ewt}
 TAGGER_MINUTES=${TAGGER_MINUTES:-60}
 PARSER_MINUTES=${PARSER_MINUTES:-180}
 PARSER_ARGS=${PARSER_ARGS:-"--cpu --no_char --hidden_dim 200 --deep_biaff_hidden_dim 200 --word_emb_dim 75 --tag_emb_dim 50 --transformed_dim 125 --batch_size 2000"}
