@@ -201,7 +201,7 @@ def _tree_svg(words: Sequence[str], deps: Sequence[str], record: dict, alt_thres
         xd = x_of(d)
         if h == 0:
             arcs.append(f'<path {common} d="M{xd:.1f},20 L{xd:.1f},{top:.1f}" {style}>{title}</path>')
-            labels.append(f'<text class="treexp-label" x="{xd + 5:.1f}" y="14" {_HALO}>ROOT &#183; {label}</text>')
+            labels.append(f'<text class="treexp-label" x="{xd + 5:.1f}" y="14" {_HALO}>{label}</text>')
             total_width = max(total_width, xd + 7.0 * len(label) + 70.0)
         else:
             xh, rise = x_start(h, d), _LEVEL * up[(h, d)] / 0.75
