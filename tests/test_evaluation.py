@@ -193,3 +193,13 @@ def test_mismatched_inputs_are_rejected():
         evaluate(gold, [SentenceScores(numpy.zeros((4, 4), dtype=numpy.float32))], options=FAST)
     with pytest.raises(ValueError, match="1 gold sentences but 0"):
         evaluate(gold, [], options=FAST)
+
+
+def test_wilson_marginal_sampler_option_and_bad_sampler():
+    gold, scores = synthetic_corpus(20, 5, 1.0, seed=6)
+    report = evaluate(gold, scores, options=EvalOptions(ks=(1, 5), reject_draws=0, sampler="wilson_marginal"))
+    samples = report["samples"]["with_replacement"]
+    assert samples["sampler"] == "wilson_marginal" and samples["sentences_sampled_by_colbourn_fallback"] == 0
+    assert samples["oracle_uas"]["1"] <= samples["oracle_uas"]["5"]
+    with pytest.raises(ValueError, match="unknown sampler"):
+        evaluate(gold, scores, options=EvalOptions(ks=(1,), reject_draws=0, sampler="gibbs"))

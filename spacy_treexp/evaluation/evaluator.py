@@ -42,15 +42,21 @@ class EvalOptions:
     ``ks``: sample counts for the oracle UAS (the largest is drawn once and the first k of
     it are used: the first k of i.i.d. draws are i.i.d., and the first k trees of
     stochastic beam search, which returns its trees in draw order, are a sample without
-    replacement of size k). ``samples=False`` skips sampling. ``reject_draws``: accepted
-    Wilson-Reject draws per sentence for the measured acceptance rate (0: skip).
+    replacement of size k). ``samples=False`` skips sampling. ``sampler``: the exact sampler
+    with replacement, ``"colbourn"`` (default: never stalls) or ``"wilson_marginal"``
+    (Stanojević 2022; sentences whose walks do not finish fall back to Colbourn, counted).
+    ``reject_draws``: accepted Wilson-Reject draws per sentence for the measured acceptance
+    rate (0: skip); sentences whose walks do not finish in ``reject_max_rounds`` rounds of
+    cycle popping are left out and counted.
     """
 
     ks: Tuple[int, ...] = (1, 5, 20, 100)
     n_bins: int = 15
     fraction: float = 0.1
     samples: bool = True
+    sampler: str = "colbourn"
     reject_draws: int = 10
+    reject_max_rounds: int = 1000
     seed: int = 0
     max_cells: int = 2_000_000
     max_sample_cells: int = 15_000_000
@@ -315,10 +321,18 @@ def _measured_rejection(scores, lengths, temperature, options: EvalOptions, gene
             batch, batch_lengths = padded_scores(scores, index, temperature)
             dist = TreeDistribution(batch, batch_lengths, single_root=True)
             try:
-                _, tries = wilson_reject(dist, options.reject_draws, generator)
-            except ValueError:
-                failed += len(index)
-                continue
+                _, tries = wilson_reject(dist, options.reject_draws, generator, max_rounds=options.reject_max_rounds)
+            except ValueError:  # a walk that would not finish: retry the sentences one by one
+                kept = []
+                for b in range(len(index)):
+                    alone = TreeDistribution(batch[b : b + 1], batch_lengths[b : b + 1], single_root=True)
+                    try:
+                        kept.append(wilson_reject(alone, options.reject_draws, generator, max_rounds=options.reject_max_rounds)[1])
+                    except ValueError:
+                        failed += 1
+                if not kept:
+                    continue
+                tries = torch.cat([t.reshape(-1) for t in kept])
             tries_total += int(tries.sum())
             accepted += int(tries.numel())
     return {
@@ -343,8 +357,24 @@ def _distinct(heads: numpy.ndarray, valid: numpy.ndarray, ks: Sequence[int]) -> 
     return out
 
 
+def _sample_one_by_one(batch: torch.Tensor, lengths: torch.Tensor, count: int, generator) -> Tuple[torch.Tensor, int]:
+    """Wilson-Marginal per sentence, Colbourn for those whose walks do not finish."""
+    out = torch.full((count,) + tuple(batch.shape[:2]), -1, dtype=torch.long)
+    fallback = 0
+    for b in range(batch.shape[0]):
+        alone = TreeDistribution(batch[b : b + 1], lengths[b : b + 1], single_root=True)
+        try:
+            out[:, b : b + 1] = alone.sample((count,), method="wilson_marginal", generator=generator)
+        except ValueError:
+            out[:, b : b + 1] = alone.sample((count,), method="colbourn", generator=generator)
+            fallback += 1
+    return out, fallback
+
+
 def _samples(gold, scores, lengths, temperature, options: EvalOptions, generator) -> Dict[str, object]:
     """Oracle UAS of the best of k samples and distinct trees, with and without replacement."""
+    if options.sampler not in ("colbourn", "wilson_marginal", "wilson_reject"):
+        raise ValueError(f"unknown sampler {options.sampler!r}; use colbourn, wilson_marginal or wilson_reject")
     ks = tuple(sorted(set(int(k) for k in options.ks)))
     if not ks or ks[0] < 1:
         raise ValueError(f"sample counts must be positive, got {options.ks}")
@@ -361,10 +391,10 @@ def _samples(gold, scores, lengths, temperature, options: EvalOptions, generator
                 dist = TreeDistribution(batch, batch_lengths, single_root=True)
                 if mode == "with_replacement":
                     try:
-                        heads = dist.sample((top,), method="wilson_marginal", generator=generator)
-                    except ValueError:  # a walk that would not finish: Colbourn has no limit
-                        heads = dist.sample((top,), method="colbourn", generator=generator)
-                        fallback += len(index)
+                        heads = dist.sample((top,), method=options.sampler, generator=generator)
+                    except ValueError:  # a walk that would not finish: sentence by sentence,
+                        heads, slow = _sample_one_by_one(batch, batch_lengths, top, generator)
+                        fallback += slow  # Colbourn (no such limit) where Wilson fails
                     valid = torch.ones(heads.shape[:2], dtype=torch.bool)
                 else:
                     heads, log_probs = dist.sample_without_replacement(top, method="sbs", generator=generator)
@@ -384,6 +414,9 @@ def _samples(gold, scores, lengths, temperature, options: EvalOptions, generator
             "distinct_trees_mean": {str(k): float(distinct[k].mean()) for k in ks},
         }
         if mode == "with_replacement":
-            results[mode]["sentences_sampled_by_colbourn"] = fallback
+            results[mode]["sampler"] = options.sampler
+            results[mode]["sentences_sampled_by_colbourn_fallback"] = fallback
+        else:
+            results[mode]["sampler"] = "sbs"
     results["ks"] = list(ks)
     return results

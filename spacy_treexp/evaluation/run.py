@@ -66,6 +66,7 @@ def run(
     dev: Optional[str | Path] = None,
     ks: Sequence[int] = (1, 5, 20, 100),
     samples: bool = True,
+    sampler: str = "colbourn",
     reject_draws: int = 10,
     timing_repeats: int = 3,
     timing_max_per_bucket: int = 0,
@@ -93,7 +94,7 @@ def run(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _run(model, conllu, out_dir, stanza_dir=stanza_dir, dev=dev, ks=ks, samples=samples,
+        return _run(model, conllu, out_dir, stanza_dir=stanza_dir, dev=dev, ks=ks, samples=samples, sampler=sampler,
                     reject_draws=reject_draws, timing_repeats=timing_repeats,
                     timing_max_per_bucket=timing_max_per_bucket, timing=timing, limit=limit, seed=seed,
                     batch_size=batch_size, plots=plots, command=command, log=log)
@@ -101,7 +102,7 @@ def run(
         torch.set_num_threads(previous_threads)
 
 
-def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, reject_draws, timing_repeats,
+def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, sampler, reject_draws, timing_repeats,
          timing_max_per_bucket, timing, limit, seed, batch_size, plots, command, log) -> Dict[str, Any]:
     start = time.perf_counter()
     out = Path(out_dir)
@@ -125,7 +126,7 @@ def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, reject_draws, 
     test_scores = score(gold, nlp=nlp, stanza_dir=stanza_dir, batch_size=batch_size)
     meta["parse_seconds"] = time.perf_counter() - t0
     log(f"parsed in {meta['parse_seconds']:.1f} s")
-    options = EvalOptions(ks=tuple(ks), samples=samples, reject_draws=reject_draws, seed=seed)
+    options = EvalOptions(ks=tuple(ks), samples=samples, sampler=sampler, reject_draws=reject_draws, seed=seed)
     report: Dict[str, Any] = {"meta": meta}
     t0 = time.perf_counter()
     report["raw"] = evaluate(gold, test_scores, options=options)
@@ -188,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--ks", type=_ks, default=[1, 5, 20, 100], help="sample counts k (default 1,5,20,100)")
     parser.add_argument("--no-samples", action="store_true", help="skip the sampling metrics")
+    parser.add_argument("--sampler", default="colbourn", choices=["colbourn", "wilson_marginal", "wilson_reject"],
+                        help="exact sampler for the draws with replacement (default colbourn)")
     parser.add_argument("--reject-draws", type=int, default=10, help="Wilson-Reject draws per sentence (0: skip)")
     parser.add_argument("--timing-repeats", type=int, default=3, help="runs per sentence in the timing table")
     parser.add_argument("--timing-max-per-bucket", type=int, default=0,
@@ -216,7 +219,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = "python " + " ".join(shlex.quote(a) for a in ([sys.argv[0]] + list(argv if argv is not None else sys.argv[1:])))
     try:
         run(args.model, conllu, args.out, stanza_dir=args.stanza, dev=dev, ks=args.ks,
-            samples=not args.no_samples, reject_draws=args.reject_draws, timing_repeats=args.timing_repeats,
+            samples=not args.no_samples, sampler=args.sampler, reject_draws=args.reject_draws, timing_repeats=args.timing_repeats,
             timing_max_per_bucket=args.timing_max_per_bucket, timing=not args.no_timing, limit=args.limit,
             seed=args.seed, batch_size=args.batch_size, plots=not args.no_plots, threads=args.threads, command=command,
             log=lambda message: print(message, file=sys.stderr, flush=True))
