@@ -12,7 +12,8 @@ Commands:
 
 The pipeline is the shipped default model (``spacy_treexp.load()``) unless ``--model``
 names another spaCy pipeline (package name or directory); a ``tree_expectations``
-component is added when the pipeline has none.
+component is added when the pipeline has none. ``--stanza DIR`` runs a Stanza pipeline
+directory instead and converts its parses to spaCy Docs with the same attributes.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import json
 import math
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
 
@@ -148,6 +150,68 @@ def annotate_stream(
 
 def _factory(nlp: Language, name: str) -> str:
     return nlp.get_pipe_meta(name).factory
+
+
+def load_stanza(path: str, gpu: int, pretokenized: bool) -> Any:
+    """A Stanza pipeline directory (see ``spacy_treexp.stanza.pipeline_from_dir``)."""
+    from spacy_treexp.stanza.convert import pipeline_from_dir
+
+    options: Dict[str, Any] = {"use_gpu": gpu >= 0, "logging_level": "WARN"}
+    if pretokenized:  # CoNLL-U: gold words, one sentence per document
+        options["tokenize_pretokenized"] = True
+    try:
+        return pipeline_from_dir(path, **options)
+    except ValueError as e:
+        raise SystemExit(f"spacy-treexp: {e}") from e
+
+
+def stanza_stream(
+    pipeline: Any,
+    items: Iterable[Tuple[Item, Dict[str, Any]]],
+    *,
+    n_samples: int,
+    on_error: Callable[[Dict[str, Any], Exception], None],
+) -> Iterator[Tuple[Doc, Dict[str, Any]]]:
+    """Parse with Stanza, then convert to spaCy Docs carrying the same attributes."""
+    from spacy_treexp.stanza.convert import to_spacy
+
+    vocab = spacy.blank(pipeline.lang).vocab
+    for item, context in items:
+        try:
+            parsed = pipeline(item if isinstance(item, str) else [item[0]])
+            doc = to_spacy(parsed, vocab, n_samples=n_samples)
+        except Exception as e:  # reported with its line number
+            on_error(context, e)
+            continue
+        yield doc, context
+
+
+def make_runner(
+    args: argparse.Namespace,
+    *,
+    n_samples: int,
+    gold_sentences: bool,
+    n_process: int,
+    on_error: Callable[[Dict[str, Any], Exception], None],
+) -> Callable[[Iterable[Tuple[Item, Dict[str, Any]]]], Iterator[Tuple[Doc, Dict[str, Any]]]]:
+    """A function from ``(item, context)`` pairs to ``(Doc, context)`` pairs, in input
+    order, running the spaCy pipeline (``--model``) or a Stanza one (``--stanza``)."""
+    if args.stanza is not None:
+        if args.model is not None:
+            raise SystemExit("spacy-treexp: use either --model or --stanza.")
+        if n_process > 1:
+            raise SystemExit("spacy-treexp: --n-process works with spaCy pipelines only.")
+        pipeline = load_stanza(args.stanza, args.gpu, pretokenized=gold_sentences)
+        return partial(stanza_stream, pipeline, n_samples=n_samples, on_error=on_error)
+    nlp = load_pipeline(args.model, n_samples=n_samples, gpu=args.gpu)
+    return partial(
+        annotate_stream,
+        nlp,
+        batch_size=args.batch_size,
+        n_process=n_process,
+        gold_sentences=gold_sentences,
+        on_error=on_error,
+    )
 
 
 # --- readers ------------------------------------------------------------------------
@@ -459,8 +523,11 @@ def read_docbin(path: Path, nlp_vocab: Any) -> Iterator[Doc]:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    nlp = load_pipeline(args.model, n_samples=args.samples, gpu=args.gpu)
-    doc = nlp(args.text)
+    def fail(context: Dict[str, Any], e: Exception) -> None:
+        raise SystemExit(f"spacy-treexp: {type(e).__name__}: {e}")
+
+    run = make_runner(args, n_samples=args.samples, gold_sentences=False, n_process=1, on_error=fail)
+    doc = next(run([(args.text, {"line": 1})]))[0]
     out = sys.stdout
     for k, sent in enumerate(doc.sents, start=1):
         out.write(
@@ -510,19 +577,17 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     reader = Reader(input_path, report)
     total = reader.count()
     writer = make_writer(output_path)  # after the input checks: never clobber on error
-    nlp = load_pipeline(args.model, n_samples=args.samples, gpu=args.gpu)
+    run = make_runner(
+        args,
+        n_samples=args.samples,
+        gold_sentences=reader.gold_sentences,
+        n_process=args.n_process,
+        on_error=lambda context, e: report(context["line"], f"{type(e).__name__}: {e}"),
+    )
     written = 0
     progress = tqdm(total=total, unit="doc", disable=args.quiet or None, file=sys.stderr)
     try:
-        stream = annotate_stream(
-            nlp,
-            reader,
-            batch_size=args.batch_size,
-            n_process=args.n_process,
-            gold_sentences=reader.gold_sentences,
-            on_error=lambda context, e: report(context["line"], f"{type(e).__name__}: {e}"),
-        )
-        for doc, context in stream:
+        for doc, context in run(reader):
             writer.write(doc, context)
             written += 1
             progress.update(1)
@@ -548,12 +613,11 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(f"{path}:{line}: {message}", file=sys.stderr)
 
         reader = Reader(path, report)
-        nlp = load_pipeline(args.model, n_samples=0, gpu=args.gpu)
-        stream = annotate_stream(
-            nlp, _take(iter(reader), args.limit), batch_size=args.batch_size, n_process=1,
-            gold_sentences=reader.gold_sentences, on_error=lambda context, e: report(context["line"], f"{type(e).__name__}: {e}"),
+        run = make_runner(
+            args, n_samples=0, gold_sentences=reader.gold_sentences, n_process=1,
+            on_error=lambda context, e: report(context["line"], f"{type(e).__name__}: {e}"),
         )
-        docs = [doc for doc, _ in stream]
+        docs = [doc for doc, _ in run(_take(iter(reader), args.limit))]
     Path(args.output).write_text(render(docs, alt_threshold=args.alt_threshold), encoding="utf8")
     print(f"wrote {len(docs)} document(s) to {args.output}", file=sys.stderr)
     return 0
@@ -579,6 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--model", default=None, help="spaCy pipeline name or path (default: the shipped model)")
+        sub.add_argument("--stanza", default=None, metavar="DIR", help="a Stanza pipeline directory instead")
+        sub.add_argument("--batch-size", type=int, default=64, help="documents per batch")
         sub.add_argument("--gpu", type=int, default=-1, help="GPU id (default: -1, CPU)")
 
     sub = commands.add_parser("parse", help="parse a text and print the uncertainty table")
@@ -591,7 +657,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("input")
     sub.add_argument("-o", "--output", required=True, help=".jsonl, .conllu or .spacy (directory of shards)")
     sub.add_argument("--samples", type=int, default=0)
-    sub.add_argument("--batch-size", type=int, default=64, help="documents per batch")
     sub.add_argument("--n-process", type=int, default=1)
     sub.add_argument("--strict", action="store_true", help="stop at the first bad input")
     sub.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -603,7 +668,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("-o", "--output", required=True)
     sub.add_argument("--limit", type=int, default=20, help="documents to render (default 20)")
     sub.add_argument("--alt-threshold", type=float, default=0.1)
-    sub.add_argument("--batch-size", type=int, default=64)
     common(sub)
     sub.set_defaults(func=cmd_render)
     return parser

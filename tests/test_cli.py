@@ -186,3 +186,24 @@ def test_module_and_console_script_entry_points():
     for command in ([sys.executable, "-m", "spacy_treexp", "--help"], [str(script), "--help"]):
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0 and "annotate" in result.stdout and "render" in result.stdout
+
+
+STANZA_DIR = Path(__file__).parent / "fixtures" / "stanza" / "tiny"
+
+
+@pytest.mark.skipif(not (STANZA_DIR / "depparse.pt").exists(), reason="tiny Stanza fixture missing")
+def test_annotate_with_a_stanza_pipeline_keeps_gold_sentences(tmp_path, capsys):
+    source = tmp_path / "in.conllu"
+    source.write_text(CONLLU)
+    target = tmp_path / "out.jsonl"
+    assert cli.main(["annotate", str(source), "-o", str(target), "--stanza", str(STANZA_DIR), "--samples", "2"]) == 0
+    records = [json.loads(line) for line in target.read_text().splitlines()]
+    assert [[t["text"] for s in r["sentences"] for t in s["tokens"]] for r in records] == [
+        ["Hello", ".", "World", "do", "n't", "!"], ["Yes", "."]
+    ]
+    assert all(len(r["sentences"]) == 1 for r in records)
+    for token in (t for r in records for s in r["sentences"] for t in s["tokens"]):
+        assert 0.0 <= token["head_prob"] <= 1.0 and token["head_entropy"] >= 0.0
+    assert all(len(s["samples"]) == 2 for r in records for s in r["sentences"])
+    with pytest.raises(SystemExit, match="either --model or --stanza"):
+        cli.main(["parse", "Hi .", "--stanza", str(STANZA_DIR), "--model", "x"])
