@@ -215,6 +215,10 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
         xs = [row["mean_length"] for row in timing["rows"]]
         ax.plot(xs, [row["engine_ms_per_sentence"] for row in timing["rows"]], marker="o", label="T1 engine, O(n³)")
         ax.plot(xs, [row["baseline_ms_per_sentence"] for row in timing["rows"]], marker="s", label="baseline, O(n⁴)")
+        ax.plot(xs, [row["engine_batched_ms_per_sentence"] for row in timing["rows"]], "--", marker="o",
+                color="C0", label="T1 engine, batched per bucket")
+        ax.plot(xs, [row["baseline_batched_ms_per_sentence"] for row in timing["rows"]], "--", marker="s",
+                color="C1", label="baseline, batched per bucket")
         ax.set_xlabel("mean sentence length of the bucket")
         ax.set_ylabel("ms per sentence (entropy)")
         ax.set_yscale("log")
