@@ -203,3 +203,14 @@ def test_wilson_marginal_sampler_option_and_bad_sampler():
     assert samples["oracle_uas"]["1"] <= samples["oracle_uas"]["5"]
     with pytest.raises(ValueError, match="unknown sampler"):
         evaluate(gold, scores, options=EvalOptions(ks=(1,), reject_draws=0, sampler="gibbs"))
+
+
+def test_bootstrap_intervals_contain_the_point_estimates():
+    gold, scores = synthetic_corpus(80, 6, 1.5, seed=7)
+    report = evaluate(gold, scores, options=EvalOptions(samples=False, reject_draws=0, bootstrap=100))
+    boot = report["bootstrap"]
+    low, high = boot["auroc_one_minus_head_prob"]
+    assert low <= report["error_detection"]["auroc_one_minus_head_prob"] <= high
+    low, high = boot["uas_mbr_minus_uas_map"]
+    assert low <= boot["uas_mbr_minus_uas_map_point"] <= high
+    assert boot["arc_ece"][0] <= boot["arc_ece"][1]

@@ -53,6 +53,12 @@ def _pct(value: Optional[float]) -> str:
     return f"{100 * value:.2f}"
 
 
+def _interval(value) -> str:
+    if not value:
+        return "–"
+    return f"[{_f(value[0])}, {_f(value[1])}]"
+
+
 def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
     """Markdown rows comparing quality blocks (e.g. raw and temperature-scaled)."""
     names = list(blocks)
@@ -85,6 +91,9 @@ def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
     row("Spearman, entropy/word vs errors", lambda q: q["error_detection"]["spearman_entropy_per_word_vs_errors"])
     row("accuracy, 10% most certain heads (%)", lambda q: q["error_detection"]["accuracy_most_certain"], _pct)
     row("accuracy, 10% least certain heads (%)", lambda q: q["error_detection"]["accuracy_least_certain"], _pct)
+    row("95% interval, arc ECE (sentence bootstrap)", lambda q: q["bootstrap"]["arc_ece"], _interval)
+    row("95% interval, AUROC 1 − head_prob", lambda q: q["bootstrap"]["auroc_one_minus_head_prob"], _interval)
+    row("95% interval, UAS MBR − UAS MAP (points)", lambda q: [100 * v for v in q["bootstrap"]["uas_mbr_minus_uas_map"]], _interval)
     row("gold tree NLL (nats/word)", lambda q: q["likelihood"]["gold_tree_nll_per_word"])
     row("gold label NLL (nats/word)", lambda q: q["likelihood"]["gold_label_nll_per_word"])
     row("entropy (nats/word)", lambda q: q["entropy"]["nats_per_word"])
@@ -147,6 +156,13 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
         if t.get("rel"):
             rel = t["rel"]
             lines.append(f"- relations: T = {rel['temperature']:.3f} ({rel['status']}), dev NLL/word {rel['nll_per_word_before']:.4f} → {rel['nll_per_word_after']:.4f}")
+        dev_metrics = t.get("dev_metrics")
+        if dev_metrics:
+            lines += ["", "| on dev | UAS MAP (%) | UAS MBR (%) | arc ECE | labeled-arc ECE | AUROC 1 − head_prob |",
+                      "|---|---:|---:|---:|---:|---:|"]
+            for name, m in dev_metrics.items():
+                lines.append(f"| {name} | {_pct(m['uas_map'])} | {_pct(m['uas_mbr'])} | {_f(m['arc_ece'])} | "
+                             f"{_f(m['labeled_arc_ece'])} | {_f(m['auroc_one_minus_head_prob'])} |")
     if report.get("timing"):
         lines += ["", "## Entropy: T1 (O(n³)) vs the O(n⁴) baseline, by sentence length", "",
                   *timing_lines(report["timing"]), "",

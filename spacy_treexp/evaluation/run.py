@@ -139,8 +139,19 @@ def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, sampler, rejec
         dev_scores = score(dev_gold, nlp=nlp, stanza_dir=stanza_dir, batch_size=batch_size)
         arc = fit_arc_temperature(dev_gold, dev_scores)
         rel = fit_rel_temperature(dev_gold, dev_scores)
+        rel_t = rel["temperature"] if rel else 1.0
+        light = EvalOptions(samples=False, reject_draws=0, bootstrap=0)
+        on_dev = {}
+        for name, (t_arc, t_rel) in {"raw": (1.0, 1.0), "temperature_scaled": (arc["temperature"], rel_t)}.items():
+            block = evaluate(dev_gold, dev_scores, arc_temperature=t_arc, rel_temperature=t_rel, options=light)
+            on_dev[name] = {
+                "uas_map": block["attachment"]["uas_map"], "uas_mbr": block["attachment"]["uas_mbr"],
+                "arc_ece": block["calibration"]["arc"]["ece"],
+                "labeled_arc_ece": block["calibration"].get("labeled_arc", {}).get("ece"),
+                "auroc_one_minus_head_prob": block["error_detection"]["auroc_one_minus_head_prob"],
+            }
         meta["temperature_seconds"] = time.perf_counter() - t0
-        report["temperature"] = {"dev": str(dev), "arc": arc, "rel": rel}
+        report["temperature"] = {"dev": str(dev), "arc": arc, "rel": rel, "dev_metrics": on_dev}
         log(f"temperatures fitted on dev in {meta['temperature_seconds']:.1f} s: arc T = {arc['temperature']:.3f}"
             + (f", relation T = {rel['temperature']:.3f}" if rel else ""))
         report["calibrated"] = evaluate(
