@@ -158,6 +158,9 @@ def test_sentence_without_any_tree():
     scores[1, 3] = 0.0
     assert TreeDistribution(scores).log_partition.item() == float("-inf")
     assert torch.isfinite(TreeDistribution(scores, single_root=False).log_partition)
+    with pytest.raises(ValueError, match="sentence 0: no tree with exactly one child of ROOT"):
+        TreeDistribution(scores).mode
+    assert int((TreeDistribution(scores, single_root=False).mode == 0).sum()) == 2
 
 
 def test_forbidden_arcs_are_respected():

@@ -54,6 +54,9 @@ def _best_tree(weights: np.ndarray, single_root: bool) -> np.ndarray:
         scores[0] = np.where(finite[0], scores[0] - penalty, NEG_INF)
     heads = _chu_liu_edmonds(scores)
     heads[0] = -1
+    if single_root and int((heads[1:] == 0).sum()) != 1:
+        # The penalty makes any single-root tree win; several ROOT children mean none exists.
+        raise NoTreeError("no tree with exactly one child of ROOT exists")
     return heads
 
 
