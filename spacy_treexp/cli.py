@@ -30,6 +30,7 @@ import numpy
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
+from spacy.util import raise_error
 
 from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions)
 
@@ -102,10 +103,6 @@ def _ignore_error(proc_name: str, proc: Any, docs: List[Doc], e: Exception) -> N
     """Error handler for streaming: failed docs are dropped, then retried one by one."""
 
 
-def _raise_error(proc_name: str, proc: Any, docs: List[Doc], e: Exception) -> None:
-    raise e
-
-
 def annotate_stream(
     nlp: Language,
     items: Iterable[Tuple[Item, Dict[str, Any]]],
@@ -128,7 +125,7 @@ def annotate_stream(
 
     def retry(seq: int) -> Iterator[Tuple[Doc, Dict[str, Any]]]:
         item, context = pending.pop(seq)
-        nlp.set_error_handler(_raise_error)
+        nlp.set_error_handler(raise_error)
         try:
             doc = nlp(make_doc(nlp, item))
         except Exception as e:  # reported with its line number
