@@ -42,6 +42,7 @@ _ARC = (31, 59, 92)
 _ALT = (53, 102, 168)
 _ENTROPY_HOT = (235, 87, 60)
 _HEAT = (33, 102, 172)
+_HEAT_MIN = 0.005  # heat-map cells below this marginal are left white (not drawn)
 
 
 def render(
@@ -280,7 +281,16 @@ def _heatmap_svg(words: Sequence[str], record: dict) -> str:
     out = [
         f'<svg class="treexp-heatmap" xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" '
         f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}">'
+        f'<rect x="{left:.1f}" y="{top:.1f}" width="{cell * n:.1f}" height="{cell * (n + 1):.1f}" '
+        'fill="#fff" stroke="#ccc"/>'
     ]
+    if cell >= 8.0:  # grid lines, one per row and column
+        out.extend(
+            f'<path d="M{left:.1f},{top + cell * h:.1f} h{cell * n:.1f}" stroke="#eee"/>' for h in range(1, n + 1)
+        )
+        out.extend(
+            f'<path d="M{left + cell * d:.1f},{top:.1f} v{cell * (n + 1):.1f}" stroke="#eee"/>' for d in range(1, n)
+        )
     for h in range(n + 1):
         if show_text:
             out.append(
@@ -289,8 +299,10 @@ def _heatmap_svg(words: Sequence[str], record: dict) -> str:
             )
         for d in range(1, n + 1):
             p = float(mu[h, d])
-            x, y = left + cell * (d - 1), top + cell * h
             predicted = heads[d - 1] == h
+            if p < _HEAT_MIN and not predicted:  # white anyway: keeps long sentences small
+                continue
+            x, y = left + cell * (d - 1), top + cell * h
             outline = ' stroke="#000" stroke-width="1.5"' if predicted else ' stroke="#eee" stroke-width="0.5"'
             out.append(
                 f'<rect class="treexp-cell" data-head="{h}" data-dep="{d}" data-prob="{p:.4f}" '
