@@ -31,13 +31,14 @@ def _truncated_gumbel(parent: Tensor, perturbed: Tensor, valid: Tensor) -> Tenso
     """Children's Gumbels conditioned on their maximum being the parent's (Kool et al. 2019).
 
     parent (..., 1), perturbed (..., C) = phi + Gumbel noise, valid (..., C). Their
-    appendix form: v = T - G + log(1 - exp(G - Z)), G~ = T - relu(v) - log1p(exp(-|v|)).
-    log(-expm1(x)) is exact to an absolute eps where 1 - exp(x) is close to 1, which is all
-    v needs (it is added to T - G).
+    appendix form: v = T - G + log(1 - exp(G - Z)), G~ = T - relu(v) - log1p(exp(-|v|)),
+    i.e. T - softplus(v); softplus's linear branch starts at v > 50, where log1p(exp(-v))
+    is below float64's resolution of v. log(-expm1(x)) is exact to an absolute eps where
+    1 - exp(x) is close to 1, which is all v needs (it is added to T - G).
     """
     top = perturbed.max(-1, keepdim=True).values
     v = parent - perturbed + torch.log(-torch.expm1(perturbed - top))
-    conditioned = parent - torch.relu(v) - torch.log1p(torch.exp(-v.abs()))
+    conditioned = parent - torch.nn.functional.softplus(v, threshold=50.0)
     return torch.where(valid, conditioned, torch.full_like(conditioned, -torch.inf))
 
 
