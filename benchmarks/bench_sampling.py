@@ -3,17 +3,18 @@
     python benchmarks/bench_sampling.py            # CPU, 2 threads, about 2-3 minutes
     python benchmarks/bench_sampling.py --quick    # smaller, for a smoke test
 
-Prints four tables:
+Prints these tables:
 1. trees per second at n = 10, 30, 60 (batch 64, 100 trees per sentence) for every method
-   (sbs / trie: k = 100 distinct trees), and the ratio to the baseline: Wilson-Marginal written as a plain Python loop, one
-   sample, one word and one step at a time (the way public samplers are written);
+   (sbs / trie: k = 100 distinct trees), and the ratio to the baseline: Wilson-Marginal
+   written as a plain Python loop, one sample, one word and one step at a time (the way
+   public samplers are written);
 2. sampling without replacement, k = 20, batch 64, n = 30, in milliseconds;
 3. the same as k grows to 1000 (time per tree should stay flat: O(k n^3));
 4. Wilson-Reject's expected tries Z_multi / Z_single (exact) and measured, against the
    (1 + 1/n)^(n-1) <= e bound of Stanojević (2022), for random scores and for
-   "parser-like" scores (a random gold tree's arcs +10 over N(0, 2^2) noise).
-Scores are i.i.d. N(0, 1) log-potentials (fixed seed); table 4 adds i.i.d. U(0, 1) weights. On CUDA (if present) it adds SBS at
-n = 100.
+   "parser-like" scores (a random gold tree's arcs +10 over N(0, 2^2) noise);
+5. on CUDA (if present), SBS at n = 100.
+Scores are i.i.d. N(0, 1) log-potentials (fixed seed) unless said otherwise.
 """
 from __future__ import annotations
 
@@ -131,7 +132,8 @@ def swor_table(batch: int, n: int, ks: list[int], repeats: int) -> None:
         gen = torch.Generator().manual_seed(2)
         row = f"{k:>6}"
         for method in ("sbs", "trie"):
-            seconds = timed(lambda: sample_without_replacement(dist, k, method=method, generator=gen), repeats if k <= 100 else 1)
+            run = lambda: sample_without_replacement(dist, k, method=method, generator=gen)
+            seconds = timed(run, repeats if k <= 100 else 1)
             row += f" {seconds * 1e3:>10.1f} {seconds * 1e6 / (k * batch):>12.1f}"
         print(row, flush=True)
 

@@ -407,7 +407,8 @@ def test_cuda_samples_fit_and_reproduce(method):
 def test_cuda_without_replacement(method):
     scores, _ = random_batch(18)
     dist = TreeDistribution(scores.cuda(), torch.tensor([3, 2], device="cuda"))
-    heads, log_probs = sample_without_replacement(dist, 12, method=method, generator=torch.Generator("cuda").manual_seed(2))
+    gen = torch.Generator("cuda").manual_seed(2)
+    heads, log_probs = sample_without_replacement(dist, 12, method=method, generator=gen)
     assert heads.is_cuda
     assert len(set(codes(heads[:9, 0].cpu(), 3).tolist())) == 9
     assert (log_probs[9:, 0] == -torch.inf).all()

@@ -10,9 +10,10 @@ Accuracy: the inverse and every update are kept in float64 whatever the input dt
 (Sherman-Morrison drifts in float32); the first word's conditional is the engine's stable
 marginal column. Every later conditional is checked (it must sum to 1); a sentence whose
 L-hat is singular in float64 or whose updates drift is refactorised: its conditionals come
-from the engine's marginals of the conditioned scores (see :data:`SUM_TOLERANCE`). Two kinds of zero-probability heads are removed exactly, by structure,
-rather than by the sign of a rounding error: heads closing a cycle with the heads already
-chosen, and (single-root) a second ROOT child.
+from the engine's marginals of the conditioned scores (see :data:`SUM_TOLERANCE`).
+Two kinds of zero-probability heads are removed exactly, by structure, rather than by the
+sign of a rounding error: heads closing a cycle with the heads already chosen, and
+(single-root) a second ROOT child.
 """
 from __future__ import annotations
 
