@@ -338,3 +338,14 @@ def test_one_word_sentence_is_certain(nlp):
     assert sentence.tree_entropy == pytest.approx(0.0, abs=1e-9)
     assert sentence.words[0].head_prob == pytest.approx(1.0)
     assert sentence.mbr_heads.tolist() == [0]
+
+
+def test_pipeline_from_dir_reports_bad_folders(tmp_path):
+    with pytest.raises(ValueError, match="no resources.json"):
+        treexp_stanza.pipeline_from_dir(str(tmp_path))
+    (tmp_path / "resources.json").write_text("{}")
+    with pytest.raises(ValueError, match="neither depparse.pt nor models"):
+        treexp_stanza.pipeline_from_dir(str(tmp_path))
+    (tmp_path / "depparse.pt").write_bytes((MODEL_DIR / "depparse.pt").read_bytes())
+    with pytest.raises(ValueError, match="no pos.pt"):
+        treexp_stanza.pipeline_from_dir(str(tmp_path))
