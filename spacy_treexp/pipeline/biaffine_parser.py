@@ -68,7 +68,6 @@ if hasattr(os, "register_at_fork"):
 def biaffine_parser_score(examples: Iterable[Example], **kwargs) -> Dict[str, object]:
     """UAS / LAS (``dep_uas``, ``dep_las``, ``dep_las_per_type``) over all tokens,
     punctuation included, as in the UD / CoNLL 2018 evaluation."""
-
     return Scorer.score_deps(examples, "dep", getter=dep_label, **kwargs)
 
 
@@ -263,7 +262,7 @@ class BiaffineParser(TrainablePipe):
     def get_loss(
         self, examples: Iterable[Example], scores: Tuple[numpy.ndarray, ...]
     ) -> Tuple[float, Tuple[numpy.ndarray, numpy.ndarray]]:
-        """Loss per word and its gradients for scores computed at the gold heads
+        """Loss and its gradients for scores computed at the gold heads
         (``model((docs, sentences, gold_heads))``); see ``_loss``."""
         return self._loss(scores, self._gold(list(examples)))
 
@@ -297,8 +296,10 @@ class BiaffineParser(TrainablePipe):
     def _loss(
         self, scores: Tuple[numpy.ndarray, ...], gold: Dict[str, object]
     ) -> Tuple[float, Tuple[numpy.ndarray, numpy.ndarray]]:
-        """Loss per word and gradients: ``-log p(gold tree)`` (Koo et al. 2007, gradient
-        marginals - gold) plus ``-log p(gold label | gold head, dependent)``.
+        """Loss and gradients, summed over the batch like spaCy's tagger and parser (so the
+        shared tok2vec gets gradients on the same scale from every component):
+        ``-log p(gold tree)`` (Koo et al. 2007, gradient marginals - gold) plus
+        ``-log p(gold label | gold head, dependent)``.
 
         Sentences whose gold tree is incomplete, crosses the sentence boundary or is not
         single-rooted give no arc loss; tokens without a known gold label give no label loss.
@@ -307,7 +308,6 @@ class BiaffineParser(TrainablePipe):
         heads, labels, complete = gold["heads"], gold["labels"], gold["complete"]
         if heads.shape != arc.shape[:2] or rel.ndim != 3:
             raise ValueError("biaffine_parser: scores do not match the gold sentences and heads")
-        n_words = max(int(lengths.sum()), 1)
         d_arc = numpy.zeros_like(arc)
         loss = 0.0
         if complete.any():
@@ -321,7 +321,7 @@ class BiaffineParser(TrainablePipe):
         sent, dep = numpy.nonzero(labels >= 0)
         loss -= float(rel[sent, dep, labels[sent, dep]].sum())
         d_rel[sent, dep, labels[sent, dep]] = -1.0
-        return loss / n_words, (d_arc / n_words, d_rel / n_words)
+        return loss, (d_arc, d_rel)
 
     def initialize(
         self,
