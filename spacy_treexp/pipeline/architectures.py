@@ -233,10 +233,13 @@ class BiaffineScorer(torch.nn.Module):
             rel = pairs.new_zeros((batch, n_max + 1, self.n_labels))
             rel = rel.index_put((sent, dep), pairs.log_softmax(dim=-1))
             return arc, rel
-        by_head = torch.einsum("bhi,lij->bhlj", rel_head, self.rel_weight)
+        # Unpadded: the head side of the bilinear form costs L * width² per word.
+        sizes = (lengths + 1).tolist()
+        valid = torch.arange(n_max + 1, device=X.device)[None, :] < (lengths + 1)[:, None].to(X.device)
+        by_head = torch.einsum("ti,lij->tlj", rel_head[valid], self.rel_weight)
         rel = [
-            torch.einsum("hlj,mj->hml", by_head[b, : n + 1], rel_dep[b, : n + 1]).log_softmax(dim=-1)
-            for b, n in enumerate(lengths.tolist())
+            torch.einsum("hlj,mj->hml", head_part, rel_dep[b, : size]).log_softmax(dim=-1)
+            for b, (head_part, size) in enumerate(zip(by_head.split(sizes), sizes))
         ]
         return arc, rel
 
