@@ -11,11 +11,11 @@ The depparse scores are those of depparse's own pass (see :mod:`.capture`): noth
 re-run. For every sentence the engine's :class:`~spacy_treexp.TreeDistribution` gives the
 exact arc marginals and log Z (Koo et al. 2007, Prop. 1), the tree entropy (Zmigrod et
 al. 2021, §5), the expected attachment score of Stanza's tree, the MBR tree (computed
-when first read), and optionally unbiased samples with their exact log-probabilities (Stanojević 2022). The
-values are stored per sentence as one record of numpy / plain Python values (the same
-keys as the spaCy component's records, plus the captured scores) and read through
-``Sentence`` and ``Word`` properties registered once (:data:`SENTENCE_PROPERTIES`,
-:data:`WORD_PROPERTIES`).
+when first read), and optionally unbiased samples with their exact log-probabilities
+(Stanojević 2022). The values are stored per sentence as one record of numpy / plain
+Python values (keys as in the spaCy component's records, without token offsets, plus
+the captured scores ``arc`` and ``rel``) and read through ``Sentence`` and ``Word``
+properties registered once (:data:`SENTENCE_PROPERTIES`, :data:`WORD_PROPERTIES`).
 
 Options (``tree_expectations_<name>=...`` in ``stanza.Pipeline``), as in the spaCy
 component: ``single_root`` (True), ``n_samples`` (0), ``sampler`` (None: ``wilson_marginal``,
