@@ -237,6 +237,20 @@ def test_first_two_draws_have_the_without_replacement_law(method, single_root, s
     assert chi_square_p(observed, pair_codes[off], pair_probs[off]) > ALPHA
 
 
+@pytest.mark.parametrize("method", ["sbs", "trie"])
+def test_without_replacement_follows_probability_order_when_peaked(method):
+    """float32 scores of scale 300: the 6 most probable trees are >= 30 nats apart, so both
+    samplers must return them in order (failure probability < 1e-12). The 6th hangs word 1
+    from ROOT, whose float32 marginal underflows to 0: conditionals are taken in float64."""
+    gen = torch.Generator().manual_seed(47)
+    scores = (torch.randn(1, 5, 5, generator=gen) * 300).float()
+    trees, log_probs = tree_log_probs(scores[0], 4, True)
+    order = log_probs.argsort(descending=True)[:6]
+    assert (log_probs[order][:-1] - log_probs[order][1:]).min() > 30 and trees[order[5], 1] == 0
+    heads, _ = sample_without_replacement(TreeDistribution(scores), 6, method=method, generator=gen)
+    assert heads[:, 0].tolist() == trees[order].tolist()
+
+
 def test_iterator_yields_distinct_trees_and_stops():
     scores, _ = random_batch(12)
     dist = TreeDistribution(scores, torch.tensor([3, 2]))

@@ -17,6 +17,8 @@ sign of a rounding error: heads closing a cycle with the heads already chosen, a
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -31,10 +33,32 @@ from spacy_treexp.engine.sampling.wilson import draw_categorical
 SUM_TOLERANCE = 1e-6
 
 
-def _weights(dist) -> Tensor:
-    """The engine's column-shifted arc weights exp(score - max) in float64 (B, N+1, N+1)."""
-    weights, _ = shifted_weights(dist.scores.detach().double(), dist._arc_mask)
-    return weights
+@dataclass
+class Prepared:
+    """What Colbourn's sampler needs per sentence, computed once per distribution.
+
+    weights (B, N+1, N+1): the engine's column-shifted arc weights in float64;
+    inverse (B, N, N): L-hat^{-1} in float64 (NaN where L-hat is singular in float64);
+    first (B, N+1): word 1's head marginals in float64 from the engine (the stable path;
+    recomputed from float64 scores for lower-precision inputs, so that no tree whose
+    probability is representable in float64 is lost to float32 underflow).
+    """
+
+    weights: Tensor
+    inverse: Tensor
+    first: Tensor
+
+    @classmethod
+    def of(cls, dist) -> "Prepared":
+        scores = dist.scores.detach()
+        weights, _ = shifted_weights(scores.double(), dist._arc_mask)
+        inverse, info = torch.linalg.inv_ex(laplacian_matrix(weights, dist.lengths, dist.single_root))
+        inverse = torch.where((info == 0)[:, None, None], inverse, torch.full_like(inverse, torch.nan))
+        if scores.dtype == torch.float64:
+            marginals = dist.marginals
+        else:
+            marginals = type(dist)(scores.double(), dist.lengths, single_root=dist.single_root).marginals
+        return cls(weights, inverse, marginals[:, :, 1].detach().double())
 
 
 class Conditioner:
@@ -43,37 +67,29 @@ class Conditioner:
     ``probs(m)`` gives the conditional head distribution of word m (K, N+1) float64 given the
     heads fixed so far; ``fix(m, head, active)`` conditions on word m's head. Words are
     visited in order m = 1, 2, ..., each ``probs(m)`` followed by ``fix(m, ...)``.
-    ``select(rows)`` keeps/duplicates rows (beam search).
+    ``select(rows)`` keeps/duplicates rows (beam search). A prefix that admits no tree gets
+    all-zero conditionals.
 
     Only the rows of L-hat^{-1} that later words read are kept: before word m, rows
     m-1..N-1 (``self.inverse[:, r]`` is row m-1+r), so the state shrinks as words are fixed.
     """
 
-    def __init__(self, dist, sentence: Tensor, inverse: Tensor | None = None):
-        scores = dist.scores.detach().double()
-        weights = _weights(dist)  # (B, N+1, N+1) [h, m], float64
-        if inverse is None:
-            inverse = self.initial_inverse(dist, weights)
+    def __init__(self, dist, sentence: Tensor, prepared: Prepared | None = None):
+        prepared = Prepared.of(dist) if prepared is None else prepared
         self.dist = dist
         self.single_root = dist.single_root
-        self.weights = weights
-        self.first_marginals = dist.marginals[:, :, 1].detach().double()  # (B, N+1)
+        self.weights = prepared.weights
+        self.first_marginals = prepared.first
         self.sentence = sentence
         self.lengths = dist.lengths[sentence]
-        size = scores.shape[-1]
-        self.inverse = inverse[sentence]  # (K, N, N) float64, a copy
-        self.refactorise = (~torch.isfinite(inverse).flatten(1).all(-1))[sentence]  # (K,)
-        self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=scores.device)
+        size = self.weights.shape[-1]
+        device = self.weights.device
+        self.inverse = prepared.inverse[sentence]  # (K, N, N) float64, a copy
+        self.refactorise = (~torch.isfinite(prepared.inverse).flatten(1).all(-1))[sentence]  # (K,)
+        self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
         # top[v]: the word (or 0) where the chain of fixed heads starting at v ends.
-        self.top = torch.arange(size, device=scores.device).repeat(sentence.numel(), 1)
-        self.has_root_child = torch.zeros(sentence.numel(), dtype=torch.bool, device=scores.device)
-
-    @staticmethod
-    def initial_inverse(dist, weights: Tensor | None = None) -> Tensor:
-        """(B, N, N) float64 inverse of L-hat (NaN for a sentence where it is singular)."""
-        weights = _weights(dist) if weights is None else weights
-        inverse, info = torch.linalg.inv_ex(laplacian_matrix(weights, dist.lengths, dist.single_root))
-        return torch.where((info == 0)[:, None, None], inverse, torch.full_like(inverse, torch.nan))
+        self.top = torch.arange(size, device=device).repeat(sentence.numel(), 1)
+        self.has_root_child = torch.zeros(sentence.numel(), dtype=torch.bool, device=device)
 
     def select(self, rows: Tensor) -> None:
         for name in ("sentence", "lengths", "inverse", "refactorise", "heads", "top", "has_root_child"):
@@ -128,6 +144,13 @@ class Conditioner:
         scores = torch.where(fixed.unsqueeze(1) & ~chosen, torch.full_like(scores, -torch.inf), scores)
         scores = torch.where(fixed.unsqueeze(1) & chosen, torch.zeros_like(scores), scores)
         conditioned = type(self.dist)(scores, self.lengths[rows], single_root=self.single_root)
+        possible = torch.isfinite(conditioned.log_partition)  # False: the prefix has no tree
+        if not bool(possible.all()):
+            marginals = torch.zeros_like(scores[:, :, m])
+            marginals[possible] = type(self.dist)(
+                scores[possible], self.lengths[rows][possible], single_root=self.single_root
+            ).marginals[:, :, m].detach().double()
+            return marginals
         return conditioned.marginals[:, :, m].detach().double()
 
     def fix(self, m: int, head: Tensor, active: Tensor) -> None:

@@ -24,7 +24,7 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.sampling.colbourn import Conditioner, draw_positive
+from spacy_treexp.engine.sampling.colbourn import Conditioner, Prepared, draw_positive
 
 
 def _truncated_gumbel(parent: Tensor, perturbed: Tensor, valid: Tensor) -> Tensor:
@@ -42,13 +42,6 @@ def _truncated_gumbel(parent: Tensor, perturbed: Tensor, valid: Tensor) -> Tenso
     return torch.where(valid, conditioned, torch.full_like(conditioned, -torch.inf))
 
 
-def _exact_log_probs(dist, heads: Tensor, valid: Tensor) -> Tensor:
-    """dist.log_prob of the valid trees, -inf where ``valid`` is False (heads there: -1)."""
-    filler = heads[:1].expand_as(heads)  # the first draw is valid for every sentence
-    log_probs = dist.log_prob(torch.where(valid.unsqueeze(-1), heads, filler))
-    return torch.where(valid, log_probs, torch.full_like(log_probs, -torch.inf))
-
-
 def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """k trees per sentence without replacement by stochastic beam search.
 
@@ -58,7 +51,7 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
     sentence = torch.arange(batch, device=device).repeat(k)  # row = beam * B + b
-    state = Conditioner(dist, sentence)
+    state = Conditioner(dist, sentence, Prepared.of(dist))
     log_p = torch.full((k, batch), -torch.inf, dtype=torch.float64, device=device)
     log_p[0] = 0.0
     gumbel = log_p.clone()  # the root prefix's Gumbel is fixed to 0: a shift, not a bias
@@ -88,7 +81,7 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
     heads = state.heads.view(k, batch, size)
     valid = gumbel > -torch.inf
     heads = torch.where(valid.unsqueeze(-1), heads, torch.full_like(heads, -1))
-    return heads, _exact_log_probs(dist, heads, valid)
+    return heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
 
 
 class _Trie:
@@ -146,64 +139,93 @@ class _Trie:
             self.log_remaining[node[below]] = log_remaining[below]
 
 
+#: Dead ends (prefixes whose computed conditionals leave no possible head, reached through a
+#: rounding-error probability) a trie step may prune before it gives up with an error.
+MAX_DEAD_ENDS = 10_000
+
+
+def _descend(dist, prepared: Prepared, trie: _Trie, rows: Tensor, generator: torch.Generator | None):
+    """One ancestral draw per sentence in ``rows`` (R,), renormalised by the trie's masses.
+
+    At each word, child h of the current prefix has weight q(h) P(prefix) if no tree was drawn
+    below it yet, else its remaining mass; weights are compared in log space (no underflow).
+    Returns heads (R, N+1), path (R, N+1) of trie nodes by depth, log P of each prefix and
+    the conditionals at each node (for :meth:`_Trie.update`), and which rows hit a dead end.
+    """
+    size = dist.scores.shape[-1]
+    count = rows.numel()
+    device = rows.device
+    state = Conditioner(dist, rows, prepared)
+    node = rows.clone()  # node b is the root of sentence b
+    lengths = dist.lengths[rows]
+    log_p = torch.zeros(count, dtype=torch.float64, device=device)
+    path = torch.full((count, size), -1, dtype=torch.long, device=device)
+    path[:, 0] = node
+    path_log_p = torch.zeros(count, size, dtype=torch.float64, device=device)
+    path_probs = torch.zeros(count, size, size, dtype=torch.float64, device=device)
+    dead = torch.zeros(count, dtype=torch.bool, device=device)
+    for m in range(1, size):
+        active = ~dead & (lengths >= m)
+        probs = state.probs(m)
+        children = trie.child[node]
+        seen = children >= 0
+        unseen_log_mass = log_p.unsqueeze(-1) + torch.where(probs > 0, probs, torch.zeros_like(probs)).log()
+        log_mass = torch.where(seen, trie.log_remaining[children.clamp_min(0)], unseen_log_mass)
+        top = log_mass.max(-1, keepdim=True).values
+        weights = torch.exp(log_mass - torch.where(top > -torch.inf, top, torch.zeros_like(top)))
+        head, possible = draw_positive(weights, generator)
+        dead = dead | (active & ~possible)
+        active = active & possible
+        chosen = children.gather(1, head.unsqueeze(-1)).squeeze(-1)
+        new = active & (chosen < 0)
+        new_ids = trie.allocate(int(new.sum()))
+        chosen[new] = new_ids
+        trie.child[node[new], head[new]] = new_ids
+        path_probs[:, m] = probs
+        path_log_p[:, m - 1] = log_p
+        step_log_p = probs.gather(1, head.unsqueeze(-1)).squeeze(-1).log()
+        log_p = torch.where(active, log_p + step_log_p, log_p)
+        node = torch.where(active, chosen, node)
+        path[:, m] = torch.where(active, node, torch.full_like(node, -1))
+        state.fix(m, head, active)
+    return state.heads, path, path_log_p, path_probs, dead
+
+
 def trie_draws(dist, generator: torch.Generator | None = None) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield one new tree per sentence per step, without replacement (Shi et al. 2020).
 
-    At each word, the child h of the current prefix is drawn with weight q(h) if no tree was
-    drawn below it yet, else with its remaining mass relative to the prefix. Each item is
-    (heads (B, N+1), log_probs (B,)) with ``log_probs = dist.log_prob(heads)``; a sentence
-    whose trees are all drawn yields -1 heads and -inf. Stops when every sentence is exhausted.
+    Each item is (heads (B, N+1), log_probs (B,)) with ``log_probs = dist.log_prob(heads)``;
+    a sentence whose trees are all drawn yields -1 heads and -inf. Stops when every sentence
+    is exhausted. A draw that reaches a dead end (a prefix with no tree, entered through a
+    rounding-error probability) prunes that prefix from the trie and draws again.
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
     sentences = torch.arange(batch, device=device)
-    inverse = Conditioner.initial_inverse(dist)
+    prepared = Prepared.of(dist)
     trie = _Trie(batch, size, device)
-    first_heads = None
     while True:
         alive = trie.log_remaining[sentences] > -torch.inf
         if not alive.any():
             return
-        state = Conditioner(dist, sentences, inverse)
-        node = sentences.clone()
-        log_p = torch.zeros(batch, dtype=torch.float64, device=device)
-        path = torch.full((batch, size), -1, dtype=torch.long, device=device)
-        path[:, 0] = torch.where(alive, node, path[:, 0])
-        path_log_p = torch.zeros(batch, size, dtype=torch.float64, device=device)
-        path_probs = torch.zeros(batch, size, size, dtype=torch.float64, device=device)
-        for m in range(1, size):
-            active = alive & (dist.lengths >= m)
-            probs = state.probs(m)
-            children = trie.child[node]
-            seen = children >= 0
-            relative = torch.exp(trie.log_remaining[children.clamp_min(0)] - log_p.unsqueeze(-1))
-            weights = torch.where(seen, relative, probs)
-            head, possible = draw_positive(weights, generator)
-            if (active & ~possible).any():
-                stuck = sentences[active & ~possible].tolist()
-                raise ValueError(
-                    f"sampling without replacement reached a prefix with no tree left in "
-                    f"sentence(s) {stuck[:10]} (word {m}); the distribution's arcs admit no "
-                    "completion there."
-                )
-            chosen = children.gather(1, head.unsqueeze(-1)).squeeze(-1)
-            new = active & (chosen < 0)
-            new_ids = trie.allocate(int(new.sum()))
-            chosen[new] = new_ids
-            trie.child[node[new], head[new]] = new_ids
-            path_probs[:, m] = probs
-            path_log_p[:, m - 1] = log_p
-            step_log_p = probs.gather(1, head.unsqueeze(-1)).squeeze(-1).log()
-            log_p = torch.where(active, log_p + step_log_p, log_p)
-            node = torch.where(active, chosen, node)
-            path[:, m] = torch.where(active, node, torch.full_like(node, -1))
-            state.fix(m, head, active)
-        trie.update(path, path_log_p, path_probs)
-        heads = torch.where(alive.unsqueeze(-1), state.heads, torch.full_like(state.heads, -1))
-        if first_heads is None:
-            first_heads = heads
-        log_probs = dist.log_prob(torch.where(alive.unsqueeze(-1), heads, first_heads))
-        yield heads, torch.where(alive, log_probs, torch.full_like(log_probs, -torch.inf))
+        heads = torch.full((batch, size), -1, dtype=torch.long, device=device)
+        pending = sentences[alive]
+        for _ in range(MAX_DEAD_ENDS):
+            drawn, path, path_log_p, path_probs, dead = _descend(dist, prepared, trie, pending, generator)
+            trie.update(path, path_log_p, path_probs)  # a dead end is pruned like a drawn leaf
+            heads[pending[~dead]] = drawn[~dead]
+            pending = pending[dead]
+            pending = pending[trie.log_remaining[pending] > -torch.inf]
+            if pending.numel() == 0:
+                break
+        else:
+            raise ValueError(
+                f"sampling without replacement met {MAX_DEAD_ENDS} dead ends in one step in "
+                f"sentence(s) {pending.tolist()[:10]}"
+            )
+        if bool((heads[:, 1] < 0).all()):  # the last sentences ran out through dead ends
+            return
+        yield heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
 
 
 def trie_without_replacement(dist, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
