@@ -3,6 +3,9 @@
     python benchmarks/bench_sampling.py            # CPU, 2 threads, about 2-3 minutes
     python benchmarks/bench_sampling.py --quick    # smaller, for a smoke test
 
+On a shared, busy machine set OMP_WAIT_POLICY=PASSIVE: spinning OpenMP threads that
+compete for cores make every 2-thread timing several times slower.
+
 Prints these tables:
 1. trees per second at n = 10, 30, 60 (batch 64, 100 trees per sentence) for every method
    (sbs / trie: k = 100 distinct trees), and the ratio to the baseline: Wilson-Marginal
