@@ -147,7 +147,9 @@ def test_reject_rate_and_samples_are_consistent():
     report = evaluate(gold, scores, options=EvalOptions(ks=(1, 5, 20), reject_draws=20))
     reject = report["wilson_reject"]
     assert reject["expected_tries_mean"] >= 1.0
-    assert reject["measured_tries_per_tree"] == pytest.approx(reject["expected_tries_mean"], rel=0.15)
+    assert reject["sentences_not_sampled"] == 0
+    assert reject["measured_tries_per_tree"] == pytest.approx(reject["expected_tries_mean_on_sampled"], rel=0.15)
+    assert reject["expected_tries_mean_on_sampled"] == pytest.approx(reject["expected_tries_mean"])
     for mode in ("with_replacement", "without_replacement"):
         oracle = report["samples"][mode]["oracle_uas"]
         assert oracle["1"] <= oracle["5"] <= oracle["20"] <= 1.0

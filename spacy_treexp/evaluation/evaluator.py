@@ -197,11 +197,13 @@ def evaluate(
         "expected_tries_mean": float(tries.mean()),
         "expected_tries_median": float(numpy.median(tries)),
         "expected_tries_max": float(tries.max()),
+        "sentences_expected_tries_over_2": int((tries > 2).sum()),
+        "sentences_expected_tries_over_1000": int((tries > 1000).sum()),
         "z_multi_over_z_single_mean": float(tries.mean()),
         "acceptance_rate_mean": float(acceptance.mean()),
     }
     if options.reject_draws > 0:
-        report["wilson_reject"].update(_measured_rejection(scores, lengths, arc_temperature, options, generator))
+        report["wilson_reject"].update(_measured_rejection(scores, lengths, arc_temperature, options, generator, tries))
     if options.samples:
         report["samples"] = _samples(gold, scores, lengths, arc_temperature, options, generator)
     return report
@@ -338,9 +340,11 @@ def _error_detection(tokens, entropy, lengths, options: EvalOptions) -> Dict[str
     }
 
 
-def _measured_rejection(scores, lengths, temperature, options: EvalOptions, generator) -> Dict[str, object]:
-    """Run Wilson-Reject: accepted draws / total multi-root draws."""
+def _measured_rejection(scores, lengths, temperature, options: EvalOptions, generator, exact_tries) -> Dict[str, object]:
+    """Run Wilson-Reject: accepted draws / total multi-root draws, and the exact expected
+    tries averaged over the same sentences (those whose walks finished)."""
     tries_total, accepted, failed = 0, 0, 0
+    sampled: List[int] = []
     with torch.no_grad():
         for index in length_batches(lengths.tolist(), options.max_sample_cells, factor=options.reject_draws):
             batch, batch_lengths = padded_scores(scores, index, temperature)
@@ -353,11 +357,14 @@ def _measured_rejection(scores, lengths, temperature, options: EvalOptions, gene
                     alone = TreeDistribution(batch[b : b + 1], batch_lengths[b : b + 1], single_root=True)
                     try:
                         kept.append(wilson_reject(alone, options.reject_draws, generator, max_rounds=options.reject_max_rounds)[1])
+                        sampled.append(index[b])
                     except ValueError:
                         failed += 1
                 if not kept:
                     continue
                 tries = torch.cat([t.reshape(-1) for t in kept])
+            else:
+                sampled.extend(index)
             tries_total += int(tries.sum())
             accepted += int(tries.numel())
     return {
@@ -365,6 +372,7 @@ def _measured_rejection(scores, lengths, temperature, options: EvalOptions, gene
         "measured_multi_root_draws": tries_total,
         "measured_acceptance_rate": accepted / tries_total if tries_total else float("nan"),
         "measured_tries_per_tree": tries_total / accepted if accepted else float("nan"),
+        "expected_tries_mean_on_sampled": float(numpy.mean(exact_tries[sampled])) if sampled else float("nan"),
         "sentences_not_sampled": failed,
     }
 

@@ -42,7 +42,7 @@ def write_json(report: Dict[str, Any], path: Path) -> None:
 def _f(value: Optional[float], digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
-    if value != 0 and abs(value) < 10 ** -(digits - 1):
+    if digits >= 3 and value != 0 and abs(value) < 10 ** -(digits - 1):
         return f"{value:.2e}"
     return f"{value:.{digits}f}"
 
@@ -97,9 +97,15 @@ def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
     row("gold tree NLL (nats/word)", lambda q: q["likelihood"]["gold_tree_nll_per_word"])
     row("gold label NLL (nats/word)", lambda q: q["likelihood"]["gold_label_nll_per_word"])
     row("entropy (nats/word)", lambda q: q["entropy"]["nats_per_word"])
-    row("Z_multi / Z_single (mean expected tries)", lambda q: q["wilson_reject"]["expected_tries_mean"])
-    row("Wilson-Reject acceptance, exact mean", lambda q: q["wilson_reject"]["acceptance_rate_mean"])
-    row("Wilson-Reject acceptance, measured", lambda q: q["wilson_reject"]["measured_acceptance_rate"])
+    row("Z_multi / Z_single = expected tries: mean over sentences", lambda q: q["wilson_reject"]["expected_tries_mean"], lambda v: _f(v, 3))
+    row("Z_multi / Z_single: median", lambda q: q["wilson_reject"]["expected_tries_median"], lambda v: _f(v, 3))
+    row("Z_multi / Z_single: max", lambda q: q["wilson_reject"]["expected_tries_max"], lambda v: f"{v:.3g}")
+    row("sentences with Z_multi / Z_single > 2", lambda q: q["wilson_reject"]["sentences_expected_tries_over_2"], str)
+    row("Wilson-Reject acceptance Z_single / Z_multi, mean", lambda q: q["wilson_reject"]["acceptance_rate_mean"])
+    row("Wilson-Reject run: tries per tree, measured", lambda q: q["wilson_reject"]["measured_tries_per_tree"], lambda v: _f(v, 3))
+    row("Wilson-Reject run: expected tries, same sentences", lambda q: q["wilson_reject"]["expected_tries_mean_on_sampled"], lambda v: _f(v, 3))
+    row("Wilson-Reject run: acceptance, measured", lambda q: q["wilson_reject"]["measured_acceptance_rate"])
+    row("Wilson-Reject run: sentences left out (walks did not finish)", lambda q: q["wilson_reject"]["sentences_not_sampled"], str)
     for mode, short in (("with_replacement", "with repl."), ("without_replacement", "w/o repl.")):
         ks = next((q["samples"]["ks"] for q in blocks.values() if "samples" in q), [])
         for k in ks:
