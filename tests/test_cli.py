@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import spacy
-from spacy.tokens import DocBin
 
 from spacy_treexp import cli
 from test_tree_expectations_support import make_nlp  # noqa: F401  (registers the test scorer)

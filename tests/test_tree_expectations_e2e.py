@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy
 import pytest
-import spacy
 import torch
 
 import spacy_treexp

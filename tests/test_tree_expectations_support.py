@@ -9,7 +9,6 @@ import zlib
 from typing import List, Optional
 
 import numpy
-import pytest
 import spacy
 import torch
 from spacy.attrs import DEP, HEAD
