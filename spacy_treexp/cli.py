@@ -53,7 +53,13 @@ class BadInputError(ValueError):
 def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> Language:
     """The pipeline to run, with a ``tree_expectations`` drawing ``n_samples`` samples."""
     if gpu >= 0:
-        spacy.require_gpu(gpu)
+        try:
+            spacy.require_gpu(gpu)
+        except ValueError as e:
+            raise SystemExit(
+                f"spacy-treexp: --gpu {gpu}: {e} (spaCy on GPU needs CUDA and cupy, "
+                "e.g. pip install cupy-cuda12x)."
+            ) from e
     if model is None:
         import spacy_treexp
 

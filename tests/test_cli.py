@@ -1,6 +1,7 @@
 """The spacy-treexp command line, run in-process on a pipeline with a test scorer."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -170,6 +171,12 @@ def test_bad_arguments(model, tmp_path):
         cli.main(["annotate", str(tmp_path / "x.txt"), "-o", str(tmp_path / "y.csv"), "--model", model])
     with pytest.raises(SystemExit, match="--samples must be"):
         cli.main(["parse", "Hi.", "--samples", "-1", "--model", model])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed")
+def test_gpu_without_cupy_is_a_clear_error(model):
+    with pytest.raises(SystemExit, match="--gpu 0: .*cupy"):
+        cli.main(["parse", "Hi there.", "--model", model, "--gpu", "0"])
 
 
 def test_pipeline_without_arc_scores_fails_at_once(tmp_path):
