@@ -23,6 +23,12 @@ if "tree_expectations" not in nlp.pipe_names:
     nlp.add_pipe("tree_expectations", config={"n_samples": 20, "top_k_heads": 3})
 doc = nlp(args.text)
 
+
+def head_name(token):
+    """The head's text, or ROOT (spaCy's root is its own head)."""
+    return "ROOT" if token.head.i == token.i else token.head.text
+
+
 for sent in doc.sents:
     print(f"\n{sent.text}")
     print(
@@ -33,7 +39,7 @@ for sent in doc.sents:
         candidates = ", ".join(
             f"{'ROOT' if head.i == token.i else head.text} {p:.2f}" for head, p in token._.head_distribution
         )
-        print(f"  unsure: {token.text!r} (head {token.head.text!r}, p={token._.head_prob:.2f}) candidates: {candidates}")
+        print(f"  unsure: {token.text!r} (head {head_name(token)}, p={token._.head_prob:.2f}) candidates: {candidates}")
     predicted = [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
     distinct = {tuple(row) for row in sent._.sampled_heads.tolist()}
     print(f"  {len(distinct)} distinct trees among {len(sent._.sampled_heads)} samples")
@@ -42,4 +48,4 @@ for sent in doc.sents:
 alternative = doc._.sampled_doc(0)
 for token, other in zip(doc, alternative):
     if token.head.i != other.head.i:
-        print(f"sample 0 attaches {token.text!r} to {other.head.text!r} ({other.dep_}) instead of {token.head.text!r}")
+        print(f"sample 0 attaches {token.text!r} to {head_name(other)} ({other.dep_}) instead of {head_name(token)}")
