@@ -210,9 +210,11 @@ def _tree_svg(words: Sequence[str], deps: Sequence[str], record: dict, alt_thres
                 f'<path {common} d="M{xh:.1f},{top:.1f} C{xh:.1f},{top - rise:.1f} '
                 f'{xd:.1f},{top - rise:.1f} {xd:.1f},{top - 2:.1f}" {style}>{title}</path>'
             )
-            labels.append(
-                f'<text class="treexp-label" x="{(xh + xd) / 2:.1f}" y="{top - 0.75 * rise + 4:.1f}" '
-                f'text-anchor="middle" {_HALO}>{label}</text>'
+            cx, cy, half = (xh + xd) / 2, top - 0.75 * rise + 4, 3.1 * len(html.unescape(label)) + 3
+            labels.append(  # a white plate keeps the arc from running through the label
+                f'<rect x="{cx - half:.1f}" y="{cy - 10:.1f}" width="{2 * half:.1f}" height="13" rx="3" '
+                f'fill="#fff" fill-opacity="0.9"/><text class="treexp-label" x="{cx:.1f}" y="{cy:.1f}" '
+                f'text-anchor="middle">{label}</text>'
             )
         arcs.append(
             f'<path d="M{xd - 4.5:.1f},{top - 8:.1f} L{xd + 4.5:.1f},{top - 8:.1f} L{xd:.1f},{top:.1f} Z" '
