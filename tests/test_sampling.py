@@ -45,10 +45,11 @@ def chi_square_p(observed: torch.Tensor, categories: torch.Tensor, probs: torch.
     """Pearson chi-square p-value of observed category codes against probabilities.
 
     Categories with expected count below 5 are pooled; an observation outside the
-    categories (not a tree) fails the test outright.
+    categories (not a tree) or of probability 0 fails the test outright.
     """
     assert torch.isin(observed, categories).all(), "a draw is not a tree of the sentence"
     counts = (observed.unsqueeze(-1) == categories).sum(0).double()
+    assert counts[probs == 0].sum() == 0, "a draw has probability 0"
     expected = probs * observed.numel()
     small = expected < 5
     counts = torch.cat([counts[~small], counts[small].sum().reshape(1)])
