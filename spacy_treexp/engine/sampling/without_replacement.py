@@ -8,8 +8,8 @@ sequence-model techniques for sampling without replacement apply (Stanojević 20
   (a truncated Gumbel, in the numerically stable form of their appendix), top-k per word.
   The k trees are distributed as k draws without replacement, in draw order (the first is
   a sample of p). All beams advance together: O(k n^3).
-* ``trie``: incremental sampling without replacement (Shi, Bieber & Sutton 2020, "UniqueRandomizer"):
-  one ancestral draw at a time, each step renormalised by the probability mass
+* ``trie``: incremental sampling without replacement (Shi, Bieber & Sutton 2020,
+  "UniqueRandomizer"): one ancestral draw at a time, each step renormalised by the probability mass
   already drawn below every prefix, kept in a trie of the drawn prefixes. A trie lookup per
   step, never a pass over earlier draws: O(n^3) per tree, and it can stop at any time.
 
