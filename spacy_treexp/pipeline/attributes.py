@@ -49,13 +49,17 @@ def _records(doc: Doc) -> Optional[Sequence[Dict[str, Any]]]:
     return doc._.get(STORE)
 
 
+def _start(record: Dict[str, Any]) -> int:
+    return record["start"]
+
+
 def _record_for_span(span: Span) -> Optional[Dict[str, Any]]:
     records = _records(span.doc)
     if records is None:
         return None
-    for record in records:
-        if record["start"] == span.start and record["end"] == span.end:
-            return record
+    k = bisect_right(records, span.start, key=_start) - 1
+    if k >= 0 and records[k]["start"] == span.start and records[k]["end"] == span.end:
+        return records[k]
     raise ValueError(
         f"Span {span.start}:{span.end} ({span.text[:40]!r}) is not a sentence "
         "annotated by 'tree_expectations': use the spans of doc.sents."
@@ -66,8 +70,7 @@ def _record_for_token(token: Token) -> Optional[Dict[str, Any]]:
     records = _records(token.doc)
     if not records:
         return None
-    starts = [record["start"] for record in records]
-    k = bisect_right(starts, token.i) - 1
+    k = bisect_right(records, token.i, key=_start) - 1
     if k < 0 or token.i >= records[k]["end"]:
         return None
     return records[k]
