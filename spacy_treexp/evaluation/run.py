@@ -122,6 +122,9 @@ def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, sampler, rejec
         gold = gold[:limit]
     log(f"{len(gold)} gold sentences from {conllu}")
     nlp = None if stanza_dir is not None else load_spacy(model)
+    if nlp is not None:
+        meta["model_path"] = str(getattr(nlp, "path", None) or "")
+        meta["pipeline"] = list(nlp.pipe_names)
     t0 = time.perf_counter()
     test_scores = score(gold, nlp=nlp, stanza_dir=stanza_dir, batch_size=batch_size)
     meta["parse_seconds"] = time.perf_counter() - t0
