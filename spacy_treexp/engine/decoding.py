@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from spacy_treexp.engine.checks import is_tree
+
 NEG_INF = float("-inf")
 
 
@@ -26,10 +28,14 @@ def max_spanning_trees(weights: Tensor, lengths: Tensor, single_root: bool) -> T
     weights' device) with -1 at ROOT and padding. Raises :class:`NoTreeError` naming the
     sentence when no tree exists.
     """
-    values = weights.detach().to("cpu", torch.float64).numpy()
-    n_max = values.shape[-1] - 1
-    heads = np.full((values.shape[0], n_max + 1), -1, dtype=np.int64)
-    for b, n in enumerate(lengths.tolist()):
+    weights = weights.detach()
+    greedy, done = _greedy_trees(weights, lengths, single_root)
+    if bool(done.all()):
+        return greedy
+    values = weights.to("cpu", torch.float64).numpy()
+    heads = greedy.cpu().numpy().copy()
+    for b in (~done).nonzero().squeeze(-1).tolist():
+        n = int(lengths[b])
         try:
             heads[b, : n + 1] = _best_tree(values[b, : n + 1, : n + 1], single_root)
         except NoTreeError as error:
@@ -37,10 +43,32 @@ def max_spanning_trees(weights: Tensor, lengths: Tensor, single_root: bool) -> T
     return torch.from_numpy(heads).to(weights.device)
 
 
+def _greedy_trees(weights: Tensor, lengths: Tensor, single_root: bool):
+    """Every word's best head, for the whole batch, and which sentences that solves.
+
+    The best head of every word bounds every tree's score from above, so where those heads
+    form an admissible tree (one ROOT child when required) it is the best tree; trained
+    parsers usually give such scores, and only the other sentences need Chu–Liu–Edmonds.
+    """
+    n_max = weights.shape[-1] - 1
+    positions = torch.arange(n_max + 1, device=weights.device)
+    words = (positions > 0) & (positions <= lengths.unsqueeze(-1))
+    allowed = weights.masked_fill(positions.unsqueeze(-1) == positions, NEG_INF)
+    best, heads = allowed.max(dim=-2)
+    heads = torch.where(words, heads, torch.full_like(heads, -1))
+    done = (torch.isfinite(best) | ~words).all(-1) & is_tree(heads, lengths)
+    if single_root:
+        done = done & ((heads == 0) & words).sum(-1).eq(1)
+    return heads, done
+
+
 def _best_tree(weights: np.ndarray, single_root: bool) -> np.ndarray:
     scores = weights.copy()
     np.fill_diagonal(scores, NEG_INF)
     scores[:, 0] = NEG_INF
+    greedy = _greedy_tree(scores, single_root)
+    if greedy is not None:
+        return greedy
     finite = np.isfinite(scores)
     if single_root and scores.shape[0] > 2:
         if not finite[0].any():
@@ -57,6 +85,29 @@ def _best_tree(weights: np.ndarray, single_root: bool) -> np.ndarray:
     if single_root and int((heads[1:] == 0).sum()) != 1:
         # The penalty makes any single-root tree win; several ROOT children mean none exists.
         raise NoTreeError("no tree with exactly one child of ROOT exists")
+    return heads
+
+
+def _greedy_tree(scores: np.ndarray, single_root: bool):
+    """Each word's best head, if that is already a tree (with one ROOT child when required).
+
+    The best head of every word bounds every tree's score from above, so when those heads
+    form an admissible tree it is the best one; trained parsers usually give such scores.
+    Acyclicity by pointer doubling: every word reaches ROOT within n steps.
+    """
+    size = scores.shape[0]
+    heads = scores.argmax(axis=0)
+    heads[0] = 0
+    if size > 1 and not np.isfinite(scores[heads[1:], np.arange(1, size)]).all():
+        return None
+    if single_root and int((heads[1:] == 0).sum()) != 1:
+        return None
+    ancestor = heads.copy()
+    for _ in range(max(1, int(size).bit_length())):
+        ancestor = ancestor[ancestor]
+    if (ancestor[1:] != 0).any():
+        return None
+    heads[0] = -1
     return heads
 
 
