@@ -66,9 +66,6 @@ def _best_tree(weights: np.ndarray, single_root: bool) -> np.ndarray:
     scores = weights.copy()
     np.fill_diagonal(scores, NEG_INF)
     scores[:, 0] = NEG_INF
-    greedy = _greedy_tree(scores, single_root)
-    if greedy is not None:
-        return greedy
     finite = np.isfinite(scores)
     if single_root and scores.shape[0] > 2:
         if not finite[0].any():
@@ -85,29 +82,6 @@ def _best_tree(weights: np.ndarray, single_root: bool) -> np.ndarray:
     if single_root and int((heads[1:] == 0).sum()) != 1:
         # The penalty makes any single-root tree win; several ROOT children mean none exists.
         raise NoTreeError("no tree with exactly one child of ROOT exists")
-    return heads
-
-
-def _greedy_tree(scores: np.ndarray, single_root: bool):
-    """Each word's best head, if that is already a tree (with one ROOT child when required).
-
-    The best head of every word bounds every tree's score from above, so when those heads
-    form an admissible tree it is the best one; trained parsers usually give such scores.
-    Acyclicity by pointer doubling: every word reaches ROOT within n steps.
-    """
-    size = scores.shape[0]
-    heads = scores.argmax(axis=0)
-    heads[0] = 0
-    if size > 1 and not np.isfinite(scores[heads[1:], np.arange(1, size)]).all():
-        return None
-    if single_root and int((heads[1:] == 0).sum()) != 1:
-        return None
-    ancestor = heads.copy()
-    for _ in range(max(1, int(size).bit_length())):
-        ancestor = ancestor[ancestor]
-    if (ancestor[1:] != 0).any():
-        return None
-    heads[0] = -1
     return heads
 
 
