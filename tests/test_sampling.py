@@ -96,6 +96,20 @@ def test_samples_fit_the_tree_distribution(method, single_root, seed):
     assert_fits(heads, scores, lengths, single_root)
 
 
+def test_chunked_draws_fit(monkeypatch):
+    """Large sample_shape is drawn in chunks (bounded memory); chunks stay unbiased."""
+    import spacy_treexp.engine.sampling.colbourn as colbourn_module
+    import spacy_treexp.engine.sampling.wilson as wilson_module
+
+    monkeypatch.setattr(colbourn_module, "CHUNK_ENTRIES", 2 * 16 * 997)  # 997 samples a chunk
+    monkeypatch.setattr(wilson_module, "CHUNK_ENTRIES", 2 * 25 * 1009)
+    scores, lengths = random_batch(21)
+    dist = TreeDistribution(scores, lengths)
+    for method in ("colbourn", "wilson_marginal"):
+        heads = sample(dist, (DRAWS,), method=method, generator=torch.Generator().manual_seed(21))
+        assert_fits(heads, scores, lengths, True)
+
+
 def test_float32_peaked_scores_fit():
     """Colbourn in float32 with peaked scores (std 4) still matches enumeration."""
     scores, lengths = random_batch(6, dtype=torch.float32)

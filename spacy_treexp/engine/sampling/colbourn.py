@@ -203,19 +203,37 @@ def draw_positive(weights: Tensor, generator: torch.Generator | None) -> tuple[T
     return torch.where(possible, index, torch.zeros_like(index)), possible
 
 
+#: Most float64 entries of per-sample inverses held at once: Colbourn's sampler draws its
+#: samples in chunks of this size (2^25 entries = 256 MiB).
+CHUNK_ENTRIES = 2**25
+
+
 def colbourn_sample(dist, num_samples: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """Colbourn's ancestral sampler: heads (S, B, N+1) and their float64 log-probabilities.
 
     The log-probability is the sum of the log conditionals along the draw; it equals
     ``dist.log_prob(heads)`` up to rounding (a check of the sampler's accuracy). O(S n^3),
-    vectorised over samples and sentences, one step per word position.
+    vectorised over samples and sentences, one step per word position; samples are drawn
+    in chunks of at most :data:`CHUNK_ENTRIES` inverse entries.
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
-    device = dist.scores.device
-    sentence = torch.arange(batch, device=device).repeat(num_samples)
-    state = Conditioner(dist, sentence)
-    heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
-    log_prob = torch.zeros(sentence.numel(), dtype=torch.float64, device=device)
+    prepared = Prepared.of(dist)
+    per_chunk = max(1, CHUNK_ENTRIES // (batch * (size - 1) ** 2))
+    parts = [
+        _colbourn_chunk(dist, prepared, min(per_chunk, num_samples - start), generator)
+        for start in range(0, num_samples, per_chunk)
+    ]
+    heads = torch.cat([part[0] for part in parts])
+    log_prob = torch.cat([part[1] for part in parts])
+    return heads.reshape(num_samples, batch, size), log_prob.reshape(num_samples, batch)
+
+
+def _colbourn_chunk(dist, prepared: Prepared, num_samples: int, generator: torch.Generator | None):
+    """``num_samples`` ancestral draws per sentence: heads (S*B, N+1), log-probs (S*B,)."""
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    sentence = torch.arange(batch, device=dist.scores.device).repeat(num_samples)
+    state = Conditioner(dist, sentence, prepared)
+    log_prob = torch.zeros(sentence.numel(), dtype=torch.float64, device=sentence.device)
     for m in range(1, size):
         active = state.lengths >= m
         probs = state.probs(m)
@@ -230,6 +248,5 @@ def colbourn_sample(dist, num_samples: int, generator: torch.Generator | None = 
         drawn_mass = torch.where(probs > 0, probs, torch.zeros_like(probs)).sum(-1)
         chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / drawn_mass
         log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
-        heads[:, m] = torch.where(active, head, torch.full_like(head, -1))
         state.fix(m, head, active)
-    return heads.reshape(num_samples, batch, size), log_prob.reshape(num_samples, batch)
+    return state.heads, log_prob

@@ -30,6 +30,8 @@ MAX_ROUNDS = 10_000
 #: Multi-root draws per accepted tree after which Wilson-Reject gives up (its expected number
 #: of tries is Z_multi / Z_single, at most e for random weights per Stanojević 2022).
 MAX_TRIES = 1_000
+#: Most entries of the (samples, B, N+1, N+1) comparison of the first draws held at once.
+CHUNK_ENTRIES = 2**25
 
 
 def _cumulative_weights(dist, with_root: bool) -> Tensor:
@@ -141,9 +143,14 @@ def _first_pointers(cdf: Tensor, free: Tensor, num_samples: int, generator: torc
             f"Wilson's walk found a word with no possible head in sentence(s) {stuck[:10]} "
             "(the tree distribution has no tree there)."
         )
-    u = torch.rand((num_samples, batch, size, 1), dtype=cdf.dtype, device=cdf.device, generator=generator)
-    below = cdf.unsqueeze(0) <= u * cdf[..., -1:].unsqueeze(0)
-    first = below.sum(-1, dtype=torch.int32).reshape(-1, size).long()  # int32: a cheap count
+    per_chunk = max(1, CHUNK_ENTRIES // (batch * size * size))  # bounds the comparison's memory
+    chunks = []
+    for start in range(0, num_samples, per_chunk):
+        count = min(per_chunk, num_samples - start)
+        u = torch.rand((count, batch, size, 1), dtype=cdf.dtype, device=cdf.device, generator=generator)
+        below = cdf.unsqueeze(0) <= u * cdf[..., -1:].unsqueeze(0)
+        chunks.append(below.sum(-1, dtype=torch.int32).reshape(-1, size))  # int32: a cheap count
+    first = torch.cat(chunks).long()
     return torch.where(free, first, torch.zeros_like(first))
 
 
