@@ -454,3 +454,16 @@ def test_word_without_possible_head_is_a_clear_error():
     assert sample(dist, (5,), method="colbourn").tolist() == heads.tolist()
     with pytest.raises(ValueError, match=r"no possible head in sentence\(s\) \[0\]"):
         wilson_multi_root(TreeDistribution(torch.full((1, 3, 3), -torch.inf), single_root=False), 2)
+
+
+def test_without_replacement_log_probs_are_differentiable():
+    """The returned log-probabilities are dist.log_prob of the drawn trees: they carry the
+    gradient d log p(tree) / d scores = indicator(tree) - marginals."""
+    scores = torch.randn(2, 6, 6, generator=torch.Generator().manual_seed(22), dtype=torch.float64)
+    scores.requires_grad_(True)
+    dist = TreeDistribution(scores)
+    heads, log_probs = sample_without_replacement(dist, 3, generator=torch.Generator().manual_seed(22))
+    (grad,) = torch.autograd.grad(log_probs[0].sum(), scores)
+    indicator = torch.zeros_like(scores).scatter_(1, heads[0].clamp_min(0).unsqueeze(1), 1.0)
+    indicator[:, 0, 0] = 0.0  # the ROOT position's -1 head is no arc
+    assert torch.allclose(grad, (indicator - dist.marginals).detach(), atol=1e-9)
