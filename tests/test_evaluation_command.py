@@ -137,3 +137,15 @@ def test_stanza_pipeline_directory(tmp_path):
     assert report["raw"]["n_sentences"] == 8
     assert 0.0 <= report["raw"]["attachment"]["las_map"] <= report["raw"]["attachment"]["uas_map"] <= 1.0
     assert (tmp_path / "report.json").is_file() and (tmp_path / "summary.md").is_file()
+
+
+@pytest.mark.skipif(not (STANZA_TINY / "depparse.pt").is_file(), reason="no tiny Stanza fixture model")
+def test_stanza_with_gold_tags(tmp_path):
+    from spacy_treexp.evaluation import run
+
+    conllu = STANZA_TINY.parent / "tiny_en.dev.conllu"
+    report = run(None, conllu, tmp_path, stanza_dir=str(STANZA_TINY), stanza_gold_tags=True, limit=8,
+                 samples=False, reject_draws=0, timing=False, plots=False, log=lambda message: None)
+    assert report["meta"]["stanza_tags"] == "gold"
+    assert report["raw"]["n_words"] == sum(s.n for s in read_conllu(conllu)[:8])
+    assert report["raw"]["attachment"]["parser_heads_equal_engine_map"] > 0.9

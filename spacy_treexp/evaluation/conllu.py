@@ -28,6 +28,9 @@ class GoldSentence:
     deprels: List[str]
     spaces: List[bool] = field(default_factory=list)
     line: int = 0
+    upos: List[str] = field(default_factory=list)
+    xpos: List[str] = field(default_factory=list)
+    feats: List[str] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -72,6 +75,7 @@ def _parse_block(path: Path, block: List[tuple]) -> Union[GoldSentence, None]:
     heads: List[int] = [-1]
     deprels: List[str] = []
     spaces: List[bool] = []
+    tags: List[tuple] = []
     ranges = {}
     for number, line in block:
         if line.startswith("#"):
@@ -98,6 +102,7 @@ def _parse_block(path: Path, block: List[tuple]) -> Union[GoldSentence, None]:
         words.append(cols[1])
         heads.append(int(cols[6]))
         deprels.append(cols[7])
+        tags.append((cols[3], cols[4], cols[5]))
         spaces.append("SpaceAfter=No" not in cols[9].split("|"))
     if not words:
         return None
@@ -113,7 +118,8 @@ def _parse_block(path: Path, block: List[tuple]) -> Union[GoldSentence, None]:
         raise ConlluError(f"{path}:{line}: sentence {sent_id or '?'} does not have exactly one root word")
     if not _is_tree(head_array):
         raise ConlluError(f"{path}:{line}: sentence {sent_id or '?'}: the gold heads contain a cycle")
-    return GoldSentence(sent_id or f"line-{line}", words, head_array, deprels, spaces, line)
+    upos, xpos, feats = (list(column) for column in zip(*tags))
+    return GoldSentence(sent_id or f"line-{line}", words, head_array, deprels, spaces, line, upos, xpos, feats)
 
 
 def _is_tree(heads: numpy.ndarray) -> bool:

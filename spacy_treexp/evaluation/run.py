@@ -44,10 +44,10 @@ def load_spacy(model: Optional[str]):
 
 
 def score(gold: Sequence[GoldSentence], *, nlp: Any = None, stanza_dir: Optional[str] = None,
-          batch_size: int = 64) -> List[SentenceScores]:
+          batch_size: int = 64, stanza_gold_tags: Optional[bool] = None) -> List[SentenceScores]:
     """Scores of the gold sentences from a spaCy pipeline or a Stanza pipeline directory."""
     if stanza_dir is not None:
-        return stanza_scores(stanza_dir, gold)
+        return stanza_scores(stanza_dir, gold, gold_tags=stanza_gold_tags)
     return spacy_scores(nlp, gold, batch_size=batch_size)
 
 
@@ -63,6 +63,7 @@ def run(
     out_dir: str | Path,
     *,
     stanza_dir: Optional[str] = None,
+    stanza_gold_tags: Optional[bool] = None,
     dev: Optional[str | Path] = None,
     ks: Sequence[int] = (1, 5, 20, 100),
     samples: bool = True,
@@ -94,7 +95,7 @@ def run(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _run(model, conllu, out_dir, stanza_dir=stanza_dir, dev=dev, ks=ks, samples=samples, sampler=sampler,
+        return _run(model, conllu, out_dir, stanza_dir=stanza_dir, stanza_gold_tags=stanza_gold_tags, dev=dev, ks=ks, samples=samples, sampler=sampler,
                     reject_draws=reject_draws, timing_repeats=timing_repeats,
                     timing_max_per_bucket=timing_max_per_bucket, timing=timing, limit=limit, seed=seed,
                     batch_size=batch_size, plots=plots, command=command, log=log)
@@ -102,7 +103,7 @@ def run(
         torch.set_num_threads(previous_threads)
 
 
-def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, sampler, reject_draws, timing_repeats,
+def _run(model, conllu, out_dir, *, stanza_dir, stanza_gold_tags, dev, ks, samples, sampler, reject_draws, timing_repeats,
          timing_max_per_bucket, timing, limit, seed, batch_size, plots, command, log) -> Dict[str, Any]:
     start = time.perf_counter()
     out = Path(out_dir)
@@ -110,6 +111,7 @@ def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, sampler, rejec
     meta: Dict[str, Any] = {
         "model": stanza_dir if stanza_dir is not None else (model or DEFAULT_MODEL),
         "kind": "stanza" if stanza_dir is not None else "spacy",
+        "stanza_tags": None if stanza_dir is None else {None: "auto", True: "gold", False: "predicted"}[stanza_gold_tags],
         "conllu": str(conllu),
         "dev": str(dev) if dev else None,
         "command": command or "spacy_treexp.evaluation.run(...)",
@@ -126,7 +128,7 @@ def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, sampler, rejec
         meta["model_path"] = str(getattr(nlp, "path", None) or "")
         meta["pipeline"] = list(nlp.pipe_names)
     t0 = time.perf_counter()
-    test_scores = score(gold, nlp=nlp, stanza_dir=stanza_dir, batch_size=batch_size)
+    test_scores = score(gold, nlp=nlp, stanza_dir=stanza_dir, batch_size=batch_size, stanza_gold_tags=stanza_gold_tags)
     meta["parse_seconds"] = time.perf_counter() - t0
     log(f"parsed in {meta['parse_seconds']:.1f} s")
     options = EvalOptions(ks=tuple(ks), samples=samples, sampler=sampler, reject_draws=reject_draws, seed=seed)
@@ -139,7 +141,8 @@ def _run(model, conllu, out_dir, *, stanza_dir, dev, ks, samples, sampler, rejec
     if dev:
         dev_gold = read_conllu(dev)
         t0 = time.perf_counter()
-        dev_scores = score(dev_gold, nlp=nlp, stanza_dir=stanza_dir, batch_size=batch_size)
+        dev_scores = score(dev_gold, nlp=nlp, stanza_dir=stanza_dir, batch_size=batch_size,
+                           stanza_gold_tags=stanza_gold_tags)
         arc = fit_arc_temperature(dev_gold, dev_scores)
         rel = fit_rel_temperature(dev_gold, dev_scores)
         rel_t = rel["temperature"] if rel else 1.0
@@ -196,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--model", default=None, help="spaCy pipeline path or name (default: the shipped model)")
     which.add_argument("--stanza", default=None, metavar="DIR", help="a Stanza pipeline directory instead")
+    parser.add_argument("--stanza-tags", choices=["auto", "gold", "predicted"], default="auto",
+                        help="POS tags for Stanza's depparse: the CoNLL-U file's gold tags or the folder's "
+                             "tagger (auto: gold when the folder has no pos.pt)")
     parser.add_argument("--conllu", default=None, help=f"gold CoNLL-U file (default: {DEFAULT_TEST})")
     parser.add_argument("--dev", default=None,
                         help="CoNLL-U file to fit post-hoc temperatures on (default: the EWT dev file when "
@@ -232,7 +238,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
     command = "python " + " ".join(shlex.quote(a) for a in ([sys.argv[0]] + list(argv if argv is not None else sys.argv[1:])))
     try:
-        run(args.model, conllu, args.out, stanza_dir=args.stanza, dev=dev, ks=args.ks,
+        run(args.model, conllu, args.out, stanza_dir=args.stanza,
+            stanza_gold_tags={"auto": None, "gold": True, "predicted": False}[args.stanza_tags], dev=dev, ks=args.ks,
             samples=not args.no_samples, sampler=args.sampler, reject_draws=args.reject_draws, timing_repeats=args.timing_repeats,
             timing_max_per_bucket=args.timing_max_per_bucket, timing=not args.no_timing, limit=args.limit,
             seed=args.seed, batch_size=args.batch_size, plots=not args.no_plots, threads=args.threads, command=command,

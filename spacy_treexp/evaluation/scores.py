@@ -102,23 +102,51 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
     return out
 
 
-def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], **options: Any) -> List[SentenceScores]:
+def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], gold_tags: Optional[bool] = None,
+                  **options: Any) -> List[SentenceScores]:
     """Parse the gold sentences with the Stanza pipeline saved in ``pipeline_dir``.
 
-    Needs ``spacy_treexp.stanza.pipeline_from_dir`` (the Stanza adapter); the scores are the
-    ones captured during depparse's own pass (``sentence._treexp_scores``).
+    The scores are the ones ``spacy_treexp.stanza`` captures during depparse's own pass
+    (``sentence._treexp_scores``). With ``gold_tags`` (default: when the folder has
+    ``depparse.pt`` but no ``pos.pt``) depparse runs pretagged on the gold UPOS / XPOS /
+    features of the CoNLL-U file, as Stanza's own parser evaluation does; otherwise the
+    folder's tagger tags the gold words (``spacy_treexp.stanza.pipeline_from_dir``).
     """
+    import os
+
     try:
-        from spacy_treexp import stanza as treexp_stanza
+        import spacy_treexp.stanza as treexp_stanza
         from spacy_treexp.stanza.capture import SCORES_ATTR
     except ImportError as error:  # pragma: no cover - depends on the optional adapter
         raise RuntimeError(f"the Stanza adapter is not available: {error}") from error
-    make = getattr(treexp_stanza, "pipeline_from_dir", None)
-    if make is None:
-        raise RuntimeError("spacy_treexp.stanza.pipeline_from_dir is missing: cannot load a Stanza pipeline directory")
-    options = {"tokenize_pretokenized": True, "logging_level": "WARN", **options}
-    nlp = make(str(pipeline_dir), **options)
-    doc = nlp([list(sentence.words) for sentence in gold])
+    pipeline_dir = str(pipeline_dir)
+    depparse = os.path.join(pipeline_dir, "depparse.pt")
+    if gold_tags is None:
+        gold_tags = os.path.isfile(depparse) and not os.path.isfile(os.path.join(pipeline_dir, "pos.pt"))
+    if gold_tags:
+        import stanza
+        from stanza.models.common.doc import Document
+
+        if not os.path.isfile(depparse):
+            raise ValueError(f"{pipeline_dir!r} has no depparse.pt")
+        kwargs: dict = dict(dir=pipeline_dir, download_method=None, allow_unknown_language=True,
+                            depparse_model_path=depparse, depparse_pretagged=True, logging_level="WARN")
+        pretrain = os.path.join(pipeline_dir, "pretrain.pt")
+        if os.path.isfile(pretrain):
+            kwargs["depparse_pretrain_path"] = pretrain
+        kwargs.update(options)
+        nlp = stanza.Pipeline("en", processors="depparse,tree_expectations", **kwargs)
+        rows = [[{"id": i + 1, "text": word, "lemma": word,
+                  "upos": _tag(sentence.upos, i), "xpos": _tag(sentence.xpos, i), "feats": _tag(sentence.feats, i)}
+                 for i, word in enumerate(sentence.words)] for sentence in gold]
+        doc = nlp(Document(rows))
+    else:
+        make = getattr(treexp_stanza, "pipeline_from_dir", None)
+        if make is None:
+            raise RuntimeError("spacy_treexp.stanza.pipeline_from_dir is missing: cannot load a Stanza pipeline directory")
+        options = {"tokenize_pretokenized": True, "logging_level": "WARN", **options}
+        nlp = make(pipeline_dir, **options)
+        doc = nlp([list(sentence.words) for sentence in gold])
     if len(doc.sentences) != len(gold):
         raise ValueError(f"Stanza returned {len(doc.sentences)} sentences for {len(gold)} gold sentences")
     out = []
@@ -131,6 +159,13 @@ def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], **options: An
         record = {"arc": _numpy(captured.arc), "rel": _numpy(captured.rel), "labels": captured.labels}
         out.append(from_record(record, sentence.n, where, heads))
     return out
+
+
+def _tag(values: Sequence[str], i: int) -> Optional[str]:
+    """A gold tag, or None where the CoNLL-U file has ``_`` (or no tags were read)."""
+    if i >= len(values) or values[i] in ("_", ""):
+        return None
+    return values[i]
 
 
 def _numpy(value: Any) -> Optional[numpy.ndarray]:
