@@ -216,3 +216,19 @@ def test_bootstrap_intervals_contain_the_point_estimates():
     low, high = boot["uas_mbr_minus_uas_map"]
     assert low <= boot["uas_mbr_minus_uas_map_point"] <= high
     assert boot["arc_ece"][0] <= boot["arc_ece"][1]
+
+
+def test_mbr_map_disagreement_counts():
+    rng = numpy.random.default_rng(3)
+    for seed in range(40):
+        arc = (3 * rng.standard_normal((5, 5))).astype(numpy.float32)
+        mu, best, mbr = brute_force(arc)
+        if (best != mbr).any():
+            break
+    report = evaluate([gold_sentence(mbr[1:])], [SentenceScores(arc)], options=FAST)["attachment"]
+    differs = best[1:] != mbr[1:]
+    assert report["words_where_mbr_differs_from_map"] == int(differs.sum())
+    assert report["mbr_correct_where_they_differ"] == int(differs.sum())  # gold = MBR tree
+    assert report["map_correct_where_they_differ"] == 0
+    words = numpy.arange(1, 5)[differs]
+    assert report["mbr_expected_correct_where_they_differ"] == pytest.approx(mu[mbr[words], words].sum(), abs=1e-6)

@@ -211,7 +211,7 @@ def evaluate(
 
 def _token_arrays(gold, scores, marginals, map_heads, mbr_heads, rel_temperature) -> Dict[str, object]:
     """Per-word arrays over the whole corpus (in sentence order)."""
-    head_prob, head_ent, head_ok, mbr_ok = [], [], [], []
+    head_prob, head_ent, head_ok, mbr_ok, differs, mbr_prob = [], [], [], [], [], []
     has_labels = all(score.rel is not None for score in scores)
     label_ok, label_ok_universal, label_prob, mbr_label_ok, gold_label_nll = [], [], [], [], []
     for sentence, score, mu, mode, mbr in zip(gold, scores, marginals, map_heads, mbr_heads):
@@ -221,6 +221,8 @@ def _token_arrays(gold, scores, marginals, map_heads, mbr_heads, rel_temperature
         head_ent.append(metrics.head_entropy(mu))
         head_ok.append(mode[1:] == sentence.heads[1:])
         mbr_ok.append(mbr[1:] == sentence.heads[1:])
+        differs.append(mbr[1:] != mode[1:])
+        mbr_prob.append(mu[mbr[1:], words])
         if has_labels:
             names = [normalise_label(label) for label in score.labels]
             gold_names = [normalise_label(label) for label in sentence.deprels]
@@ -239,6 +241,8 @@ def _token_arrays(gold, scores, marginals, map_heads, mbr_heads, rel_temperature
         "head_entropy": numpy.concatenate(head_ent),
         "head_ok": numpy.concatenate(head_ok),
         "mbr_ok": numpy.concatenate(mbr_ok),
+        "mbr_differs": numpy.concatenate(differs),
+        "mbr_head_prob": numpy.concatenate(mbr_prob),
         "has_labels": has_labels,
     }
     if has_labels:
@@ -259,6 +263,13 @@ def _attachment(tokens, expected_gold, n_words, scores, map_heads) -> Dict[str, 
         "uas_mbr": float(mbr_ok.mean()),
         "expected_uas_of_a_sample": float(expected_gold.sum() / n_words),
     }
+    # Where the two trees disagree: how often each is right, and what the model expected.
+    differs = tokens["mbr_differs"]
+    result["words_where_mbr_differs_from_map"] = int(differs.sum())
+    result["map_correct_where_they_differ"] = int(head_ok[differs].sum())
+    result["mbr_correct_where_they_differ"] = int(mbr_ok[differs].sum())
+    result["map_expected_correct_where_they_differ"] = float(tokens["head_prob"][differs].sum())
+    result["mbr_expected_correct_where_they_differ"] = float(tokens["mbr_head_prob"][differs].sum())
     if tokens["has_labels"]:
         result["las_map"] = float((head_ok & tokens["label_ok"]).mean())
         result["las_map_universal_labels"] = float((head_ok & tokens["label_ok_universal"]).mean())
