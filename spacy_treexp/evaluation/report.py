@@ -141,7 +141,8 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
     lines = [
         "# spacy_treexp evaluation",
         "",
-        f"- model: `{meta['model']}`" + (f" (`{meta['model_path']}`, components {meta.get('pipeline')})" if meta.get("model_path") else ""),
+        f"- model: `{meta['model']}`" + (f" (`{meta['model_path']}`, components {meta.get('pipeline')})" if meta.get("model_path") else "")
+        + (f" (Stanza, {meta['stanza_tags']} POS tags)" if meta.get("stanza_tags") else ""),
         f"- data: `{meta['conllu']}` ({report['raw']['n_sentences']} sentences, {report['raw']['n_words']} words,"
         f" mean length {report['raw']['mean_sentence_length']:.2f}); gold tokenization and gold sentences",
         f"- command: `{meta['command']}`",

@@ -21,7 +21,7 @@ import torch
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
 from spacy_treexp.evaluation.evaluator import EvalOptions, evaluate
 from spacy_treexp.evaluation.report import targets, write_json, write_markdown, write_plots
-from spacy_treexp.evaluation.scores import SentenceScores, spacy_scores, stanza_scores
+from spacy_treexp.evaluation.scores import SentenceScores, spacy_scores, stanza_scores, stanza_uses_gold_tags
 from spacy_treexp.evaluation.temperature import fit_arc_temperature, fit_rel_temperature
 from spacy_treexp.evaluation.timing import timing_table
 
@@ -111,7 +111,8 @@ def _run(model, conllu, out_dir, *, stanza_dir, stanza_gold_tags, dev, ks, sampl
     meta: Dict[str, Any] = {
         "model": stanza_dir if stanza_dir is not None else (model or DEFAULT_MODEL),
         "kind": "stanza" if stanza_dir is not None else "spacy",
-        "stanza_tags": None if stanza_dir is None else {None: "auto", True: "gold", False: "predicted"}[stanza_gold_tags],
+        "stanza_tags": None if stanza_dir is None else (
+            "gold" if stanza_uses_gold_tags(stanza_dir, stanza_gold_tags) else "predicted"),
         "conllu": str(conllu),
         "dev": str(dev) if dev else None,
         "command": command or "spacy_treexp.evaluation.run(...)",

@@ -121,8 +121,7 @@ def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], gold_tags: Op
         raise RuntimeError(f"the Stanza adapter is not available: {error}") from error
     pipeline_dir = str(pipeline_dir)
     depparse = os.path.join(pipeline_dir, "depparse.pt")
-    if gold_tags is None:
-        gold_tags = os.path.isfile(depparse) and not os.path.isfile(os.path.join(pipeline_dir, "pos.pt"))
+    gold_tags = stanza_uses_gold_tags(pipeline_dir, gold_tags)
     if gold_tags:
         import stanza
         from stanza.models.common.doc import Document
@@ -159,6 +158,17 @@ def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], gold_tags: Op
         record = {"arc": _numpy(captured.arc), "rel": _numpy(captured.rel), "labels": captured.labels}
         out.append(from_record(record, sentence.n, where, heads))
     return out
+
+
+def stanza_uses_gold_tags(pipeline_dir: str, gold_tags: Optional[bool] = None) -> bool:
+    """``gold_tags`` if given, else whether the folder has ``depparse.pt`` but no ``pos.pt``."""
+    import os
+
+    if gold_tags is not None:
+        return bool(gold_tags)
+    pipeline_dir = str(pipeline_dir)
+    return os.path.isfile(os.path.join(pipeline_dir, "depparse.pt")) and not os.path.isfile(
+        os.path.join(pipeline_dir, "pos.pt"))
 
 
 def _tag(values: Sequence[str], i: int) -> Optional[str]:
