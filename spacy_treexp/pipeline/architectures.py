@@ -139,7 +139,7 @@ def _convert_outputs(model: Model, inputs_outputs, is_train: bool):
 
     def reverse(d_scores) -> ArgsKwargs:
         d_arc, d_rel = d_scores
-        grads = (xp2torch(d_arc), xp2torch(d_rel))
+        grads = (xp2torch(model.ops.asarray(d_arc)), xp2torch(model.ops.asarray(d_rel)))
         return ArgsKwargs(args=((arc, rel),), kwargs={"grad_tensors": grads})
 
     if isinstance(rel, (list, tuple)):
