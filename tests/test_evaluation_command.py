@@ -149,3 +149,16 @@ def test_stanza_with_gold_tags(tmp_path):
     assert report["meta"]["stanza_tags"] == "gold"
     assert report["raw"]["n_words"] == sum(s.n for s in read_conllu(conllu)[:8])
     assert report["raw"]["attachment"]["parser_heads_equal_engine_map"] > 0.9
+
+
+def test_options_can_be_mounted_as_a_subcommand(tmp_path, capsys):
+    import argparse
+
+    from spacy_treexp.evaluation.run import add_arguments, run_from_args
+
+    parser = argparse.ArgumentParser(prog="spacy-treexp")
+    sub = parser.add_subparsers(dest="command", required=True).add_parser("evaluate")
+    add_arguments(sub)
+    sub.set_defaults(func=run_from_args)
+    args = parser.parse_args(["evaluate", "--conllu", str(tmp_path / "missing.conllu"), "--out", str(tmp_path)])
+    assert args.func(args) == 2 and "not found" in capsys.readouterr().err

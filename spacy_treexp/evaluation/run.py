@@ -191,12 +191,20 @@ def _ks(text: str) -> List[int]:
     return values
 
 
+DESCRIPTION = ("Evaluate spacy_treexp's uncertainty (calibration, error detection, samples, the papers' "
+               "quantities) on a CoNLL-U treebank, on gold tokens and sentences.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="benchmarks/quality.py",
-        description="Evaluate spacy_treexp's uncertainty (calibration, error detection, samples, "
-                    "the papers' quantities) on a CoNLL-U treebank, on gold tokens and sentences.",
-    )
+    """The command's argument parser (see :func:`add_arguments`)."""
+    parser = argparse.ArgumentParser(prog="benchmarks/quality.py", description=DESCRIPTION)
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the command's options on ``parser`` (e.g. a ``spacy-treexp evaluate``
+    subparser); run the parsed namespace with :func:`run_from_args`."""
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--model", default=None, help="spaCy pipeline path or name (default: the shipped model)")
     which.add_argument("--stanza", default=None, metavar="DIR", help="a Stanza pipeline directory instead")
@@ -223,11 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1; more than the free cores slows torch down badly)")
-    return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    """``benchmarks/quality.py`` / ``python -m spacy_treexp.evaluation``: exit status."""
+    return run_from_args(build_parser().parse_args(argv), argv)
+
+
+def run_from_args(args: argparse.Namespace, argv: Optional[Sequence[str]] = None) -> int:
+    """Run the evaluation for a namespace parsed with :func:`add_arguments`; exit status."""
     conllu = args.conllu or DEFAULT_TEST
     if args.dev is None:
         dev = DEFAULT_DEV if args.conllu is None else None
