@@ -673,12 +673,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--alt-threshold", type=float, default=0.1)
     common(sub)
     sub.set_defaults(func=cmd_render)
+
+    from spacy_treexp.evaluation.run import add_arguments as add_evaluate_arguments
+
+    sub = commands.add_parser(
+        "evaluate", help="calibration, error detection and samples on a gold CoNLL-U treebank"
+    )
+    add_evaluate_arguments(sub)
+    sub.set_defaults(func=None)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``spacy-treexp`` console script."""
     args = build_parser().parse_args(argv)
+    if args.command == "evaluate":
+        from spacy_treexp.evaluation.run import run_from_args
+
+        return run_from_args(args, argv)
     for name in ("samples", "batch_size", "n_process", "limit"):
         value = getattr(args, name, None)
         if value is not None and value < (0 if name == "samples" else 1):

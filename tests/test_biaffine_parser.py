@@ -206,6 +206,26 @@ def test_mbr_decoding_matches_engine(trained):
         assert mbr.reshape(-1).tolist() == sentence_heads(sent)
 
 
+def test_temperatures_scale_the_stored_scores_not_the_tree(trained):
+    nlp, _ = trained
+    parser = nlp.get_pipe("biaffine_parser")
+    plain = parse(nlp, TEXTS[4])
+    parser.arc_temperature, parser.rel_temperature = 2.0, 3.0
+    try:
+        tempered = parse(nlp, TEXTS[4])
+    finally:
+        parser.arc_temperature, parser.rel_temperature = 1.0, 1.0
+    assert [t.head.i for t in tempered] == [t.head.i for t in plain]
+    assert [t.dep_ for t in tempered] == [t.dep_ for t in plain]
+    for raw, scaled in zip(plain._.parser_scores, tempered._.parser_scores):
+        finite = numpy.isfinite(raw["arc"])
+        assert numpy.allclose(scaled["arc"][finite], raw["arc"][finite] / 2.0, atol=1e-5)
+        expected = torch.log_softmax(torch.from_numpy(raw["rel"]).double() / 3.0, dim=-1).numpy()
+        assert numpy.allclose(scaled["rel"], expected, atol=1e-4)
+    with pytest.raises(ValueError, match="arc_temperature"):
+        spacy.blank("en").add_pipe("biaffine_parser", config={"arc_temperature": 0.0})
+
+
 def test_bad_decoding_is_rejected():
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="decoding"):

@@ -213,3 +213,11 @@ def test_annotate_with_a_stanza_pipeline_keeps_gold_sentences(tmp_path, capsys):
     assert all(len(s["samples"]) == 2 for r in records for s in r["sentences"])
     with pytest.raises(SystemExit, match="either --model or --stanza"):
         cli.main(["parse", "Hi .", "--stanza", str(STANZA_DIR), "--model", "x"])
+
+
+def test_evaluate_subcommand_runs_the_evaluation(tmp_path, capsys):
+    from spacy_treexp.cli import main as cli_main
+
+    missing = tmp_path / "missing.conllu"
+    assert cli_main(["evaluate", "--model", "x", "--conllu", str(missing), "--out", str(tmp_path)]) == 2
+    assert "not found" in capsys.readouterr().err

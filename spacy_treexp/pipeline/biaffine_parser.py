@@ -65,6 +65,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_single_torch_thread)
 
 
+def _log_softmax(values: numpy.ndarray) -> numpy.ndarray:
+    """log-softmax over the last (label) axis."""
+    top = values.max(axis=-1, keepdims=True)
+    shifted = values - top
+    return shifted - numpy.log(numpy.exp(shifted).sum(axis=-1, keepdims=True))
+
+
 def biaffine_parser_score(examples: Iterable[Example], **kwargs) -> Dict[str, object]:
     """UAS / LAS (``dep_uas``, ``dep_las``, ``dep_las_per_type``) over all tokens,
     punctuation included, as in the UD / CoNLL 2018 evaluation."""
@@ -89,15 +96,31 @@ def make_biaffine_parser_scorer() -> Callable:
     default_config={
         "model": DEFAULT_MODEL,
         "decoding": "map",
+        "arc_temperature": 1.0,
+        "rel_temperature": 1.0,
         "scorer": {"@scorers": "spacy_treexp.biaffine_parser_scorer.v1"},
     },
     default_score_weights={"dep_uas": 0.5, "dep_las": 0.5, "dep_las_per_type": None},
 )
 def make_biaffine_parser(
-    nlp: Language, name: str, model: Model, decoding: str, scorer: Optional[Callable]
+    nlp: Language,
+    name: str,
+    model: Model,
+    decoding: str,
+    scorer: Optional[Callable],
+    arc_temperature: float = 1.0,
+    rel_temperature: float = 1.0,
 ) -> "BiaffineParser":
     """Create a ``biaffine_parser`` component (see ``BiaffineParser``)."""
-    return BiaffineParser(nlp.vocab, model, name, decoding=decoding, scorer=scorer)
+    return BiaffineParser(
+        nlp.vocab,
+        model,
+        name,
+        decoding=decoding,
+        scorer=scorer,
+        arc_temperature=arc_temperature,
+        rel_temperature=rel_temperature,
+    )
 
 
 class BiaffineParser(TrainablePipe):
@@ -111,9 +134,21 @@ class BiaffineParser(TrainablePipe):
         *,
         decoding: str = "map",
         scorer: Optional[Callable] = biaffine_parser_score,
+        arc_temperature: float = 1.0,
+        rel_temperature: float = 1.0,
     ) -> None:
+        """``arc_temperature`` / ``rel_temperature``: post-hoc temperature scaling (Guo et
+        al. 2017) of the predicted scores — arc scores are divided by T before decoding
+        and storage (the MAP tree is unchanged, the marginals and MBR tree are calibrated),
+        relation log-probabilities become log_softmax(log p / T). Training ignores them;
+        fit them on held-out data with ``spacy_treexp.evaluation`` (``benchmarks/quality.py``)."""
         if decoding not in DECODINGS:
             raise ValueError(f"biaffine_parser: decoding must be one of {DECODINGS}, got {decoding!r}")
+        for label, value in (("arc_temperature", arc_temperature), ("rel_temperature", rel_temperature)):
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")):
+                raise ValueError(f"biaffine_parser: {label} must be a positive number, got {value!r}")
+        self.arc_temperature = float(arc_temperature)
+        self.rel_temperature = float(rel_temperature)
         register_extensions()
         self.vocab = vocab
         self.model = model
@@ -177,8 +212,10 @@ class BiaffineParser(TrainablePipe):
         docs = list(docs)
         sentences = [self._sentences(doc) for doc in docs]
         arc, rel, lengths = self.model.predict((docs, sentences, None))
-        arc = self.model.ops.to_numpy(arc)
+        arc = self.model.ops.to_numpy(arc) / self.arc_temperature
         rel = [self.model.ops.to_numpy(r) for r in rel]
+        if self.rel_temperature != 1.0:
+            rel = [_log_softmax(r / self.rel_temperature) for r in rel]
         return {
             "sentences": sentences,
             "arc": arc,
