@@ -18,8 +18,8 @@ the captured scores ``arc`` and ``rel``) and read through ``Sentence`` and ``Wor
 properties registered once (:data:`SENTENCE_PROPERTIES`, :data:`WORD_PROPERTIES`).
 
 Options (``tree_expectations_<name>=...`` in ``stanza.Pipeline``), as in the spaCy
-component: ``single_root`` (True), ``n_samples`` (0), ``sampler`` (None: ``wilson_marginal``,
-``wilson`` if multi-root, ``sbs`` without replacement), ``without_replacement`` (False),
+component: ``single_root`` (True), ``n_samples`` (0), ``sampler`` (None: ``colbourn``,
+``sbs`` without replacement), ``without_replacement`` (False),
 ``top_k_heads`` (3), ``device`` (``cpu`` | ``cuda`` | ``auto``), ``batch_size`` (256
 sentences per engine call) and ``seed`` (0; samples of a sentence come from a generator
 seeded by the seed, the sentence's position in its document and its words, so they do not
@@ -88,7 +88,9 @@ def parse_options(config: Dict[str, Any]) -> Dict[str, Any]:
         if options["without_replacement"]:
             options["sampler"] = "sbs"
         else:
-            options["sampler"] = "wilson_marginal" if options["single_root"] else "wilson"
+            # As in the spaCy component: Colbourn's cost does not depend on the scores, while
+            # Wilson's walks can take astronomically long on a trained parser's peaked scores.
+            options["sampler"] = "colbourn"
     allowed = WITHOUT_REPLACEMENT if options["without_replacement"] else WITH_REPLACEMENT
     if options["sampler"] not in allowed:
         mode = "without" if options["without_replacement"] else "with"
