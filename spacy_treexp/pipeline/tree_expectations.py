@@ -28,24 +28,11 @@ from spacy.tokens import Doc, Span
 from spacy.util import minibatch
 
 from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.options import DEFAULTS, check_options
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.score_sources import ScoreSource, make_parser_scores
 
-WITH_REPLACEMENT = ("wilson_marginal", "wilson_reject", "colbourn", "wilson")
-WITHOUT_REPLACEMENT = ("sbs", "trie")
-DEVICES = ("cpu", "cuda", "auto")
-
-DEFAULT_CONFIG = {
-    "scores": {"@misc": "spacy_treexp.parser_scores.v1"},
-    "single_root": True,
-    "n_samples": 0,
-    "sampler": None,
-    "without_replacement": False,
-    "top_k_heads": 3,
-    "device": "cpu",
-    "batch_size": 256,
-    "seed": 0,
-}
+DEFAULT_CONFIG = {"scores": {"@misc": "spacy_treexp.parser_scores.v1"}, **DEFAULTS}
 
 # Sentences whose lengths differ by at most this factor (plus a small slack) share an
 # engine batch; padding never changes results, it only costs time.
@@ -148,24 +135,19 @@ class TreeExpectations(Pipe):
         batch_size: int = 256,
         seed: Optional[int] = 0,
     ) -> None:
-        if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 0:
-            raise ValueError(f"n_samples must be an integer >= 0, got {n_samples!r}.")
-        if isinstance(top_k_heads, bool) or not isinstance(top_k_heads, int) or top_k_heads < 1:
-            raise ValueError(f"top_k_heads must be an integer >= 1, got {top_k_heads!r}.")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
-        if device not in DEVICES:
-            raise ValueError(f"device must be one of {DEVICES}, got {device!r}.")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}.")
-        if sampler is None:
-            sampler = "sbs" if without_replacement else "colbourn"
-        allowed = WITHOUT_REPLACEMENT if without_replacement else WITH_REPLACEMENT
-        if sampler not in allowed:
-            mode = "without" if without_replacement else "with"
-            raise ValueError(
-                f"sampler {sampler!r} cannot sample {mode} replacement; choose one of {allowed}."
-            )
+        options = check_options(
+            {
+                "single_root": bool(single_root),
+                "n_samples": n_samples,
+                "sampler": sampler,
+                "without_replacement": bool(without_replacement),
+                "top_k_heads": top_k_heads,
+                "device": device,
+                "batch_size": batch_size,
+                "seed": seed,
+            }
+        )
+        sampler = options["sampler"]
         self.vocab = vocab
         self.name = name
         self.score_source = scores if scores is not None else make_parser_scores()

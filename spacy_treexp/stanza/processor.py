@@ -37,68 +37,16 @@ from stanza.models.common.doc import Document, Sentence, Word
 from stanza.pipeline.processor import Processor
 
 from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.options import check_options
 from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture, SentenceScores
 
 NAME = "tree_expectations"
 #: Attribute holding a sentence's record (read by the properties).
 RECORD_ATTR = "_tree_expectations"
 
-WITH_REPLACEMENT = ("wilson_marginal", "wilson_reject", "colbourn", "wilson")
-WITHOUT_REPLACEMENT = ("sbs", "trie")
-DEVICES = ("cpu", "cuda", "auto")
-DEFAULTS: Dict[str, Any] = {
-    "single_root": True,
-    "n_samples": 0,
-    "sampler": None,
-    "without_replacement": False,
-    "top_k_heads": 3,
-    "device": "cpu",
-    "batch_size": 256,
-    "seed": 0,
-}
-
-
-def _int_option(options: Dict[str, Any], name: str, minimum: int) -> int:
-    value = options[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"tree_expectations_{name} must be an integer >= {minimum}, got {value!r}.")
-    return value
-
-
 def parse_options(config: Dict[str, Any]) -> Dict[str, Any]:
-    """Validate the processor's options (unknown names are an error)."""
-    unknown = sorted(set(config) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(
-            f"unknown tree_expectations option(s) {unknown}; known: {sorted(DEFAULTS)}."
-        )
-    options = {**DEFAULTS, **config}
-    _int_option(options, "n_samples", 0)
-    _int_option(options, "top_k_heads", 1)
-    _int_option(options, "batch_size", 1)
-    if options["device"] not in DEVICES:
-        raise ValueError(f"tree_expectations_device must be one of {DEVICES}, got {options['device']!r}.")
-    seed = options["seed"]
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"tree_expectations_seed must be an integer or None, got {seed!r}.")
-    for flag in ("single_root", "without_replacement"):
-        if not isinstance(options[flag], bool):
-            raise ValueError(f"tree_expectations_{flag} must be True or False, got {options[flag]!r}.")
-    if options["sampler"] is None:
-        if options["without_replacement"]:
-            options["sampler"] = "sbs"
-        else:
-            # As in the spaCy component: Colbourn's cost does not depend on the scores, while
-            # Wilson's walks can take astronomically long on a trained parser's peaked scores.
-            options["sampler"] = "colbourn"
-    allowed = WITHOUT_REPLACEMENT if options["without_replacement"] else WITH_REPLACEMENT
-    if options["sampler"] not in allowed:
-        mode = "without" if options["without_replacement"] else "with"
-        raise ValueError(
-            f"tree_expectations_sampler {options['sampler']!r} cannot sample {mode} "
-            f"replacement; choose one of {allowed}."
-        )
-    return options
+    """Validate the processor's options (see :func:`spacy_treexp.options.check_options`)."""
+    return check_options(config, prefix=NAME + "_")
 
 
 class TreeExpectationsProcessor(Processor):
