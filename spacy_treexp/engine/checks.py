@@ -105,11 +105,17 @@ def arc_mask(lengths: Tensor, n_max: int) -> Tensor:
     return heads_ok & deps_ok & off_diagonal
 
 
-def check_heads(heads: Tensor, lengths: Tensor, n_max: int) -> Tensor:
+def word_mask(lengths: Tensor, n_max: int) -> Tensor:
+    """Boolean ``(B, N+1)``: which positions are words of their sentence (1..n; not ROOT)."""
+    positions = torch.arange(n_max + 1, device=lengths.device)
+    return (positions > 0) & (positions <= lengths.unsqueeze(-1))
+
+
+def check_heads(heads: Tensor, lengths: Tensor, n_max: int, single_root: bool = False) -> Tensor:
     """Validate head vectors ``(..., B, N+1)`` against the sentence lengths.
 
-    Returns a boolean tensor ``(..., B)``: whether each head vector is a tree (every word
-    has a head inside the sentence, no cycle). Malformed shapes raise ``ValueError``.
+    Returns a boolean tensor ``(..., B)``: whether each head vector is a tree (see
+    :func:`is_tree`). Malformed shapes raise ``ValueError``.
     """
     if not isinstance(heads, Tensor):
         heads = torch.as_tensor(heads)
@@ -120,18 +126,19 @@ def check_heads(heads: Tensor, lengths: Tensor, n_max: int) -> Tensor:
         raise ValueError(
             f"heads must have shape (..., {batch}, {n_max + 1}) (B, N+1); got {tuple(heads.shape)}"
         )
-    return is_tree(heads, lengths)
+    return is_tree(heads, lengths, single_root)
 
 
-def is_tree(heads: Tensor, lengths: Tensor) -> Tensor:
+def is_tree(heads: Tensor, lengths: Tensor, single_root: bool = False) -> Tensor:
     """Whether each head vector ``(..., B, N+1)`` is a dependency tree over its words.
 
     Every word 1..n needs a head in 0..n other than itself, and following heads from any
     word must reach ROOT (no cycle): checked by n rounds of pointer jumping, O(n log n).
+    ``single_root`` also requires exactly one child of ROOT.
     """
     n_max = heads.shape[-1] - 1
     positions = torch.arange(n_max + 1, device=heads.device)
-    words = (positions > 0) & (positions <= lengths.unsqueeze(-1))  # (B, N+1)
+    words = word_mask(lengths, n_max)  # (B, N+1)
     in_range = (heads >= 0) & (heads <= lengths.unsqueeze(-1)) & (heads != positions)
     ok = torch.where(words, in_range, torch.ones_like(in_range)).all(-1)
     # Pointer jumping: ancestor^(2^k); a tree sends every word to ROOT within n steps.
@@ -140,4 +147,7 @@ def is_tree(heads: Tensor, lengths: Tensor) -> Tensor:
     for _ in range(steps):
         anc = torch.gather(anc, -1, anc)
     reaches_root = torch.where(words, anc == 0, torch.ones_like(words)).all(-1)
-    return ok & reaches_root
+    tree = ok & reaches_root
+    if single_root:
+        tree = tree & ((heads == 0) & words).sum(-1).eq(1)
+    return tree

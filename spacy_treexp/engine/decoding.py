@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.checks import is_tree
+from spacy_treexp.engine.checks import is_tree, word_mask
 
 NEG_INF = float("-inf")
 
@@ -52,13 +52,11 @@ def _greedy_trees(weights: Tensor, lengths: Tensor, single_root: bool):
     """
     n_max = weights.shape[-1] - 1
     positions = torch.arange(n_max + 1, device=weights.device)
-    words = (positions > 0) & (positions <= lengths.unsqueeze(-1))
+    words = word_mask(lengths, n_max)
     allowed = weights.masked_fill(positions.unsqueeze(-1) == positions, NEG_INF)
     best, heads = allowed.max(dim=-2)
     heads = torch.where(words, heads, torch.full_like(heads, -1))
-    done = (torch.isfinite(best) | ~words).all(-1) & is_tree(heads, lengths)
-    if single_root:
-        done = done & ((heads == 0) & words).sum(-1).eq(1)
+    done = (torch.isfinite(best) | ~words).all(-1) & is_tree(heads, lengths, single_root)
     return heads, done
 
 

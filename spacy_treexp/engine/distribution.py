@@ -13,7 +13,7 @@ from torch import Tensor
 from torch.distributions import Distribution, register_kl
 
 from spacy_treexp.engine import laplacian
-from spacy_treexp.engine.checks import arc_mask, check_heads, prepare_scores
+from spacy_treexp.engine.checks import arc_mask, check_heads, prepare_scores, word_mask
 from spacy_treexp.engine.decoding import max_spanning_trees
 
 NEG_INF = float("-inf")
@@ -203,53 +203,50 @@ class TreeDistribution(Distribution):
         without labels, that of the unlabeled tree (labels summed out).
         """
         heads = self._expand_input(torch.as_tensor(heads, device=self.scores.device), 1)
-        valid = check_heads(heads, self.lengths, self.n_max)
-        if self.single_root:
-            words = self._word_mask()
-            valid = valid & ((heads == 0) & words).sum(-1).eq(1)
+        valid = check_heads(heads, self.lengths, self.n_max, self.single_root)
         score = self._tree_score(heads, labels)
         log_z = self._log_partition()
         allowed = torch.isfinite(score)
         value = torch.where(valid & allowed, score - log_z, torch.full_like(score, NEG_INF))
         return self._out(value, batch_dim=-1)
 
-    def _word_mask(self) -> Tensor:
-        positions = torch.arange(self.n_max + 1, device=self.scores.device)
-        return (positions > 0) & (positions <= self.lengths.unsqueeze(-1))
+    def _sum_at_heads(self, matrix: Tensor, heads: Tensor) -> Tensor:
+        """Σ_m matrix[heads[m], m] over the words of each sentence, ``(..., B)``.
+
+        ``matrix`` is ``(B, N+1, N+1)`` [head, dep]; ``heads`` is ``(..., B, N+1)``.
+        """
+        words = word_mask(self.lengths, self.n_max)
+        safe_heads = torch.where(words, heads, torch.zeros_like(heads)).clamp(0, self.n_max)
+        expanded = matrix.expand(heads.shape[:-2] + matrix.shape)
+        picked = torch.gather(expanded, -2, safe_heads.unsqueeze(-2)).squeeze(-2)
+        return torch.where(words, picked, torch.zeros_like(picked)).sum(-1)
 
     def _tree_score(self, heads: Tensor, labels: Optional[Tensor] = None) -> Tensor:
-        """Σ_m scores[heads[m], m] over the words of each sentence, ``(..., B)``."""
-        words = self._word_mask()
+        """Σ_m scores[heads[m], m], or with ``labels`` Σ_m label_scores[heads[m], m, labels[m]], ``(..., B)``."""
+        if labels is None:
+            return self._sum_at_heads(self.scores, heads)
+        words = word_mask(self.lengths, self.n_max)
         safe_heads = torch.where(words, heads, torch.zeros_like(heads)).clamp(0, self.n_max)
-        expanded = self.scores.expand(heads.shape[:-2] + self.scores.shape)
-        if labels is not None:
-            if self.label_scores is None:
-                raise ValueError("labels were given but the scores are unlabeled")
-            labels = self._expand_input(torch.as_tensor(labels, device=self.scores.device), 1)
-            if labels.shape != heads.shape:
-                raise ValueError(f"labels {tuple(labels.shape)} must match heads {tuple(heads.shape)}")
-            n_labels = self.label_scores.shape[-1]
-            if ((labels < 0) | (labels >= n_labels))[..., 1:].logical_and(words[..., 1:]).any():
-                raise ValueError(f"labels must be in [0, {n_labels}) for every word")
-            label_expanded = self.label_scores.expand(heads.shape[:-2] + self.label_scores.shape)
-            safe_labels = torch.where(words, labels, torch.zeros_like(labels)).clamp(0, n_labels - 1)
-            per_head = torch.gather(label_expanded, -3, safe_heads[..., None, :, None].expand(
-                heads.shape[:-1] + (1, self.n_max + 1, n_labels))).squeeze(-3)
-            arc = torch.gather(per_head, -1, safe_labels.unsqueeze(-1)).squeeze(-1)
-        else:
-            arc = torch.gather(expanded, -2, safe_heads.unsqueeze(-2)).squeeze(-2)
+        if self.label_scores is None:
+            raise ValueError("labels were given but the scores are unlabeled")
+        labels = self._expand_input(torch.as_tensor(labels, device=self.scores.device), 1)
+        if labels.shape != heads.shape:
+            raise ValueError(f"labels {tuple(labels.shape)} must match heads {tuple(heads.shape)}")
+        n_labels = self.label_scores.shape[-1]
+        if ((labels < 0) | (labels >= n_labels))[..., 1:].logical_and(words[..., 1:]).any():
+            raise ValueError(f"labels must be in [0, {n_labels}) for every word")
+        label_expanded = self.label_scores.expand(heads.shape[:-2] + self.label_scores.shape)
+        safe_labels = torch.where(words, labels, torch.zeros_like(labels)).clamp(0, n_labels - 1)
+        per_head = torch.gather(label_expanded, -3, safe_heads[..., None, :, None].expand(
+            heads.shape[:-1] + (1, self.n_max + 1, n_labels))).squeeze(-3)
+        arc = torch.gather(per_head, -1, safe_labels.unsqueeze(-1)).squeeze(-1)
         return torch.where(words, arc, torch.zeros_like(arc)).sum(-1)
 
     def expected_attachment(self, heads: Tensor) -> Tensor:
         """Expected number of correct heads of the given trees, Σ_m μ(heads[m], m), ``(..., B)``."""
         heads = self._expand_input(torch.as_tensor(heads, device=self.scores.device), 1)
         check_heads(heads, self.lengths, self.n_max)
-        words = self._word_mask()
-        marginals = self._marginals()
-        safe_heads = torch.where(words, heads, torch.zeros_like(heads)).clamp(0, self.n_max)
-        expanded = marginals.expand(heads.shape[:-2] + marginals.shape)
-        picked = torch.gather(expanded, -2, safe_heads.unsqueeze(-2)).squeeze(-2)
-        return self._out(torch.where(words, picked, torch.zeros_like(picked)).sum(-1), batch_dim=-1)
+        return self._out(self._sum_at_heads(self._marginals(), heads), batch_dim=-1)
 
     # --------------------------------------------------------------- decoding
     @property
@@ -347,7 +344,16 @@ class TreeDistribution(Distribution):
         (L̂⁻¹ a_e)_j r_e, where ∂L̂/∂w_e = a_e b_eᵀ: the second-order term of Zmigrod et al.
         (2021), eq. 32, in O(n³(R + S) + n²RS) without forming the Hessian of Z. Computed
         from L̂⁻¹ in float64; for badly conditioned sentences its accuracy follows L̂'s.
+        Unvectorised r (B, N+1, N+1) or s drop their axis of the result.
         """
+        return self._second_moment(r, s, centred=True)
+
+    def second_order(self, r: Tensor, s: Tensor) -> Tensor:
+        """T2: E_p[r(d) s(d)ᵀ] = Cov[r, s] + E[r] E[s]ᵀ, ``(B, R, S)`` (Zmigrod et al. 2021, eq. 32)."""
+        return self._second_moment(r, s, centred=False)
+
+    def _second_moment(self, r: Tensor, s: Tensor, centred: bool) -> Tensor:
+        """Cov[r, s] (``centred``) or E[r sᵀ], with r and s vectorised internally."""
         r = self._arc_values(r, "r")
         s = self._arc_values(s, "s")
         r_vec = r if r.dim() == 4 else r.unsqueeze(-1)
@@ -364,8 +370,12 @@ class TreeDistribution(Distribution):
         diagonal = torch.einsum("bhm,bhmr,bhms->brs", marginals, r_vec, s_vec)
         r_hat = self._hat(weights, inverse, r_vec)
         s_hat = self._hat(weights, inverse, s_vec)
-        cross = torch.einsum("bjkr,bkjs->brs", r_hat, s_hat)
-        value = (diagonal - cross).to(self.scores.dtype)
+        value = diagonal - torch.einsum("bjkr,bkjs->brs", r_hat, s_hat)
+        if not centred:
+            r_mean = torch.einsum("bhm,bhmr->br", marginals, r_vec)
+            s_mean = torch.einsum("bhm,bhms->bs", marginals, s_vec)
+            value = value + r_mean.unsqueeze(-1) * s_mean.unsqueeze(-2)
+        value = value.to(self.scores.dtype)
         if r.dim() == 3:
             value = value.squeeze(-2)
         if s.dim() == 3:
@@ -389,21 +399,6 @@ class TreeDistribution(Distribution):
         else:
             part_root = inverse.unsqueeze(-1) * root.unsqueeze(1)
         return part_dep - part_head + part_root
-
-    def second_order(self, r: Tensor, s: Tensor) -> Tensor:
-        """T2: E_p[r(d) s(d)ᵀ] = Cov[r, s] + E[r] E[s]ᵀ, ``(B, R, S)`` (Zmigrod et al. 2021, eq. 32)."""
-        covariance = self._batched_view().covariance(r, s)
-        r_mean = self._batched_view().expectation(r)
-        s_mean = self._batched_view().expectation(s)
-        if covariance.dim() == 3:
-            value = covariance + r_mean.unsqueeze(-1) * s_mean.unsqueeze(-2)
-        elif r_mean.dim() == 2:
-            value = covariance + r_mean * s_mean.unsqueeze(-1)
-        elif s_mean.dim() == 2:
-            value = covariance + r_mean.unsqueeze(-1) * s_mean
-        else:
-            value = covariance + r_mean * s_mean
-        return self._out(value)
 
     # --------------------------------------------------------------- sampling
     def sample(

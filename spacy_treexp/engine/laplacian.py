@@ -9,8 +9,8 @@ Two exact algorithms compute the same quantities:
 * the **stable path**: the Grassmann–Taksar–Heyman state reduction on the Markov chain in
   which each word jumps to a head with probability proportional to w(head -> word). By the
   Markov-chain tree theorem its pivots are ratios of arborescence weights, computed as sums
-  of positive terms only (no subtraction), here in log space so that no weight underflows.
-  The marginals are the gradient of log Z.
+  of positive terms only (no subtraction), in plain arithmetic where no weight can
+  underflow and in log space otherwise. The marginals are the gradient of log Z.
 
 Both shift the scores of each dependent column by their maximum (every tree has exactly one
 head per word, so log Z shifts by the sum of those maxima and the marginals are unchanged).
@@ -24,6 +24,8 @@ from typing import Tuple
 
 import torch
 from torch import Tensor
+
+from spacy_treexp.engine.checks import arc_mask, word_mask
 
 NEG_INF = float("-inf")
 
@@ -44,11 +46,19 @@ def shifted_weights(scores: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
     detached: log Z(scores) = log Z(weights) + Σ_m shift[m] holds for any shift, so its
     gradient is carried by the weights alone.
     """
+    log_weights, shift = shifted_log_weights(scores, mask)
+    return torch.exp(log_weights), shift
+
+
+def shifted_log_weights(scores: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
+    """Column-shifted log-weights ``score - shift[m]`` (masked arcs ``-inf``) and ``shift``.
+
+    The log-space form of :func:`shifted_weights`, for the stable path.
+    """
     masked = scores.masked_fill(~mask, NEG_INF)
     shift = masked.detach().amax(dim=-2)
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
-    weights = torch.exp(masked - shift.unsqueeze(-2))
-    return weights, shift
+    return masked - shift.unsqueeze(-2), shift
 
 
 def laplacian_matrix(weights: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
@@ -107,7 +117,6 @@ def fast_partition_and_marginals(
 
 def _closed_form_marginals(weights: Tensor, inverse: Tensor, single_root: bool) -> Tensor:
     """Arc marginals from A = L̂⁻¹ (see :func:`fast_partition_and_marginals`)."""
-    n_max = inverse.shape[-1]
     diag = torch.diagonal(inverse, dim1=-2, dim2=-1)  # A[m, m]
     transposed = inverse.transpose(-1, -2)  # [h, m] -> A[m, h]
     factor = torch.zeros_like(weights)  # [h, m] over ROOT and words; ROOT column stays 0
@@ -164,11 +173,8 @@ def stable_log_partition(scores: Tensor, mask: Tensor, lengths: Tensor, single_r
     no arc is forbidden, otherwise in log space, where nothing can underflow.
     """
     work_dtype = torch.float64 if scores.dtype in (torch.float16, torch.bfloat16, torch.float32) else scores.dtype
-    masked = scores.to(work_dtype).masked_fill(~mask, NEG_INF)
-    shift = masked.detach().amax(dim=-2)
-    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
-    logw = masked - shift.unsqueeze(-2)  # (B, N+1, N+1) [head, dep], ROOT at 0
-    structural = _structural_mask(lengths, scores.shape[-1])
+    logw, shift = shifted_log_weights(scores.to(work_dtype), mask)  # (B, N+1, N+1) [head, dep]
+    structural = arc_mask(lengths, scores.shape[-1] - 1)
     with torch.no_grad():
         smallest = torch.where(structural, logw, torch.zeros_like(logw)).amin(dim=(-2, -1))
         linear = smallest >= _LINEAR_GTH_MIN_LOG_WEIGHT  # also False if any arc is -inf
@@ -182,19 +188,13 @@ def stable_log_partition(scores: Tensor, mask: Tensor, lengths: Tensor, single_r
     return log_z + result
 
 
-def _structural_mask(lengths: Tensor, size: int) -> Tensor:
-    positions = torch.arange(size, device=lengths.device)
-    inside = positions.unsqueeze(0) <= lengths.unsqueeze(1)
-    return inside.unsqueeze(2) & (inside & (positions > 0)).unsqueeze(1) & (positions.unsqueeze(1) != positions.unsqueeze(0))
-
-
 def _gth_eliminate(logw: Tensor, lengths: Tensor, single_root: bool, linear: bool) -> Tensor:
     """log Z of column-shifted log-weights by GTH elimination (see :func:`stable_log_partition`)."""
     batch, size, _ = logw.shape
     device = logw.device
     n_max = size - 1
     positions = torch.arange(size, device=device)
-    remaining = (positions > 0) & (positions.unsqueeze(0) <= lengths.unsqueeze(1))  # (B, N+1)
+    remaining = word_mask(lengths, n_max)  # (B, N+1)
     batch_index = torch.arange(batch, device=device)
     off_diagonal = ~torch.eye(size, dtype=torch.bool, device=device)
     values = torch.exp(logw) if linear else logw
