@@ -13,6 +13,7 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from spacy.training.converters import conllu_to_docs
 from thinc.api import Config, fix_random_seed
+from toy_pipelines import tiny_parser_config
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.pipeline.default_model import MODEL_PATH
@@ -20,46 +21,7 @@ from spacy_treexp.pipeline.default_model import MODEL_PATH
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
 
-# A shared tok2vec with a listener, like the shipped pipeline, kept tiny for speed.
-TINY_CONFIG = """
-[nlp]
-lang = "en"
-pipeline = ["tok2vec", "sentencizer", "biaffine_parser"]
-
-[components]
-
-[components.sentencizer]
-factory = "sentencizer"
-
-[components.tok2vec]
-factory = "tok2vec"
-
-[components.tok2vec.model]
-@architectures = "spacy.HashEmbedCNN.v2"
-pretrained_vectors = null
-width = 32
-depth = 2
-embed_size = 500
-window_size = 1
-maxout_pieces = 2
-subword_features = true
-
-[components.biaffine_parser]
-factory = "biaffine_parser"
-
-[components.biaffine_parser.model]
-@architectures = "spacy_treexp.BiaffineParser.v1"
-arc_width = 64
-rel_width = 16
-lstm_depth = 1
-lstm_width = 32
-dropout = 0.0
-
-[components.biaffine_parser.model.tok2vec]
-@architectures = "spacy.Tok2VecListener.v1"
-width = 32
-upstream = "tok2vec"
-"""
+TINY_CONFIG = tiny_parser_config()
 
 TEXTS = [
     "The cat sat on the mat . A dog barked .",

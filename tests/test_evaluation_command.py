@@ -12,6 +12,7 @@ import torch
 from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config, fix_random_seed
+from toy_pipelines import tiny_parser_config
 
 from spacy_treexp.evaluation import read_conllu
 from spacy_treexp.evaluation.run import main
@@ -19,45 +20,7 @@ from spacy_treexp.evaluation.run import main
 REPO = Path(__file__).parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_20.conllu"
 
-TINY = """
-[nlp]
-lang = "en"
-pipeline = ["tok2vec", "sentencizer", "biaffine_parser"]
-
-[components]
-
-[components.sentencizer]
-factory = "sentencizer"
-
-[components.tok2vec]
-factory = "tok2vec"
-
-[components.tok2vec.model]
-@architectures = "spacy.HashEmbedCNN.v2"
-pretrained_vectors = null
-width = 32
-depth = 2
-embed_size = 500
-window_size = 1
-maxout_pieces = 2
-subword_features = true
-
-[components.biaffine_parser]
-factory = "biaffine_parser"
-
-[components.biaffine_parser.model]
-@architectures = "spacy_treexp.BiaffineParser.v1"
-arc_width = 32
-rel_width = 16
-lstm_depth = 1
-lstm_width = 32
-dropout = 0.0
-
-[components.biaffine_parser.model.tok2vec]
-@architectures = "spacy.Tok2VecListener.v1"
-width = 32
-upstream = "tok2vec"
-"""
+TINY = tiny_parser_config(arc_width=32)
 
 
 @pytest.fixture(scope="module")
