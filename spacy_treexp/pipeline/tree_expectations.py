@@ -31,6 +31,7 @@ from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.options import DEFAULTS, check_options
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.score_sources import ScoreSource, make_parser_scores
+from spacy_treexp.sentence_stats import batch_distribution, sentence_statistics
 
 DEFAULT_CONFIG = {"scores": {"@misc": "spacy_treexp.parser_scores.v1"}, **DEFAULTS}
 
@@ -290,49 +291,23 @@ class TreeExpectations(Pipe):
 
     def _distribution(self, bucket: List[Dict[str, Any]], device: torch.device) -> TreeDistribution:
         """The engine's distribution over the trees of a batch of sentences (padded)."""
-        size = max(item["n"] for item in bucket)
-        scores = numpy.zeros((len(bucket), size + 1, size + 1), dtype=numpy.float64)
-        for b, item in enumerate(bucket):
-            scores[b, : item["n"] + 1, : item["n"] + 1] = item["arc"]
-        lengths = torch.tensor([item["n"] for item in bucket], dtype=torch.long)
-        return TreeDistribution(
-            torch.from_numpy(scores).to(device), lengths.to(device), single_root=self.single_root
-        )
+        return batch_distribution([item["arc"] for item in bucket], self.single_root, device)
 
     def _infer(self, bucket: List[Dict[str, Any]], dist: TreeDistribution, device: torch.device) -> None:
         """Exact inference for one engine batch of similar-length sentences."""
-        heads = numpy.full((len(bucket), dist.lengths.max().item() + 1), -1, dtype=numpy.int64)
         if any(item["heads"] is None for item in bucket):
             mode = dist.mode.cpu().numpy()
-        for b, item in enumerate(bucket):
+            for b, item in enumerate(bucket):
+                if item["heads"] is None:
+                    item["heads"] = mode[b, 1 : item["n"] + 1].astype(numpy.int64)
+        statistics = sentence_statistics(dist, [item["heads"] for item in bucket])
+        for item, stats in zip(bucket, statistics):
             n = item["n"]
-            if item["heads"] is None:
-                item["heads"] = mode[b, 1 : n + 1].astype(numpy.int64)
-            heads[b, 1 : n + 1] = item["heads"]
-        marginals = dist.marginals
-        head_entropy = -torch.special.xlogy(marginals, marginals).sum(dim=-2)
-        attachment = dist.expected_attachment(torch.from_numpy(heads).to(device))
-        marginals = marginals.float().cpu().numpy()
-        head_entropy = head_entropy.float().cpu().numpy()
-        log_partition = dist.log_partition.cpu().numpy()
-        entropy = dist.entropy().cpu().numpy()
-        attachment = attachment.cpu().numpy()
-        for b, item in enumerate(bucket):
-            n = item["n"]
-            words = numpy.arange(1, n + 1)
-            mu = numpy.ascontiguousarray(marginals[b, : n + 1, : n + 1])
-            head_prob = mu[item["heads"], words]
             item["record"] = {
                 "start": item["sent"].start,
                 "end": item["sent"].end,
-                "marginals": mu,
-                "log_partition": float(log_partition[b]),
-                "entropy": float(entropy[b]),
-                "expected_attachment": float(attachment[b]) / n,
-                "heads": item["heads"].astype(numpy.int32),
-                "head_prob": head_prob.astype(numpy.float32),
-                "head_entropy": numpy.ascontiguousarray(head_entropy[b, 1 : n + 1]),
-                "dep_prob": self._dep_prob(item, head_prob),
+                **stats,
+                "dep_prob": self._dep_prob(item, stats["head_prob"]),
                 "single_root": self.single_root,
                 "sampled_heads": numpy.zeros((0, n), dtype=numpy.int32),
                 "sample_log_probs": numpy.zeros((0,), dtype=numpy.float64),

@@ -38,6 +38,7 @@ from stanza.pipeline.processor import Processor
 
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.options import check_options
+from spacy_treexp.sentence_stats import batch_distribution, sentence_statistics
 from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture, SentenceScores
 
 NAME = "tree_expectations"
@@ -154,39 +155,16 @@ def annotate_sentences(numbered: Sequence[Tuple[int, Sentence]], options: Dict[s
 
 def _infer(bucket: List[Dict[str, Any]], device: torch.device, options: Dict[str, Any]) -> None:
     """Exact inference for one engine batch (Koo et al. 2007; Zmigrod et al. 2021)."""
-    size = max(item["n"] for item in bucket)
-    scores = numpy.zeros((len(bucket), size + 1, size + 1), dtype=numpy.float64)
-    heads = numpy.full((len(bucket), size + 1), -1, dtype=numpy.int64)
-    for b, item in enumerate(bucket):
-        n = item["n"]
-        scores[b, : n + 1, : n + 1] = item["scores"].arc
+    for item in bucket:
         item["heads"] = _stanza_heads(item["sentence"])
-        heads[b, 1 : n + 1] = item["heads"]
-    lengths = torch.tensor([item["n"] for item in bucket], dtype=torch.long)
-    dist = TreeDistribution(
-        torch.from_numpy(scores).to(device), lengths.to(device), single_root=options["single_root"]
-    )
-    marginals = dist.marginals
-    head_entropy = -torch.special.xlogy(marginals, marginals).sum(dim=-2)
-    attachment = dist.expected_attachment(torch.from_numpy(heads).to(device)).cpu().numpy()
-    marginals = marginals.float().cpu().numpy()
-    head_entropy = head_entropy.float().cpu().numpy()
-    log_partition = dist.log_partition.cpu().numpy()
-    entropy = dist.entropy().cpu().numpy()
-    for b, item in enumerate(bucket):
+    dist = batch_distribution([item["scores"].arc for item in bucket], options["single_root"], device)
+    statistics = sentence_statistics(dist, [item["heads"] for item in bucket])
+    for item, stats in zip(bucket, statistics):
         n = item["n"]
-        mu = numpy.ascontiguousarray(marginals[b, : n + 1, : n + 1])
-        head_prob = mu[item["heads"], numpy.arange(1, n + 1)]
         scores_b: SentenceScores = item["scores"]
         item["record"] = {
-            "marginals": mu,
-            "log_partition": float(log_partition[b]),
-            "entropy": float(entropy[b]),
-            "expected_attachment": float(attachment[b]) / n,
-            "heads": item["heads"].astype(numpy.int32),
-            "head_prob": head_prob.astype(numpy.float32),
-            "head_entropy": numpy.ascontiguousarray(head_entropy[b, 1 : n + 1]),
-            "dep_prob": _dep_prob(item["sentence"], scores_b, item["heads"], head_prob),
+            **stats,
+            "dep_prob": _dep_prob(item["sentence"], scores_b, item["heads"], stats["head_prob"]),
             "sampled_heads": numpy.zeros((0, n), dtype=numpy.int32),
             "sample_log_probs": numpy.zeros((0,), dtype=numpy.float64),
             "sampled_labels": None,
@@ -226,8 +204,7 @@ def _sample(item: Dict[str, Any], device: torch.device, options: Dict[str, Any])
     if options["seed"] is not None:
         generator = torch.Generator(device=device)
         generator.manual_seed(_sentence_seed(options["seed"], item["position"], item["sentence"]))
-    scores = torch.from_numpy(numpy.ascontiguousarray(item["scores"].arc, dtype=numpy.float64)).to(device)
-    dist = TreeDistribution(scores.unsqueeze(0), single_root=options["single_root"])
+    dist = batch_distribution([item["scores"].arc], options["single_root"], device)
     if options["without_replacement"]:
         heads, log_probs = dist.sample_without_replacement(k, method=options["sampler"], generator=generator)
     else:

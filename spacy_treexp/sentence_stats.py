@@ -1,0 +1,53 @@
+"""Per-sentence uncertainty statistics from arc scores: the part the spaCy component and the
+Stanza processor share (numpy at the boundary, the engine inside)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+import numpy
+import torch
+
+from spacy_treexp.engine import TreeDistribution
+
+
+def batch_distribution(arcs: Sequence[numpy.ndarray], single_root: bool, device: torch.device) -> TreeDistribution:
+    """The engine's distribution over a batch of sentences' ``(n+1, n+1)`` [head, dep] arc
+    scores, padded to the longest (padding never changes a sentence's results)."""
+    size = max(arc.shape[-1] for arc in arcs)
+    scores = numpy.zeros((len(arcs), size, size), dtype=numpy.float64)
+    for b, arc in enumerate(arcs):
+        scores[b, : arc.shape[0], : arc.shape[1]] = arc
+    lengths = torch.tensor([arc.shape[-1] - 1 for arc in arcs], dtype=torch.long)
+    return TreeDistribution(torch.from_numpy(scores).to(device), lengths.to(device), single_root=single_root)
+
+
+def sentence_statistics(dist: TreeDistribution, heads: Sequence[numpy.ndarray]) -> List[Dict[str, Any]]:
+    """For each sentence of ``dist`` and its tree ``heads`` (n,) (0 = ROOT, CoNLL-U numbering):
+    ``marginals`` float32 (n+1, n+1), ``log_partition``, ``entropy`` (nats),
+    ``expected_attachment`` (fraction of words), ``heads`` int32, ``head_prob`` float32 (n,)
+    = μ(head, word) and ``head_entropy`` float32 (n,) of each word's head distribution."""
+    padded = numpy.full((len(heads), dist.n_max + 1), -1, dtype=numpy.int64)
+    for b, sentence_heads in enumerate(heads):
+        padded[b, 1 : len(sentence_heads) + 1] = sentence_heads
+    marginals = dist.marginals
+    head_entropy = (-torch.special.xlogy(marginals, marginals).sum(dim=-2)).float().cpu().numpy()
+    attachment = dist.expected_attachment(torch.from_numpy(padded).to(marginals.device)).cpu().numpy()
+    marginals = marginals.float().cpu().numpy()
+    log_partition = dist.log_partition.cpu().numpy()
+    entropy = dist.entropy().cpu().numpy()
+    statistics = []
+    for b, sentence_heads in enumerate(heads):
+        n = len(sentence_heads)
+        mu = numpy.ascontiguousarray(marginals[b, : n + 1, : n + 1])
+        statistics.append(
+            {
+                "marginals": mu,
+                "log_partition": float(log_partition[b]),
+                "entropy": float(entropy[b]),
+                "expected_attachment": float(attachment[b]) / n,
+                "heads": numpy.asarray(sentence_heads).astype(numpy.int32),
+                "head_prob": mu[sentence_heads, numpy.arange(1, n + 1)].astype(numpy.float32),
+                "head_entropy": numpy.ascontiguousarray(head_entropy[b, 1 : n + 1]),
+            }
+        )
+    return statistics
