@@ -54,6 +54,7 @@ class Prepared:
         weights, _ = shifted_weights(scores.double(), dist._arc_mask)
         inverse, info = torch.linalg.inv_ex(laplacian_matrix(weights, dist.lengths, dist.single_root))
         inverse = torch.where((info == 0)[:, None, None], inverse, torch.full_like(inverse, torch.nan))
+        inverse = inverse.contiguous()  # LAPACK's is column-major; rows are read and updated
         if scores.dtype == torch.float64:
             marginals = dist.marginals
         else:
@@ -72,6 +73,8 @@ class Conditioner:
 
     Only the rows of L-hat^{-1} that later words read are kept: before word m, rows
     m-1..N-1 (``self.inverse[:, r]`` is row m-1+r), so the state shrinks as words are fixed.
+    The inverses live in K *slots*: ``slot[i]`` is row i's (None: slot i). ``select`` moves
+    slot numbers instead of copying inverses; only a row that duplicates another copies one.
     """
 
     def __init__(self, dist, sentence: Tensor, prepared: Prepared | None = None):
@@ -84,7 +87,10 @@ class Conditioner:
         self.lengths = dist.lengths[sentence]
         size = self.weights.shape[-1]
         device = self.weights.device
-        self.inverse = prepared.inverse[sentence]  # (K, N, N) float64, a copy
+        self.inverse = prepared.inverse.index_select(0, sentence)  # (K, N, N) float64, a copy
+        self.slot: Tensor | None = None
+        # weights_by_dep[b, m] = column m of the weights (heads of word m), contiguous
+        self.weights_by_dep = self.weights.transpose(1, 2).contiguous()
         self.refactorise = (~torch.isfinite(prepared.inverse).flatten(1).all(-1))[sentence]  # (K,)
         self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
         # top[v]: the word (or 0) where the chain of fixed heads starting at v ends.
@@ -92,16 +98,47 @@ class Conditioner:
         self.has_root_child = torch.zeros(sentence.numel(), dtype=torch.bool, device=device)
 
     def select(self, rows: Tensor) -> None:
-        for name in ("sentence", "lengths", "inverse", "refactorise", "heads", "top", "has_root_child"):
+        """Keep (and duplicate) the rows ``rows`` of the state, e.g. the surviving beams.
+
+        Each parent's first new row takes over its slot; a parent's further rows take the
+        slots of the parents that were dropped, and only their inverses are copied. (A beam
+        search mostly permutes its beams: after a few words, nothing is copied at all.)
+        """
+        for name in ("sentence", "lengths", "refactorise", "heads", "top", "has_root_child"):
             setattr(self, name, getattr(self, name).index_select(0, rows))
+        parent = rows if self.slot is None else self.slot.index_select(0, rows)
+        if rows.numel() != self.inverse.shape[0]:  # not a reshuffle of the slots: copy
+            self.inverse, self.slot = self.inverse.index_select(0, parent), None
+            return
+        order = torch.argsort(parent, stable=True)
+        ordered = parent[order]
+        repeated = torch.zeros_like(ordered, dtype=torch.bool)
+        repeated[1:] = ordered[1:] == ordered[:-1]
+        if bool(repeated.any()):
+            duplicates = order[repeated]
+            kept = torch.zeros_like(parent, dtype=torch.bool).index_fill_(0, parent, True)
+            free = (~kept).nonzero().squeeze(-1)  # as many as duplicates
+            self.inverse[free] = self.inverse[parent[duplicates]]
+            parent = parent.index_put((duplicates,), free)
+        self.slot = parent
+
+    def _in_row_order(self, values: Tensor) -> Tensor:
+        """Per-slot values (K, ...) arranged by row."""
+        return values if self.slot is None else values.index_select(0, self.slot)
+
+    def _in_slot_order(self, values: Tensor) -> Tensor:
+        """Per-row values (K, ...) arranged by slot."""
+        if self.slot is None:
+            return values
+        return torch.empty_like(values).index_copy_(0, self.slot, values)
 
     def probs(self, m: int) -> Tensor:
         """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007)."""
         if m == 1:  # nothing fixed yet: the engine's (stable) marginals
             return self.first_marginals.index_select(0, self.sentence)
         j = m - 1
-        column = self.weights[:, :, m].index_select(0, self.sentence)  # (K, N+1)
-        row = self.inverse[:, 0, :]  # (K, N): row j of L-hat^{-1}
+        column = self.weights_by_dep[:, m].index_select(0, self.sentence)  # (K, N+1)
+        row = self._in_row_order(self.inverse[:, 0, :])  # (K, N): row j of L-hat^{-1}
         diagonal = row[:, j : j + 1]
         probs = torch.empty_like(column)
         if self.single_root:
@@ -161,6 +198,8 @@ class Conditioner:
         head): L^{-1} <- L^{-1} - x (e_j^T L^{-1}) / (e_j^T L^{-1} c), j = m - 1.
         """
         j = m - 1
+        head_by_row, active_by_row = head, active
+        head, active = self._in_slot_order(head), self._in_slot_order(active)  # update by slot
         safe_head = torch.where(active, head, torch.ones_like(head))
         inv = self.inverse  # rows j..N-1
         dep_col = inv[:, :, j]
@@ -181,11 +220,13 @@ class Conditioner:
         later = inv[:, 1:, :]  # row j is not read again: drop it
         later.addcmul_(x.unsqueeze(-1), row.unsqueeze(-2), value=-1.0)
         self.inverse = later
-        # structure: word m now hangs below head's chain
+        # structure (by row): word m now hangs below head's chain
+        head, active = head_by_row, active_by_row
+        safe_head = torch.where(active, head, torch.ones_like(head))
         new_top = self.top.gather(1, safe_head.unsqueeze(-1))
         moved = (self.top == m) & active.unsqueeze(-1)
         self.top = torch.where(moved, new_top, self.top)
-        self.has_root_child = self.has_root_child | (active & is_root)
+        self.has_root_child = self.has_root_child | (active & (safe_head == 0))
         self.heads[:, m] = torch.where(active, head, self.heads[:, m])
 
 

@@ -28,19 +28,20 @@ from torch import Tensor
 from spacy_treexp.engine.sampling.colbourn import Conditioner, Prepared, draw_positive
 
 
-def _truncated_gumbel(parent: Tensor, perturbed: Tensor, valid: Tensor) -> Tensor:
+def _truncated_gumbel(parent: Tensor, perturbed: Tensor) -> Tensor:
     """Children's Gumbels conditioned on their maximum being the parent's (Kool et al. 2019).
 
-    parent (..., 1), perturbed (..., C) = phi + Gumbel noise, valid (..., C). Their
-    appendix form: v = T - G + log(1 - exp(G - Z)), G~ = T - relu(v) - log1p(exp(-|v|)),
-    i.e. T - softplus(v); softplus's linear branch starts at v > 50, where log1p(exp(-v))
-    is below float64's resolution of v. log(-expm1(x)) is exact to an absolute eps where
-    1 - exp(x) is close to 1, which is all v needs (it is added to T - G).
+    parent (..., 1), perturbed (..., C) = phi + Gumbel noise (-inf for an impossible child).
+    Their appendix form: v = T - G + log(1 - exp(G - Z)), G~ = T - softplus(v); softplus's
+    linear branch starts at v > 50, where log1p(exp(-v)) is below float64's resolution of v.
+    log(-expm1(x)) is exact to an absolute eps where 1 - exp(x) is close to 1, which is all v
+    needs (it is added to T - G). The largest child gets exactly T; an impossible child
+    (or any child of a dead parent, T = -inf) gets -inf. Computed in place where possible.
     """
-    top = perturbed.max(-1, keepdim=True).values
-    v = parent - perturbed + torch.log(-torch.expm1(perturbed - top))
-    conditioned = parent - torch.nn.functional.softplus(v, threshold=50.0)
-    return torch.where(valid, conditioned, torch.full_like(conditioned, -torch.inf))
+    v = perturbed - perturbed.amax(-1, keepdim=True)
+    v.expm1_().neg_().log_().sub_(perturbed).add_(parent)
+    children = torch.nn.functional.softplus(v, threshold=50.0).neg_().add_(parent)
+    return children.nan_to_num_(nan=-torch.inf, posinf=torch.inf, neginf=-torch.inf)
 
 
 def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
@@ -48,40 +49,39 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
 
     Returns heads (k, B, N+1) in draw order and ``dist.log_prob`` of each (k, B); where a
     sentence has fewer than k trees the extra rows are -1 heads with -inf log-probability.
+    Beams are laid out sentence-major (row = b * k + beam), so every per-word tensor is a
+    view (B, k, N+1) and the top-k runs over each sentence's k (N+1) children without a copy.
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
-    sentence = torch.arange(batch, device=device).repeat(k)  # row = beam * B + b
+    sentence = torch.arange(batch, device=device).repeat_interleave(k)  # row = b * k + beam
     state = Conditioner(dist, sentence, Prepared.of(dist))
-    log_p = torch.full((k, batch), -torch.inf, dtype=torch.float64, device=device)
-    log_p[0] = 0.0
+    log_p = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
+    log_p[:, 0] = 0.0
     gumbel = log_p.clone()  # the root prefix's Gumbel is fixed to 0: a shift, not a bias
-    sentences = torch.arange(batch, device=device)
+    first_row = (torch.arange(batch, device=device) * k).unsqueeze(1)  # (B, 1)
     for m in range(1, size):
         active = dist.lengths >= m  # (B,)
-        probs = state.probs(m).view(k, batch, size)
-        valid = (probs > 0) & (log_p > -torch.inf).unsqueeze(-1) & active[None, :, None]
-        phi = torch.where(valid, log_p.unsqueeze(-1) + probs.log(), torch.full_like(probs, -torch.inf))
-        uniform = torch.rand(phi.shape, dtype=phi.dtype, device=device, generator=generator)
-        perturbed = torch.where(valid, phi - torch.log(-torch.log(uniform)), phi)  # + Gumbel(0, 1)
-        children = _truncated_gumbel(gumbel.unsqueeze(-1), perturbed, valid)
+        probs = state.probs(m).view(batch, k, size)
+        # log p(prefix + head); a negative conditional is a rounding error of an impossible
+        # head: it counts as zero (as in Colbourn's sampler)
+        phi = probs.clamp_min(0.0).log_().add_(log_p.unsqueeze(-1))
+        noise = torch.rand(phi.shape, dtype=phi.dtype, device=device, generator=generator)
+        perturbed = phi - noise.log_().neg_().log_()  # + Gumbel(0, 1) = - log(-log U)
+        children = _truncated_gumbel(gumbel.unsqueeze(-1), perturbed)
         if not bool(active.all()):  # a finished sentence keeps each beam as its only child
-            finished = ~active[None, :]
+            finished = ~active.unsqueeze(-1)
             children[..., 0] = torch.where(finished, gumbel, children[..., 0])
             phi[..., 0] = torch.where(finished, log_p, phi[..., 0])
-
-        flat = children.permute(1, 0, 2).reshape(batch, k * size)
-        top, index = flat.topk(k, dim=-1)  # (B, k), sorted: draw order
-        parent, head = (index // size).T, (index % size).T  # (k, B)
-        rows = (parent * batch + sentences).reshape(-1)
-        log_p = phi.permute(1, 0, 2).reshape(batch, k * size).gather(1, index).T
-        gumbel = top.T
-        state.select(rows)
-        moving = (active.unsqueeze(0) & (gumbel > -torch.inf)).reshape(-1)
-        state.fix(m, head.reshape(-1), moving)
-    heads = state.heads.view(k, batch, size)
-    valid = gumbel > -torch.inf
-    heads = torch.where(valid.unsqueeze(-1), heads, torch.full_like(heads, -1))
+        gumbel, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k), draw order
+        parent = index.div(size, rounding_mode="floor")
+        head = index - parent * size
+        log_p = phi.view(batch, k * size).gather(1, index)
+        state.select((first_row + parent).view(-1))
+        moving = (gumbel > -torch.inf) & active.unsqueeze(-1)
+        state.fix(m, head.view(-1), moving.view(-1))
+    heads = state.heads.view(batch, k, size).transpose(0, 1)
+    heads = torch.where((gumbel > -torch.inf).T.unsqueeze(-1), heads, torch.full_like(heads, -1))
     return heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
 
 
