@@ -428,8 +428,11 @@ class TreeDistribution(Distribution):
 
 
 def _stable_inference(scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
-    """log Z by GTH state reduction and marginals as its gradient (differentiable)."""
+    """log Z by GTH state reduction and marginals as its gradient (differentiable: by
+    autograd through the elimination, so that second derivatives flow through μ)."""
     differentiable = torch.is_grad_enabled() and scores.requires_grad
+    if not differentiable:
+        return laplacian.stable_partition_and_marginals(scores, mask, lengths, single_root)
     with torch.enable_grad():
         leaf = scores if differentiable else scores.detach().requires_grad_(True)
         log_z = laplacian.stable_log_partition(leaf, mask, lengths, single_root)

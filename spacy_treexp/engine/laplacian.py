@@ -110,7 +110,7 @@ def fast_partition_and_marginals(
         error = eps * n_max * growth
         error = torch.where((det_sign > 0) & (info == 0) & torch.isfinite(error), error, torch.full_like(error, float("inf")))
     eye = torch.eye(n_max, dtype=lap.dtype, device=lap.device).expand_as(lap)
-    inverse = torch.linalg.lu_solve(lu, pivots, eye)
+    inverse = torch.linalg.lu_solve(lu, pivots, eye, left=False)  # X L = I: faster in LAPACK
     marginals = _closed_form_marginals(weights, inverse, single_root)
     return log_det, marginals, error
 
@@ -167,29 +167,136 @@ def stable_log_partition(scores: Tensor, mask: Tensor, lengths: Tensor, single_r
     Heyman 1985). Multi-root keeps ROOT as the last state: Z = Π_k D_k. Single-root drops
     ROOT from the pivots and carries its row along: Z = Π_{k} D_k · w'(ROOT → last word), the
     first-order term of det(L + t·diag(w_ROOT)) in t, i.e. Σ_j w(ROOT→j) Z_j (Koo et al.
-    2007). The next state eliminated is the one with the largest pivot, so a pivot is zero
-    only when no tree exists. Computed in float64 (or the input's precision, if higher):
-    with plain arithmetic where all weights are within exp(-300) of their column's best and
-    no arc is forbidden, otherwise in log space, where nothing can underflow.
+    2007). Computed in float64 (or the input's precision, if higher): with plain arithmetic
+    where all weights are within exp(-300) of their column's best and no arc is forbidden
+    (every pivot is then positive in any order, and the words are eliminated from the last
+    to the first: :func:`_gth_linear`), otherwise in log space, where nothing can underflow
+    and the next state eliminated is the one with the largest pivot, so that a pivot is
+    zero only when no tree exists (:func:`_gth_eliminate`).
     """
+    logw, shift, linear = _stable_setup(scores, mask, lengths)
+    result = torch.zeros_like(shift[:, 0])
+    for use_linear in (True, False):
+        index = (linear == use_linear).nonzero().squeeze(-1)
+        if index.numel():
+            if use_linear:
+                part = _gth_linear(torch.exp(logw[index]), lengths[index], single_root)
+            else:
+                part = _gth_eliminate(logw[index], lengths[index], single_root)
+            result = result.index_put((index,), part)
+    return shift.sum(-1) + result
+
+
+def stable_partition_and_marginals(
+    scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool
+) -> Tuple[Tensor, Tensor]:
+    """Stable path without an autograd graph: ``(log Z, marginals)`` in the working dtype.
+
+    Marginals are the gradient of :func:`stable_log_partition`: by running the plain
+    elimination backwards by hand (:func:`_gth_linear_with_gradient`), and by autograd for
+    the sentences in log space. Sentences with no tree get log Z = -inf and zero marginals.
+    """
+    with torch.no_grad():
+        logw, shift, linear = _stable_setup(scores.detach(), mask, lengths)
+    log_z = shift.sum(-1)
+    marginals = torch.zeros_like(logw)
+    index = linear.nonzero().squeeze(-1)
+    if index.numel():
+        weights = torch.exp(logw[index])
+        part, gradient = _gth_linear_with_gradient(weights, lengths[index], single_root)
+        log_z = log_z.index_add(0, index, part)
+        marginals = marginals.index_put((index,), weights * gradient)
+    index = (~linear).nonzero().squeeze(-1)
+    if index.numel():
+        with torch.enable_grad():
+            leaf = logw[index].requires_grad_(True)
+            part = _gth_eliminate(leaf, lengths[index], single_root)
+            finite = torch.isfinite(part)
+            (gradient,) = torch.autograd.grad(torch.where(finite, part, torch.zeros_like(part)).sum(), leaf)
+        log_z = log_z.index_add(0, index, part.detach())
+        marginals = marginals.index_put((index,), gradient)
+    possible = torch.isfinite(log_z).view(-1, 1, 1)
+    return log_z, torch.where(mask & possible, marginals, torch.zeros_like(marginals))
+
+
+def _stable_setup(scores: Tensor, mask: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """Column-shifted log-weights in float64 (or higher), the shift, and which sentences may
+    be eliminated in plain arithmetic (see :data:`_LINEAR_GTH_MIN_LOG_WEIGHT`)."""
     work_dtype = torch.float64 if scores.dtype in (torch.float16, torch.bfloat16, torch.float32) else scores.dtype
     logw, shift = shifted_log_weights(scores.to(work_dtype), mask)  # (B, N+1, N+1) [head, dep]
     structural = arc_mask(lengths, scores.shape[-1] - 1)
     with torch.no_grad():
         smallest = torch.where(structural, logw, torch.zeros_like(logw)).amin(dim=(-2, -1))
         linear = smallest >= _LINEAR_GTH_MIN_LOG_WEIGHT  # also False if any arc is -inf
-    log_z = shift.sum(-1)
-    result = torch.zeros_like(log_z)
-    for use_linear in (True, False):
-        index = (linear == use_linear).nonzero().squeeze(-1)
-        if index.numel():
-            part = _gth_eliminate(logw[index], lengths[index], single_root, use_linear)
-            result = result.index_put((index,), part)
-    return log_z + result
+    return logw, shift, linear
 
 
-def _gth_eliminate(logw: Tensor, lengths: Tensor, single_root: bool, linear: bool) -> Tensor:
-    """log Z of column-shifted log-weights by GTH elimination (see :func:`stable_log_partition`)."""
+def _gth_linear(values: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """log Z of positive column-shifted weights by GTH elimination in plain arithmetic.
+
+    Words are eliminated from the last to the first, so the states left before word k are
+    ROOT and words 1..k-1 and each step works on the leading (k, k) block: D_k = Σ_{h<k}
+    w(h→k) (words only for single-root), w'(h→m) = w(h→m) + w(h→k) w(k→m) / D_k. A diagonal
+    entry (a self-loop of the reduced chain) is never read, so it is not masked. Padding
+    states have no arcs: their step adds nothing and their pivot counts as 1.
+    """
+    first_head = 1 if single_root else 0  # single-root: ROOT is no state of the chain
+    last = 2 if single_root else 1  # single-root: word 1 is left, joined to ROOT at the end
+    factors = []  # the pivots, then (single-root) w'(ROOT -> word 1): Z is their product
+    for k in range(values.shape[-1] - 1, last - 1, -1):
+        column = values[:, :k, k]  # w(h -> k), h < k
+        pivot = column[:, first_head:].sum(-1)
+        pivot = torch.where(lengths >= k, pivot, torch.ones_like(pivot))
+        factors.append(pivot)
+        row = values[:, k, :k] / pivot.unsqueeze(-1)  # w(k -> m) / D_k (ROOT's entry is 0)
+        values = values[:, :k, :k] + column.unsqueeze(-1) * row.unsqueeze(-2)
+    if single_root:
+        factors.append(values[:, 0, 1])
+    if not factors:  # multi-root over no words
+        return torch.zeros(values.shape[0], dtype=values.dtype, device=values.device)
+    return torch.log(torch.stack(factors)).sum(0)
+
+
+def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
+    """:func:`_gth_linear` and its gradient d log Z / d values, by reverse mode by hand.
+
+    Step k maps V to V' = V[:k, :k] + c r^T with c = V[:k, k], D = Σ c[first_head:],
+    r = V[k, :k] / D, and adds log D. Backwards, with G' = d/dV': d/dV[:k, :k] = G',
+    d/dV[k, :k] = (G'^T c) / D, d/dV[:k, k] = G' r + [h >= first_head] (1 - r·(G'^T c)) / D.
+    Each step's c, r and D are kept: O(B n^2) memory, two matrix-vector products per step.
+    """
+    batch, size, _ = values.shape
+    first_head = 1 if single_root else 0
+    last = 2 if single_root else 1
+    factors, saved = [], []
+    for k in range(size - 1, last - 1, -1):
+        column = values[:, :k, k]
+        active = lengths >= k
+        pivot = torch.where(active, column[:, first_head:].sum(-1), torch.ones_like(column[:, 0]))
+        factors.append(pivot)
+        row = values[:, k, :k] / pivot.unsqueeze(-1)
+        saved.append((k, column.contiguous(), row, pivot, active))  # bmm wants dense rows
+        values = values[:, :k, :k] + column.unsqueeze(-1) * row.unsqueeze(-2)
+    gradient = torch.zeros(batch, size, size, dtype=values.dtype, device=values.device)
+    if single_root:
+        factors.append(values[:, 0, 1])
+        gradient[:, 0, 1] = 1.0 / values[:, 0, 1]
+    log_z = torch.log(torch.stack(factors)).sum(0) if factors else torch.zeros_like(gradient[:, 0, 0])
+    for k, column, row, pivot, active in reversed(saved):
+        outer = gradient[:, :k, :k]  # d/dV' of this step
+        d_column = torch.bmm(outer, row.unsqueeze(-1)).squeeze(-1)
+        d_row = torch.bmm(column.unsqueeze(-2), outer).squeeze(-2)
+        gradient[:, k, :k] = d_row / pivot.unsqueeze(-1)
+        d_pivot = (1.0 - (d_row * row).sum(-1)) / pivot
+        d_pivot = torch.where(active, d_pivot, torch.zeros_like(d_pivot))
+        d_column[:, first_head:] += d_pivot.unsqueeze(-1)
+        gradient[:, :k, k] = d_column
+    return log_z, gradient
+
+
+def _gth_eliminate(logw: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """log Z of column-shifted log-weights by GTH elimination in log space, largest pivot
+    first (see :func:`stable_log_partition`)."""
     batch, size, _ = logw.shape
     device = logw.device
     n_max = size - 1
@@ -197,7 +304,7 @@ def _gth_eliminate(logw: Tensor, lengths: Tensor, single_root: bool, linear: boo
     remaining = word_mask(lengths, n_max)  # (B, N+1)
     batch_index = torch.arange(batch, device=device)
     off_diagonal = ~torch.eye(size, dtype=torch.bool, device=device)
-    values = torch.exp(logw) if linear else logw
+    values = logw
     log_z = torch.zeros(batch, dtype=logw.dtype, device=device)
     steps = n_max - 1 if single_root else n_max
     for step in range(steps):
@@ -205,12 +312,8 @@ def _gth_eliminate(logw: Tensor, lengths: Tensor, single_root: bool, linear: boo
         head_rows = remaining.clone()
         if not single_root:
             head_rows[:, 0] = True
-        if linear:
-            pivots = (values * head_rows.unsqueeze(-1)).sum(dim=-2)
-            free = torch.where(remaining, pivots, torch.full_like(pivots, -1.0))
-        else:
-            pivots = _logsumexp(values.masked_fill(~head_rows.unsqueeze(-1), NEG_INF), dim=-2)
-            free = pivots.masked_fill(~remaining, NEG_INF)
+        pivots = _logsumexp(values.masked_fill(~head_rows.unsqueeze(-1), NEG_INF), dim=-2)
+        free = pivots.masked_fill(~remaining, NEG_INF)
         k = free.detach().argmax(-1)
         pivot = free[batch_index, k]
         remaining = remaining & ~(active.unsqueeze(-1) & (positions == k.unsqueeze(-1)))
@@ -218,20 +321,13 @@ def _gth_eliminate(logw: Tensor, lengths: Tensor, single_root: bool, linear: boo
         row = values[batch_index, k, :]  # w(k -> m)
         keep = remaining & active.unsqueeze(-1)
         # A path m -> k -> m is a self-loop of the reduced chain: GTH drops it (no diagonal).
-        if linear:
-            pivot = torch.where(active, pivot, torch.ones_like(pivot))
-            log_z = log_z + torch.log(pivot)
-            row = torch.where(keep, row, torch.zeros_like(row)) / pivot.unsqueeze(-1)
-            values = values + column.unsqueeze(-1) * row.unsqueeze(-2) * off_diagonal
-        else:
-            pivot = torch.where(active, pivot, torch.zeros_like(pivot))
-            log_z = log_z + pivot
-            row = row.masked_fill(~keep, NEG_INF)
-            update = column.unsqueeze(-1) + row.unsqueeze(-2) - pivot.unsqueeze(-1).unsqueeze(-1)
-            update = update.masked_fill(~torch.isfinite(update) | ~off_diagonal, NEG_INF)
-            values = _logaddexp(values, update)
+        pivot = torch.where(active, pivot, torch.zeros_like(pivot))
+        log_z = log_z + pivot
+        row = row.masked_fill(~keep, NEG_INF)
+        update = column.unsqueeze(-1) + row.unsqueeze(-2) - pivot.unsqueeze(-1).unsqueeze(-1)
+        update = update.masked_fill(~torch.isfinite(update) | ~off_diagonal, NEG_INF)
+        values = _logaddexp(values, update)
     if single_root:
         last = remaining.to(torch.long).argmax(-1)  # the word never eliminated
-        root_to_last = values[batch_index, 0, last]
-        log_z = log_z + (torch.log(root_to_last) if linear else root_to_last)
+        log_z = log_z + values[batch_index, 0, last]
     return log_z
