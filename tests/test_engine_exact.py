@@ -242,3 +242,21 @@ def test_log_space_gth_with_forbidden_arcs(n, single_root):
         assert abs(dist.log_partition.item() - torch.logsumexp(tree_scores, 0).item()) < TOL
         assert torch.allclose(dist.marginals, mu, atol=TOL, rtol=0)
         assert dist.marginals[1, 2] == 0
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_stable_path_batch_mixing_plain_and_log_space_sentences(single_root):
+    # One batch, stable path: sentence 0 has positive weights (plain arithmetic, marginals
+    # by the hand-written reverse pass), sentence 1 a forbidden arc (log space, autograd),
+    # sentence 2 a weight below exp(-300) of its column's best (log space), all padded.
+    n_max = 5
+    lengths = torch.tensor([5, 4, 3])
+    scores = torch.randn(3, n_max + 1, n_max + 1, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 3
+    scores[1, 2, 3] = float("-inf")
+    scores[2, 1, 2] = -400.0
+    dist = TreeDistribution(scores, lengths, single_root=single_root, stable=True)
+    for b, n in enumerate(lengths.tolist()):
+        _, _, _, mu, log_z, _ = _brute(scores[b], n, single_root)
+        assert abs(dist.log_partition[b].item() - log_z.item()) < TOL
+        assert torch.allclose(dist.marginals[b, : n + 1, : n + 1], mu, atol=TOL, rtol=0)
+        assert dist.marginals[b, n + 1 :].abs().sum() == 0 and dist.marginals[b, :, n + 1 :].abs().sum() == 0
