@@ -13,14 +13,14 @@ from torch import Tensor
 
 def prepare_scores(
     scores: Tensor, lengths: Optional[Tensor]
-) -> Tuple[Tensor, Tensor, Optional[Tensor], bool]:
+) -> Tuple[Tensor, Tensor, Optional[Tensor], bool, Tensor]:
     """Validate and normalise ``scores`` and ``lengths``.
 
     Returns ``(arc_scores, lengths, label_scores, unbatched)`` where ``arc_scores`` is
     ``(B, N+1, N+1)`` (labeled scores reduced by logsumexp over labels, Koo et al. 2007
     §3.4), ``lengths`` is a long tensor ``(B,)`` on the scores' device, ``label_scores`` the
-    original ``(B, N+1, N+1, L)`` tensor or ``None``, and ``unbatched`` whether a single
-    sentence was given.
+    original ``(B, N+1, N+1, L)`` tensor or ``None``, ``unbatched`` whether a single
+    sentence was given, and the sentences' :func:`arc_mask`.
     """
     if not isinstance(scores, Tensor):
         raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
@@ -74,13 +74,13 @@ def prepare_scores(
     _check_finite(arc_scores, mask, "scores")
     if label_scores is not None:
         _check_finite(label_scores, mask.unsqueeze(-1).expand_as(label_scores), "label scores")
-    return arc_scores, lengths, label_scores, unbatched
+    return arc_scores, lengths, label_scores, unbatched, mask
 
 
 def _check_finite(values: Tensor, mask: Tensor, what: str) -> None:
     """Reject NaN and +inf inside the sentences (padding may hold anything)."""
     with torch.no_grad():
-        bad = (torch.isnan(values) | (values == float("inf"))) & mask
+        bad = (values < float("inf")).logical_not_().logical_and_(mask)  # NaN or +inf
         if bad.any():
             idx = bad.nonzero()[0].tolist()
             value = values[tuple(idx)].item()

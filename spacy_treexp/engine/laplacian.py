@@ -25,7 +25,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.checks import arc_mask, word_mask
+from spacy_treexp.engine.checks import word_mask
 
 NEG_INF = float("-inf")
 
@@ -68,6 +68,12 @@ def laplacian_matrix(weights: Tensor, lengths: Tensor, single_root: bool) -> Ten
     the ROOT weights to the diagonal, single-root replaces the first row by them. Rows and
     columns past a sentence's length are the identity, so they change no determinant.
     """
+    return _laplacian_and_column_scale(weights, lengths, single_root)[0]
+
+
+def _laplacian_and_column_scale(weights: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
+    """L̂ and a bound ``(B, N)`` on the largest |entry| of each of its columns: the diagonal
+    (a column sum of the weights in that column), or the ROOT weight if larger."""
     word_weights = weights[..., 1:, 1:]
     root_weights = weights[..., 0, 1:]
     n_max = word_weights.shape[-1]
@@ -75,10 +81,12 @@ def laplacian_matrix(weights: Tensor, lengths: Tensor, single_root: bool) -> Ten
     diagonal = word_weights.sum(dim=-2) + padding.to(weights.dtype)
     if not single_root:
         diagonal = diagonal + root_weights
-    lap = torch.diag_embed(diagonal) - word_weights
+    lap = word_weights.neg()  # the diagonal of word_weights is 0 (no arc m -> m)
+    lap.diagonal(dim1=-2, dim2=-1).copy_(diagonal)
     if single_root:
         lap[..., 0, :] = root_weights
-    return lap
+        return lap, torch.maximum(diagonal, root_weights).detach()
+    return lap, diagonal.detach()
 
 
 def fast_partition_and_marginals(
@@ -89,28 +97,22 @@ def fast_partition_and_marginals(
     Marginals (Koo et al. 2007, §3.3), with A = L̂⁻¹ over 0-based word indices:
     multi-root μ(h→m) = w(h→m)(A[m,m] − A[m,h]), μ(0→m) = w(0→m) A[m,m];
     single-root μ(h→m) = w(h→m)([m≠0] A[m,m] − [h≠0] A[m,h]), μ(0→m) = w(0→m) A[m,0].
-    The error estimate is eps · n · max_k |L̂|_{max, col k} / |U_kk| from the LU pivots: the
-    amplification of rounding errors by cancellation during elimination.
+    The error estimate is eps · n · max_k (column k's largest |entry|) / |U_kk| from the LU
+    pivots: the amplification of rounding errors by cancellation during elimination. It is
+    infinite where the determinant comes out non-positive (it is a positive sum of trees).
     """
-    lap = laplacian_matrix(weights, lengths, single_root)
+    lap, column_scale = _laplacian_and_column_scale(weights, lengths, single_root)
     n_max = lap.shape[-1]
     lu, pivots, info = torch.linalg.lu_factor_ex(lap)
     u_diag = torch.diagonal(lu, dim1=-2, dim2=-1)
-    permutation_sign = torch.where(
-        (pivots != torch.arange(1, n_max + 1, device=lap.device, dtype=pivots.dtype)).sum(-1) % 2 == 1,
-        -1.0,
-        1.0,
-    ).to(lap.dtype)
-    det_sign = permutation_sign * torch.sign(u_diag).prod(-1)
     log_det = torch.log(u_diag.abs()).sum(-1)
     with torch.no_grad():
-        column_scale = lap.abs().amax(dim=-2)
-        growth = (column_scale / u_diag.abs()).amax(-1)
-        eps = torch.finfo(lap.dtype).eps
-        error = eps * n_max * growth
-        error = torch.where((det_sign > 0) & (info == 0) & torch.isfinite(error), error, torch.full_like(error, float("inf")))
+        swaps = pivots != torch.arange(1, n_max + 1, device=lap.device, dtype=pivots.dtype)
+        negative = (swaps.sum(-1) + (u_diag < 0).sum(-1)) % 2 == 1  # det < 0
+        error = (column_scale / u_diag.abs()).amax(-1) * (torch.finfo(lap.dtype).eps * n_max)
+        error = error.masked_fill(negative | (info != 0) | ~torch.isfinite(error), float("inf"))
     eye = torch.eye(n_max, dtype=lap.dtype, device=lap.device).expand_as(lap)
-    inverse = torch.linalg.lu_solve(lu, pivots, eye, left=False)  # X L = I: faster in LAPACK
+    inverse = torch.linalg.lu_solve(lu, pivots, eye, left=False)  # X L̂ = I: faster in LAPACK
     marginals = _closed_form_marginals(weights, inverse, single_root)
     return log_det, marginals, error
 
@@ -224,10 +226,11 @@ def _stable_setup(scores: Tensor, mask: Tensor, lengths: Tensor) -> Tuple[Tensor
     be eliminated in plain arithmetic (see :data:`_LINEAR_GTH_MIN_LOG_WEIGHT`)."""
     work_dtype = torch.float64 if scores.dtype in (torch.float16, torch.bfloat16, torch.float32) else scores.dtype
     logw, shift = shifted_log_weights(scores.to(work_dtype), mask)  # (B, N+1, N+1) [head, dep]
-    structural = arc_mask(lengths, scores.shape[-1] - 1)
     with torch.no_grad():
-        smallest = torch.where(structural, logw, torch.zeros_like(logw)).amin(dim=(-2, -1))
-        linear = smallest >= _LINEAR_GTH_MIN_LOG_WEIGHT  # also False if any arc is -inf
+        smallest = logw.masked_fill(~mask, 0.0).amin(dim=(-2, -1))
+        # n words have n * n possible arcs (n heads each): fewer in the mask = a forbidden arc
+        complete = mask.sum(dim=(-2, -1)) == lengths * lengths
+        linear = (smallest >= _LINEAR_GTH_MIN_LOG_WEIGHT) & complete
     return logw, shift, linear
 
 
