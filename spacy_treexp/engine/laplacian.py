@@ -72,8 +72,9 @@ def laplacian_matrix(weights: Tensor, lengths: Tensor, single_root: bool) -> Ten
 
 
 def _laplacian_and_column_scale(weights: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
-    """L̂ and a bound ``(B, N)`` on the largest |entry| of each of its columns: the diagonal
-    (a column sum of the weights in that column), or the ROOT weight if larger."""
+    """L̂ and the largest |entry| ``(B, N)`` of each of its columns, without a pass over L̂:
+    a diagonal entry is a sum of the weights in its column, so it dominates them; the ROOT
+    weight may be larger (single-root row 0)."""
     word_weights = weights[..., 1:, 1:]
     root_weights = weights[..., 0, 1:]
     n_max = word_weights.shape[-1]
@@ -85,7 +86,10 @@ def _laplacian_and_column_scale(weights: Tensor, lengths: Tensor, single_root: b
     lap.diagonal(dim1=-2, dim2=-1).copy_(diagonal)
     if single_root:
         lap[..., 0, :] = root_weights
-        return lap, torch.maximum(diagonal, root_weights).detach()
+        # column 0 holds w(ROOT -> 1) and -w(h -> 1): its largest weight, not the diagonal
+        scale = torch.maximum(diagonal, root_weights).detach()
+        scale[..., 0] = weights[..., :, 1].detach().amax(-1)
+        return lap, scale
     return lap, diagonal.detach()
 
 
