@@ -145,7 +145,10 @@ class TreeDistribution(Distribution):
                 marginals = marginals.index_put((keep,), sub_marginals[accepted])
                 todo = todo.index_put((keep,), torch.zeros_like(keep, dtype=torch.bool))
         use_stable = todo
-        if use_stable.any():
+        if bool(use_stable.all()):
+            log_z, marginals = _stable_inference(scores, mask, lengths, self.single_root)
+            log_z, marginals = log_z.to(scores.dtype), marginals.to(scores.dtype)
+        elif use_stable.any():
             index = use_stable.nonzero().squeeze(-1)
             stable_log_z, stable_marginals = _stable_inference(
                 scores[index], mask[index], lengths[index], self.single_root

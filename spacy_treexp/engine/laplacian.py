@@ -205,6 +205,10 @@ def stable_partition_and_marginals(
     with torch.no_grad():
         logw, shift, linear = _stable_setup(scores.detach(), mask, lengths)
     log_z = shift.sum(-1)
+    if bool(linear.all()):  # the common case: no copies in and out of the batch
+        weights = torch.exp(logw)
+        part, gradient = _gth_linear_with_gradient(weights, lengths, single_root)
+        return log_z + part, (weights * gradient).masked_fill_(~mask, 0.0)
     marginals = torch.zeros_like(logw)
     index = linear.nonzero().squeeze(-1)
     if index.numel():
@@ -246,22 +250,36 @@ def _gth_linear(values: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
     w(h→k) (words only for single-root), w'(h→m) = w(h→m) + w(h→k) w(k→m) / D_k. A diagonal
     entry (a self-loop of the reduced chain) is never read, so it is not masked. Padding
     states have no arcs: their step adds nothing and their pivot counts as 1.
+    Differentiable by autograd; :func:`_gth_linear_with_gradient` is the same elimination
+    with its gradient by hand.
     """
+    return _gth_linear_steps(values, lengths, single_root, keep_steps=False)[0]
+
+
+def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_steps: bool):
+    """The elimination of :func:`_gth_linear`: ``(log Z, [(k, c, r, 1/D_k)] if keep_steps,
+    padding (N+1, B), the weights left at the end)``; padding[k] = 1.0 where word k is past
+    the sentence."""
+    batch, size, _ = values.shape
     first_head = 1 if single_root else 0  # single-root: ROOT is no state of the chain
     last = 2 if single_root else 1  # single-root: word 1 is left, joined to ROOT at the end
-    factors = []  # the pivots, then (single-root) w'(ROOT -> word 1): Z is their product
-    for k in range(values.shape[-1] - 1, last - 1, -1):
+    positions = torch.arange(size, device=values.device).unsqueeze(1)
+    padding = (lengths.unsqueeze(0) < positions).to(values.dtype)  # (N+1, B)
+    factors, steps = [], []  # the pivots, then (single-root) w'(ROOT -> word 1): Z = Π
+    for k in range(size - 1, last - 1, -1):
         column = values[:, :k, k]  # w(h -> k), h < k
-        pivot = column[:, first_head:].sum(-1)
-        pivot = torch.where(lengths >= k, pivot, torch.ones_like(pivot))
+        pivot = column[:, first_head:].sum(-1) + padding[k]
+        inverse_pivot = pivot.reciprocal()
         factors.append(pivot)
-        row = values[:, k, :k] / pivot.unsqueeze(-1)  # w(k -> m) / D_k (ROOT's entry is 0)
-        values = values[:, :k, :k] + column.unsqueeze(-1) * row.unsqueeze(-2)
+        row = values[:, k, :k] * inverse_pivot.unsqueeze(-1)  # w(k -> m) / D_k (ROOT: 0)
+        if keep_steps:
+            steps.append((k, column.contiguous(), row, inverse_pivot))  # bmm wants dense rows
+        values = torch.addcmul(values[:, :k, :k], column.unsqueeze(-1), row.unsqueeze(-2))
     if single_root:
         factors.append(values[:, 0, 1])
     if not factors:  # multi-root over no words
-        return torch.zeros(values.shape[0], dtype=values.dtype, device=values.device)
-    return torch.log(torch.stack(factors)).sum(0)
+        return torch.zeros(batch, dtype=values.dtype, device=values.device), steps, padding, values
+    return torch.log(torch.stack(factors)).sum(0), steps, padding, values
 
 
 def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
@@ -270,32 +288,20 @@ def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool
     Step k maps V to V' = V[:k, :k] + c r^T with c = V[:k, k], D = Σ c[first_head:],
     r = V[k, :k] / D, and adds log D. Backwards, with G' = d/dV': d/dV[:k, :k] = G',
     d/dV[k, :k] = (G'^T c) / D, d/dV[:k, k] = G' r + [h >= first_head] (1 - r·(G'^T c)) / D.
-    Each step's c, r and D are kept: O(B n^2) memory, two matrix-vector products per step.
+    Each step's c, r and 1/D are kept: O(B n^2) memory, two matrix-vector products per step.
     """
-    batch, size, _ = values.shape
     first_head = 1 if single_root else 0
-    last = 2 if single_root else 1
-    factors, saved = [], []
-    for k in range(size - 1, last - 1, -1):
-        column = values[:, :k, k]
-        active = lengths >= k
-        pivot = torch.where(active, column[:, first_head:].sum(-1), torch.ones_like(column[:, 0]))
-        factors.append(pivot)
-        row = values[:, k, :k] / pivot.unsqueeze(-1)
-        saved.append((k, column.contiguous(), row, pivot, active))  # bmm wants dense rows
-        values = values[:, :k, :k] + column.unsqueeze(-1) * row.unsqueeze(-2)
-    gradient = torch.zeros(batch, size, size, dtype=values.dtype, device=values.device)
+    log_z, steps, padding, left = _gth_linear_steps(values, lengths, single_root, keep_steps=True)
+    active = 1.0 - padding
+    gradient = torch.zeros_like(values)
     if single_root:
-        factors.append(values[:, 0, 1])
-        gradient[:, 0, 1] = 1.0 / values[:, 0, 1]
-    log_z = torch.log(torch.stack(factors)).sum(0) if factors else torch.zeros_like(gradient[:, 0, 0])
-    for k, column, row, pivot, active in reversed(saved):
+        gradient[:, 0, 1] = 1.0 / left[:, 0, 1]  # d log w'(ROOT -> word 1)
+    for k, column, row, inverse_pivot in reversed(steps):
         outer = gradient[:, :k, :k]  # d/dV' of this step
         d_column = torch.bmm(outer, row.unsqueeze(-1)).squeeze(-1)
         d_row = torch.bmm(column.unsqueeze(-2), outer).squeeze(-2)
-        gradient[:, k, :k] = d_row / pivot.unsqueeze(-1)
-        d_pivot = (1.0 - (d_row * row).sum(-1)) / pivot
-        d_pivot = torch.where(active, d_pivot, torch.zeros_like(d_pivot))
+        gradient[:, k, :k] = d_row * inverse_pivot.unsqueeze(-1)
+        d_pivot = (1.0 - (d_row * row).sum(-1)) * inverse_pivot * active[k]  # padding: D = 1
         d_column[:, first_head:] += d_pivot.unsqueeze(-1)
         gradient[:, :k, k] = d_column
     return log_z, gradient
