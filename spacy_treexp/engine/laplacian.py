@@ -291,17 +291,18 @@ def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool
     Each step's c, r and 1/D are kept: O(B n^2) memory, two matrix-vector products per step.
     """
     first_head = 1 if single_root else 0
-    log_z, steps, padding, left = _gth_linear_steps(values, lengths, single_root, keep_steps=True)
-    active = 1.0 - padding
+    log_z, steps, _, left = _gth_linear_steps(values, lengths, single_root, keep_steps=True)
     gradient = torch.zeros_like(values)
     if single_root:
         gradient[:, 0, 1] = 1.0 / left[:, 0, 1]  # d log w'(ROOT -> word 1)
+    # A padding word's D is the constant 1, yet its entries here get d log D / dV = 1: they
+    # are gradients for weights that are exactly 0, so they never reach a marginal.
     for k, column, row, inverse_pivot in reversed(steps):
         outer = gradient[:, :k, :k]  # d/dV' of this step
         d_column = torch.bmm(outer, row.unsqueeze(-1)).squeeze(-1)
         d_row = torch.bmm(column.unsqueeze(-2), outer).squeeze(-2)
-        gradient[:, k, :k] = d_row * inverse_pivot.unsqueeze(-1)
-        d_pivot = (1.0 - (d_row * row).sum(-1)) * inverse_pivot * active[k]  # padding: D = 1
+        torch.mul(d_row, inverse_pivot.unsqueeze(-1), out=gradient[:, k, :k])
+        d_pivot = torch.linalg.vecdot(d_row, row).neg_().add_(1.0).mul_(inverse_pivot)
         d_column[:, first_head:] += d_pivot.unsqueeze(-1)
         gradient[:, :k, k] = d_column
     return log_z, gradient
