@@ -20,7 +20,8 @@ def prepare_scores(
     ``(B, N+1, N+1)`` (labeled scores reduced by logsumexp over labels, Koo et al. 2007
     §3.4), ``lengths`` is a long tensor ``(B,)`` on the scores' device, ``label_scores`` the
     original ``(B, N+1, N+1, L)`` tensor or ``None``, ``unbatched`` whether a single
-    sentence was given, and the sentences' :func:`arc_mask`.
+    sentence was given, and the allowed arcs: the sentences' :func:`arc_mask` without the
+    arcs scored -inf.
     """
     if not isinstance(scores, Tensor):
         raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
@@ -71,10 +72,24 @@ def prepare_scores(
                 f"1 <= n <= N = {n_max} words"
             )
     mask = arc_mask(lengths, n_max)
-    _check_finite(arc_scores, mask, "scores")
+    allowed = _allowed_arcs(arc_scores, mask)
     if label_scores is not None:
         _check_finite(label_scores, mask.unsqueeze(-1).expand_as(label_scores), "label scores")
-    return arc_scores, lengths, label_scores, unbatched, mask
+    return arc_scores, lengths, label_scores, unbatched, allowed
+
+
+def _allowed_arcs(scores: Tensor, mask: Tensor) -> Tensor:
+    """The arcs of ``mask`` whose score is not -inf, after checking that none is NaN or +inf.
+
+    One sum over the sentences' scores settles the common case (finite: every arc is
+    allowed); only otherwise are the values looked at one by one.
+    """
+    with torch.no_grad():
+        zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
+        if bool(torch.isfinite(torch.where(mask, scores, zero).sum())):
+            return mask
+        _check_finite(scores, mask, "scores")
+        return mask & (scores > float("-inf"))
 
 
 def _check_finite(values: Tensor, mask: Tensor, what: str) -> None:
@@ -95,14 +110,14 @@ def arc_mask(lengths: Tensor, n_max: int) -> Tensor:
     """Boolean ``(B, N+1, N+1)`` mask of the arcs h -> m inside each sentence.
 
     True where ``0 <= h <= n``, ``1 <= m <= n`` and ``h != m``; ROOT's column, the
-    diagonal and padding are False.
+    diagonal and padding are False. One comparison: arc (h, m) is inside a sentence of n
+    words iff max(h, m) <= n, with the ROOT column and the diagonal set beyond any n.
     """
     positions = torch.arange(n_max + 1, device=lengths.device)
-    inside = positions.unsqueeze(0) <= lengths.unsqueeze(1)  # (B, N+1), ROOT included
-    heads_ok = inside.unsqueeze(2)
-    deps_ok = (inside & (positions > 0)).unsqueeze(1)
-    off_diagonal = positions.unsqueeze(1) != positions.unsqueeze(0)
-    return heads_ok & deps_ok & off_diagonal
+    limit = torch.maximum(positions.unsqueeze(1), positions.unsqueeze(0))
+    limit[:, 0] = n_max + 1
+    limit.fill_diagonal_(n_max + 1)
+    return limit <= lengths.view(-1, 1, 1)
 
 
 def word_mask(lengths: Tensor, n_max: int) -> Tensor:

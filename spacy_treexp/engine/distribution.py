@@ -54,7 +54,7 @@ class TreeDistribution(Distribution):
         stable: Optional[bool] = None,
         validate_args: Optional[bool] = None,
     ) -> None:
-        arc_scores, lengths, label_scores, unbatched, structural = prepare_scores(scores, lengths)
+        arc_scores, lengths, label_scores, unbatched, allowed = prepare_scores(scores, lengths)
         self.scores = arc_scores
         self.label_scores = label_scores
         self.lengths = lengths
@@ -62,7 +62,7 @@ class TreeDistribution(Distribution):
         self.stable = stable
         self._unbatched = unbatched
         n_max = arc_scores.shape[-1] - 1
-        self._arc_mask = structural & (arc_scores.detach() > NEG_INF)
+        self._arc_mask = allowed
         self._cache: dict = {}
         batch_shape = torch.Size() if unbatched else torch.Size([arc_scores.shape[0]])
         super().__init__(batch_shape, torch.Size([n_max + 1]), validate_args=False)

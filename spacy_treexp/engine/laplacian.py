@@ -55,7 +55,7 @@ def shifted_log_weights(scores: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
 
     The log-space form of :func:`shifted_weights`, for the stable path.
     """
-    masked = scores.masked_fill(~mask, NEG_INF)
+    masked = torch.where(mask, scores, torch.full((), NEG_INF, dtype=scores.dtype, device=scores.device))
     shift = masked.detach().amax(dim=-2)
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
     return masked - shift.unsqueeze(-2), shift
