@@ -295,6 +295,8 @@ def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool
     gradient = torch.zeros_like(values)
     if single_root:
         gradient[:, 0, 1] = 1.0 / left[:, 0, 1]  # d log w'(ROOT -> word 1)
+    in_pivot = torch.ones(values.shape[-1], dtype=values.dtype, device=values.device)
+    in_pivot[:first_head] = 0.0  # which heads' weights D_k sums
     # A padding word's D is the constant 1, yet its entries here get d log D / dV = 1: they
     # are gradients for weights that are exactly 0, so they never reach a marginal.
     for k, column, row, inverse_pivot in reversed(steps):
@@ -302,9 +304,8 @@ def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool
         d_column = torch.bmm(outer, row.unsqueeze(-1)).squeeze(-1)
         d_row = torch.bmm(column.unsqueeze(-2), outer).squeeze(-2)
         torch.mul(d_row, inverse_pivot.unsqueeze(-1), out=gradient[:, k, :k])
-        d_pivot = torch.linalg.vecdot(d_row, row).neg_().add_(1.0).mul_(inverse_pivot)
-        d_column[:, first_head:] += d_pivot.unsqueeze(-1)
-        gradient[:, :k, k] = d_column
+        d_pivot = torch.addcmul(inverse_pivot, inverse_pivot, torch.linalg.vecdot(d_row, row), value=-1.0)
+        torch.addcmul(d_column, d_pivot.unsqueeze(-1), in_pivot[:k], out=gradient[:, :k, k])
     return log_z, gradient
 
 
