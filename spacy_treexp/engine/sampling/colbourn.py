@@ -72,7 +72,9 @@ class Conditioner:
     all-zero conditionals.
 
     Only the rows of L-hat^{-1} that later words read are kept: before word m, rows
-    m-1..N-1 (``self.inverse[:, r]`` is row m-1+r), so the state shrinks as words are fixed.
+    m-1..N-1, so the state shrinks as words are fixed. They are stored transposed:
+    ``self.inverse[:, c, r]`` is entry (m-1+r, c), so that a column (what an update reads
+    for the chosen head) is contiguous.
     The inverses live in K *slots*: ``slot[i]`` is row i's (None: slot i). ``select`` moves
     slot numbers instead of copying inverses; only a row that duplicates another copies one.
     """
@@ -87,7 +89,8 @@ class Conditioner:
         self.lengths = dist.lengths[sentence]
         size = self.weights.shape[-1]
         device = self.weights.device
-        self.inverse = prepared.inverse.index_select(0, sentence)  # (K, N, N) float64, a copy
+        # (K, N, N) float64, a transposed copy: [k, column, row]
+        self.inverse = prepared.inverse.transpose(1, 2).index_select(0, sentence).contiguous()
         self.slot: Tensor | None = None
         # weights_by_dep[b, m] = column m of the weights (heads of word m), contiguous
         self.weights_by_dep = self.weights.transpose(1, 2).contiguous()
@@ -138,7 +141,7 @@ class Conditioner:
             return self.first_marginals.index_select(0, self.sentence)
         j = m - 1
         column = self.weights_by_dep[:, m].index_select(0, self.sentence)  # (K, N+1)
-        row = self._in_row_order(self.inverse[:, 0, :])  # (K, N): row j of L-hat^{-1}
+        row = self._in_row_order(self.inverse[:, :, 0])  # (K, N): row j of L-hat^{-1}
         diagonal = row[:, j : j + 1]
         probs = torch.empty_like(column)
         if self.single_root:
@@ -201,14 +204,14 @@ class Conditioner:
         head_by_row, active_by_row = head, active
         head, active = self._in_slot_order(head), self._in_slot_order(active)  # update by slot
         safe_head = torch.where(active, head, torch.ones_like(head))
-        inv = self.inverse  # rows j..N-1
-        dep_col = inv[:, :, j]
-        head_index = (safe_head - 1).clamp_min(0).view(-1, 1, 1).expand(-1, inv.shape[1], 1)
-        head_col = inv.gather(2, head_index).squeeze(-1)  # L^{-1} e_{h-1} (h >= 1)
+        inv = self.inverse  # [k, column, rows j..N-1]
+        dep_col = inv[:, j, :]
+        slots = torch.arange(inv.shape[0], device=inv.device)
+        head_col = inv[slots, (safe_head - 1).clamp_min(0)]  # L^{-1} e_{h-1} (h >= 1)
         is_root = safe_head == 0
         if self.single_root:
             # c = e_0 for h = 0; else [m != 1] e_j - [h != 1] e_{h-1}
-            lc_root = inv[:, :, 0]
+            lc_root = inv[:, 0, :]
             lc_word = dep_col * float(m != 1) - head_col * (safe_head != 1).unsqueeze(-1)
         else:
             lc_root = dep_col
@@ -216,9 +219,9 @@ class Conditioner:
         lc = torch.where(is_root.unsqueeze(-1), lc_root, lc_word)  # rows j.. of L^{-1} c
         denominator = torch.where(active, lc[:, 0], torch.ones_like(lc[:, 0]))
         x = lc[:, 1:] * active.unsqueeze(-1)  # rows j+1.. of L^{-1} c - e_j
-        row = inv[:, 0, :] / denominator.unsqueeze(-1)
-        later = inv[:, 1:, :]  # row j is not read again: drop it
-        later.addcmul_(x.unsqueeze(-1), row.unsqueeze(-2), value=-1.0)
+        row = inv[:, :, 0] / denominator.unsqueeze(-1)
+        later = inv[:, :, 1:]  # row j is not read again: drop it
+        later.addcmul_(row.unsqueeze(-1), x.unsqueeze(-2), value=-1.0)
         self.inverse = later
         # structure (by row): word m now hangs below head's chain
         head, active = head_by_row, active_by_row
