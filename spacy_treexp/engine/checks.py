@@ -16,7 +16,7 @@ def prepare_scores(
 ) -> Tuple[Tensor, Tensor, Optional[Tensor], bool, Tensor]:
     """Validate and normalise ``scores`` and ``lengths``.
 
-    Returns ``(arc_scores, lengths, label_scores, unbatched)`` where ``arc_scores`` is
+    Returns ``(arc_scores, lengths, label_scores, unbatched, allowed)`` where ``arc_scores`` is
     ``(B, N+1, N+1)`` (labeled scores reduced by logsumexp over labels, Koo et al. 2007
     §3.4), ``lengths`` is a long tensor ``(B,)`` on the scores' device, ``label_scores`` the
     original ``(B, N+1, N+1, L)`` tensor or ``None``, ``unbatched`` whether a single

@@ -433,18 +433,13 @@ class TreeDistribution(Distribution):
 def _stable_inference(scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
     """log Z by GTH state reduction and marginals as its gradient (differentiable: by
     autograd through the elimination, so that second derivatives flow through μ)."""
-    differentiable = torch.is_grad_enabled() and scores.requires_grad
-    if not differentiable:
+    if not (torch.is_grad_enabled() and scores.requires_grad):
         return laplacian.stable_partition_and_marginals(scores, mask, lengths, single_root)
-    with torch.enable_grad():
-        leaf = scores if differentiable else scores.detach().requires_grad_(True)
-        log_z = laplacian.stable_log_partition(leaf, mask, lengths, single_root)
-        finite = torch.isfinite(log_z)
-        objective = torch.where(finite, log_z, torch.zeros_like(log_z)).sum()
-        (marginals,) = torch.autograd.grad(objective, leaf, create_graph=differentiable)
+    log_z = laplacian.stable_log_partition(scores, mask, lengths, single_root)
+    finite = torch.isfinite(log_z)
+    objective = torch.where(finite, log_z, torch.zeros_like(log_z)).sum()
+    (marginals,) = torch.autograd.grad(objective, scores, create_graph=True)
     marginals = torch.where(mask & finite.view(-1, 1, 1), marginals, torch.zeros_like(marginals))
-    if not differentiable:
-        return log_z.detach(), marginals.detach()
     return _log_partition_with_gradient(scores, log_z, marginals), marginals
 
 

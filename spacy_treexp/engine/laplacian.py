@@ -258,13 +258,12 @@ def _gth_linear(values: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
 
 def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_steps: bool):
     """The elimination of :func:`_gth_linear`: ``(log Z, [(k, c, r, 1/D_k)] if keep_steps,
-    padding (N+1, B), the weights left at the end)``; padding[k] = 1.0 where word k is past
-    the sentence."""
+    the weights left at the end)``."""
     batch, size, _ = values.shape
     first_head = 1 if single_root else 0  # single-root: ROOT is no state of the chain
     last = 2 if single_root else 1  # single-root: word 1 is left, joined to ROOT at the end
     positions = torch.arange(size, device=values.device).unsqueeze(1)
-    padding = (lengths.unsqueeze(0) < positions).to(values.dtype)  # (N+1, B)
+    padding = (lengths.unsqueeze(0) < positions).to(values.dtype)  # (N+1, B): 1 past the sentence
     factors, steps = [], []  # the pivots, then (single-root) w'(ROOT -> word 1): Z = Π
     for k in range(size - 1, last - 1, -1):
         column = values[:, :k, k]  # w(h -> k), h < k
@@ -278,8 +277,8 @@ def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_s
     if single_root:
         factors.append(values[:, 0, 1])
     if not factors:  # multi-root over no words
-        return torch.zeros(batch, dtype=values.dtype, device=values.device), steps, padding, values
-    return torch.log(torch.stack(factors)).sum(0), steps, padding, values
+        return torch.zeros(batch, dtype=values.dtype, device=values.device), steps, values
+    return torch.log(torch.stack(factors)).sum(0), steps, values
 
 
 def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
@@ -291,7 +290,7 @@ def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool
     Each step's c, r and 1/D are kept: O(B n^2) memory, two matrix-vector products per step.
     """
     first_head = 1 if single_root else 0
-    log_z, steps, _, left = _gth_linear_steps(values, lengths, single_root, keep_steps=True)
+    log_z, steps, left = _gth_linear_steps(values, lengths, single_root, keep_steps=True)
     gradient = torch.zeros_like(values)
     if single_root:
         gradient[:, 0, 1] = 1.0 / left[:, 0, 1]  # d log w'(ROOT -> word 1)

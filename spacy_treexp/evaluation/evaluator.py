@@ -20,7 +20,6 @@ Choices (documented in docs/README_evaluation.md):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
