@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy
 import torch
-from spacy.attrs import DEP, HEAD
+from spacy.attrs import DEP, HEAD, IS_SPACE
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.scorer import Scorer
@@ -70,6 +70,50 @@ def _log_softmax(values: numpy.ndarray) -> numpy.ndarray:
     top = values.max(axis=-1, keepdims=True)
     shifted = values - top
     return shifted - numpy.log(numpy.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _attach_whitespace(
+    arc: numpy.ndarray,
+    rel: List[numpy.ndarray],
+    docs: List[Doc],
+    sentences: List[Sentences],
+    dep_label: Optional[int],
+) -> None:
+    """Fix the head of every whitespace token (``token.is_space``, e.g. a line break) in the
+    batch's scores ``arc`` ``[sentence, head, dep]``, in place, as spaCy's own parser does:
+    its only allowed head is the nearest word before it in the sentence (else the nearest
+    word after it), and it heads nothing. A sentence of whitespace only hangs from its
+    first token. All other heads get score -inf (a forbidden arc), so the marginals, MAP
+    tree and samples are those of the trees that respect this, and each whitespace token
+    gets its head with probability 1. Its relation becomes ``dep`` with probability 1 when
+    ``dep`` is a label (index ``dep_label`` of ``rel[sentence]`` ``[head, dep, label]``)."""
+    b = 0
+    for doc, spans in zip(docs, sentences):
+        spaces = doc.to_array(IS_SPACE).astype(bool)
+        if not spaces.any():
+            b += len(spans)
+            continue
+        for start, end in spans:
+            sentence_arc, space = arc[b], spaces[start:end]
+            b += 1
+            if not space.any():
+                continue
+            positions = numpy.flatnonzero(space) + 1  # 1-based, 0 is ROOT
+            words = numpy.flatnonzero(~space) + 1
+            if len(words):
+                before = numpy.searchsorted(words, positions) - 1
+                heads = words[numpy.maximum(before, 0)]
+            else:
+                heads = numpy.r_[0, numpy.ones(len(positions) - 1, dtype=positions.dtype)]
+            kept = sentence_arc[heads, positions]
+            sentence_arc[:, positions] = -numpy.inf
+            if len(words):
+                sentence_arc[positions, :] = -numpy.inf
+            sentence_arc[heads, positions] = kept
+            attached = positions[heads != 0]  # not the root of a whitespace-only sentence
+            if dep_label is not None and len(attached):
+                rel[b - 1][:, attached, :] = -numpy.inf
+                rel[b - 1][:, attached, dep_label] = 0.0
 
 
 def biaffine_parser_score(examples: Iterable[Example], **kwargs) -> Dict[str, object]:
@@ -216,6 +260,8 @@ class BiaffineParser(TrainablePipe):
         rel = [self.model.ops.to_numpy(r) for r in rel]
         if self.rel_temperature != 1.0:
             rel = [_log_softmax(r / self.rel_temperature) for r in rel]
+        labels = self.labels
+        _attach_whitespace(arc, rel, docs, sentences, labels.index("dep") if "dep" in labels else None)
         return {
             "sentences": sentences,
             "arc": arc,
