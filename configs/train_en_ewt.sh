@@ -81,4 +81,5 @@ config_path.write_text("\n".join(lines) + "\n", encoding="utf8")
 PY
 
 OMP_NUM_THREADS=1 "$PYTHON" configs/evaluate_en_ewt.py "$MODEL_DIR" corpus/en_ewt-ud-test.spacy \
+    --conllu "$UD_EWT/en_ewt-ud-test.conllu" \
     --output training/test_scores.json
