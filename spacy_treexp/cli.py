@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import signal
 import sys
 from functools import partial
@@ -409,43 +410,88 @@ class JsonlWriter:
         self.file.close()
 
 
+_SPACE_ESCAPES = {"\\": "\\\\", " ": "\\s", "\t": "\\t", "\r": "\\r", "\n": "\\n", "|": "\\p"}
+
+
+def _escape_spaces(text: str) -> str:
+    """Whitespace as UD writes it in ``SpacesAfter`` (\\s, \\t, \\r, \\n; \\p for |)."""
+    return "".join(_SPACE_ESCAPES.get(c, c) for c in text)
+
+
+def word_heads(heads: Sequence[int], space: Sequence[bool]) -> List[int]:
+    """A sentence's heads (CoNLL-U convention: 1-based, 0 = ROOT, -1 = none) once its
+    whitespace tokens (``space``) are dropped and the words renumbered. A word that hangs
+    from a whitespace token takes that token's head, and so on up (``biaffine_parser``
+    never makes a whitespace token a head; other score sources may)."""
+    number = numpy.cumsum([not is_space for is_space in space])  # new index of each token
+    out = []
+    for i, head in enumerate(heads):
+        if space[i]:
+            continue
+        steps = 0
+        while head > 0 and space[head - 1] and steps < len(heads):
+            head, steps = heads[head - 1], steps + 1
+        if head > 0 and space[head - 1]:  # whitespace tokens heading each other: no word head
+            head = 0
+        out.append(int(number[head - 1]) if head > 0 else int(head))
+    return out
+
+
 class ConlluWriter:
     """CoNLL-U with HeadProb and HeadEntropy in MISC; sentence values in comments.
 
     Columns the pipeline predicts are written from the Doc; the others keep the input's
-    values (CoNLL-U input) or ``_``."""
+    values (CoNLL-U input) or ``_``. CoNLL-U has no whitespace tokens: each one (a line
+    break, a tab, extra spaces) becomes ``SpacesAfter`` of the word before it, heads and
+    sampled heads are renumbered over the words (see ``word_heads``), a sentence of
+    whitespace only is not written, and line breaks in ``# text`` become spaces."""
 
     def __init__(self, path: Path) -> None:
         self.file: TextIO = path.open("w", encoding="utf8")
 
     def write(self, doc: Doc, context: Dict[str, Any]) -> None:
         predicted = {attr: doc.has_annotation(attr) for attr in ("LEMMA", "POS", "TAG", "MORPH")}
-        for k, sent in enumerate(doc.sents, start=1):
+        written = 0
+        for sent in doc.sents:
+            space = [token.is_space for token in sent]
+            if all(space):
+                continue
+            written += 1
+            words = [token for token in sent if not token.is_space]
+            tree = [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
+            heads = word_heads(tree, space)
             lines = list(context.get("comments", []))
             if "rows" not in context:
-                lines += [f"# sent_id = line{context['line']}-{k}", f"# text = {sent.text}"]
+                text = re.sub(r"\s*[\r\n]+\s*", " ", sent.text).strip()
+                lines += [f"# sent_id = line{context['line']}-{written}", f"# text = {text}"]
             lines += [
                 f"# tree_entropy = {sent._.tree_entropy:.6f}",
                 f"# log_partition = {sent._.log_partition:.6f}",
                 f"# expected_attachment = {sent._.expected_attachment:.6f}",
             ]
             for s, (row, lp) in enumerate(zip(sent._.sampled_heads, sent._.sample_log_probs), 1):
-                heads = " ".join(str(int(h)) for h in row)
-                lines.append(f"# sample_{s} = log_prob {lp:.6f} heads {heads}")
+                sample = " ".join(str(h) for h in word_heads([int(h) for h in row], space))
+                lines.append(f"# sample_{s} = log_prob {lp:.6f} heads {sample}")
             rows = context.get("rows")
             ranges = context.get("ranges", {})
-            for m, token in enumerate(sent, start=1):
+            for m, (token, head) in enumerate(zip(words, heads), start=1):
                 if m in ranges:
                     lines.append(ranges[m])
                 old = rows[m - 1] if rows else ["_"] * 10
                 misc = [] if old[9] == "_" else [
                     x for x in old[9].split("|") if not x.startswith(("HeadProb=", "HeadEntropy="))
                 ]
-                if not rows and not token.whitespace_ and token.i + 1 < len(doc):
-                    misc.append("SpaceAfter=No")
+                if not rows:
+                    after, i = token.whitespace_, token.i + 1
+                    while i < len(doc) and doc[i].is_space:
+                        after += doc[i].text_with_ws
+                        i += 1
+                    if not after and i < len(doc):
+                        misc.append("SpaceAfter=No")
+                    elif after and after != " ":
+                        misc.append(f"SpacesAfter={_escape_spaces(after)}")
                 misc.append(f"HeadProb={token._.head_prob:.4f}")
                 misc.append(f"HeadEntropy={token._.head_entropy:.4f}")
-                head = 0 if token.head.i == token.i else token.head.i - sent.start + 1
                 dep = token.dep_ or old[7]
                 if head == 0 and dep == "ROOT":
                     dep = "root"
@@ -538,15 +584,16 @@ def cmd_parse(args: argparse.Namespace) -> int:
             f"({sent._.entropy_per_word:.3f} per word), expected attachment "
             f"{100 * sent._.expected_attachment:.1f}%, log Z {sent._.log_partition:.2f}\n"
         )
-        width = max(4, max(len(t.text) for t in sent))
+        shown = {t.i: _escape_spaces(t.text) if t.is_space else t.text for t in sent}  # "\n" visible
+        width = max(4, max(len(text) for text in shown.values()))
         out.write(f"  {'#':>3}  {'word':<{width}}  {'head':>4}  {'head word':<{width + 5}}  "
                   f"{'dep':<10}  {'P(head)':>7}  {'H(head)':>7}\n")
         for m, token in enumerate(sent, start=1):
             root = token.head.i == token.i
             head = 0 if root else token.head.i - sent.start + 1
-            head_word = "ROOT" if root else token.head.text
+            head_word = "ROOT" if root else shown.get(token.head.i, token.head.text)
             out.write(
-                f"  {m:>3}  {token.text:<{width}}  {head:>4}  {head_word:<{width + 5}}  "
+                f"  {m:>3}  {shown[token.i]:<{width}}  {head:>4}  {head_word:<{width + 5}}  "
                 f"{token.dep_:<10}  {token._.head_prob:>7.3f}  {token._.head_entropy:>7.3f}\n"
             )
         predicted = numpy.array(
