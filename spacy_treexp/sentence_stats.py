@@ -30,8 +30,8 @@ def sentence_statistics(dist: TreeDistribution, heads: Sequence[numpy.ndarray]) 
     for b, sentence_heads in enumerate(heads):
         padded[b, 1 : len(sentence_heads) + 1] = sentence_heads
     marginals = dist.marginals
-    # clamp: a certain head (p = 1, e.g. a whitespace token's) gives -0.0 or -1e-16 by rounding
-    head_entropy = (-torch.special.xlogy(marginals, marginals).sum(dim=-2)).clamp_min(0.0).float().cpu().numpy()
+    # a certain head (p = 1, e.g. a whitespace token's) gives -0.0 or -1e-16 by rounding: 0
+    head_entropy = ((-torch.special.xlogy(marginals, marginals).sum(dim=-2)).clamp_min(0.0) + 0.0).float().cpu().numpy()
     attachment = dist.expected_attachment(torch.from_numpy(padded).to(marginals.device)).cpu().numpy()
     marginals = marginals.float().cpu().numpy()
     log_partition = dist.log_partition.cpu().numpy()

@@ -109,6 +109,7 @@ def test_parser_attaches_whitespace_tokens(paragraph_parser):
             assert token.head.i == expected_heads[token.i]
             assert token._.head_prob == pytest.approx(1.0, abs=1e-6)
             assert token._.head_entropy == pytest.approx(0.0, abs=1e-6)
+            assert not numpy.signbit(token._.head_entropy)  # printed as 0.000, not -0.000
         assert not token.head.is_space
     for record, sent in zip(doc._.parser_scores, sents):
         mode = TreeDistribution(torch.from_numpy(record["arc"])).mode
