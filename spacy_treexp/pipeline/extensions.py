@@ -7,7 +7,8 @@ survives ``Doc.to_bytes``, ``DocBin(store_user_data=True)``, pickle and
 
 - ``"start"``, ``"end"``: token offsets of the sentence in the Doc.
 - ``"arc"``: float32 ndarray ``(n+1, n+1)``; ``arc[h, d]`` is the log-potential of the arc
-  head ``h`` -> dependent ``d``; index 0 is ROOT, index ``i`` is token ``start + i - 1``.
+  head ``h`` -> dependent ``d``; index 0 is ROOT, index ``i`` is token ``start + i - 1``;
+  -inf is a forbidden arc (``biaffine_parser`` uses it to fix whitespace tokens' heads).
 - ``"rel"``: float32 ndarray ``(n+1, n+1, L)`` of log p(label | h, d), or ``None``.
 - ``"labels"``: list of the L label strings of the ``rel`` axis, or ``None``.
 
