@@ -36,6 +36,7 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
 from spacy_treexp.pipeline.biaffine_parser import biaffine_parser_score
+from spacy_treexp.pipeline.readers import gold_tokens_doc
 
 
 CONDITIONS = ("predicted", "predicted+paragraphs", "gold")
@@ -57,13 +58,13 @@ def paragraph_flags(conllu: Path) -> List[bool]:
 def _words_only(reference: Doc, condition: str, paragraphs: Optional[List[bool]] = None) -> Doc:
     """The reference's words, with its sentence boundaries (``gold``) or a blank-line token
     before each paragraph but the Doc's first (``predicted+paragraphs``)."""
+    if condition == "predicted":
+        return gold_tokens_doc(reference, reference.vocab)
     words = [token.text for token in reference]
     spaces = [bool(token.whitespace_) for token in reference]
     if condition == "gold":
         sent_starts = [bool(token.is_sent_start) for token in reference]
         return Doc(reference.vocab, words=words, spaces=spaces, sent_starts=sent_starts)
-    if condition == "predicted":
-        return Doc(reference.vocab, words=words, spaces=spaces)
     out_words: List[str] = []
     out_spaces: List[bool] = []
     for sent, new_paragraph in zip(reference.sents, paragraphs):

@@ -94,7 +94,7 @@ def _attach_whitespace(
             b += len(spans)
             continue
         for start, end in spans:
-            sentence_arc, space = arc[b], spaces[start:end]
+            sentence_arc, sentence_rel, space = arc[b], rel[b], spaces[start:end]
             b += 1
             if not space.any():
                 continue
@@ -112,8 +112,8 @@ def _attach_whitespace(
             sentence_arc[heads, positions] = kept
             attached = positions[heads != 0]  # not the root of a whitespace-only sentence
             if dep_label is not None and len(attached):
-                rel[b - 1][:, attached, :] = -numpy.inf
-                rel[b - 1][:, attached, dep_label] = 0.0
+                sentence_rel[:, attached, :] = -numpy.inf
+                sentence_rel[:, attached, dep_label] = 0.0
 
 
 def biaffine_parser_score(examples: Iterable[Example], **kwargs) -> Dict[str, object]:

@@ -6,7 +6,8 @@ paragraph break: the next word starts a sentence. Whitespace tokens themselves n
 one, so they stay at the end of the sentence before them (whitespace at the start of the
 Doc joins the first sentence). Other tokens are left unset for a
 downstream ``senter`` or ``sentencizer`` (both keep boundaries already set, unless told to
-overwrite them). Docs without line breaks are returned untouched at no cost.
+overwrite them). Docs without whitespace tokens are returned untouched at the cost of
+one ``to_array`` call.
 
 Place it first: ``nlp.add_pipe("paragraph_breaks", first=True)``. Plain text in UD
 treebanks (and the CoNLL 2018 shared task's raw-text input) separates paragraphs with a

@@ -17,19 +17,25 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Corpus, Example
 from spacy.util import registry
+from spacy.vocab import Vocab
+
+
+def gold_tokens_doc(reference: Doc, vocab: Vocab) -> Doc:
+    """A Doc with ``reference``'s words and spaces and nothing else (no sentence
+    boundaries, tags or heads): the parser's input on the treebank's own tokens."""
+    words = [token.text for token in reference]
+    spaces = [bool(token.whitespace_) for token in reference]
+    return Doc(vocab, words=words, spaces=spaces)
 
 
 @registry.readers("spacy_treexp.GoldTokensCorpus.v1")
 def gold_tokens_corpus(path: str, limit: int = 0) -> Callable[[Language], Iterator[Example]]:
-    """Read a ``.spacy`` corpus; each Example's predicted Doc has the reference's words and
-    spaces and nothing else (no sentence boundaries, tags or heads)."""
+    """Read a ``.spacy`` corpus; each Example's predicted Doc is :func:`gold_tokens_doc` of
+    its reference."""
     corpus = Corpus(path, limit=limit, max_length=0, gold_preproc=False)
 
     def read(nlp: Language) -> Iterator[Example]:
         for example in corpus(nlp):
-            reference = example.reference
-            words = [token.text for token in reference]
-            spaces = [bool(token.whitespace_) for token in reference]
-            yield Example(Doc(nlp.vocab, words=words, spaces=spaces), reference)
+            yield Example(gold_tokens_doc(example.reference, nlp.vocab), example.reference)
 
     return read
