@@ -467,3 +467,48 @@ def test_without_replacement_log_probs_are_differentiable():
     indicator = torch.zeros_like(scores).scatter_(1, heads[0].clamp_min(0).unsqueeze(1), 1.0)
     indicator[:, 0, 0] = 0.0  # the ROOT position's -1 head is no arc
     assert torch.allclose(grad, (indicator - dist.marginals).detach(), atol=1e-9)
+
+
+# ---------------------------------------------------------------- SBS's conditioned Gumbels
+def test_child_gumbels_match_kool_et_al_in_high_precision():
+    """The exponential-key form of the truncated Gumbel equals Kool et al. (2019, eq. 23),
+    G~_i = -log(e^-T - e^-Z + e^-G_i), evaluated at 60 digits from the same uniforms: for
+    ordinary children, a child of probability 1e-310 (its key overflows: the exact branch),
+    impossible children (q = 0, -inf), a dead beam (all -inf) and a beam truncated far below
+    its own Gumbel (e^(T - l) underflows)."""
+    import mpmath
+
+    from spacy_treexp.engine.sampling.without_replacement import _child_gumbels
+
+    gen = torch.Generator().manual_seed(31)
+    probs = torch.rand(2, 4, 6, generator=gen, dtype=torch.float64)
+    probs[0, 1, 2] = 1e-310  # a subnormal: its key overflows
+    probs[0, 2, 3:] = 0.0
+    probs = probs / probs.sum(-1, keepdim=True)
+    parent_log_p = -5 * torch.rand(2, 4, generator=gen, dtype=torch.float64)
+    parent = parent_log_p + torch.randn(2, 4, generator=gen, dtype=torch.float64)
+    parent[1, 0], parent_log_p[1, 0] = -torch.inf, -torch.inf  # dead beam
+    parent[1, 1] = parent_log_p[1, 1] - 800.0  # truncated far below its prefix
+    seed = 77
+    children = _child_gumbels(parent, parent_log_p, probs, torch.Generator().manual_seed(seed))
+    uniforms = torch.rand(probs.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    with mpmath.workdps(60):
+        for b in range(2):
+            for a in range(4):
+                if parent[b, a] == -torch.inf:
+                    assert (children[b, a] == -torch.inf).all()
+                    continue
+                T, log_p = mpmath.mpf(float(parent[b, a])), mpmath.mpf(float(parent_log_p[b, a]))
+                gumbels = [
+                    log_p + mpmath.log(float(q)) - mpmath.log(-mpmath.log(float(u))) if q > 0 else None
+                    for q, u in zip(probs[b, a].tolist(), uniforms[b, a].tolist())
+                ]
+                Z = max(g for g in gumbels if g is not None)
+                for i, g in enumerate(gumbels):
+                    got = float(children[b, a, i])
+                    if g is None:
+                        assert got == -float("inf")
+                        continue
+                    expected = -mpmath.log(mpmath.e ** (-T) - mpmath.e ** (-Z) + mpmath.e ** (-g))
+                    assert abs(got - float(expected)) <= 1e-12 * max(1.0, abs(float(expected))), (b, a, i)
+    assert children[0, 1, 2] > -torch.inf  # the 1e-310 child stays possible

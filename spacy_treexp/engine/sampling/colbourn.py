@@ -77,6 +77,8 @@ class Conditioner:
     for the chosen head) is contiguous.
     The inverses live in K *slots*: ``slot[i]`` is row i's (None: slot i). ``select`` moves
     slot numbers instead of copying inverses; only a row that duplicates another copies one.
+    ``probs(m)`` keeps row m-1 by slot (``self.current_row``, a strided read of the
+    transposed store) for ``fix(m)``, which needs it too.
     """
 
     def __init__(self, dist, sentence: Tensor, prepared: Prepared | None = None):
@@ -90,10 +92,11 @@ class Conditioner:
         size = self.weights.shape[-1]
         device = self.weights.device
         # (K, N, N) float64, a transposed copy: [k, column, row]
-        self.inverse = prepared.inverse.transpose(1, 2).index_select(0, sentence).contiguous()
+        self.inverse = prepared.inverse.transpose(1, 2).contiguous().index_select(0, sentence)
         self.slot: Tensor | None = None
-        # weights_by_dep[b, m] = column m of the weights (heads of word m), contiguous
-        self.weights_by_dep = self.weights.transpose(1, 2).contiguous()
+        self.current_row: Tensor | None = None  # row j of L-hat^{-1} by slot, from probs(j + 1)
+        # weights_by_dep[m, b] = column m of sentence b's weights (heads of word m), contiguous
+        self.weights_by_dep = self.weights.permute(2, 0, 1).contiguous()
         self.refactorise = (~torch.isfinite(prepared.inverse).flatten(1).all(-1))[sentence]  # (K,)
         self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
         # top[v]: the word (or 0) where the chain of fixed heads starting at v ends.
@@ -112,6 +115,8 @@ class Conditioner:
         parent = rows if self.slot is None else self.slot.index_select(0, rows)
         if rows.numel() != self.inverse.shape[0]:  # not a reshuffle of the slots: copy
             self.inverse, self.slot = self.inverse.index_select(0, parent), None
+            if self.current_row is not None:
+                self.current_row = self.current_row.index_select(0, parent)
             return
         order = torch.argsort(parent, stable=True)
         ordered = parent[order]
@@ -121,7 +126,10 @@ class Conditioner:
             duplicates = order[repeated]
             kept = torch.zeros_like(parent, dtype=torch.bool).index_fill_(0, parent, True)
             free = (~kept).nonzero().squeeze(-1)  # as many as duplicates
-            self.inverse[free] = self.inverse[parent[duplicates]]
+            source = parent.index_select(0, duplicates)
+            self.inverse.index_copy_(0, free, self.inverse.index_select(0, source))
+            if self.current_row is not None:
+                self.current_row.index_copy_(0, free, self.current_row.index_select(0, source))
             parent = parent.index_put((duplicates,), free)
         self.slot = parent
 
@@ -140,8 +148,9 @@ class Conditioner:
         if m == 1:  # nothing fixed yet: the engine's (stable) marginals
             return self.first_marginals.index_select(0, self.sentence)
         j = m - 1
-        column = self.weights_by_dep[:, m].index_select(0, self.sentence)  # (K, N+1)
-        row = self._in_row_order(self.inverse[:, :, 0])  # (K, N): row j of L-hat^{-1}
+        column = self.weights_by_dep[m].index_select(0, self.sentence)  # (K, N+1)
+        self.current_row = self.inverse[:, :, 0].contiguous()  # (K, N): row j of L-hat^{-1}
+        row = self._in_row_order(self.current_row)
         diagonal = row[:, j : j + 1]
         probs = torch.empty_like(column)
         if self.single_root:
@@ -206,8 +215,8 @@ class Conditioner:
         safe_head = torch.where(active, head, torch.ones_like(head))
         inv = self.inverse  # [k, column, rows j..N-1]
         dep_col = inv[:, j, :]
-        slots = torch.arange(inv.shape[0], device=inv.device)
-        head_col = inv[slots, (safe_head - 1).clamp_min(0)]  # L^{-1} e_{h-1} (h >= 1)
+        columns = torch.arange(inv.shape[0], device=inv.device) * inv.shape[1] + (safe_head - 1).clamp_min(0)
+        head_col = inv.flatten(0, 1).index_select(0, columns)  # L^{-1} e_{h-1} (h >= 1); a view: no copy
         is_root = safe_head == 0
         if self.single_root:
             # c = e_0 for h = 0; else [m != 1] e_j - [h != 1] e_{h-1}
@@ -219,7 +228,9 @@ class Conditioner:
         lc = torch.where(is_root.unsqueeze(-1), lc_root, lc_word)  # rows j.. of L^{-1} c
         denominator = torch.where(active, lc[:, 0], torch.ones_like(lc[:, 0]))
         x = lc[:, 1:] * active.unsqueeze(-1)  # rows j+1.. of L^{-1} c - e_j
-        row = inv[:, :, 0] / denominator.unsqueeze(-1)
+        current = self.current_row if self.current_row is not None else inv[:, :, 0]
+        self.current_row = None  # the update below changes it
+        row = current / denominator.unsqueeze(-1)
         later = inv[:, :, 1:]  # row j is not read again: drop it
         later.addcmul_(row.unsqueeze(-1), x.unsqueeze(-2), value=-1.0)
         self.inverse = later

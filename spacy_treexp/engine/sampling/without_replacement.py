@@ -5,7 +5,8 @@ sequence-model techniques for sampling without replacement apply (Stanojević 20
 
 * ``sbs``: stochastic beam search (Kool, van Hoof & Welling 2019): Gumbel-perturbed
   log-probabilities of prefixes, each child's Gumbel conditioned on its parent's
-  (a truncated Gumbel, in the numerically stable form of their appendix), top-k per word.
+  (a truncated Gumbel, computed in exponential keys: see :func:`_child_gumbels`), top-k
+  per word.
   The k trees are distributed as k draws without replacement, in draw order (the first is
   a sample of p). All beams advance together: O(k n^3).
 * ``trie``: incremental sampling without replacement (Shi, Bieber & Sutton 2020,
@@ -28,20 +29,37 @@ from torch import Tensor
 from spacy_treexp.engine.sampling.colbourn import Conditioner, Prepared, draw_positive
 
 
-def _truncated_gumbel(parent: Tensor, perturbed: Tensor) -> Tensor:
-    """Children's Gumbels conditioned on their maximum being the parent's (Kool et al. 2019).
+def _child_gumbels(
+    parent: Tensor, parent_log_p: Tensor, probs: Tensor, generator: torch.Generator | None
+) -> Tensor:
+    """Gumbels of all children (beam, head), conditioned on their maximum being the beam's.
 
-    parent (..., 1), perturbed (..., C) = phi + Gumbel noise (-inf for an impossible child).
-    Their appendix form: v = T - G + log(1 - exp(G - Z)), G~ = T - softplus(v); softplus's
-    linear branch starts at v > 50, where log1p(exp(-v)) is below float64's resolution of v.
-    log(-expm1(x)) is exact to an absolute eps where 1 - exp(x) is close to 1, which is all v
-    needs (it is added to T - G). The largest child gets exactly T; an impossible child
-    (or any child of a dead parent, T = -inf) gets -inf. Computed in place where possible.
+    parent (B, k) truncated Gumbels T of the beams (-inf: dead), parent_log_p (B, k) their
+    log P(prefix) = l, probs (B, k, C) the heads' conditionals q (>= 0). A child's Gumbel is
+    G_i = l + log q_i - log E_i with E_i ~ Exp(1); conditioned on max_i G_i = T it is
+    G~_i = -log(e^-T - e^-Z + e^-G_i), Z = max_i G_i (Kool, van Hoof & Welling 2019, eq. 23).
+    In exponential keys K = e^-G (the exponential race: K_i = E_i / (P q_i)) that is
+    e^-G~_i = e^-T (1 + r_i - min_j r_j) with r_i = K_i e^T = E_i e^(T - l) / q_i, so
+    G~_i = T - log1p(r_i - min_j r_j): one uniform and two logarithms per child, and no
+    difference of nearly equal logarithms. e^(T - l) <= e^(G - l), the parent's own Gumbel
+    noise, so it cannot overflow; an r_i that overflows (q_i below ~1e-290) gets the exact
+    form T - (log E_i + T - l - log q_i). The largest child gets exactly T; an impossible
+    child (q = 0) and every child of a dead beam get -inf.
     """
-    v = perturbed - perturbed.amax(-1, keepdim=True)
-    v.expm1_().neg_().log_().sub_(perturbed).add_(parent)
-    children = torch.nn.functional.softplus(v, threshold=50.0).neg_().add_(parent)
-    return children.nan_to_num_(nan=-torch.inf, posinf=torch.inf, neginf=-torch.inf)
+    alive = parent > -torch.inf
+    rho = torch.where(alive, parent - parent_log_p, parent.new_full((), -torch.inf)).exp_().unsqueeze(-1)
+    exponential = torch.rand(probs.shape, dtype=probs.dtype, device=probs.device, generator=generator)
+    exponential.log_().neg_()  # E = -log U ~ Exp(1)
+    possible = probs > 0
+    ratio = torch.where(possible, exponential * rho / probs, probs.new_full((), torch.inf))
+    smallest = ratio.amin(-1, keepdim=True)
+    smallest = torch.where(smallest < torch.inf, smallest, torch.zeros_like(smallest))  # no child: all -inf
+    children = torch.log1p(ratio - smallest).neg_().add_(parent.unsqueeze(-1))
+    overflow = torch.isinf(ratio) & possible  # a dead beam's rho is 0: never overflows
+    if bool(overflow.any()):
+        exact = parent.unsqueeze(-1) - (exponential.log() + rho.log() - probs.log())
+        children = torch.where(overflow, exact, children)
+    return children
 
 
 def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
@@ -62,21 +80,17 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
     first_row = (torch.arange(batch, device=device) * k).unsqueeze(1)  # (B, 1)
     for m in range(1, size):
         active = dist.lengths >= m  # (B,)
-        probs = state.probs(m).view(batch, k, size)
-        # log p(prefix + head); a negative conditional is a rounding error of an impossible
-        # head: it counts as zero (as in Colbourn's sampler)
-        phi = probs.clamp_min(0.0).log_().add_(log_p.unsqueeze(-1))
-        noise = torch.rand(phi.shape, dtype=phi.dtype, device=device, generator=generator)
-        perturbed = phi - noise.log_().neg_().log_()  # + Gumbel(0, 1) = - log(-log U)
-        children = _truncated_gumbel(gumbel.unsqueeze(-1), perturbed)
+        # a negative conditional is a rounding error of an impossible head: it counts as zero
+        # (as in Colbourn's sampler)
+        probs = state.probs(m).view(batch, k, size).clamp_min(0.0)
+        children = _child_gumbels(gumbel, log_p, probs, generator)
         if not bool(active.all()):  # a finished sentence keeps each beam as its only child
-            finished = ~active.unsqueeze(-1)
-            children[..., 0] = torch.where(finished, gumbel, children[..., 0])
-            phi[..., 0] = torch.where(finished, log_p, phi[..., 0])
+            children[..., 0] = torch.where(active.unsqueeze(-1), children[..., 0], gumbel)
         gumbel, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k), draw order
         parent = index.div(size, rounding_mode="floor")
         head = index - parent * size
-        log_p = phi.view(batch, k * size).gather(1, index)
+        chosen = probs.view(batch, k * size).gather(1, index)
+        log_p = log_p.gather(1, parent) + torch.where(active.unsqueeze(-1), chosen.log(), torch.zeros_like(chosen))
         state.select((first_row + parent).view(-1))
         moving = (gumbel > -torch.inf) & active.unsqueeze(-1)
         state.fix(m, head.view(-1), moving.view(-1))
