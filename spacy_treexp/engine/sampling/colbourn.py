@@ -100,7 +100,7 @@ class Conditioner:
         self.refactorise = (~torch.isfinite(prepared.inverse).flatten(1).all(-1))[sentence]  # (K,)
         self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
         # top[v]: the word (or 0) where the chain of fixed heads starting at v ends.
-        self.top = torch.arange(size, device=device).repeat(sentence.numel(), 1)
+        self.top = torch.arange(size, device=device, dtype=torch.int32).repeat(sentence.numel(), 1)
         self.has_root_child = torch.zeros(sentence.numel(), dtype=torch.bool, device=device)
 
     def select(self, rows: Tensor) -> None:

@@ -69,29 +69,35 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
     sentence has fewer than k trees the extra rows are -1 heads with -inf log-probability.
     Beams are laid out sentence-major (row = b * k + beam), so every per-word tensor is a
     view (B, k, N+1) and the top-k runs over each sentence's k (N+1) children without a copy.
+    Word 1 starts from one beam per sentence (no k copies of the same inverse).
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
-    sentence = torch.arange(batch, device=device).repeat_interleave(k)  # row = b * k + beam
-    state = Conditioner(dist, sentence, Prepared.of(dist))
-    log_p = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
-    log_p[:, 0] = 0.0
-    gumbel = log_p.clone()  # the root prefix's Gumbel is fixed to 0: a shift, not a bias
-    first_row = (torch.arange(batch, device=device) * k).unsqueeze(1)  # (B, 1)
+    # Before word 1 each sentence has one beam, the empty prefix (Gumbel 0: a shift, not a
+    # bias); from word 1 on, k beams (-inf: no prefix).
+    state = Conditioner(dist, torch.arange(batch, device=device), Prepared.of(dist))
+    log_p = torch.zeros((batch, 1), dtype=torch.float64, device=device)
+    gumbel = torch.zeros_like(log_p)
     for m in range(1, size):
+        beams = gumbel.shape[1]
         active = dist.lengths >= m  # (B,)
         # a negative conditional is a rounding error of an impossible head: it counts as zero
         # (as in Colbourn's sampler)
-        probs = state.probs(m).view(batch, k, size).clamp_min(0.0)
+        probs = state.probs(m).view(batch, beams, size).clamp_min(0.0)
         children = _child_gumbels(gumbel, log_p, probs, generator)
         if not bool(active.all()):  # a finished sentence keeps each beam as its only child
             children[..., 0] = torch.where(active.unsqueeze(-1), children[..., 0], gumbel)
-        gumbel, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k), draw order
+        children = children.view(batch, beams * size)
+        if beams * size < k:  # fewer children than beams: the rest are no prefix
+            children = torch.cat([children, children.new_full((batch, k - beams * size), -torch.inf)], 1)
+        gumbel, index = children.topk(k, dim=-1)  # (B, k), draw order
+        index = torch.where(gumbel > -torch.inf, index, torch.zeros_like(index))
         parent = index.div(size, rounding_mode="floor")
         head = index - parent * size
-        chosen = probs.view(batch, k * size).gather(1, index)
-        log_p = log_p.gather(1, parent) + torch.where(active.unsqueeze(-1), chosen.log(), torch.zeros_like(chosen))
-        state.select((first_row + parent).view(-1))
+        chosen = probs.view(batch, beams * size).gather(1, index)
+        step = torch.where(active.unsqueeze(-1), chosen.log(), torch.zeros_like(chosen))
+        log_p = torch.where(gumbel > -torch.inf, log_p.gather(1, parent) + step, gumbel)  # -inf: no prefix
+        state.select((torch.arange(batch, device=device).unsqueeze(1) * beams + parent).view(-1))
         moving = (gumbel > -torch.inf) & active.unsqueeze(-1)
         state.fix(m, head.view(-1), moving.view(-1))
     heads = state.heads.view(batch, k, size).transpose(0, 1)
