@@ -75,7 +75,8 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
     device = dist.scores.device
     # Before word 1 each sentence has one beam, the empty prefix (Gumbel 0: a shift, not a
     # bias); from word 1 on, k beams (-inf: no prefix).
-    state = Conditioner(dist, torch.arange(batch, device=device), Prepared.of(dist))
+    sentences = torch.arange(batch, device=device)
+    state = Conditioner(dist, sentences, Prepared.of(dist))
     log_p = torch.zeros((batch, 1), dtype=torch.float64, device=device)
     gumbel = torch.zeros_like(log_p)
     for m in range(1, size):
@@ -88,20 +89,20 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
         if not bool(active.all()):  # a finished sentence keeps each beam as its only child
             children[..., 0] = torch.where(active.unsqueeze(-1), children[..., 0], gumbel)
         children = children.view(batch, beams * size)
-        if beams * size < k:  # fewer children than beams: the rest are no prefix
+        if beams * size < k:  # fewer than k children (word 1 of a short sentence): pad
             children = torch.cat([children, children.new_full((batch, k - beams * size), -torch.inf)], 1)
         gumbel, index = children.topk(k, dim=-1)  # (B, k), draw order
-        index = torch.where(gumbel > -torch.inf, index, torch.zeros_like(index))
+        alive = gumbel > -torch.inf  # False: no prefix (the sentence has fewer trees)
+        index = torch.where(alive, index, torch.zeros_like(index))
         parent = index.div(size, rounding_mode="floor")
         head = index - parent * size
         chosen = probs.view(batch, beams * size).gather(1, index)
         step = torch.where(active.unsqueeze(-1), chosen.log(), torch.zeros_like(chosen))
-        log_p = torch.where(gumbel > -torch.inf, log_p.gather(1, parent) + step, gumbel)  # -inf: no prefix
-        state.select((torch.arange(batch, device=device).unsqueeze(1) * beams + parent).view(-1))
-        moving = (gumbel > -torch.inf) & active.unsqueeze(-1)
-        state.fix(m, head.view(-1), moving.view(-1))
+        log_p = torch.where(alive, log_p.gather(1, parent) + step, gumbel)
+        state.select((sentences.unsqueeze(1) * beams + parent).view(-1))
+        state.fix(m, head.view(-1), (alive & active.unsqueeze(-1)).view(-1))
     heads = state.heads.view(batch, k, size).transpose(0, 1)
-    heads = torch.where((gumbel > -torch.inf).T.unsqueeze(-1), heads, torch.full_like(heads, -1))
+    heads = torch.where(alive.T.unsqueeze(-1), heads, torch.full_like(heads, -1))
     return heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
 
 
