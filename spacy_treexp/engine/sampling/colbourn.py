@@ -77,8 +77,16 @@ class Conditioner:
     for the chosen head) is contiguous.
     The inverses live in K *slots*: ``slot[i]`` is row i's (None: slot i). ``select`` moves
     slot numbers instead of copying inverses; only a row that duplicates another copies one.
-    ``probs(m)`` keeps row m-1 by slot (``self.current_row``, a strided read of the
-    transposed store) for ``fix(m)``, which needs it too.
+    ``probs(m)`` keeps row m-1 by slot (``self.current_row``) for ``fix(m)``, which needs it too.
+    A slot whose inverse is not trusted (L-hat singular in float64, or its updates drifted)
+    holds NaN, so that its conditionals fail the sum check and are *refactorised* at every
+    later word (see :data:`SUM_TOLERANCE`).
+
+    ``chain_end`` (K, N+1) int32 rules out, by structure, the heads of probability zero:
+    head h is impossible for word m iff ``chain_end[h] <= m``. For a word v it is the word
+    where the chain of fixed heads from v ends (v itself while v has no head; an unfixed
+    word is >= m, so "<= m" means "== m": h would close a cycle), or N+1 where the chain
+    reaches ROOT; for ROOT it is N+1, and 0 once ROOT has a child of a single-root tree.
     """
 
     def __init__(self, dist, sentence: Tensor, prepared: Prepared | None = None):
@@ -97,11 +105,9 @@ class Conditioner:
         self.current_row: Tensor | None = None  # row j of L-hat^{-1} by slot, from probs(j + 1)
         # weights_by_dep[m, b] = column m of sentence b's weights (heads of word m), contiguous
         self.weights_by_dep = self.weights.permute(2, 0, 1).contiguous()
-        self.refactorise = (~torch.isfinite(prepared.inverse).flatten(1).all(-1))[sentence]  # (K,)
         self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
-        # top[v]: the word (or 0) where the chain of fixed heads starting at v ends.
-        self.top = torch.arange(size, device=device, dtype=torch.int32).repeat(sentence.numel(), 1)
-        self.has_root_child = torch.zeros(sentence.numel(), dtype=torch.bool, device=device)
+        self.chain_end = torch.arange(size, device=device, dtype=torch.int32).repeat(sentence.numel(), 1)
+        self.chain_end[:, 0] = size
 
     def select(self, rows: Tensor) -> None:
         """Keep (and duplicate) the rows ``rows`` of the state, e.g. the surviving beams.
@@ -110,7 +116,7 @@ class Conditioner:
         slots of the parents that were dropped, and only their inverses are copied. (A beam
         search mostly permutes its beams: after a few words, nothing is copied at all.)
         """
-        for name in ("sentence", "lengths", "refactorise", "heads", "top", "has_root_child"):
+        for name in ("sentence", "lengths", "heads", "chain_end"):
             setattr(self, name, getattr(self, name).index_select(0, rows))
         parent = rows if self.slot is None else self.slot.index_select(0, rows)
         if rows.numel() != self.inverse.shape[0]:  # not a reshuffle of the slots: copy
@@ -153,31 +159,22 @@ class Conditioner:
         row = self._in_row_order(self.current_row)
         diagonal = row[:, j : j + 1]
         probs = torch.empty_like(column)
+        torch.sub(diagonal, row, out=probs[:, 1:])  # head h >= 1: A[j, j] - A[j, h-1]
         if self.single_root:
-            # Row 0 of L-hat holds the ROOT weights; word 1 has no diagonal term.
-            probs[:, 0] = column[:, 0] * row[:, 0]
-            word_terms = diagonal - row
-            word_terms[:, 0] = diagonal[:, 0]  # head = word 1: only the diagonal entry
-            probs[:, 1:] = column[:, 1:] * word_terms
+            probs[:, 0] = row[:, 0]  # row 0 of L-hat holds the ROOT weights ...
+            probs[:, 1] = diagonal[:, 0]  # ... so head = word 1 has no A[j, 0] term
         else:
-            probs[:, 0] = column[:, 0] * diagonal[:, 0]
-            probs[:, 1:] = column[:, 1:] * (diagonal - row)
-        probs = self._exclude_impossible(m, probs)
-        drifted = ~((probs.sum(-1) - 1).abs() <= SUM_TOLERANCE)  # NaN counts as drifted
-        redo = (self.refactorise | drifted) & (self.lengths >= m)
-        if redo.any():
+            probs[:, 0] = diagonal[:, 0]
+        probs.mul_(column)
+        probs = probs.masked_fill_(self.chain_end <= m, 0.0)
+        drifted = ((probs.sum(-1) - 1).abs_() <= SUM_TOLERANCE).logical_not_()  # NaN counts as drifted
+        redo = drifted.logical_and_(self.lengths >= m)
+        if bool(redo.any()):
             rows = redo.nonzero().squeeze(-1)
-            probs[rows] = self._exclude_impossible(m, self._engine_conditionals(m, rows), rows)
-            self.refactorise = self.refactorise | redo
-        return probs
-
-    def _exclude_impossible(self, m: int, probs: Tensor, rows: Tensor | None = None) -> Tensor:
-        """Zero, exactly, the heads that close a cycle and (single-root) a second ROOT child."""
-        top = self.top if rows is None else self.top[rows]
-        probs = probs.masked_fill(top == m, 0.0)
-        if self.single_root:
-            has_root_child = self.has_root_child if rows is None else self.has_root_child[rows]
-            probs[:, 0] = probs[:, 0].masked_fill(has_root_child, 0.0)
+            exact = self._engine_conditionals(m, rows)
+            probs[rows] = exact.masked_fill_(self.chain_end[rows] <= m, 0.0)
+            slots = rows if self.slot is None else self.slot[rows]
+            self.inverse[slots] = torch.nan  # refactorise these rows from now on
         return probs
 
     def _engine_conditionals(self, m: int, rows: Tensor) -> Tensor:
@@ -208,39 +205,47 @@ class Conditioner:
         The new column c of L-hat is that of the single arc head -> m with weight 1. With
         x = L^{-1} c - e_j and denominator e_j^T L^{-1} c (= det ratio, > 0 for a possible
         head): L^{-1} <- L^{-1} - x (e_j^T L^{-1}) / (e_j^T L^{-1} c), j = m - 1.
+        L^{-1} c is a column of L^{-1} minus ``scale`` times column h-1: multi-root
+        c = e_j - [h >= 1] e_{h-1}; single-root c = e_0 for h = 0, else
+        [m != 1] e_j - [h != 1] e_{h-1} (row 0 of L-hat holds the ROOT weights).
         """
         j = m - 1
         head_by_row, active_by_row = head, active
-        head, active = self._in_slot_order(head), self._in_slot_order(active)  # update by slot
-        safe_head = torch.where(active, head, torch.ones_like(head))
+        by_slot = self._in_slot_order(torch.where(active, head, torch.full_like(head, -1)))
+        active = by_slot >= 0
+        word_head = by_slot - 1  # column of L^{-1} for a word head
         inv = self.inverse  # [k, column, rows j..N-1]
-        dep_col = inv[:, j, :]
-        columns = torch.arange(inv.shape[0], device=inv.device) * inv.shape[1] + (safe_head - 1).clamp_min(0)
-        head_col = inv.flatten(0, 1).index_select(0, columns)  # L^{-1} e_{h-1} (h >= 1); a view: no copy
-        is_root = safe_head == 0
-        if self.single_root:
-            # c = e_0 for h = 0; else [m != 1] e_j - [h != 1] e_{h-1}
-            lc_root = inv[:, 0, :]
-            lc_word = dep_col * float(m != 1) - head_col * (safe_head != 1).unsqueeze(-1)
+        base = torch.arange(inv.shape[0], device=inv.device) * inv.shape[1]
+        flat = inv.flatten(0, 1)  # a view: no copy
+        if self.single_root and m == 1:  # word 1's column: c = e_0 (h = 0) or -e_{h-1}
+            head_col = flat.index_select(0, base + word_head.clamp_min(0))
+            lc = head_col * torch.where(word_head < 0, 1.0, -1.0).to(inv.dtype).unsqueeze(-1)
         else:
-            lc_root = dep_col
-            lc_word = dep_col - head_col
-        lc = torch.where(is_root.unsqueeze(-1), lc_root, lc_word)  # rows j.. of L^{-1} c
-        denominator = torch.where(active, lc[:, 0], torch.ones_like(lc[:, 0]))
-        x = lc[:, 1:] * active.unsqueeze(-1)  # rows j+1.. of L^{-1} c - e_j
+            if self.single_root:  # column 0 for ROOT, else column j minus column h-1 unless h = 1
+                first = torch.where(word_head < 0, 0, j)
+                scale = (word_head > 0).to(inv.dtype)
+            else:  # column j minus column h-1 for a word head
+                first = torch.full_like(word_head, j)
+                scale = (word_head >= 0).to(inv.dtype)
+            columns = flat.index_select(0, torch.cat([base + first, base + word_head.clamp_min(0)]))
+            first_col, head_col = columns.view(2, inv.shape[0], -1)
+            lc = torch.addcmul(first_col, head_col, scale.unsqueeze(-1), value=-1.0)  # rows j.. of L^{-1} c
         current = self.current_row if self.current_row is not None else inv[:, :, 0]
         self.current_row = None  # the update below changes it
-        row = current / denominator.unsqueeze(-1)
+        coefficient = torch.where(active, lc[:, 0].reciprocal(), torch.zeros_like(lc[:, 0]))
         later = inv[:, :, 1:]  # row j is not read again: drop it
-        later.addcmul_(row.unsqueeze(-1), x.unsqueeze(-2), value=-1.0)
+        later.addcmul_((current * coefficient.unsqueeze(-1)).unsqueeze(-1), lc[:, 1:].unsqueeze(-2), value=-1.0)
         self.inverse = later
         # structure (by row): word m now hangs below head's chain
         head, active = head_by_row, active_by_row
-        safe_head = torch.where(active, head, torch.ones_like(head))
-        new_top = self.top.gather(1, safe_head.unsqueeze(-1))
-        moved = (self.top == m) & active.unsqueeze(-1)
-        self.top = torch.where(moved, new_top, self.top)
-        self.has_root_child = self.has_root_child | (active & (safe_head == 0))
+        safe_head = torch.where(active, head, torch.zeros_like(head)).unsqueeze(-1)
+        new_end = self.chain_end.gather(1, safe_head)
+        if self.single_root:  # a chain through ROOT ends at ROOT (N+1), ROOT's own entry aside
+            new_end = torch.where(safe_head == 0, self.chain_end.shape[1], new_end)
+        moved = (self.chain_end == m).logical_and_(active.unsqueeze(-1))
+        self.chain_end = torch.where(moved, new_end, self.chain_end)
+        if self.single_root:  # ROOT has a child now: a second one is impossible
+            self.chain_end[:, 0].masked_fill_(active & (head == 0), 0)
         self.heads[:, m] = torch.where(active, head, self.heads[:, m])
 
 

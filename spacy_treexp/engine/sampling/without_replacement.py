@@ -46,18 +46,25 @@ def _child_gumbels(
     form T - (log E_i + T - l - log q_i). The largest child gets exactly T; an impossible
     child (q = 0) and every child of a dead beam get -inf.
     """
-    alive = parent > -torch.inf
-    rho = torch.where(alive, parent - parent_log_p, parent.new_full((), -torch.inf)).exp_().unsqueeze(-1)
-    exponential = torch.rand(probs.shape, dtype=probs.dtype, device=probs.device, generator=generator)
-    exponential.log_().neg_()  # E = -log U ~ Exp(1)
+    # a negative conditional is a rounding error of an impossible head, and a finished
+    # sentence's padding word may hold NaN: both count as +0 (so that the key below is +inf)
     possible = probs > 0
-    ratio = torch.where(possible, exponential * rho / probs, probs.new_full((), torch.inf))
+    probs = torch.where(possible, probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
+    alive = parent > -torch.inf
+    # e^(T - l) per beam; 1 for a dead beam, whose children are -inf through T anyway
+    rho = torch.where(alive, parent - parent_log_p, torch.zeros_like(parent)).exp_().unsqueeze(-1)
+    log_uniform = torch.rand(probs.shape, dtype=probs.dtype, device=probs.device, generator=generator).log_()
+    ratio = log_uniform * rho.neg()  # E e^(T - l) with E = -log U ~ Exp(1): > 0
+    ratio.div_(probs)  # r_i; +inf for an impossible child (q = +0)
+    if bool((rho == 0).any()):  # e^(T - l) underflowed: an impossible child is 0/0 there
+        ratio = ratio.nan_to_num_(nan=torch.inf, posinf=torch.inf)
     smallest = ratio.amin(-1, keepdim=True)
     smallest = torch.where(smallest < torch.inf, smallest, torch.zeros_like(smallest))  # no child: all -inf
-    children = torch.log1p(ratio - smallest).neg_().add_(parent.unsqueeze(-1))
-    overflow = torch.isinf(ratio) & possible  # a dead beam's rho is 0: never overflows
+    shifted = ratio.sub_(smallest).log1p_()  # >= 0
+    children = torch.sub(parent.unsqueeze(-1), shifted)
+    overflow = (shifted == torch.inf).logical_and_(possible)  # (a dead beam's rho is 1: finite)
     if bool(overflow.any()):
-        exact = parent.unsqueeze(-1) - (exponential.log() + rho.log() - probs.log())
+        exact = parent.unsqueeze(-1) - ((-log_uniform).log() + rho.log() - probs.log())
         children = torch.where(overflow, exact, children)
     return children
 
@@ -82,9 +89,7 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
     for m in range(1, size):
         beams = gumbel.shape[1]
         active = dist.lengths >= m  # (B,)
-        # a negative conditional is a rounding error of an impossible head: it counts as zero
-        # (as in Colbourn's sampler)
-        probs = state.probs(m).view(batch, beams, size).clamp_min(0.0)
+        probs = state.probs(m).view(batch, beams, size)
         children = _child_gumbels(gumbel, log_p, probs, generator)
         if not bool(active.all()):  # a finished sentence keeps each beam as its only child
             children[..., 0] = torch.where(active.unsqueeze(-1), children[..., 0], gumbel)
