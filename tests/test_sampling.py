@@ -512,3 +512,23 @@ def test_child_gumbels_match_kool_et_al_in_high_precision():
                     expected = -mpmath.log(mpmath.e ** (-T) - mpmath.e ** (-Z) + mpmath.e ** (-g))
                     assert abs(got - float(expected)) <= 1e-12 * max(1.0, abs(float(expected))), (b, a, i)
     assert children[0, 1, 2] > -torch.inf  # the 1e-310 child stays possible
+
+
+def test_sbs_refactorises_nothing_on_well_conditioned_scores(monkeypatch):
+    """Refactorising (the engine per word) is for drifted or singular inverses only. Beams
+    that die (word 1 has fewer children than k) and finished sentences must not look drifted:
+    their conditionals are never used, and refactorising them would cost O(n^3) per word."""
+    from spacy_treexp.engine.sampling.colbourn import Conditioner
+
+    calls = []
+    original = Conditioner._engine_conditionals
+    monkeypatch.setattr(
+        Conditioner, "_engine_conditionals", lambda self, m, rows: calls.append(m) or original(self, m, rows)
+    )
+    gen = torch.Generator().manual_seed(5)
+    scores = torch.randn(3, 9, 9, generator=gen, dtype=torch.float64)
+    for single_root in (True, False):
+        dist = TreeDistribution(scores, torch.tensor([8, 5, 2]), single_root=single_root)
+        heads, log_probs = sample_without_replacement(dist, 40, method="sbs", generator=gen)
+        assert_exact_log_probs(dist, heads, log_probs)
+    assert calls == []

@@ -236,14 +236,15 @@ class Conditioner:
         later = inv[:, :, 1:]  # row j is not read again: drop it
         later.addcmul_((current * coefficient.unsqueeze(-1)).unsqueeze(-1), lc[:, 1:].unsqueeze(-2), value=-1.0)
         self.inverse = later
-        # structure (by row): word m now hangs below head's chain
+        # structure (by row): word m now hangs below head's chain. A row not conditioned here
+        # (a finished sentence, a dead beam) treats word m as a ROOT child, which rules out
+        # nothing at later words: its conditionals stay those of its unconditioned inverse.
         head, active = head_by_row, active_by_row
         safe_head = torch.where(active, head, torch.zeros_like(head)).unsqueeze(-1)
         new_end = self.chain_end.gather(1, safe_head)
         if self.single_root:  # a chain through ROOT ends at ROOT (N+1), ROOT's own entry aside
             new_end = torch.where(safe_head == 0, self.chain_end.shape[1], new_end)
-        moved = (self.chain_end == m).logical_and_(active.unsqueeze(-1))
-        self.chain_end = torch.where(moved, new_end, self.chain_end)
+        self.chain_end = torch.where(self.chain_end == m, new_end, self.chain_end)
         if self.single_root:  # ROOT has a child now: a second one is impossible
             self.chain_end[:, 0].masked_fill_(active & (head == 0), 0)
         self.heads[:, m] = torch.where(active, head, self.heads[:, m])
