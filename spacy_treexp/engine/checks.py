@@ -5,6 +5,7 @@ sentence is found at the boundary instead of turning into a silent NaN later.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple
 
 import torch
@@ -113,11 +114,18 @@ def arc_mask(lengths: Tensor, n_max: int) -> Tensor:
     diagonal and padding are False. One comparison: arc (h, m) is inside a sentence of n
     words iff max(h, m) <= n, with the ROOT column and the diagonal set beyond any n.
     """
-    positions = torch.arange(n_max + 1, device=lengths.device)
+    return _arc_limits(n_max, lengths.device) <= lengths.view(-1, 1, 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _arc_limits(n_max: int, device: torch.device) -> Tensor:
+    """``(N+1, N+1)`` the shortest sentence containing arc (h, m): max(h, m), or N+1 (never)
+    for ROOT's column and the diagonal. Cached: it depends on N and the device only."""
+    positions = torch.arange(n_max + 1, device=device)
     limit = torch.maximum(positions.unsqueeze(1), positions.unsqueeze(0))
     limit[:, 0] = n_max + 1
     limit.fill_diagonal_(n_max + 1)
-    return limit <= lengths.view(-1, 1, 1)
+    return limit
 
 
 def word_mask(lengths: Tensor, n_max: int) -> Tensor:

@@ -113,17 +113,16 @@ class TreeDistribution(Distribution):
         if "log_z" in self._cache:
             return self._cache["log_z"], self._cache["marginals"]
         scores, mask, lengths = self.scores, self._arc_mask, self.lengths
-        log_z = torch.zeros(lengths.shape, dtype=scores.dtype, device=scores.device)
-        marginals = torch.zeros_like(scores)
+        log_z = marginals = None  # per sentence, once a pass leaves some sentences to the next
         todo = torch.ones_like(lengths, dtype=torch.bool)
         if not self.stable:
             # Half precision has no LU kernels: its fast path runs in float32.
             first = scores.dtype if scores.dtype in (torch.float32, torch.float64) else torch.float32
             dtypes = [first] if (self.stable is False or first == torch.float64) else [first, torch.float64]
             for dtype in dtypes:
-                everything = bool(todo.all())
-                index = todo.nonzero().squeeze(-1)
-                if index.numel() == 0:
+                everything = log_z is None  # the first pass takes every sentence
+                index = None if everything else todo.nonzero().squeeze(-1)
+                if index is not None and index.numel() == 0:
                     break
                 sub = (scores if everything else scores[index]).to(dtype)
                 sub_mask, sub_lengths = (mask, lengths) if everything else (mask[index], lengths[index])
@@ -132,14 +131,17 @@ class TreeDistribution(Distribution):
                     weights, sub_lengths, self.single_root
                 )
                 sub_log_z = _log_partition_with_gradient(sub, log_det + shift.sum(-1), sub_marginals)
-                sub_log_z = sub_log_z.to(log_z.dtype)
-                sub_marginals = sub_marginals.to(marginals.dtype)
+                sub_log_z, sub_marginals = sub_log_z.to(scores.dtype), sub_marginals.to(scores.dtype)
                 accepted = (error <= laplacian.fast_tolerance(dtype)) | (self.stable is False)
                 accepted = accepted & torch.isfinite(log_det)
-                if everything and bool(accepted.all()):
-                    log_z, marginals = sub_log_z, sub_marginals
-                    todo = torch.zeros_like(todo)
-                    break
+                if everything:
+                    if bool(accepted.all()):
+                        log_z, marginals = sub_log_z, sub_marginals
+                        todo = torch.zeros_like(todo)
+                        break
+                    index = torch.arange(lengths.shape[0], device=lengths.device)
+                    log_z = torch.zeros(lengths.shape, dtype=scores.dtype, device=scores.device)
+                    marginals = torch.zeros_like(scores)
                 keep = index[accepted]
                 log_z = log_z.index_put((keep,), sub_log_z[accepted])
                 marginals = marginals.index_put((keep,), sub_marginals[accepted])

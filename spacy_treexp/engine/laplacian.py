@@ -55,9 +55,8 @@ def shifted_log_weights(scores: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
 
     The log-space form of :func:`shifted_weights`, for the stable path.
     """
-    masked = torch.where(mask, scores, torch.full((), NEG_INF, dtype=scores.dtype, device=scores.device))
-    shift = masked.detach().amax(dim=-2)
-    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    masked = torch.where(mask, scores, NEG_INF)
+    shift = masked.detach().amax(dim=-2).nan_to_num_(neginf=0.0)  # -inf: no arc enters m
     return masked - shift.unsqueeze(-2), shift
 
 
@@ -78,8 +77,8 @@ def _laplacian_and_column_scale(weights: Tensor, lengths: Tensor, single_root: b
     word_weights = weights[..., 1:, 1:]
     root_weights = weights[..., 0, 1:]
     n_max = word_weights.shape[-1]
-    padding = torch.arange(n_max, device=weights.device).unsqueeze(0) >= lengths.unsqueeze(1)
-    diagonal = word_weights.sum(dim=-2) + padding.to(weights.dtype)
+    padding = torch.arange(n_max, device=weights.device) >= lengths.unsqueeze(1)
+    diagonal = word_weights.sum(dim=-2).masked_fill_(padding, 1.0)  # a padding column has no arc
     if not single_root:
         diagonal = diagonal + root_weights
     lap = word_weights.neg()  # the diagonal of word_weights is 0 (no arc m -> m)
@@ -109,12 +108,15 @@ def fast_partition_and_marginals(
     n_max = lap.shape[-1]
     lu, pivots, info = torch.linalg.lu_factor_ex(lap)
     u_diag = torch.diagonal(lu, dim1=-2, dim2=-1)
-    log_det = torch.log(u_diag.abs()).sum(-1)
+    u_size = u_diag.abs()
+    log_det = torch.log(u_size).sum(-1)
     with torch.no_grad():
-        swaps = pivots != torch.arange(1, n_max + 1, device=lap.device, dtype=pivots.dtype)
-        negative = (swaps.sum(-1) + (u_diag < 0).sum(-1)) % 2 == 1  # det < 0
-        error = (column_scale / u_diag.abs()).amax(-1) * (torch.finfo(lap.dtype).eps * n_max)
-        error = error.masked_fill(negative | (info != 0) | ~torch.isfinite(error), float("inf"))
+        swaps = (pivots != torch.arange(1, n_max + 1, device=lap.device, dtype=pivots.dtype)).sum(-1)
+        negative = (swaps + (u_diag < 0).sum(-1)) % 2 == 1  # det < 0
+        error = (column_scale / u_size).amax(-1) * (torch.finfo(lap.dtype).eps * n_max)
+        # NaN (0 / 0 on a zero pivot) becomes inf too
+        error = error.nan_to_num_(nan=float("inf"), posinf=float("inf"))
+        error = error.masked_fill_(negative | (info != 0), float("inf"))
     eye = torch.eye(n_max, dtype=lap.dtype, device=lap.device).expand_as(lap)
     inverse = torch.linalg.lu_solve(lu, pivots, eye, left=False)  # X L̂ = I: faster in LAPACK
     marginals = _closed_form_marginals(weights, inverse, single_root)
