@@ -72,12 +72,11 @@ class Conditioner:
     all-zero conditionals.
 
     Only the rows of L-hat^{-1} that later words read are kept: before word m, rows
-    m-1..N-1, so the state shrinks as words are fixed. They are stored transposed:
-    ``self.inverse[:, c, r]`` is entry (m-1+r, c), so that a column (what an update reads
-    for the chosen head) is contiguous.
+    m-1..N-1, so the state shrinks as words are fixed: ``self.inverse[:, r, c]`` is entry
+    (m-1+r, c). Each slot's rows stay one contiguous block, so the rank-one update of all
+    of them runs over long contiguous rows.
     The inverses live in K *slots*: ``slot[i]`` is row i's (None: slot i). ``select`` moves
     slot numbers instead of copying inverses; only a row that duplicates another copies one.
-    ``probs(m)`` keeps row m-1 by slot (``self.current_row``) for ``fix(m)``, which needs it too.
     A slot whose inverse is not trusted (L-hat singular in float64, or its updates drifted)
     holds NaN, so that its conditionals fail the sum check and are *refactorised* at every
     later word (see :data:`SUM_TOLERANCE`).
@@ -99,10 +98,8 @@ class Conditioner:
         self.lengths = dist.lengths[sentence]
         size = self.weights.shape[-1]
         device = self.weights.device
-        # (K, N, N) float64, a transposed copy: [k, column, row]
-        self.inverse = prepared.inverse.transpose(1, 2).contiguous().index_select(0, sentence)
+        self.inverse = prepared.inverse.index_select(0, sentence)  # (K, N, N) float64 [k, row, column]
         self.slot: Tensor | None = None
-        self.current_row: Tensor | None = None  # row j of L-hat^{-1} by slot, from probs(j + 1)
         # weights_by_dep[m, b] = column m of sentence b's weights (heads of word m), contiguous
         self.weights_by_dep = self.weights.permute(2, 0, 1).contiguous()
         self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
@@ -121,8 +118,6 @@ class Conditioner:
         parent = rows if self.slot is None else self.slot.index_select(0, rows)
         if rows.numel() != self.inverse.shape[0]:  # not a reshuffle of the slots: copy
             self.inverse, self.slot = self.inverse.index_select(0, parent), None
-            if self.current_row is not None:
-                self.current_row = self.current_row.index_select(0, parent)
             return
         order = torch.argsort(parent, stable=True)
         ordered = parent[order]
@@ -134,8 +129,6 @@ class Conditioner:
             free = (~kept).nonzero().squeeze(-1)  # as many as duplicates
             source = parent.index_select(0, duplicates)
             self.inverse.index_copy_(0, free, self.inverse.index_select(0, source))
-            if self.current_row is not None:
-                self.current_row.index_copy_(0, free, self.current_row.index_select(0, source))
             parent = parent.index_put((duplicates,), free)
         self.slot = parent
 
@@ -155,8 +148,7 @@ class Conditioner:
             return self.first_marginals.index_select(0, self.sentence)
         j = m - 1
         column = self.weights_by_dep[m].index_select(0, self.sentence)  # (K, N+1)
-        self.current_row = self.inverse[:, :, 0].contiguous()  # (K, N): row j of L-hat^{-1}
-        row = self._in_row_order(self.current_row)
+        row = self._in_row_order(self.inverse[:, 0, :])  # (K, N): row j of L-hat^{-1}
         diagonal = row[:, j : j + 1]
         probs = torch.empty_like(column)
         torch.sub(diagonal, row, out=probs[:, 1:])  # head h >= 1: A[j, j] - A[j, h-1]
@@ -214,12 +206,10 @@ class Conditioner:
         by_slot = self._in_slot_order(torch.where(active, head, torch.full_like(head, -1)))
         active = by_slot >= 0
         word_head = by_slot - 1  # column of L^{-1} for a word head
-        inv = self.inverse  # [k, column, rows j..N-1]
-        base = torch.arange(inv.shape[0], device=inv.device) * inv.shape[1]
-        flat = inv.flatten(0, 1)  # a view: no copy
+        inv = self.inverse  # [k, rows j..N-1, column]
         if self.single_root and m == 1:  # word 1's column: c = e_0 (h = 0) or -e_{h-1}
-            head_col = flat.index_select(0, base + word_head.clamp_min(0))
-            lc = head_col * torch.where(word_head < 0, 1.0, -1.0).to(inv.dtype).unsqueeze(-1)
+            head_col = inv.gather(2, word_head.clamp_min(0).view(-1, 1, 1).expand(-1, inv.shape[1], 1))
+            lc = head_col.squeeze(-1) * torch.where(word_head < 0, 1.0, -1.0).to(inv.dtype).unsqueeze(-1)
         else:
             if self.single_root:  # column 0 for ROOT, else column j minus column h-1 unless h = 1
                 first = torch.where(word_head < 0, 0, j)
@@ -227,14 +217,12 @@ class Conditioner:
             else:  # column j minus column h-1 for a word head
                 first = torch.full_like(word_head, j)
                 scale = (word_head >= 0).to(inv.dtype)
-            columns = flat.index_select(0, torch.cat([base + first, base + word_head.clamp_min(0)]))
-            first_col, head_col = columns.view(2, inv.shape[0], -1)
+            index = torch.stack([first, word_head.clamp_min(0)], -1).unsqueeze(1).expand(-1, inv.shape[1], 2)
+            first_col, head_col = inv.gather(2, index).unbind(-1)
             lc = torch.addcmul(first_col, head_col, scale.unsqueeze(-1), value=-1.0)  # rows j.. of L^{-1} c
-        current = self.current_row if self.current_row is not None else inv[:, :, 0]
-        self.current_row = None  # the update below changes it
         coefficient = torch.where(active, lc[:, 0].reciprocal(), torch.zeros_like(lc[:, 0]))
-        later = inv[:, :, 1:]  # row j is not read again: drop it
-        later.addcmul_((current * coefficient.unsqueeze(-1)).unsqueeze(-1), lc[:, 1:].unsqueeze(-2), value=-1.0)
+        later = inv[:, 1:, :]  # row j is not read again: drop it
+        later.addcmul_(lc[:, 1:].unsqueeze(-1), (inv[:, 0, :] * coefficient.unsqueeze(-1)).unsqueeze(-2), value=-1.0)
         self.inverse = later
         # structure (by row): word m now hangs below head's chain. A row not conditioned here
         # (a finished sentence, a dead beam) treats word m as a ROOT child, which rules out
