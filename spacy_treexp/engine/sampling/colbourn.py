@@ -86,6 +86,8 @@ class Conditioner:
     where the chain of fixed heads from v ends (v itself while v has no head; an unfixed
     word is >= m, so "<= m" means "== m": h would close a cycle), or N+1 where the chain
     reaches ROOT; for ROOT it is N+1, and 0 once ROOT has a child of a single-root tree.
+    A row that ``fix`` does not condition at word m (a finished sentence, a dead beam)
+    counts m as a child of ROOT there, so that nothing is ruled out for it later.
     """
 
     def __init__(self, dist, sentence: Tensor, prepared: Prepared | None = None):
