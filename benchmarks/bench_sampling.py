@@ -3,10 +3,11 @@
     python benchmarks/bench_sampling.py            # CPU, 2 threads, about 2-3 minutes
     python benchmarks/bench_sampling.py --quick    # smaller, for a smoke test
 
-On a shared, busy machine set OMP_WAIT_POLICY=PASSIVE: spinning OpenMP threads that
-compete for cores make every 2-thread timing several times slower; ``--threads 1
---cpu-time`` measures the process's CPU time instead of wall time (what one idle core
-would take), which other jobs on the machine disturb much less.
+On a shared, busy machine spinning OpenMP threads that compete for cores make every
+2-thread timing several times slower; there ``--threads 1 --cpu-time`` measures the
+process's CPU time instead of wall time (what one idle core would take), which other jobs
+on the machine disturb much less. (OMP_WAIT_POLICY=PASSIVE also avoids the spinning, but
+on an idle machine it makes every small kernel several times slower.)
 
 Prints these tables:
 1. trees per second at n = 10, 30, 60 (batch 64, 100 trees per sentence) for every method
