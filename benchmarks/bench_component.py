@@ -4,7 +4,7 @@ On N sentences of UD English-EWT test (gold tokens and sentences), measures:
 
 * the pipeline up to the parser (tok2vec, tagger, biaffine_parser; no senter);
 * ``tree_expectations`` on the parsed Docs with ``n_samples=0`` and ``n_samples=10``
-  (seeded: one sampler call per sentence; unseeded: whole batches); overhead = its time
+  (seeded: one generator per sentence; unseeded: torch's global one); overhead = its time
   / the parser's time, best of interleaved repeats (the machine's load drifts);
 * docs/s and words/s of the whole pipeline (with its senter) on the raw sentence texts.
 

@@ -2,7 +2,7 @@
 Stanza processor share (numpy at the boundary, the engine inside)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy
 import torch
@@ -52,3 +52,34 @@ def sentence_statistics(dist: TreeDistribution, heads: Sequence[numpy.ndarray]) 
             }
         )
     return statistics
+
+
+def sample_fields(
+    dist: TreeDistribution,
+    k: int,
+    sampler: str,
+    without_replacement: bool,
+    generator: Any,
+    rels: Sequence[Optional[numpy.ndarray]],
+) -> List[Dict[str, Any]]:
+    """Draw k trees per sentence of ``dist`` (``generator``: see ``TreeDistribution.sample``)
+    and return each sentence's record fields: ``sampled_heads`` (k, n) int32 (rows of -1
+    where a sentence has fewer than k trees, without replacement), ``sample_log_probs``
+    (k,) float64 and, where its relation scores ``rels[b]`` (n+1, n+1, L) are given,
+    ``sampled_labels`` (k, n): the best label of each sampled arc (-1 on padding rows)."""
+    if without_replacement:
+        heads, log_probs = dist.sample_without_replacement(k, method=sampler, generator=generator)
+    else:
+        heads = dist.sample((k,), method=sampler, generator=generator)
+        log_probs = dist.log_prob(heads)
+    heads = heads.cpu().numpy().astype(numpy.int32)
+    log_probs = log_probs.cpu().numpy().astype(numpy.float64)
+    fields = []
+    for b, (n, rel) in enumerate(zip(dist.lengths.tolist(), rels)):
+        sampled = numpy.ascontiguousarray(heads[:, b, 1 : n + 1])
+        sentence = {"sampled_heads": sampled, "sample_log_probs": numpy.ascontiguousarray(log_probs[:, b])}
+        if rel is not None:
+            best = rel[numpy.maximum(sampled, 0), numpy.arange(1, n + 1)].argmax(axis=-1)
+            sentence["sampled_labels"] = numpy.where(sampled >= 0, best, -1).astype(numpy.int32)
+        fields.append(sentence)
+    return fields

@@ -1,8 +1,6 @@
 """Exact inference of TreeDistribution against brute-force enumeration (float64, 1e-8)."""
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 from torch.distributions import kl_divergence

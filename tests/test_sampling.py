@@ -229,14 +229,24 @@ def test_without_replacement_draws_every_tree_once_then_pads(method, single_root
 
 
 @pytest.mark.parametrize(
-    "method,single_root,seed", [("sbs", True, 10), ("trie", True, 11), ("sbs", False, 19), ("trie", False, 20)]
+    "method,single_root,seed,per_sentence",
+    [
+        ("sbs", True, 10, False),
+        ("trie", True, 11, False),
+        ("sbs", False, 19, False),
+        ("trie", False, 20, False),
+        ("sbs", True, 12, True),
+    ],
 )
-def test_first_two_draws_have_the_without_replacement_law(method, single_root, seed):
-    """Ordered pair (a, b) has probability p(a) p(b) / (1 - p(a)); the first draw is ~ p."""
+def test_first_two_draws_have_the_without_replacement_law(method, single_root, seed, per_sentence):
+    """Ordered pair (a, b) has probability p(a) p(b) / (1 - p(a)); the first draw is ~ p.
+    (per_sentence: every copy draws from its own generator.)"""
     n = 3
     gen = torch.Generator().manual_seed(seed)
     one = torch.randn(1, n + 1, n + 1, generator=gen, dtype=torch.float64)
     dist = TreeDistribution(one.expand(DRAWS, -1, -1), single_root=single_root)  # DRAWS copies
+    if per_sentence:
+        gen = [torch.Generator().manual_seed(seed * DRAWS + i) for i in range(DRAWS)]
     heads, _ = sample_without_replacement(dist, 2, method=method, generator=gen)
     trees, probs = exact_probs(one[0], n, single_root)
     tree_codes = codes(trees, n)
@@ -361,6 +371,41 @@ def test_same_seed_same_trees_without_replacement(method):
     assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
 
 
+def test_per_sentence_generators_fit_and_do_not_depend_on_the_batch(monkeypatch):
+    """One generator per sentence (colbourn, sbs): draws fit the exact distribution, and a
+    sentence gets the same trees alone or padded in a batch with longer sentences, and
+    whatever chunks Colbourn's sampler cuts its samples into."""
+    import spacy_treexp.engine.sampling.colbourn as colbourn_module
+
+    scores, lengths = random_batch(23)
+    dist = TreeDistribution(scores, lengths)
+    heads = sample(dist, (DRAWS,), method="colbourn", generator=[torch.Generator().manual_seed(i) for i in (1, 2)])
+    assert_fits(heads, scores, lengths, True)
+
+    gen = torch.Generator().manual_seed(24)
+    batch = torch.randn(3, 9, 9, generator=gen, dtype=torch.float64)
+    batch_lengths = torch.tensor([8, 4, 6])
+    seeds = [5, 6, 7]
+    together = TreeDistribution(batch, batch_lengths)
+    for b, n in enumerate(batch_lengths.tolist()):
+        alone = TreeDistribution(batch[b : b + 1, : n + 1, : n + 1])
+        for draw in (
+            lambda d, g: sample(d, (7,), method="colbourn", generator=g),
+            lambda d, g: sample_without_replacement(d, 5, method="sbs", generator=g)[0],
+        ):
+            mine = draw(alone, [torch.Generator().manual_seed(seeds[b])])[:, 0]
+            in_batch = draw(together, [torch.Generator().manual_seed(s) for s in seeds])[:, b, : n + 1]
+            assert torch.equal(mine, in_batch)
+    whole = sample(together, (600,), method="colbourn", generator=[torch.Generator().manual_seed(s) for s in seeds])
+    monkeypatch.setattr(colbourn_module, "CHUNK_ENTRIES", 3 * 64 * 97)  # chunks of 97 samples
+    chunked = sample(together, (600,), method="colbourn", generator=[torch.Generator().manual_seed(s) for s in seeds])
+    assert torch.equal(whole, chunked)
+    again = sample(together, (7,), method="colbourn", generator=[torch.Generator().manual_seed(s) for s in seeds])
+    other = sample(together, (7,), method="colbourn", generator=[torch.Generator().manual_seed(s + 1) for s in seeds])
+    first = sample(together, (7,), method="colbourn", generator=[torch.Generator().manual_seed(s) for s in seeds])
+    assert torch.equal(again, first) and not torch.equal(again, other)
+
+
 def test_bad_arguments_are_clear_errors():
     scores = torch.randn(1, 4, 4)
     single, multi = TreeDistribution(scores), TreeDistribution(scores, single_root=False)
@@ -381,6 +426,17 @@ def test_bad_arguments_are_clear_errors():
         wilson_reject_acceptance(multi)
     assert sample(single, (0, 3)).shape == (0, 3, 1, 4)
     assert sample(multi, (2,)).shape == (2, 1, 4)  # default method means "wilson" there
+    generators = [torch.Generator(), torch.Generator()]
+    with pytest.raises(ValueError, match="2 per-sentence generators for a batch of 1"):
+        sample(single, (2,), method="colbourn", generator=generators)
+    with pytest.raises(ValueError, match="supported by the methods"):
+        sample(single, (2,), method="wilson_marginal", generator=generators[:1])
+    with pytest.raises(ValueError, match="supported by the methods"):
+        sample_without_replacement(single, 2, method="trie", generator=generators[:1])
+    with pytest.raises(ValueError, match="is None"):
+        sample(single, (2,), method="colbourn", generator=[None])
+    with pytest.raises(TypeError, match="torch.Generator"):
+        sample(single, (2,), method="colbourn", generator=[3])
 
 
 def test_walk_that_cannot_reach_root_raises_naming_the_sentence():
@@ -489,9 +545,8 @@ def test_child_gumbels_match_kool_et_al_in_high_precision():
     parent = parent_log_p + torch.randn(2, 4, generator=gen, dtype=torch.float64)
     parent[1, 0], parent_log_p[1, 0] = -torch.inf, -torch.inf  # dead beam
     parent[1, 1] = parent_log_p[1, 1] - 800.0  # truncated far below its prefix
-    seed = 77
-    children = _child_gumbels(parent, parent_log_p, probs, torch.Generator().manual_seed(seed))
-    uniforms = torch.rand(probs.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    uniforms = torch.rand(probs.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(77))
+    children = _child_gumbels(parent, parent_log_p, probs, uniforms)
     with mpmath.workdps(60):
         for b in range(2):
             for a in range(4):

@@ -6,7 +6,7 @@ it is a function of the scores, differentiable with respect to them.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -15,6 +15,9 @@ from torch.distributions import Distribution, register_kl
 from spacy_treexp.engine import laplacian
 from spacy_treexp.engine.checks import check_heads, prepare_scores, word_mask
 from spacy_treexp.engine.decoding import max_spanning_trees
+
+if TYPE_CHECKING:
+    from spacy_treexp.engine.sampling.streams import Randomness
 
 NEG_INF = float("-inf")
 
@@ -410,9 +413,12 @@ class TreeDistribution(Distribution):
         self,
         sample_shape: Union[torch.Size, Tuple[int, ...]] = torch.Size(),
         method: str = "wilson_marginal",
-        generator: Optional[torch.Generator] = None,
+        generator: Randomness = None,
     ) -> Tensor:
-        """Independent trees ``(*sample_shape, B, N+1)`` (see :mod:`spacy_treexp.engine.sampling`)."""
+        """Independent trees ``(*sample_shape, B, N+1)`` (see :mod:`spacy_treexp.engine.sampling`).
+
+        ``generator``: a ``torch.Generator``, or (``colbourn``) one per sentence, so that each
+        sentence's trees do not depend on the batch it is in."""
         from spacy_treexp.engine import sampling
 
         self._require_trees("samples")
@@ -420,9 +426,11 @@ class TreeDistribution(Distribution):
         return self._out(heads, batch_dim=-2)
 
     def sample_without_replacement(
-        self, k: int, method: str = "sbs", generator: Optional[torch.Generator] = None
+        self, k: int, method: str = "sbs", generator: Randomness = None
     ) -> Tuple[Tensor, Tensor]:
-        """k distinct trees per sentence with their exact log-probabilities: ``(k, B, N+1), (k, B)``."""
+        """k distinct trees per sentence with their exact log-probabilities: ``(k, B, N+1), (k, B)``.
+
+        ``generator``: a ``torch.Generator``, or (``sbs``) one per sentence (see ``sample``)."""
         from spacy_treexp.engine import sampling
 
         self._require_trees("samples")

@@ -28,10 +28,11 @@ from spacy.tokens import Doc, Span
 from spacy.util import minibatch
 
 from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 from spacy_treexp.options import DEFAULTS, check_options
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.score_sources import ScoreSource, make_parser_scores
-from spacy_treexp.sentence_stats import batch_distribution, sentence_statistics
+from spacy_treexp.sentence_stats import batch_distribution, sample_fields, sentence_statistics
 
 DEFAULT_CONFIG = {"scores": {"@misc": "spacy_treexp.parser_scores.v1"}, **DEFAULTS}
 
@@ -116,9 +117,9 @@ class TreeExpectations(Pipe):
             is the number of Docs gathered per call, as elsewhere in spaCy).
         seed: samples of a sentence are drawn with a generator seeded from ``seed``,
             the sentence's offset and its text, so they do not depend on batching or
-            worker processes (one sampler call per sentence). ``None`` draws fresh
-            samples from torch's global generator, for whole batches at once (about
-            5x faster on CPU, but not reproducible).
+            worker processes (``colbourn`` and ``sbs`` take one generator per sentence
+            in a batched call; the Wilson samplers make one call per sentence). ``None``
+            draws fresh samples from torch's global generator (not reproducible).
     """
 
     def __init__(
@@ -206,9 +207,14 @@ class TreeExpectations(Pipe):
                 if self.seed is None:
                     self._sample(bucket, dist, None)
                     continue
-                for item in bucket:  # one seeded generator per sentence
-                    generator = torch.Generator(device=device)
-                    generator.manual_seed(_sentence_seed(self.seed, item["sent"]))
+                generators = [  # one seeded generator per sentence
+                    torch.Generator(device=device).manual_seed(_sentence_seed(self.seed, item["sent"]))
+                    for item in bucket
+                ]
+                if self.sampler in PER_SENTENCE_METHODS:  # the whole batch at once
+                    self._sample(bucket, dist, generators)
+                    continue
+                for item, generator in zip(bucket, generators):  # Wilson's walks: one call each
                     self._sample([item], self._distribution([item], device), generator)
         for doc, doc_items in zip(docs, per_doc):
             doc._.set(attributes.STORE, [item["record"] for item in doc_items])
@@ -330,26 +336,12 @@ class TreeExpectations(Pipe):
                 out[m - 1] = head_prob[m - 1] * math.exp(item["rel"][h, m, label])
         return out
 
-    def _sample(
-        self, bucket: List[Dict[str, Any]], dist: TreeDistribution, generator: Optional[torch.Generator]
-    ) -> None:
+    def _sample(self, bucket: List[Dict[str, Any]], dist: TreeDistribution, generator: Any) -> None:
         """Draw ``n_samples`` trees per sentence of a batch, with their log-probabilities."""
-        k = self.n_samples
-        if self.without_replacement:
-            heads, log_probs = dist.sample_without_replacement(k, method=self.sampler, generator=generator)
-        else:
-            heads = dist.sample((k,), method=self.sampler, generator=generator)
-            log_probs = dist.log_prob(heads)
-        heads = heads.cpu().numpy().astype(numpy.int32)
-        log_probs = log_probs.cpu().numpy().astype(numpy.float64)
-        for b, item in enumerate(bucket):
-            n, record = item["n"], item["record"]
-            sampled = numpy.ascontiguousarray(heads[:, b, 1 : n + 1])
-            record["sampled_heads"] = sampled
-            record["sample_log_probs"] = numpy.ascontiguousarray(log_probs[:, b])
-            if item["rel"] is not None:
-                best = item["rel"][numpy.maximum(sampled, 0), numpy.arange(1, n + 1)].argmax(axis=-1)
-                record["sampled_labels"] = numpy.where(sampled >= 0, best, -1).astype(numpy.int32)
+        rels = [item["rel"] for item in bucket]
+        fields = sample_fields(dist, self.n_samples, self.sampler, self.without_replacement, generator, rels)
+        for item, sentence in zip(bucket, fields):
+            item["record"].update(sentence)
 
 
 @contextmanager

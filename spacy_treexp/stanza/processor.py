@@ -37,8 +37,9 @@ from stanza.models.common.doc import Document, Sentence, Word
 from stanza.pipeline.processor import Processor
 
 from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 from spacy_treexp.options import check_options
-from spacy_treexp.sentence_stats import batch_distribution, sentence_statistics
+from spacy_treexp.sentence_stats import batch_distribution, sample_fields, sentence_statistics
 from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture, SentenceScores
 
 NAME = "tree_expectations"
@@ -147,8 +148,8 @@ def annotate_sentences(numbered: Sequence[Tuple[int, Sentence]], options: Dict[s
         for bucket in _buckets(items, options["batch_size"]):
             _infer(bucket, device, options)
         if options["n_samples"] > 0:
-            for item in items:
-                _sample(item, device, options)
+            for bucket in _buckets(items, options["batch_size"]):
+                _sample(bucket, device, options)
     for item in items:
         setattr(item["sentence"], RECORD_ATTR, item["record"])
 
@@ -197,26 +198,33 @@ def _sentence_seed(seed: int, position: int, sentence: Sentence) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
-def _sample(item: Dict[str, Any], device: torch.device, options: Dict[str, Any]) -> None:
-    """Draw ``n_samples`` trees of one sentence with its own generator (Stanojević 2022)."""
-    n, k = item["n"], options["n_samples"]
-    generator = None
-    if options["seed"] is not None:
-        generator = torch.Generator(device=device)
-        generator.manual_seed(_sentence_seed(options["seed"], item["position"], item["sentence"]))
-    dist = batch_distribution([item["scores"].arc], options["single_root"], device)
-    if options["without_replacement"]:
-        heads, log_probs = dist.sample_without_replacement(k, method=options["sampler"], generator=generator)
-    else:
-        heads = dist.sample((k,), method=options["sampler"], generator=generator)
-        log_probs = dist.log_prob(heads)
-    heads = heads[:, 0, 1 : n + 1].cpu().numpy().astype(numpy.int32)
-    record = item["record"]
-    record["sampled_heads"] = heads
-    record["sample_log_probs"] = log_probs[:, 0].cpu().numpy().astype(numpy.float64)
-    rel = record["rel"]
-    best = rel[numpy.maximum(heads, 0), numpy.arange(1, n + 1)].argmax(axis=-1)
-    record["sampled_labels"] = numpy.where(heads >= 0, best, -1).astype(numpy.int32)
+def _sample(bucket: List[Dict[str, Any]], device: torch.device, options: Dict[str, Any]) -> None:
+    """Draw ``n_samples`` trees per sentence of a bucket (Stanojević 2022). With a seed, each
+    sentence draws from its own generator, so its trees do not depend on the bucket: in one
+    call for ``colbourn`` and ``sbs``, one call per sentence for the Wilson samplers."""
+    if options["seed"] is None:
+        _sample_batch(bucket, device, options, None)
+        return
+    generators = [
+        torch.Generator(device=device).manual_seed(_sentence_seed(options["seed"], item["position"], item["sentence"]))
+        for item in bucket
+    ]
+    if options["sampler"] in PER_SENTENCE_METHODS:
+        _sample_batch(bucket, device, options, generators)
+        return
+    for item, generator in zip(bucket, generators):
+        _sample_batch([item], device, options, generator)
+
+
+def _sample_batch(bucket: List[Dict[str, Any]], device: torch.device, options: Dict[str, Any], generator) -> None:
+    """One sampler call for the sentences of ``bucket``; fills their records' samples."""
+    dist = batch_distribution([item["scores"].arc for item in bucket], options["single_root"], device)
+    rels = [item["record"]["rel"] for item in bucket]
+    fields = sample_fields(
+        dist, options["n_samples"], options["sampler"], options["without_replacement"], generator, rels
+    )
+    for item, sentence in zip(bucket, fields):
+        item["record"].update(sentence)
 
 
 # --- properties -----------------------------------------------------------------------

@@ -16,7 +16,9 @@ here):
   :func:`spacy_treexp.engine.sampling.wilson.wilson_reject` also returns the tries of each draw.
 
 Heads are ``(..., B, N+1)`` long tensors with -1 at ROOT (index 0) and at padding. The same
-seeded ``torch.Generator`` gives the same trees on the same device.
+seeded ``torch.Generator`` gives the same trees on the same device. ``"colbourn"`` and
+``"sbs"`` also take a sequence of B generators, one per sentence: each sentence's trees then
+depend on its own generator only, not on the batch it is in (see :mod:`.streams`).
 
 Run time: Wilson's methods take the walks' hitting time, short for random and for confident
 (parser-like) scores, but growing like exp(score gap) when some words form a strongly scored
@@ -32,7 +34,9 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
+from spacy_treexp.engine.sampling import streams
 from spacy_treexp.engine.sampling.colbourn import colbourn_sample
+from spacy_treexp.engine.sampling.streams import Randomness
 from spacy_treexp.engine.sampling.wilson import wilson_marginal, wilson_multi_root, wilson_reject
 from spacy_treexp.engine.sampling.without_replacement import (
     stochastic_beam_search,
@@ -52,19 +56,11 @@ def _batched(dist):
     return dist._batched_view() if getattr(dist, "_unbatched", False) else dist
 
 
-def _check_generator(dist, generator: torch.Generator | None) -> None:
-    if generator is not None and generator.device.type != dist.scores.device.type:
-        raise ValueError(
-            f"generator is on {generator.device} but the scores are on {dist.scores.device}; "
-            "create the torch.Generator on the scores' device."
-        )
-
-
 def sample(
     dist,
     sample_shape: torch.Size | tuple[int, ...] = torch.Size(),
     method: str = "wilson_marginal",
-    generator: torch.Generator | None = None,
+    generator: Randomness = None,
 ) -> Tensor:
     """Independent trees from ``dist``: heads (*sample_shape, B, N+1), -1 at ROOT and padding.
 
@@ -84,7 +80,7 @@ def sample(
     if method not in allowed:
         kind = "single-root" if dist.single_root else "multi-root"
         raise ValueError(f"method {method!r} does not sample {kind} trees; use one of {allowed}")
-    _check_generator(dist, generator)
+    streams.check(dist, generator, method)
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     count = shape.numel()
     if count == 0:
@@ -112,9 +108,7 @@ def _check_k(k: int) -> int:
     return k
 
 
-def sample_without_replacement(
-    dist, k: int, method: str = "sbs", generator: torch.Generator | None = None
-) -> tuple[Tensor, Tensor]:
+def sample_without_replacement(dist, k: int, method: str = "sbs", generator: Randomness = None) -> tuple[Tensor, Tensor]:
     """k distinct trees per sentence: heads (k, B, N+1) and log_probs (k, B) = dist.log_prob.
 
     ``"sbs"`` returns them in the order of a sequential draw (the first is a sample of p),
@@ -126,7 +120,7 @@ def sample_without_replacement(
     if method not in WITHOUT_REPLACEMENT_METHODS:
         raise ValueError(f"unknown method {method!r} for sampling without replacement; use one of "
                          f"{WITHOUT_REPLACEMENT_METHODS}")
-    _check_generator(dist, generator)
+    streams.check(dist, generator, method)
     if method == "sbs":
         return stochastic_beam_search(dist, k, generator)
     return trie_without_replacement(dist, k, generator)
@@ -140,7 +134,7 @@ def iter_without_replacement(dist, generator: torch.Generator | None = None) -> 
     sentence is exhausted; stop earlier whenever the drawn trees suffice. O(n^3) per step.
     """
     dist = _batched(dist)
-    _check_generator(dist, generator)
+    streams.check(dist, generator, "trie")
     return trie_draws(dist, generator)
 
 

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.laplacian import laplacian_matrix, shifted_weights
+from spacy_treexp.engine.sampling.streams import Randomness, block_seeds, per_sentence, sample_block_uniforms
 from spacy_treexp.engine.sampling.wilson import draw_categorical
 
 
@@ -240,17 +241,20 @@ class Conditioner:
         self.heads[:, m] = torch.where(active, head, self.heads[:, m])
 
 
-def draw_positive(weights: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+def draw_positive(
+    weights: Tensor, generator: torch.Generator | None, uniform: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Draw an index per row of float64 ``weights`` (K, C) proportionally to its positive part.
 
     A conditional probability is never negative; a negative entry is a rounding error of
     an impossible head and counts as zero. Returns the index (K,) (0 where nothing is
-    possible) and whether the row had positive total weight (K,).
+    possible) and whether the row had positive total weight (K,). ``uniform`` (K,): the
+    rows' uniforms, drawn by the caller (see :func:`draw_categorical`).
     """
     positive = torch.where(weights > 0, weights, torch.zeros_like(weights))
     cumulative = positive.cumsum(-1)
     possible = cumulative[:, -1] > 0
-    index = draw_categorical(cumulative, generator)
+    index = draw_categorical(cumulative, generator, uniform)
     return torch.where(possible, index, torch.zeros_like(index)), possible
 
 
@@ -259,28 +263,40 @@ def draw_positive(weights: Tensor, generator: torch.Generator | None) -> tuple[T
 CHUNK_ENTRIES = 2**25
 
 
-def colbourn_sample(dist, num_samples: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def colbourn_sample(dist, num_samples: int, generator: Randomness = None) -> tuple[Tensor, Tensor]:
     """Colbourn's ancestral sampler: heads (S, B, N+1) and their float64 log-probabilities.
 
     The log-probability is the sum of the log conditionals along the draw; it equals
     ``dist.log_prob(heads)`` up to rounding (a check of the sampler's accuracy). O(S n^3),
     vectorised over samples and sentences, one step per word position; samples are drawn
-    in chunks of at most :data:`CHUNK_ENTRIES` inverse entries.
+    in chunks of at most :data:`CHUNK_ENTRIES` inverse entries. With one generator per
+    sentence (see :mod:`.streams`), sentence b's uniforms come in blocks of samples seeded
+    from its own generator (:func:`.streams.block_seeds`), so no chunk boundary moves them.
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     prepared = Prepared.of(dist)
+    seeds = None
+    if per_sentence(generator):
+        seeds, generator = block_seeds(generator, num_samples), None
+    lengths = dist.lengths.tolist()
     per_chunk = max(1, CHUNK_ENTRIES // (batch * (size - 1) ** 2))
-    parts = [
-        _colbourn_chunk(dist, prepared, min(per_chunk, num_samples - start), generator)
-        for start in range(0, num_samples, per_chunk)
-    ]
+    parts = []
+    for start in range(0, num_samples, per_chunk):
+        stop = min(start + per_chunk, num_samples)
+        uniforms = None
+        if seeds is not None:
+            uniforms = sample_block_uniforms(seeds, lengths, num_samples, start, stop, size - 1, prepared.weights)
+        parts.append(_colbourn_chunk(dist, prepared, stop - start, generator, uniforms))
     heads = torch.cat([part[0] for part in parts])
     log_prob = torch.cat([part[1] for part in parts])
     return heads.reshape(num_samples, batch, size), log_prob.reshape(num_samples, batch)
 
 
-def _colbourn_chunk(dist, prepared: Prepared, num_samples: int, generator: torch.Generator | None):
-    """``num_samples`` ancestral draws per sentence: heads (S*B, N+1), log-probs (S*B,)."""
+def _colbourn_chunk(
+    dist, prepared: Prepared, num_samples: int, generator: torch.Generator | None, uniforms: Tensor | None
+):
+    """``num_samples`` ancestral draws per sentence: heads (S*B, N+1), log-probs (S*B,).
+    ``uniforms`` (B, S, N): each draw's uniform per word, or None to draw from ``generator``."""
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     sentence = torch.arange(batch, device=dist.scores.device).repeat(num_samples)
     state = Conditioner(dist, sentence, prepared)
@@ -288,7 +304,8 @@ def _colbourn_chunk(dist, prepared: Prepared, num_samples: int, generator: torch
     for m in range(1, size):
         active = state.lengths >= m
         probs = state.probs(m)
-        head, possible = draw_positive(probs, generator)
+        uniform = None if uniforms is None else uniforms[:, :, m - 1].T.reshape(-1)  # row s * B + b
+        head, possible = draw_positive(probs, generator, uniform)
         dead = active & ~possible
         if dead.any():
             stuck = sorted(set(sentence[dead].tolist()))

@@ -48,14 +48,18 @@ def _cumulative_weights(dist, with_root: bool) -> Tensor:
     return weights.transpose(-1, -2).cumsum(-1)
 
 
-def draw_categorical(cdf: Tensor, generator: torch.Generator | None) -> Tensor:
+def draw_categorical(cdf: Tensor, generator: torch.Generator | None, uniform: Tensor | None = None) -> Tensor:
     """Draw one index per row from non-negative cumulative weights ``cdf`` (M, C), float64.
 
     Inverse-CDF sampling: the first index whose cumulative weight exceeds u * total,
     u ~ U[0, 1) (u * total < total in float64). Zero-weight categories can never be drawn;
-    no weight is floored. The one categorical sampler of this package.
+    no weight is floored. The one categorical sampler of this package. ``uniform`` (M,):
+    the u of each row, drawn by the caller (then ``generator`` is not used).
     """
-    u = torch.rand(cdf.shape[:-1] + (1,), dtype=cdf.dtype, device=cdf.device, generator=generator)
+    if uniform is None:
+        u = torch.rand(cdf.shape[:-1] + (1,), dtype=cdf.dtype, device=cdf.device, generator=generator)
+    else:
+        u = uniform.to(cdf.dtype).unsqueeze(-1)
     return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)
 
 

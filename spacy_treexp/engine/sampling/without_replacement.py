@@ -27,15 +27,15 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.sampling.colbourn import Conditioner, Prepared, draw_positive
+from spacy_treexp.engine.sampling.streams import Randomness, per_sentence, per_sentence_uniforms
 
 
-def _child_gumbels(
-    parent: Tensor, parent_log_p: Tensor, probs: Tensor, generator: torch.Generator | None
-) -> Tensor:
+def _child_gumbels(parent: Tensor, parent_log_p: Tensor, probs: Tensor, uniforms: Tensor) -> Tensor:
     """Gumbels of all children (beam, head), conditioned on their maximum being the beam's.
 
     parent (B, k) truncated Gumbels T of the beams (-inf: dead), parent_log_p (B, k) their
-    log P(prefix) = l, probs (B, k, C) the heads' conditionals q (>= 0). A child's Gumbel is
+    log P(prefix) = l, probs (B, k, C) the heads' conditionals q (>= 0), uniforms (B, k, C)
+    one U[0, 1) draw per child. A child's Gumbel is
     G_i = l + log q_i - log E_i with E_i ~ Exp(1); conditioned on max_i G_i = T it is
     G~_i = -log(e^-T - e^-Z + e^-G_i), Z = max_i G_i (Kool, van Hoof & Welling 2019, eq. 23).
     In exponential keys K = e^-G (the exponential race: K_i = E_i / (P q_i)) that is
@@ -53,7 +53,7 @@ def _child_gumbels(
     alive = parent > -torch.inf
     # e^(T - l) per beam; 1 for a dead beam, whose children are -inf through T anyway
     rho = torch.where(alive, parent - parent_log_p, torch.zeros_like(parent)).exp_().unsqueeze(-1)
-    log_uniform = torch.rand(probs.shape, dtype=probs.dtype, device=probs.device, generator=generator).log_()
+    log_uniform = torch.log(uniforms)
     ratio = log_uniform * rho.neg()  # E e^(T - l) with E = -log U ~ Exp(1): > 0
     ratio.div_(probs)  # r_i; +inf for an impossible child (q = +0)
     if bool((rho == 0).any()):  # e^(T - l) underflowed: an impossible child is 0/0 there
@@ -69,20 +69,23 @@ def _child_gumbels(
     return children
 
 
-def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[Tensor, Tensor]:
     """k trees per sentence without replacement by stochastic beam search.
 
     Returns heads (k, B, N+1) in draw order and ``dist.log_prob`` of each (k, B); where a
     sentence has fewer than k trees the extra rows are -1 heads with -inf log-probability.
     Beams are laid out sentence-major (row = b * k + beam), so every per-word tensor is a
     view (B, k, N+1) and the top-k runs over each sentence's k (N+1) children without a copy.
-    Word 1 starts from one beam per sentence (no k copies of the same inverse).
+    Word 1 starts from one beam per sentence (no k copies of the same inverse). With one
+    generator per sentence (see :mod:`.streams`), sentence b draws a (beams, n_b + 1) block
+    of uniforms at each of its words m = 1..n_b (beams = 1 at word 1, then k).
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
     # Before word 1 each sentence has one beam, the empty prefix (Gumbel 0: a shift, not a
     # bias); from word 1 on, k beams (-inf: no prefix).
     sentences = torch.arange(batch, device=device)
+    lengths = dist.lengths.tolist()
     state = Conditioner(dist, sentences, Prepared.of(dist))
     log_p = torch.zeros((batch, 1), dtype=torch.float64, device=device)
     gumbel = torch.zeros_like(log_p)
@@ -90,7 +93,12 @@ def stochastic_beam_search(dist, k: int, generator: torch.Generator | None = Non
         beams = gumbel.shape[1]
         active = dist.lengths >= m  # (B,)
         probs = state.probs(m).view(batch, beams, size)
-        children = _child_gumbels(gumbel, log_p, probs, generator)
+        if per_sentence(generator):
+            sizes = [(beams, n + 1) if m <= n else (0,) for n in lengths]
+            uniforms = per_sentence_uniforms(generator, sizes, (beams, size), probs)
+        else:
+            uniforms = torch.rand(probs.shape, dtype=probs.dtype, device=probs.device, generator=generator)
+        children = _child_gumbels(gumbel, log_p, probs, uniforms)
         if not bool(active.all()):  # a finished sentence keeps each beam as its only child
             children[..., 0] = torch.where(active.unsqueeze(-1), children[..., 0], gumbel)
         children = children.view(batch, beams * size)
