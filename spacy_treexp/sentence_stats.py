@@ -8,6 +8,7 @@ import numpy
 import torch
 
 from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS, Randomness
 
 
 def batch_distribution(arcs: Sequence[numpy.ndarray], single_root: bool, device: torch.device) -> TreeDistribution:
@@ -56,17 +57,44 @@ def sentence_statistics(dist: TreeDistribution, heads: Sequence[numpy.ndarray]) 
 
 def sample_fields(
     dist: TreeDistribution,
+    arcs: Sequence[numpy.ndarray],
+    rels: Sequence[Optional[numpy.ndarray]],
     k: int,
     sampler: str,
     without_replacement: bool,
-    generator: Any,
-    rels: Sequence[Optional[numpy.ndarray]],
+    seeds: Optional[Sequence[int]],
 ) -> List[Dict[str, Any]]:
-    """Draw k trees per sentence of ``dist`` (``generator``: see ``TreeDistribution.sample``)
-    and return each sentence's record fields: ``sampled_heads`` (k, n) int32 (rows of -1
-    where a sentence has fewer than k trees, without replacement), ``sample_log_probs``
-    (k,) float64 and, where its relation scores ``rels[b]`` (n+1, n+1, L) are given,
-    ``sampled_labels`` (k, n): the best label of each sampled arc (-1 on padding rows)."""
+    """Draw k trees per sentence of ``dist`` (the batch of ``arcs``) and return each sentence's
+    record fields: ``sampled_heads`` (k, n) int32 (rows of -1 where a sentence has fewer than
+    k trees, without replacement), ``sample_log_probs`` (k,) float64 and, where its relation
+    scores ``rels[b]`` (n+1, n+1, L) are given, ``sampled_labels`` (k, n): the best label of
+    each sampled arc (-1 on padding rows).
+
+    ``seeds``: one per sentence, whose trees then come from its own generator and do not
+    depend on the batch (``colbourn`` and ``sbs`` take the generators in one call; the Wilson
+    samplers, whose walks use a random number of uniforms, sample each sentence alone), or
+    ``None`` for torch's global generator."""
+    if seeds is None:
+        return _draw_fields(dist, rels, k, sampler, without_replacement, None)
+    device = dist.scores.device
+    generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+    if sampler in PER_SENTENCE_METHODS:
+        return _draw_fields(dist, rels, k, sampler, without_replacement, generators)
+    return [
+        _draw_fields(batch_distribution([arc], dist.single_root, device), [rel], k, sampler, without_replacement, g)[0]
+        for arc, rel, g in zip(arcs, rels, generators)
+    ]
+
+
+def _draw_fields(
+    dist: TreeDistribution,
+    rels: Sequence[Optional[numpy.ndarray]],
+    k: int,
+    sampler: str,
+    without_replacement: bool,
+    generator: Randomness,
+) -> List[Dict[str, Any]]:
+    """One sampler call for the sentences of ``dist``: the fields of :func:`sample_fields`."""
     if without_replacement:
         heads, log_probs = dist.sample_without_replacement(k, method=sampler, generator=generator)
     else:

@@ -28,7 +28,6 @@ from spacy.tokens import Doc, Span
 from spacy.util import minibatch
 
 from spacy_treexp.engine import TreeDistribution
-from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 from spacy_treexp.options import DEFAULTS, check_options
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.score_sources import ScoreSource, make_parser_scores
@@ -202,20 +201,8 @@ class TreeExpectations(Pipe):
             for bucket in _length_buckets(items, self.batch_size):
                 dist = self._distribution(bucket, device)
                 self._infer(bucket, dist, device)
-                if self.n_samples == 0:
-                    continue
-                if self.seed is None:
-                    self._sample(bucket, dist, None)
-                    continue
-                generators = [  # one seeded generator per sentence
-                    torch.Generator(device=device).manual_seed(_sentence_seed(self.seed, item["sent"]))
-                    for item in bucket
-                ]
-                if self.sampler in PER_SENTENCE_METHODS:  # the whole batch at once
-                    self._sample(bucket, dist, generators)
-                    continue
-                for item, generator in zip(bucket, generators):  # Wilson's walks: one call each
-                    self._sample([item], self._distribution([item], device), generator)
+                if self.n_samples > 0:
+                    self._sample(bucket, dist)
         for doc, doc_items in zip(docs, per_doc):
             doc._.set(attributes.STORE, [item["record"] for item in doc_items])
 
@@ -336,10 +323,11 @@ class TreeExpectations(Pipe):
                 out[m - 1] = head_prob[m - 1] * math.exp(item["rel"][h, m, label])
         return out
 
-    def _sample(self, bucket: List[Dict[str, Any]], dist: TreeDistribution, generator: Any) -> None:
+    def _sample(self, bucket: List[Dict[str, Any]], dist: TreeDistribution) -> None:
         """Draw ``n_samples`` trees per sentence of a batch, with their log-probabilities."""
-        rels = [item["rel"] for item in bucket]
-        fields = sample_fields(dist, self.n_samples, self.sampler, self.without_replacement, generator, rels)
+        seeds = None if self.seed is None else [_sentence_seed(self.seed, item["sent"]) for item in bucket]
+        arcs, rels = [item["arc"] for item in bucket], [item["rel"] for item in bucket]
+        fields = sample_fields(dist, arcs, rels, self.n_samples, self.sampler, self.without_replacement, seeds)
         for item, sentence in zip(bucket, fields):
             item["record"].update(sentence)
 

@@ -37,7 +37,6 @@ from stanza.models.common.doc import Document, Sentence, Word
 from stanza.pipeline.processor import Processor
 
 from spacy_treexp.engine import TreeDistribution
-from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 from spacy_treexp.options import check_options
 from spacy_treexp.sentence_stats import batch_distribution, sample_fields, sentence_statistics
 from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture, SentenceScores
@@ -146,19 +145,18 @@ def annotate_sentences(numbered: Sequence[Tuple[int, Sentence]], options: Dict[s
     device = _device(options["device"])
     with torch.no_grad():
         for bucket in _buckets(items, options["batch_size"]):
-            _infer(bucket, device, options)
-        if options["n_samples"] > 0:
-            for bucket in _buckets(items, options["batch_size"]):
-                _sample(bucket, device, options)
+            dist = batch_distribution([item["scores"].arc for item in bucket], options["single_root"], device)
+            _infer(bucket, dist, options)
+            if options["n_samples"] > 0:
+                _sample(bucket, dist, options)
     for item in items:
         setattr(item["sentence"], RECORD_ATTR, item["record"])
 
 
-def _infer(bucket: List[Dict[str, Any]], device: torch.device, options: Dict[str, Any]) -> None:
+def _infer(bucket: List[Dict[str, Any]], dist: TreeDistribution, options: Dict[str, Any]) -> None:
     """Exact inference for one engine batch (Koo et al. 2007; Zmigrod et al. 2021)."""
     for item in bucket:
         item["heads"] = _stanza_heads(item["sentence"])
-    dist = batch_distribution([item["scores"].arc for item in bucket], options["single_root"], device)
     statistics = sentence_statistics(dist, [item["heads"] for item in bucket])
     for item, stats in zip(bucket, statistics):
         n = item["n"]
@@ -198,30 +196,16 @@ def _sentence_seed(seed: int, position: int, sentence: Sentence) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
-def _sample(bucket: List[Dict[str, Any]], device: torch.device, options: Dict[str, Any]) -> None:
-    """Draw ``n_samples`` trees per sentence of a bucket (Stanojević 2022). With a seed, each
-    sentence draws from its own generator, so its trees do not depend on the bucket: in one
-    call for ``colbourn`` and ``sbs``, one call per sentence for the Wilson samplers."""
-    if options["seed"] is None:
-        _sample_batch(bucket, device, options, None)
-        return
-    generators = [
-        torch.Generator(device=device).manual_seed(_sentence_seed(options["seed"], item["position"], item["sentence"]))
-        for item in bucket
-    ]
-    if options["sampler"] in PER_SENTENCE_METHODS:
-        _sample_batch(bucket, device, options, generators)
-        return
-    for item, generator in zip(bucket, generators):
-        _sample_batch([item], device, options, generator)
-
-
-def _sample_batch(bucket: List[Dict[str, Any]], device: torch.device, options: Dict[str, Any], generator) -> None:
-    """One sampler call for the sentences of ``bucket``; fills their records' samples."""
-    dist = batch_distribution([item["scores"].arc for item in bucket], options["single_root"], device)
+def _sample(bucket: List[Dict[str, Any]], dist: TreeDistribution, options: Dict[str, Any]) -> None:
+    """Draw ``n_samples`` trees per sentence of a bucket (Stanojević 2022); with a seed, each
+    sentence from its own generator, so that its trees do not depend on the bucket."""
+    seeds = None
+    if options["seed"] is not None:
+        seeds = [_sentence_seed(options["seed"], item["position"], item["sentence"]) for item in bucket]
+    arcs = [item["scores"].arc for item in bucket]
     rels = [item["record"]["rel"] for item in bucket]
     fields = sample_fields(
-        dist, options["n_samples"], options["sampler"], options["without_replacement"], generator, rels
+        dist, arcs, rels, options["n_samples"], options["sampler"], options["without_replacement"], seeds
     )
     for item, sentence in zip(bucket, fields):
         item["record"].update(sentence)
