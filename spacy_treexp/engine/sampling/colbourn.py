@@ -63,14 +63,39 @@ class Prepared:
         return cls(weights, inverse, marginals[:, :, 1].detach().double())
 
 
+def _update_columns(size: int, single_root: bool) -> tuple[Tensor, Tensor]:
+    """Per word m and head h, which two columns of L-hat^{-1} make L-hat^{-1} c and with what
+    coefficients, for the new column c of word m (the single arc h -> m of weight 1):
+    ``columns[m, h]`` (2,) int64 and ``coefficients[m, h]`` (2,) float64, so that
+    L-hat^{-1} c = coefficients[0] * column[0] + coefficients[1] * column[1], j = m - 1:
+    multi-root c = e_j - [h >= 1] e_{h-1}; single-root c = e_0 for h = 0, else
+    [m != 1] e_j - [h != 1] e_{h-1} (row 0 of L-hat holds the ROOT weights)."""
+    words = torch.arange(size).view(-1, 1).expand(size, size)  # m
+    heads = torch.arange(size).view(1, -1).expand(size, size)  # h
+    j, word_head = words - 1, (heads - 1).clamp_min(0)
+    first = j.clamp_min(0).clone()
+    second = word_head.clone()
+    first_coefficient = torch.ones(size, size, dtype=torch.float64)
+    second_coefficient = torch.where(heads >= 1, -1.0, 0.0).double()
+    if single_root:
+        root = heads == 0
+        first[root], second[root] = 0, 0  # c = e_0
+        second_coefficient[heads == 1] = 0.0  # c = e_j
+        word_one = (words == 1) & ~root  # c = -e_{h-1}
+        first[word_one], first_coefficient[word_one], second_coefficient[word_one] = word_head[word_one], -1.0, 0.0
+    columns = torch.stack([first, second], -1)
+    coefficients = torch.stack([first_coefficient, second_coefficient], -1)
+    return columns, coefficients
+
+
 class Conditioner:
     """Colbourn's state for K partial trees; row i belongs to sentence ``sentence[i]``.
 
     ``probs(m)`` gives the conditional head distribution of word m (K, N+1) float64 given the
-    heads fixed so far; ``fix(m, head, active)`` conditions on word m's head. Words are
-    visited in order m = 1, 2, ..., each ``probs(m)`` followed by ``fix(m, ...)``.
-    ``select(rows)`` keeps/duplicates rows (beam search). A prefix that admits no tree gets
-    all-zero conditionals.
+    heads fixed so far (>= +0, never NaN); ``fix(m, head, active)`` conditions on word m's
+    head. Words are visited in order m = 1, 2, ..., each ``probs(m)`` followed by
+    ``fix(m, ...)``. ``select(rows)`` keeps/duplicates rows within their sentences (beam
+    search). A prefix that admits no tree gets all-zero conditionals.
 
     Only the rows of L-hat^{-1} that later words read are kept: before word m, rows
     m-1..N-1, so the state shrinks as words are fixed: ``self.inverse[:, r, c]`` is entry
@@ -82,13 +107,13 @@ class Conditioner:
     holds NaN, so that its conditionals fail the sum check and are *refactorised* at every
     later word (see :data:`SUM_TOLERANCE`).
 
-    ``chain_end`` (K, N+1) int32 rules out, by structure, the heads of probability zero:
-    head h is impossible for word m iff ``chain_end[h] <= m``. For a word v it is the word
-    where the chain of fixed heads from v ends (v itself while v has no head; an unfixed
-    word is >= m, so "<= m" means "== m": h would close a cycle), or N+1 where the chain
-    reaches ROOT; for ROOT it is N+1, and 0 once ROOT has a child of a single-root tree.
-    A row that ``fix`` does not condition at word m (a finished sentence, a dead beam)
-    counts m as a child of ROOT there, so that nothing is ruled out for it later.
+    Heads of probability zero are ruled out by structure. ``chain_end`` (K, N+1) int32: for
+    a word v, the word where the chain of fixed heads from v ends (v itself while v has no
+    head), or N+1 where the chain reaches ROOT; N+1 for ROOT. Head h would close a cycle
+    for word m iff ``chain_end[h] == m`` (an unfixed word is >= m, so "<= m" is the test).
+    ``root_free`` (K,) (single-root): ROOT has no child yet. A row that ``fix`` does not
+    condition at word m (a finished sentence, a dead beam) counts m as a child of ROOT in
+    ``chain_end``, so that nothing is ruled out for it later.
     """
 
     def __init__(self, dist, sentence: Tensor, prepared: Prepared | None = None):
@@ -99,29 +124,32 @@ class Conditioner:
         self.first_marginals = prepared.first
         self.sentence = sentence
         self.lengths = dist.lengths[sentence]
+        self.shortest = int(self.lengths.min()) if sentence.numel() else 0  # every row has words 1..shortest
         size = self.weights.shape[-1]
         device = self.weights.device
         self.inverse = prepared.inverse.index_select(0, sentence)  # (K, N, N) float64 [k, row, column]
         self.slot: Tensor | None = None
         # weights_by_dep[m, b] = column m of sentence b's weights (heads of word m), contiguous
         self.weights_by_dep = self.weights.permute(2, 0, 1).contiguous()
+        columns, coefficients = _update_columns(size, self.single_root)
+        self.update_columns, self.update_coefficients = columns.to(device), coefficients.to(device)
         self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
         self.chain_end = torch.arange(size, device=device, dtype=torch.int32).repeat(sentence.numel(), 1)
         self.chain_end[:, 0] = size
+        self.root_free = torch.ones(sentence.numel(), dtype=torch.bool, device=device) if self.single_root else None
 
     def select(self, rows: Tensor) -> None:
-        """Keep (and duplicate) the rows ``rows`` of the state, e.g. the surviving beams.
+        """Keep (and duplicate) the rows ``rows`` (K,) of the state, e.g. the surviving beams;
+        ``rows[i]`` belongs to the same sentence as row i.
 
         Each parent's first new row takes over its slot; a parent's further rows take the
         slots of the parents that were dropped, and only their inverses are copied. (A beam
         search mostly permutes its beams: after a few words, nothing is copied at all.)
         """
-        for name in ("sentence", "lengths", "heads", "chain_end"):
-            setattr(self, name, getattr(self, name).index_select(0, rows))
+        self.heads, self.chain_end = self.heads.index_select(0, rows), self.chain_end.index_select(0, rows)
+        if self.root_free is not None:
+            self.root_free = self.root_free.index_select(0, rows)
         parent = rows if self.slot is None else self.slot.index_select(0, rows)
-        if rows.numel() != self.inverse.shape[0]:  # not a reshuffle of the slots: copy
-            self.inverse, self.slot = self.inverse.index_select(0, parent), None
-            return
         order = torch.argsort(parent, stable=True)
         ordered = parent[order]
         repeated = torch.zeros_like(ordered, dtype=torch.bool)
@@ -148,7 +176,8 @@ class Conditioner:
     def probs(self, m: int) -> Tensor:
         """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007)."""
         if m == 1:  # nothing fixed yet: the engine's (stable) marginals
-            return self.first_marginals.index_select(0, self.sentence)
+            first = self.first_marginals.index_select(0, self.sentence)
+            return torch.where(first > 0, first, 0.0)
         j = m - 1
         column = self.weights_by_dep[m].index_select(0, self.sentence)  # (K, N+1)
         row = self._in_row_order(self.inverse[:, 0, :])  # (K, N): row j of L-hat^{-1}
@@ -161,13 +190,19 @@ class Conditioner:
         else:
             probs[:, 0] = diagonal[:, 0]
         probs.mul_(column)
-        probs = probs.masked_fill_(self.chain_end <= m, 0.0)
-        drifted = ((probs.sum(-1) - 1).abs_() <= SUM_TOLERANCE).logical_not_()  # NaN counts as drifted
-        redo = drifted.logical_and_(self.lengths >= m)
-        if bool(redo.any()):
-            rows = redo.nonzero().squeeze(-1)
+        allowed = self.chain_end > m
+        if self.single_root:
+            allowed[:, 0] = self.root_free
+        # a negative value is a rounding error of an impossible head; NaN (an untrusted
+        # inverse) becomes 0 too, so that the row fails the sum check below
+        probs = torch.where(allowed & (probs > 0), probs, 0.0)
+        deviation = probs.sum(-1).sub_(1.0).abs_()
+        if m > self.shortest:  # a finished sentence's rows are not checked
+            deviation.masked_fill_(self.lengths < m, 0.0)
+        if not bool(deviation.max() <= SUM_TOLERANCE):
+            rows = (deviation > SUM_TOLERANCE).nonzero().squeeze(-1)
             exact = self._engine_conditionals(m, rows)
-            probs[rows] = exact.masked_fill_(self.chain_end[rows] <= m, 0.0)
+            probs[rows] = torch.where(allowed[rows] & (exact > 0), exact, 0.0)
             slots = rows if self.slot is None else self.slot[rows]
             self.inverse[slots] = torch.nan  # refactorise these rows from now on
         return probs
@@ -194,51 +229,35 @@ class Conditioner:
             return marginals
         return conditioned.marginals[:, :, m].detach().double()
 
-    def fix(self, m: int, head: Tensor, active: Tensor) -> None:
-        """Condition word m on ``head`` (K,) where ``active`` (K,): Sherman-Morrison update.
+    def fix(self, m: int, head: Tensor, active: Tensor | None = None) -> None:
+        """Condition word m on ``head`` (K,) where ``active`` (K,) (None: every row): the
+        Sherman-Morrison update.
 
         The new column c of L-hat is that of the single arc head -> m with weight 1. With
         x = L^{-1} c - e_j and denominator e_j^T L^{-1} c (= det ratio, > 0 for a possible
         head): L^{-1} <- L^{-1} - x (e_j^T L^{-1}) / (e_j^T L^{-1} c), j = m - 1.
-        L^{-1} c is a column of L^{-1} minus ``scale`` times column h-1: multi-root
-        c = e_j - [h >= 1] e_{h-1}; single-root c = e_0 for h = 0, else
-        [m != 1] e_j - [h != 1] e_{h-1} (row 0 of L-hat holds the ROOT weights).
+        L^{-1} c combines two columns of L^{-1} (see :func:`_update_columns`).
         """
-        j = m - 1
-        head_by_row, active_by_row = head, active
-        by_slot = self._in_slot_order(torch.where(active, head, torch.full_like(head, -1)))
-        active = by_slot >= 0
-        word_head = by_slot - 1  # column of L^{-1} for a word head
         inv = self.inverse  # [k, rows j..N-1, column]
-        if self.single_root and m == 1:  # word 1's column: c = e_0 (h = 0) or -e_{h-1}
-            head_col = inv.gather(2, word_head.clamp_min(0).view(-1, 1, 1).expand(-1, inv.shape[1], 1))
-            lc = head_col.squeeze(-1) * torch.where(word_head < 0, 1.0, -1.0).to(inv.dtype).unsqueeze(-1)
-        else:
-            if self.single_root:  # column 0 for ROOT, else column j minus column h-1 unless h = 1
-                first = torch.where(word_head < 0, 0, j)
-                scale = (word_head > 0).to(inv.dtype)
-            else:  # column j minus column h-1 for a word head
-                first = torch.full_like(word_head, j)
-                scale = (word_head >= 0).to(inv.dtype)
-            index = torch.stack([first, word_head.clamp_min(0)], -1).unsqueeze(1).expand(-1, inv.shape[1], 2)
-            first_col, head_col = inv.gather(2, index).unbind(-1)
-            lc = torch.addcmul(first_col, head_col, scale.unsqueeze(-1), value=-1.0)  # rows j.. of L^{-1} c
-        coefficient = torch.where(active, lc[:, 0].reciprocal(), torch.zeros_like(lc[:, 0]))
+        head_by_slot = self._in_slot_order(head if active is None else torch.where(active, head, 0))
+        columns = self.update_columns[m].index_select(0, head_by_slot)  # (K, 2)
+        coefficients = self.update_coefficients[m].index_select(0, head_by_slot)
+        first, second = inv.gather(2, columns.unsqueeze(1).expand(-1, inv.shape[1], 2)).unbind(-1)
+        lc = torch.mul(first, coefficients[:, :1]).addcmul_(second, coefficients[:, 1:])  # rows j.. of L^{-1} c
+        coefficient = lc[:, 0].reciprocal()
+        if active is not None:  # a row not conditioned here is not updated
+            coefficient = torch.where(self._in_slot_order(active), coefficient, 0.0)
         later = inv[:, 1:, :]  # row j is not read again: drop it
         later.addcmul_(lc[:, 1:].unsqueeze(-1), (inv[:, 0, :] * coefficient.unsqueeze(-1)).unsqueeze(-2), value=-1.0)
         self.inverse = later
         # structure (by row): word m now hangs below head's chain. A row not conditioned here
-        # (a finished sentence, a dead beam) treats word m as a ROOT child, which rules out
-        # nothing at later words: its conditionals stay those of its unconditioned inverse.
-        head, active = head_by_row, active_by_row
-        safe_head = torch.where(active, head, torch.zeros_like(head)).unsqueeze(-1)
-        new_end = self.chain_end.gather(1, safe_head)
-        if self.single_root:  # a chain through ROOT ends at ROOT (N+1), ROOT's own entry aside
-            new_end = torch.where(safe_head == 0, self.chain_end.shape[1], new_end)
+        # takes head 0 in the chain table (ROOT's entry is N+1: nothing is ruled out for it).
+        safe_head = head if active is None else torch.where(active, head, 0)
+        new_end = self.chain_end.gather(1, safe_head.unsqueeze(-1))
         self.chain_end = torch.where(self.chain_end == m, new_end, self.chain_end)
         if self.single_root:  # ROOT has a child now: a second one is impossible
-            self.chain_end[:, 0].masked_fill_(active & (head == 0), 0)
-        self.heads[:, m] = torch.where(active, head, self.heads[:, m])
+            self.root_free.logical_and_(safe_head != 0 if active is None else (head != 0) | ~active)
+        self.heads[:, m] = head if active is None else torch.where(active, head, self.heads[:, m])
 
 
 def draw_positive(
@@ -313,8 +332,7 @@ def _colbourn_chunk(
                 f"Colbourn's sampler found no possible head for word {m} of sentence(s) "
                 f"{stuck[:10]} (the tree distribution has no tree there)."
             )
-        drawn_mass = torch.where(probs > 0, probs, torch.zeros_like(probs)).sum(-1)
-        chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / drawn_mass
+        chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
         log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
-        state.fix(m, head, active)
+        state.fix(m, head, None if m <= state.shortest else active)
     return state.heads, log_prob

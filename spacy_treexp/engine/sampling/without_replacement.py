@@ -34,8 +34,8 @@ def _child_gumbels(parent: Tensor, parent_log_p: Tensor, probs: Tensor, uniforms
     """Gumbels of all children (beam, head), conditioned on their maximum being the beam's.
 
     parent (B, k) truncated Gumbels T of the beams (-inf: dead), parent_log_p (B, k) their
-    log P(prefix) = l, probs (B, k, C) the heads' conditionals q (>= 0), uniforms (B, k, C)
-    one U[0, 1) draw per child. A child's Gumbel is
+    log P(prefix) = l, probs (B, k, C) the heads' conditionals q (>= +0, never NaN), uniforms
+    (B, k, C) (or broadcastable to it) one U[0, 1) draw per child. A child's Gumbel is
     G_i = l + log q_i - log E_i with E_i ~ Exp(1); conditioned on max_i G_i = T it is
     G~_i = -log(e^-T - e^-Z + e^-G_i), Z = max_i G_i (Kool, van Hoof & Welling 2019, eq. 23).
     In exponential keys K = e^-G (the exponential race: K_i = E_i / (P q_i)) that is
@@ -46,25 +46,20 @@ def _child_gumbels(parent: Tensor, parent_log_p: Tensor, probs: Tensor, uniforms
     form T - (log E_i + T - l - log q_i). The largest child gets exactly T; an impossible
     child (q = 0) and every child of a dead beam get -inf.
     """
-    # a negative conditional is a rounding error of an impossible head, and a finished
-    # sentence's padding word may hold NaN: both count as +0 (so that the key below is +inf)
-    possible = probs > 0
-    probs = torch.where(possible, probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
     alive = parent > -torch.inf
     # e^(T - l) per beam; 1 for a dead beam, whose children are -inf through T anyway
-    rho = torch.where(alive, parent - parent_log_p, torch.zeros_like(parent)).exp_().unsqueeze(-1)
-    log_uniform = torch.log(uniforms)
-    ratio = log_uniform * rho.neg()  # E e^(T - l) with E = -log U ~ Exp(1): > 0
-    ratio.div_(probs)  # r_i; +inf for an impossible child (q = +0)
+    rho = torch.where(alive, parent - parent_log_p, 0.0).exp_().unsqueeze(-1)
+    # r_i = -(e^(T - l) / q_i) log U_i = E_i e^(T - l) / q_i; +inf for an impossible child
+    ratio = torch.xlogy(rho.neg().div(probs), uniforms)
     if bool((rho == 0).any()):  # e^(T - l) underflowed: an impossible child is 0/0 there
         ratio = ratio.nan_to_num_(nan=torch.inf, posinf=torch.inf)
-    smallest = ratio.amin(-1, keepdim=True)
-    smallest = torch.where(smallest < torch.inf, smallest, torch.zeros_like(smallest))  # no child: all -inf
+    smallest = ratio.amin(-1, keepdim=True).nan_to_num_(posinf=0.0)  # no child: all -inf below
     shifted = ratio.sub_(smallest).log1p_()  # >= 0
     children = torch.sub(parent.unsqueeze(-1), shifted)
-    overflow = (shifted == torch.inf).logical_and_(possible)  # (a dead beam's rho is 1: finite)
+    overflow = (shifted == torch.inf).logical_and_(probs > 0)  # (a dead beam's rho is 1: finite)
     if bool(overflow.any()):
-        exact = parent.unsqueeze(-1) - ((-log_uniform).log() + rho.log() - probs.log())
+        log_energy = torch.log(-torch.log(uniforms)).expand_as(probs)
+        exact = parent.unsqueeze(-1) - (log_energy + rho.log() - probs.log())
         children = torch.where(overflow, exact, children)
     return children
 
@@ -74,48 +69,52 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
 
     Returns heads (k, B, N+1) in draw order and ``dist.log_prob`` of each (k, B); where a
     sentence has fewer than k trees the extra rows are -1 heads with -inf log-probability.
-    Beams are laid out sentence-major (row = b * k + beam), so every per-word tensor is a
-    view (B, k, N+1) and the top-k runs over each sentence's k (N+1) children without a copy.
-    Word 1 starts from one beam per sentence (no k copies of the same inverse). With one
+    Beams are laid out sentence-major (row = b * k + beam) from the start, so every per-word
+    tensor is a view (B, k, N+1) and the top-k runs over each sentence's k (N+1) children
+    without a copy. Before word 1 only beam 0 (the empty prefix) is alive. With one
     generator per sentence (see :mod:`.streams`), sentence b draws a (beams, n_b + 1) block
     of uniforms at each of its words m = 1..n_b (beams = 1 at word 1, then k).
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
-    # Before word 1 each sentence has one beam, the empty prefix (Gumbel 0: a shift, not a
-    # bias); from word 1 on, k beams (-inf: no prefix).
-    sentences = torch.arange(batch, device=device)
     lengths = dist.lengths.tolist()
-    state = Conditioner(dist, sentences, Prepared.of(dist))
-    log_p = torch.zeros((batch, 1), dtype=torch.float64, device=device)
-    gumbel = torch.zeros_like(log_p)
+    state = Conditioner(dist, torch.arange(batch, device=device).repeat_interleave(k), Prepared.of(dist))
+    # beam 0 is the empty prefix (Gumbel 0: a shift, not a bias); the others no prefix yet
+    gumbel = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
+    gumbel[:, 0] = 0.0
+    log_p = gumbel.clone()
+    first_row = torch.arange(0, batch * k, k, device=device).unsqueeze(1)
     for m in range(1, size):
-        beams = gumbel.shape[1]
-        active = dist.lengths >= m  # (B,)
-        probs = state.probs(m).view(batch, beams, size)
+        beams = 1 if m == 1 else k  # beams with children (a dead beam's children are -inf)
+        probs = state.probs(m).view(batch, k, size)
         if per_sentence(generator):
             sizes = [(beams, n + 1) if m <= n else (0,) for n in lengths]
             uniforms = per_sentence_uniforms(generator, sizes, (beams, size), probs)
         else:
-            uniforms = torch.rand(probs.shape, dtype=probs.dtype, device=probs.device, generator=generator)
+            uniforms = torch.rand((batch, beams, size), dtype=probs.dtype, device=device, generator=generator)
         children = _child_gumbels(gumbel, log_p, probs, uniforms)
-        if not bool(active.all()):  # a finished sentence keeps each beam as its only child
-            children[..., 0] = torch.where(active.unsqueeze(-1), children[..., 0], gumbel)
-        children = children.view(batch, beams * size)
-        if beams * size < k:  # fewer than k children (word 1 of a short sentence): pad
-            children = torch.cat([children, children.new_full((batch, k - beams * size), -torch.inf)], 1)
-        gumbel, index = children.topk(k, dim=-1)  # (B, k), draw order
-        alive = gumbel > -torch.inf  # False: no prefix (the sentence has fewer trees)
-        index = torch.where(alive, index, torch.zeros_like(index))
+        finished = m > state.shortest  # some sentence has no word m
+        if finished:  # a finished sentence keeps each beam as its only child
+            active = (dist.lengths >= m).unsqueeze(-1)
+            children[..., 0] = torch.where(active, children[..., 0], gumbel)
+        gumbel, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k), draw order
         parent = index.div(size, rounding_mode="floor")
         head = index - parent * size
-        chosen = probs.view(batch, beams * size).gather(1, index)
-        step = torch.where(active.unsqueeze(-1), chosen.log(), torch.zeros_like(chosen))
-        log_p = torch.where(alive, log_p.gather(1, parent) + step, gumbel)
-        state.select((sentences.unsqueeze(1) * beams + parent).view(-1))
-        state.fix(m, head.view(-1), (alive & active.unsqueeze(-1)).view(-1))
+        step = probs.view(batch, k * size).gather(1, index).log_()
+        if finished:
+            step = torch.where(active, step, 0.0)
+        log_p = log_p.gather(1, parent).add_(step)  # (a dead beam's is never read)
+        alive = gumbel > -torch.inf  # False: no prefix (the sentence has fewer trees)
+        if finished:
+            conditioned = (alive & active).view(-1)
+        elif bool(alive[:, -1].all()):  # (top-k is sorted: the last beam is the weakest)
+            conditioned = None  # every row
+        else:
+            conditioned = alive.view(-1)
+        state.select((first_row + parent).view(-1))
+        state.fix(m, head.view(-1), conditioned)
     heads = state.heads.view(batch, k, size).transpose(0, 1)
-    heads = torch.where(alive.T.unsqueeze(-1), heads, torch.full_like(heads, -1))
+    heads = torch.where(alive.T.unsqueeze(-1), heads, -1)
     return heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
 
 
@@ -164,7 +163,7 @@ class _Trie:
             node = torch.where(below, path[:, d - 1], torch.zeros_like(path[:, d - 1]))
             children = self.child[node]
             probs = path_probs[:, d]
-            unseen = torch.where((children < 0) & (probs > 0), probs, torch.zeros_like(probs)).sum(-1)
+            unseen = torch.where(children < 0, probs, 0.0).sum(-1)
             seen = torch.where(
                 children >= 0,
                 self.log_remaining[children.clamp_min(0)],
@@ -204,7 +203,7 @@ def _descend(dist, prepared: Prepared, trie: _Trie, rows: Tensor, generator: tor
         probs = state.probs(m)
         children = trie.child[node]
         seen = children >= 0
-        unseen_log_mass = log_p.unsqueeze(-1) + torch.where(probs > 0, probs, torch.zeros_like(probs)).log()
+        unseen_log_mass = log_p.unsqueeze(-1) + probs.log()
         log_mass = torch.where(seen, trie.log_remaining[children.clamp_min(0)], unseen_log_mass)
         top = log_mass.max(-1, keepdim=True).values
         weights = torch.exp(log_mass - torch.where(top > -torch.inf, top, torch.zeros_like(top)))
