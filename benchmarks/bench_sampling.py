@@ -15,7 +15,8 @@ Prints these tables:
    written as a plain Python loop, one sample, one word and one step at a time (the way
    public samplers are written);
 2. sampling without replacement, k = 20, batch 64, n = 30, in milliseconds;
-3. the same as k grows to 1000 (time per tree should stay flat: O(k n^3));
+3. the same as k grows to 1000 (time per tree should stay flat: O(k n^3)); beside SBS, the
+   time of its unavoidable kernels alone (see :func:`sbs_kernel_floor`);
 4. Wilson-Reject's expected tries Z_multi / Z_single (exact) and measured, against the
    (1 + 1/n)^(n-1) <= e bound of Stanojević (2022), for random scores and for
    "parser-like" scores (a random gold tree's arcs +10 over N(0, 2^2) noise);
@@ -132,11 +133,32 @@ def throughput_table(lengths: list[int], batch: int, samples: int, repeats: int)
         print(row, flush=True)
 
 
+def sbs_kernel_floor(inverses: torch.Tensor, k: int, gen: torch.Generator) -> None:
+    """The kernels any exact SBS over per-beam inverses runs, alone, at the same sizes:
+    one copy of each sentence's inverse (B, n, n) per beam, then per word one float64
+    uniform per child, a top-k over each sentence's k (n + 1) children, the two columns of
+    each beam's inverse that its update needs (a gather), and the rank-one update of the
+    rows still to come. No setup, masks, bookkeeping, duplicate copies, drift checks or
+    Gumbel arithmetic: a lower bound for this machine, not a sampler."""
+    batch, n = inverses.shape[0], inverses.shape[-1]
+    size, rows = n + 1, batch * k
+    inverse = inverses.index_select(0, torch.arange(batch).repeat_interleave(k))
+    for m in range(1, size):
+        later = inverse[:, m - 1 :, :]
+        uniforms = torch.rand(batch, k * size, dtype=torch.float64, generator=gen)
+        _, index = uniforms.topk(k, dim=-1)
+        columns = (index % n).view(rows, 1, 1).expand(-1, later.shape[1], 2)
+        update = later.gather(2, columns)[..., 0]
+        later[:, 1:, :].addcmul_(update[:, 1:].unsqueeze(-1), later[:, :1, :], value=-1e-6)
+
+
 def swor_table(batch: int, n: int, ks: list[int], repeats: int) -> None:
     dist = random_dist(batch, n, seed=7)
     dist.marginals
-    print(f"\n2./3. Sampling without replacement (batch {batch}, n = {n}): time per call and per tree")
-    print(f"{'k':>6} {'sbs ms':>10} {'sbs us/tree':>12} {'trie ms':>10} {'trie us/tree':>13}")
+    inverses = torch.randn(batch, n, n, dtype=torch.float64)
+    print(f"\n2./3. Sampling without replacement (batch {batch}, n = {n}): time per call and per tree; "
+          "'kernels ms': SBS's unavoidable kernels alone (a floor)")
+    print(f"{'k':>6} {'sbs ms':>10} {'sbs us/tree':>12} {'kernels ms':>11} {'trie ms':>10} {'trie us/tree':>13}")
     for k in ks:
         gen = torch.Generator().manual_seed(2)
         row = f"{k:>6}"
@@ -144,6 +166,9 @@ def swor_table(batch: int, n: int, ks: list[int], repeats: int) -> None:
             run = lambda: sample_without_replacement(dist, k, method=method, generator=gen)
             seconds = timed(run, repeats if k <= 100 else 1)
             row += f" {seconds * 1e3:>10.1f} {seconds * 1e6 / (k * batch):>12.1f}"
+            if method == "sbs":
+                floor = timed(lambda: sbs_kernel_floor(inverses, k, gen), repeats if k <= 100 else 1)
+                row += f" {floor * 1e3:>11.1f}"
         print(row, flush=True)
 
 

@@ -49,8 +49,9 @@ def _child_gumbels(parent: Tensor, parent_log_p: Tensor, probs: Tensor, uniforms
     alive = parent > -torch.inf
     # e^(T - l) per beam; 1 for a dead beam, whose children are -inf through T anyway
     rho = torch.where(alive, parent - parent_log_p, 0.0).exp_().unsqueeze(-1)
-    # r_i = -(e^(T - l) / q_i) log U_i = E_i e^(T - l) / q_i; +inf for an impossible child
-    ratio = torch.xlogy(rho.neg().div(probs), uniforms)
+    log_uniform = torch.log(uniforms)
+    # r_i = E_i e^(T - l) / q_i with E_i = -log U_i; +inf for an impossible child (q = +0)
+    ratio = torch.mul(log_uniform, rho.neg()).div_(probs)
     if bool((rho == 0).any()):  # e^(T - l) underflowed: an impossible child is 0/0 there
         ratio = ratio.nan_to_num_(nan=torch.inf, posinf=torch.inf)
     smallest = ratio.amin(-1, keepdim=True).nan_to_num_(posinf=0.0)  # no child: all -inf below
@@ -58,8 +59,7 @@ def _child_gumbels(parent: Tensor, parent_log_p: Tensor, probs: Tensor, uniforms
     children = torch.sub(parent.unsqueeze(-1), shifted)
     overflow = (shifted == torch.inf).logical_and_(probs > 0)  # (a dead beam's rho is 1: finite)
     if bool(overflow.any()):
-        log_energy = torch.log(-torch.log(uniforms)).expand_as(probs)
-        exact = parent.unsqueeze(-1) - (log_energy + rho.log() - probs.log())
+        exact = parent.unsqueeze(-1) - ((-log_uniform).log() + rho.log() - probs.log())
         children = torch.where(overflow, exact, children)
     return children
 
