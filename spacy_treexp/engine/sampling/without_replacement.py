@@ -85,14 +85,18 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
     log_p = gumbel.clone()
     first_row = torch.arange(0, batch * k, k, device=device).unsqueeze(1)
     for m in range(1, size):
-        beams = 1 if m == 1 else k  # beams with children (a dead beam's children are -inf)
+        beams = 1 if m == 1 else k  # beams with children (before word 1, only beam 0 is alive)
         probs = state.probs(m).view(batch, k, size)
         if per_sentence(generator):
             sizes = [(beams, n + 1) if m <= n else (0,) for n in lengths]
             uniforms = per_sentence_uniforms(generator, sizes, (beams, size), probs)
         else:
             uniforms = torch.rand((batch, beams, size), dtype=probs.dtype, device=device, generator=generator)
-        children = _child_gumbels(gumbel, log_p, probs, uniforms)
+        if beams == 1:  # word 1: only beam 0 has children
+            children = torch.full_like(probs, -torch.inf)
+            children[:, :1] = _child_gumbels(gumbel[:, :1], log_p[:, :1], probs[:, :1], uniforms)
+        else:
+            children = _child_gumbels(gumbel, log_p, probs, uniforms)
         finished = m > state.shortest  # some sentence has no word m
         if finished:  # a finished sentence keeps each beam as its only child
             active = (dist.lengths >= m).unsqueeze(-1)
