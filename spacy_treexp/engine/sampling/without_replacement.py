@@ -115,7 +115,8 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
             conditioned = None  # every row
         else:
             conditioned = alive.view(-1)
-        state.select((first_row + parent).view(-1))
+        if m > 1:  # (at word 1 every row of a sentence holds the same state: nothing to move)
+            state.select((first_row + parent).view(-1))
         state.fix(m, head.view(-1), conditioned)
     heads = state.heads.view(batch, k, size).transpose(0, 1)
     heads = torch.where(alive.T.unsqueeze(-1), heads, -1)
