@@ -94,18 +94,15 @@ class Conditioner:
     ``probs(m)`` gives the conditional head distribution of word m (K, N+1) float64 given the
     heads fixed so far (>= +0, never NaN); ``fix(m, head, active)`` conditions on word m's
     head. Words are visited in order m = 1, 2, ..., each ``probs(m)`` followed by
-    ``fix(m, ...)``. ``select(rows)`` keeps/duplicates rows within their sentences (beam
-    search). A prefix that admits no tree gets all-zero conditionals.
+    ``fix(m, ...)``. ``branch(parent)`` continues rows as new partial trees within their
+    sentences (beam search). A prefix that admits no tree gets all-zero conditionals.
 
     Only the rows of L-hat^{-1} that later words read are kept: before word m, rows
     m-1..N-1, so the state shrinks as words are fixed: ``self.inverse[:, r, c]`` is entry
-    (m-1+r, c). Each slot's rows stay one contiguous block, so the rank-one update of all
-    of them runs over long contiguous rows.
-    The inverses live in K *slots*: ``slot[i]`` is row i's (None: slot i). ``select`` moves
-    slot numbers instead of copying inverses; only a row that duplicates another copies one.
-    A slot whose inverse is not trusted (L-hat singular in float64, or its updates drifted)
-    holds NaN, so that its conditionals fail the sum check and are *refactorised* at every
-    later word (see :data:`SUM_TOLERANCE`).
+    (m-1+r, c). Each partial tree's rows stay one contiguous block, so the rank-one update
+    of all of them runs over long contiguous rows. An inverse that is not trusted (L-hat
+    singular in float64, or its updates drifted) holds NaN, so that its conditionals fail
+    the sum check and are *refactorised* at every later word (see :data:`SUM_TOLERANCE`).
 
     Heads of probability zero are ruled out by structure. ``chain_end`` (K, N+1) int32: for
     a word v, the word where the chain of fixed heads from v ends (v itself while v has no
@@ -128,7 +125,6 @@ class Conditioner:
         size = self.weights.shape[-1]
         device = self.weights.device
         self.inverse = prepared.inverse.index_select(0, sentence)  # (K, N, N) float64 [k, row, column]
-        self.slot: Tensor | None = None
         # weights_by_dep[m, b] = column m of sentence b's weights (heads of word m), contiguous
         self.weights_by_dep = self.weights.permute(2, 0, 1).contiguous()
         columns, coefficients = _update_columns(size, self.single_root)
@@ -138,40 +134,29 @@ class Conditioner:
         self.chain_end[:, 0] = size
         self.root_free = torch.ones(sentence.numel(), dtype=torch.bool, device=device) if self.single_root else None
 
-    def select(self, rows: Tensor) -> None:
-        """Keep (and duplicate) the rows ``rows`` (K,) of the state, e.g. the surviving beams;
-        ``rows[i]`` belongs to the same sentence as row i.
+    def branch(self, parent: Tensor) -> Tensor:
+        """New partial trees: tree i continues row ``parent[i]`` (K,), a row of its own sentence.
 
-        Each parent's first new row takes over its slot; a parent's further rows take the
-        slots of the parents that were dropped, and only their inverses are copied. (A beam
-        search mostly permutes its beams: after a few words, nothing is copied at all.)
+        Returns the row each new tree takes (K,). The first tree of a parent stays in the
+        parent's row; a parent's further trees take the rows of the parents that were
+        dropped, and only into those rows is the parent's state copied. (A beam search
+        mostly keeps its beams: after a few words, little is copied.) The rows of a sentence
+        stay its rows: duplicates and free rows pair up in order, sentence by sentence.
         """
-        self.heads, self.chain_end = self.heads.index_select(0, rows), self.chain_end.index_select(0, rows)
-        if self.root_free is not None:
-            self.root_free = self.root_free.index_select(0, rows)
-        parent = rows if self.slot is None else self.slot.index_select(0, rows)
         order = torch.argsort(parent, stable=True)
         ordered = parent[order]
         repeated = torch.zeros_like(ordered, dtype=torch.bool)
         repeated[1:] = ordered[1:] == ordered[:-1]
-        if bool(repeated.any()):
-            duplicates = order[repeated]
-            kept = torch.zeros_like(parent, dtype=torch.bool).index_fill_(0, parent, True)
-            free = (~kept).nonzero().squeeze(-1)  # as many as duplicates
-            source = parent.index_select(0, duplicates)
-            self.inverse.index_copy_(0, free, self.inverse.index_select(0, source))
-            parent = parent.index_put((duplicates,), free)
-        self.slot = parent
-
-    def _in_row_order(self, values: Tensor) -> Tensor:
-        """Per-slot values (K, ...) arranged by row."""
-        return values if self.slot is None else values.index_select(0, self.slot)
-
-    def _in_slot_order(self, values: Tensor) -> Tensor:
-        """Per-row values (K, ...) arranged by slot."""
-        if self.slot is None:
-            return values
-        return torch.empty_like(values).index_copy_(0, self.slot, values)
+        if not bool(repeated.any()):
+            return parent
+        duplicates = order[repeated]
+        kept = torch.zeros_like(parent, dtype=torch.bool).index_fill_(0, parent, True)
+        free = (~kept).nonzero().squeeze(-1)  # as many as duplicates, in the same sentences
+        source = parent.index_select(0, duplicates)
+        for state in (self.inverse, self.heads, self.chain_end, self.root_free):
+            if state is not None:
+                state.index_copy_(0, free, state.index_select(0, source))
+        return parent.index_put((duplicates,), free)
 
     def probs(self, m: int) -> Tensor:
         """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007)."""
@@ -180,7 +165,7 @@ class Conditioner:
             return torch.where(first > 0, first, 0.0)
         j = m - 1
         column = self.weights_by_dep[m].index_select(0, self.sentence)  # (K, N+1)
-        row = self._in_row_order(self.inverse[:, 0, :])  # (K, N): row j of L-hat^{-1}
+        row = self.inverse[:, 0, :]  # (K, N): row j of L-hat^{-1}
         diagonal = row[:, j : j + 1]
         probs = torch.empty_like(column)
         torch.sub(diagonal, row, out=probs[:, 1:])  # head h >= 1: A[j, j] - A[j, h-1]
@@ -203,8 +188,7 @@ class Conditioner:
             rows = (deviation > SUM_TOLERANCE).nonzero().squeeze(-1)
             exact = self._engine_conditionals(m, rows)
             probs[rows] = torch.where(allowed[rows] & (exact > 0), exact, 0.0)
-            slots = rows if self.slot is None else self.slot[rows]
-            self.inverse[slots] = torch.nan  # refactorise these rows from now on
+            self.inverse[rows] = torch.nan  # refactorise these rows from now on
         return probs
 
     def _engine_conditionals(self, m: int, rows: Tensor) -> Tensor:
@@ -239,20 +223,19 @@ class Conditioner:
         L^{-1} c combines two columns of L^{-1} (see :func:`_update_columns`).
         """
         inv = self.inverse  # [k, rows j..N-1, column]
-        head_by_slot = self._in_slot_order(head if active is None else torch.where(active, head, 0))
-        columns = self.update_columns[m].index_select(0, head_by_slot)  # (K, 2)
-        coefficients = self.update_coefficients[m].index_select(0, head_by_slot)
+        safe_head = head if active is None else torch.where(active, head, 0)
+        columns = self.update_columns[m].index_select(0, safe_head)  # (K, 2)
+        coefficients = self.update_coefficients[m].index_select(0, safe_head)
         first, second = inv.gather(2, columns.unsqueeze(1).expand(-1, inv.shape[1], 2)).unbind(-1)
         lc = torch.mul(first, coefficients[:, :1]).addcmul_(second, coefficients[:, 1:])  # rows j.. of L^{-1} c
         coefficient = lc[:, 0].reciprocal()
         if active is not None:  # a row not conditioned here is not updated
-            coefficient = torch.where(self._in_slot_order(active), coefficient, 0.0)
+            coefficient = torch.where(active, coefficient, 0.0)
         later = inv[:, 1:, :]  # row j is not read again: drop it
         later.addcmul_(lc[:, 1:].unsqueeze(-1), (inv[:, 0, :] * coefficient.unsqueeze(-1)).unsqueeze(-2), value=-1.0)
         self.inverse = later
-        # structure (by row): word m now hangs below head's chain. A row not conditioned here
-        # takes head 0 in the chain table (ROOT's entry is N+1: nothing is ruled out for it).
-        safe_head = head if active is None else torch.where(active, head, 0)
+        # structure: word m now hangs below head's chain. A row not conditioned here takes
+        # head 0 in the chain table (ROOT's entry is N+1: nothing is ruled out for it).
         new_end = self.chain_end.gather(1, safe_head.unsqueeze(-1))
         self.chain_end = torch.where(self.chain_end == m, new_end, self.chain_end)
         if self.single_root:  # ROOT has a child now: a second one is impossible

@@ -69,30 +69,32 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
 
     Returns heads (k, B, N+1) in draw order and ``dist.log_prob`` of each (k, B); where a
     sentence has fewer than k trees the extra rows are -1 heads with -inf log-probability.
-    Beams are laid out sentence-major (row = b * k + beam) from the start, so every per-word
-    tensor is a view (B, k, N+1) and the top-k runs over each sentence's k (N+1) children
-    without a copy. Before word 1 only beam 0 (the empty prefix) is alive. With one
-    generator per sentence (see :mod:`.streams`), sentence b draws a (beams, n_b + 1) block
-    of uniforms at each of its words m = 1..n_b (beams = 1 at word 1, then k).
+    Sentence b owns the state rows b * k .. b * k + k - 1 throughout (see
+    :meth:`Conditioner.branch`), so every per-word tensor is a view (B, k, N+1) and the
+    top-k runs over each sentence's k (N+1) children without a copy; a beam's Gumbel and
+    log-probability live in its row. Before word 1 only row 0 (the empty prefix) is alive.
+    With one generator per sentence (see :mod:`.streams`), sentence b draws a
+    (beams, n_b + 1) block of uniforms at each of its words m = 1..n_b (beams = 1 at word 1,
+    then k).
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
     lengths = dist.lengths.tolist()
     state = Conditioner(dist, torch.arange(batch, device=device).repeat_interleave(k), Prepared.of(dist))
-    # beam 0 is the empty prefix (Gumbel 0: a shift, not a bias); the others no prefix yet
+    # by row: the empty prefix (Gumbel 0: a shift, not a bias) in row 0, no prefix elsewhere
     gumbel = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
     gumbel[:, 0] = 0.0
     log_p = gumbel.clone()
     first_row = torch.arange(0, batch * k, k, device=device).unsqueeze(1)
     for m in range(1, size):
-        beams = 1 if m == 1 else k  # beams with children (before word 1, only beam 0 is alive)
+        beams = 1 if m == 1 else k  # beams with children (before word 1, only row 0 is alive)
         probs = state.probs(m).view(batch, k, size)
         if per_sentence(generator):
             sizes = [(beams, n + 1) if m <= n else (0,) for n in lengths]
             uniforms = per_sentence_uniforms(generator, sizes, (beams, size), probs)
         else:
             uniforms = torch.rand((batch, beams, size), dtype=probs.dtype, device=device, generator=generator)
-        if beams == 1:  # word 1: only beam 0 has children
+        if beams == 1:  # word 1: only row 0 has children
             children = torch.full_like(probs, -torch.inf)
             children[:, :1] = _child_gumbels(gumbel[:, :1], log_p[:, :1], probs[:, :1], uniforms)
         else:
@@ -101,26 +103,36 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
         if finished:  # a finished sentence keeps each beam as its only child
             active = (dist.lengths >= m).unsqueeze(-1)
             children[..., 0] = torch.where(active, children[..., 0], gumbel)
-        gumbel, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k), draw order
+        best, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k) new beams
         parent = index.div(size, rounding_mode="floor")
         head = index - parent * size
         step = probs.view(batch, k * size).gather(1, index).log_()
         if finished:
             step = torch.where(active, step, 0.0)
-        log_p = log_p.gather(1, parent).add_(step)  # (a dead beam's is never read)
-        alive = gumbel > -torch.inf  # False: no prefix (the sentence has fewer trees)
+        beam_log_p = log_p.gather(1, parent).add_(step)  # (a dead beam's is never read)
+        alive = best > -torch.inf  # False: no prefix (the sentence has fewer trees)
         if finished:
-            conditioned = (alive & active).view(-1)
+            conditioned = alive & active
         elif bool(alive[:, -1].all()):  # (top-k is sorted: the last beam is the weakest)
-            conditioned = None  # every row
+            conditioned = None  # every beam
         else:
-            conditioned = alive.view(-1)
-        if m > 1:  # (at word 1 every row of a sentence holds the same state: nothing to move)
-            state.select((first_row + parent).view(-1))
-        state.fix(m, head.view(-1), conditioned)
-    heads = state.heads.view(batch, k, size).transpose(0, 1)
-    heads = torch.where(alive.T.unsqueeze(-1), heads, -1)
+            conditioned = alive
+        # at word 1 every row of a sentence holds the same state: any row can take any beam
+        rows = (first_row + (parent if m > 1 else torch.arange(k, device=device))).view(-1)
+        if m > 1:
+            rows = state.branch(rows)
+        gumbel = _by_row(rows, best)
+        log_p = _by_row(rows, beam_log_p)
+        state.fix(m, _by_row(rows, head).view(-1), None if conditioned is None else _by_row(rows, conditioned).view(-1))
+    gumbel, order = gumbel.sort(dim=-1, descending=True, stable=True)  # draw order
+    heads = state.heads.view(batch, k, size).gather(1, order.unsqueeze(-1).expand(-1, -1, size)).transpose(0, 1)
+    heads = torch.where((gumbel > -torch.inf).T.unsqueeze(-1), heads, -1)
     return heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
+
+
+def _by_row(rows: Tensor, values: Tensor) -> Tensor:
+    """(B, k) per-beam values arranged by the state row each beam took (``rows`` (B*k,))."""
+    return torch.empty_like(values).view(-1).index_copy_(0, rows, values.view(-1)).view(values.shape)
 
 
 class _Trie:
