@@ -30,7 +30,9 @@ from spacy_treexp.engine.sampling.colbourn import Conditioner, Prepared, draw_po
 from spacy_treexp.engine.sampling.streams import Randomness, per_sentence, per_sentence_uniforms
 
 
-def _child_gumbels(parent: Tensor, parent_log_p: Tensor, probs: Tensor, uniforms: Tensor) -> Tensor:
+def _child_gumbels(
+    parent: Tensor, parent_log_p: Tensor, probs: Tensor, uniforms: Tensor, out: Tensor | None = None
+) -> Tensor:
     """Gumbels of all children (beam, head), conditioned on their maximum being the beam's.
 
     parent (B, k) truncated Gumbels T of the beams (-inf: dead), parent_log_p (B, k) their
@@ -44,23 +46,24 @@ def _child_gumbels(parent: Tensor, parent_log_p: Tensor, probs: Tensor, uniforms
     difference of nearly equal logarithms. e^(T - l) <= e^(G - l), the parent's own Gumbel
     noise, so it cannot overflow; an r_i that overflows (q_i below ~1e-290) gets the exact
     form T - (log E_i + T - l - log q_i). The largest child gets exactly T; an impossible
-    child (q = 0) and every child of a dead beam get -inf.
+    child (q = 0) and every child of a dead beam get -inf. ``out`` (like ``probs``): where
+    to compute (a buffer reused word after word stays in cache); a new tensor if None.
     """
     alive = parent > -torch.inf
     # e^(T - l) per beam; 1 for a dead beam, whose children are -inf through T anyway
     rho = torch.where(alive, parent - parent_log_p, 0.0).exp_().unsqueeze(-1)
-    log_uniform = torch.log(uniforms)
     # r_i = E_i e^(T - l) / q_i with E_i = -log U_i; +inf for an impossible child (q = +0)
-    ratio = torch.mul(log_uniform, rho.neg()).div_(probs)
+    ratio = torch.log(uniforms.expand_as(probs), out=torch.empty_like(probs) if out is None else out)
+    ratio.mul_(rho.neg()).div_(probs)
     if bool((rho == 0).any()):  # e^(T - l) underflowed: an impossible child is 0/0 there
-        ratio = ratio.nan_to_num_(nan=torch.inf, posinf=torch.inf)
+        ratio.nan_to_num_(nan=torch.inf, posinf=torch.inf)
     smallest = ratio.amin(-1, keepdim=True).nan_to_num_(posinf=0.0)  # no child: all -inf below
     shifted = ratio.sub_(smallest).log1p_()  # >= 0
-    children = torch.sub(parent.unsqueeze(-1), shifted)
     overflow = (shifted == torch.inf).logical_and_(probs > 0)  # (a dead beam's rho is 1: finite)
+    children = torch.sub(parent.unsqueeze(-1), shifted, out=shifted)
     if bool(overflow.any()):
-        exact = parent.unsqueeze(-1) - ((-log_uniform).log() + rho.log() - probs.log())
-        children = torch.where(overflow, exact, children)
+        exact = parent.unsqueeze(-1) - ((-torch.log(uniforms)).log() + rho.log() - probs.log())
+        children = torch.where(overflow, exact, children, out=children)
     return children
 
 
@@ -98,7 +101,7 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
             children = torch.full_like(probs, -torch.inf)
             children[:, :1] = _child_gumbels(gumbel[:, :1], log_p[:, :1], probs[:, :1], uniforms)
         else:
-            children = _child_gumbels(gumbel, log_p, probs, uniforms)
+            children = _child_gumbels(gumbel, log_p, probs, uniforms, out=children)
         finished = m > state.shortest  # some sentence has no word m
         if finished:  # a finished sentence keeps each beam as its only child
             active = (dist.lengths >= m).unsqueeze(-1)
