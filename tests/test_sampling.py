@@ -587,3 +587,33 @@ def test_sbs_refactorises_nothing_on_well_conditioned_scores(monkeypatch):
         heads, log_probs = sample_without_replacement(dist, 40, method="sbs", generator=gen)
         assert_exact_log_probs(dist, heads, log_probs)
     assert calls == []
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_update_column_table_gives_the_inverse_times_the_new_column(single_root):
+    """Fixing word m's head h replaces column m-1 of L-hat by that of the single arc h -> m
+    (weight 1). The table Colbourn's update reads must give L-hat^{-1} c for that column c,
+    for every word and head (a wrong entry would otherwise only show as drift, silently
+    repaired by refactorisation)."""
+    from spacy_treexp.engine.laplacian import laplacian_matrix
+    from spacy_treexp.engine.sampling.colbourn import _update_columns
+
+    n = 5
+    gen = torch.Generator().manual_seed(11)
+    weights = torch.rand(1, n + 1, n + 1, generator=gen, dtype=torch.float64) + 0.1
+    weights[:, :, 0] = 0.0  # no arc into ROOT
+    weights[:, torch.arange(n + 1), torch.arange(n + 1)] = 0.0  # no self-loops
+    lengths = torch.tensor([n])
+    inverse = torch.linalg.inv(laplacian_matrix(weights, lengths, single_root))[0]
+    columns, coefficients = _update_columns(n + 1, single_root)
+    for m in range(1, n + 1):
+        for h in range(n + 1):
+            if h == m:
+                continue
+            single_arc = weights.clone()
+            single_arc[:, :, m] = 0.0
+            single_arc[:, h, m] = 1.0
+            c = laplacian_matrix(single_arc, lengths, single_root)[0][:, m - 1]
+            expected = inverse @ c
+            got = sum(coefficients[m, h, i] * inverse[:, columns[m, h, i]] for i in range(2))
+            torch.testing.assert_close(got, expected, rtol=0, atol=1e-12, msg=f"word {m}, head {h}")
