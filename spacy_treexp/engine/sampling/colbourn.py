@@ -38,16 +38,20 @@ SUM_TOLERANCE = 1e-6
 class Prepared:
     """What Colbourn's sampler needs per sentence, computed once per distribution.
 
-    weights (B, N+1, N+1): the engine's column-shifted arc weights in float64;
+    weights_by_dep (N+1, B, N+1): the engine's column-shifted arc weights in float64,
+    [m, b] = column m of sentence b (the heads of word m), contiguous per word;
     inverse (B, N, N): L-hat^{-1} in float64 (NaN where L-hat is singular in float64);
     first (B, N+1): word 1's head marginals in float64 from the engine (the stable path;
     recomputed from float64 scores for lower-precision inputs, so that no tree whose
-    probability is representable in float64 is lost to float32 underflow).
+    probability is representable in float64 is lost to float32 underflow), >= +0;
+    update_columns, update_coefficients: the table of :func:`_update_columns`.
     """
 
-    weights: Tensor
+    weights_by_dep: Tensor
     inverse: Tensor
     first: Tensor
+    update_columns: Tensor
+    update_coefficients: Tensor
 
     @classmethod
     def of(cls, dist) -> "Prepared":
@@ -60,7 +64,15 @@ class Prepared:
             marginals = dist.marginals
         else:
             marginals = type(dist)(scores.double(), dist.lengths, single_root=dist.single_root).marginals
-        return cls(weights, inverse, marginals[:, :, 1].detach().double())
+        first = marginals[:, :, 1].detach().double()
+        columns, coefficients = _update_columns(weights.shape[-1], dist.single_root)
+        return cls(
+            weights.permute(2, 0, 1).contiguous(),
+            inverse,
+            torch.where(first > 0, first, 0.0),
+            columns.to(weights.device),
+            coefficients.to(weights.device),
+        )
 
 
 def _update_columns(size: int, single_root: bool) -> tuple[Tensor, Tensor]:
@@ -117,18 +129,13 @@ class Conditioner:
         prepared = Prepared.of(dist) if prepared is None else prepared
         self.dist = dist
         self.single_root = dist.single_root
-        self.weights = prepared.weights
-        self.first_marginals = prepared.first
+        self.prepared = prepared
         self.sentence = sentence
         self.lengths = dist.lengths[sentence]
         self.shortest = int(self.lengths.min()) if sentence.numel() else 0  # every row has words 1..shortest
-        size = self.weights.shape[-1]
-        device = self.weights.device
+        size = prepared.inverse.shape[-1] + 1
+        device = prepared.inverse.device
         self.inverse = prepared.inverse.index_select(0, sentence)  # (K, N, N) float64 [k, row, column]
-        # weights_by_dep[m, b] = column m of sentence b's weights (heads of word m), contiguous
-        self.weights_by_dep = self.weights.permute(2, 0, 1).contiguous()
-        columns, coefficients = _update_columns(size, self.single_root)
-        self.update_columns, self.update_coefficients = columns.to(device), coefficients.to(device)
         self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
         self.chain_end = torch.arange(size, device=device, dtype=torch.int32).repeat(sentence.numel(), 1)
         self.chain_end[:, 0] = size
@@ -161,10 +168,9 @@ class Conditioner:
     def probs(self, m: int) -> Tensor:
         """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007)."""
         if m == 1:  # nothing fixed yet: the engine's (stable) marginals
-            first = self.first_marginals.index_select(0, self.sentence)
-            return torch.where(first > 0, first, 0.0)
+            return self.prepared.first.index_select(0, self.sentence)
         j = m - 1
-        column = self.weights_by_dep[m].index_select(0, self.sentence)  # (K, N+1)
+        column = self.prepared.weights_by_dep[m].index_select(0, self.sentence)  # (K, N+1)
         row = self.inverse[:, 0, :]  # (K, N): row j of L-hat^{-1}
         diagonal = row[:, j : j + 1]
         probs = torch.empty_like(column)
@@ -224,8 +230,8 @@ class Conditioner:
         """
         inv = self.inverse  # [k, rows j..N-1, column]
         safe_head = head if active is None else torch.where(active, head, 0)
-        columns = self.update_columns[m].index_select(0, safe_head)  # (K, 2)
-        coefficients = self.update_coefficients[m].index_select(0, safe_head)
+        columns = self.prepared.update_columns[m].index_select(0, safe_head)  # (K, 2)
+        coefficients = self.prepared.update_coefficients[m].index_select(0, safe_head)
         first, second = inv.gather(2, columns.unsqueeze(1).expand(-1, inv.shape[1], 2)).unbind(-1)
         lc = torch.mul(first, coefficients[:, :1]).addcmul_(second, coefficients[:, 1:])  # rows j.. of L^{-1} c
         coefficient = lc[:, 0].reciprocal()
@@ -287,7 +293,7 @@ def colbourn_sample(dist, num_samples: int, generator: Randomness = None) -> tup
         stop = min(start + per_chunk, num_samples)
         uniforms = None
         if seeds is not None:
-            uniforms = sample_block_uniforms(seeds, lengths, num_samples, start, stop, size - 1, prepared.weights)
+            uniforms = sample_block_uniforms(seeds, lengths, num_samples, start, stop, size - 1, prepared.inverse)
         parts.append(_colbourn_chunk(dist, prepared, stop - start, generator, uniforms))
     heads = torch.cat([part[0] for part in parts])
     log_prob = torch.cat([part[1] for part in parts])
