@@ -252,15 +252,14 @@ class Conditioner:
 def draw_positive(
     weights: Tensor, generator: torch.Generator | None, uniform: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Draw an index per row of float64 ``weights`` (K, C) proportionally to its positive part.
+    """Draw an index per row of float64 ``weights`` (K, C) >= 0 proportionally to them.
 
-    A conditional probability is never negative; a negative entry is a rounding error of
-    an impossible head and counts as zero. Returns the index (K,) (0 where nothing is
-    possible) and whether the row had positive total weight (K,). ``uniform`` (K,): the
-    rows' uniforms, drawn by the caller (see :func:`draw_categorical`).
+    (The callers' weights are :meth:`Conditioner.probs`, already cleaned of rounding errors,
+    or exponentials.) Returns the index (K,) (0 where nothing is possible) and whether the
+    row had positive total weight (K,). ``uniform`` (K,): the rows' uniforms, drawn by the
+    caller (see :func:`draw_categorical`).
     """
-    positive = torch.where(weights > 0, weights, torch.zeros_like(weights))
-    cumulative = positive.cumsum(-1)
+    cumulative = weights.cumsum(-1)
     possible = cumulative[:, -1] > 0
     index = draw_categorical(cumulative, generator, uniform)
     return torch.where(possible, index, torch.zeros_like(index)), possible
