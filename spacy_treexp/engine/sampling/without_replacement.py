@@ -120,10 +120,10 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
             conditioned = None  # every beam
         else:
             conditioned = alive
-        # at word 1 every row of a sentence holds the same state: any row can take any beam
-        rows = (first_row + (parent if m > 1 else torch.arange(k, device=device))).view(-1)
-        if m > 1:
-            rows = state.branch(rows)
+        if m == 1:  # every row of a sentence still holds the same state: beam i takes row i
+            rows = (first_row + torch.arange(k, device=device)).view(-1)
+        else:
+            rows = state.branch((first_row + parent).view(-1))
         gumbel = _by_row(rows, best)
         log_p = _by_row(rows, beam_log_p)
         state.fix(m, _by_row(rows, head).view(-1), None if conditioned is None else _by_row(rows, conditioned).view(-1))
