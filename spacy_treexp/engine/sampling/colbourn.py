@@ -150,14 +150,14 @@ class Conditioner:
         mostly keeps its beams: after a few words, little is copied.) The rows of a sentence
         stay its rows: duplicates and free rows pair up in order, sentence by sentence.
         """
+        kept = torch.zeros_like(parent, dtype=torch.bool).index_fill_(0, parent, True)
+        if bool(kept.all()):  # every parent once (the common case after a few words)
+            return parent
         order = torch.argsort(parent, stable=True)
         ordered = parent[order]
         repeated = torch.zeros_like(ordered, dtype=torch.bool)
         repeated[1:] = ordered[1:] == ordered[:-1]
-        if not bool(repeated.any()):
-            return parent
         duplicates = order[repeated]
-        kept = torch.zeros_like(parent, dtype=torch.bool).index_fill_(0, parent, True)
         free = (~kept).nonzero().squeeze(-1)  # as many as duplicates, in the same sentences
         source = parent.index_select(0, duplicates)
         for state in (self.inverse, self.heads, self.chain_end, self.root_free):
