@@ -529,12 +529,12 @@ def test_without_replacement_log_probs_are_differentiable():
 def test_child_gumbels_match_kool_et_al_in_high_precision():
     """The exponential-key form of the truncated Gumbel equals Kool et al. (2019, eq. 23),
     G~_i = -log(e^-T - e^-Z + e^-G_i), evaluated at 60 digits from the same uniforms: for
-    ordinary children, a child of probability 1e-310 (its key overflows: the exact branch),
-    impossible children (q = 0, -inf), a dead beam (all -inf) and a beam truncated far below
-    its own Gumbel (e^(T - l) underflows)."""
+    ordinary children, a child of probability 1e-310 (its key overflows: -inf, then the
+    exact value from _restore_overflowed), impossible children (q = 0, -inf), a dead beam
+    (all -inf) and a beam truncated far below its own Gumbel (e^(T - l) underflows)."""
     import mpmath
 
-    from spacy_treexp.engine.sampling.without_replacement import _child_gumbels
+    from spacy_treexp.engine.sampling.without_replacement import OVERFLOW_GAP, _child_gumbels, _restore_overflowed
 
     gen = torch.Generator().manual_seed(31)
     probs = torch.rand(2, 4, 6, generator=gen, dtype=torch.float64)
@@ -547,6 +547,10 @@ def test_child_gumbels_match_kool_et_al_in_high_precision():
     parent[1, 1] = parent_log_p[1, 1] - 800.0  # truncated far below its prefix
     uniforms = torch.rand(probs.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(77))
     children = _child_gumbels(parent, parent_log_p, probs, uniforms)
+    assert children[0, 1, 2] == -torch.inf  # overflowed ...
+    assert _restore_overflowed(children, parent, parent_log_p, probs, uniforms)
+    assert children[0, 1, 2] < parent[0, 1] - OVERFLOW_GAP  # ... and restored: far below T
+    assert not _restore_overflowed(children, parent, parent_log_p, probs, uniforms)  # nothing left
     with mpmath.workdps(60):
         for b in range(2):
             for a in range(4):
@@ -617,3 +621,17 @@ def test_update_column_table_gives_the_inverse_times_the_new_column(single_root)
             expected = inverse @ c
             got = sum(coefficients[m, h, i] * inverse[:, columns[m, h, i]] for i in range(2))
             torch.testing.assert_close(got, expected, rtol=0, atol=1e-12, msg=f"word {m}, head {h}")
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_sbs_draws_a_tree_of_subnormal_probability_when_k_asks_for_it(k):
+    """Two trees, one of probability e^-720 (its word-1 conditional is subnormal, its key
+    overflows float64): with k >= 2 SBS must still draw it, second, with its exact
+    log-probability (no floor on probabilities)."""
+    scores = torch.zeros(1, 3, 3, dtype=torch.float64)
+    scores[0, 2, 1] = -720.0  # arc 2 -> 1
+    dist = TreeDistribution(scores)
+    heads, log_probs = sample_without_replacement(dist, k, method="sbs", generator=torch.Generator().manual_seed(0))
+    assert heads[:2, 0].tolist() == [[-1, 0, 1], [-1, 2, 0]]
+    assert log_probs[:2, 0].tolist() == [0.0, -720.0]
+    assert (heads[2:] == -1).all() and (log_probs[2:] == -torch.inf).all()

@@ -44,10 +44,11 @@ def _child_gumbels(
     e^-G~_i = e^-T (1 + r_i - min_j r_j) with r_i = K_i e^T = E_i e^(T - l) / q_i, so
     G~_i = T - log1p(r_i - min_j r_j): one uniform and two logarithms per child, and no
     difference of nearly equal logarithms. e^(T - l) <= e^(G - l), the parent's own Gumbel
-    noise, so it cannot overflow; an r_i that overflows (q_i below ~1e-290) gets the exact
-    form T - (log E_i + T - l - log q_i). The largest child gets exactly T; an impossible
-    child (q = 0) and every child of a dead beam get -inf. ``out`` (like ``probs``): where
-    to compute (a buffer reused word after word stays in cache); a new tensor if None.
+    noise, so it cannot overflow. The largest child gets exactly T; an impossible child
+    (q = 0) and every child of a dead beam get -inf. An r_i that overflows (q_i below
+    ~1e-290) also gives -inf here, where its exact value is below T - 709: see
+    :func:`_restore_overflowed`. ``out`` (like ``probs``): where to compute (a buffer reused
+    word after word stays in cache); a new tensor if None.
     """
     alive = parent > -torch.inf
     # e^(T - l) per beam; 1 for a dead beam, whose children are -inf through T anyway
@@ -59,12 +60,32 @@ def _child_gumbels(
         ratio.nan_to_num_(nan=torch.inf, posinf=torch.inf)
     smallest = ratio.amin(-1, keepdim=True).nan_to_num_(posinf=0.0)  # no child: all -inf below
     shifted = ratio.sub_(smallest).log1p_()  # >= 0
-    overflow = (shifted == torch.inf).logical_and_(probs > 0)  # (a dead beam's rho is 1: finite)
-    children = torch.sub(parent.unsqueeze(-1), shifted, out=shifted)
-    if bool(overflow.any()):
-        exact = parent.unsqueeze(-1) - ((-torch.log(uniforms)).log() + rho.log() - probs.log())
-        children = torch.where(overflow, exact, children, out=children)
-    return children
+    return torch.sub(parent.unsqueeze(-1), shifted, out=shifted)
+
+
+#: A child whose key r overflows has G~ = T - log1p(r - min r) < T - 709.78 (log of the
+#: largest float64); below its parent's Gumbel by more than this, it cannot be ranked.
+OVERFLOW_GAP = 709.0
+
+
+def _restore_overflowed(
+    children: Tensor, parent: Tensor, parent_log_p: Tensor, probs: Tensor, uniforms: Tensor
+) -> bool:
+    """Give the children whose keys overflowed in :func:`_child_gumbels` (-inf there, though
+    possible) their exact Gumbel, in place: G~ = T - log(E e^(T - l) / q), the limit of
+    T - log1p(r - min r) for r beyond the float64 range (min r is at most ~1e3 e^(T - l):
+    some conditional is >= 1/C). ``uniforms`` (B, beams, C): the children of the first
+    ``beams`` beams were drawn. Returns whether any child changed."""
+    beams = uniforms.shape[1]
+    drawn = children[:, :beams]
+    possible = (probs[:, :beams] > 0).logical_and_((parent[:, :beams] > -torch.inf).unsqueeze(-1))
+    overflow = (drawn == -torch.inf).logical_and_(possible)
+    if not bool(overflow.any()):
+        return False
+    T, log_rho = parent[:, :beams].unsqueeze(-1), (parent - parent_log_p)[:, :beams].unsqueeze(-1)
+    exact = T - ((-torch.log(uniforms)).log() + log_rho - probs[:, :beams].log())
+    drawn.copy_(torch.where(overflow, exact, drawn))
+    return True
 
 
 def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[Tensor, Tensor]:
@@ -107,6 +128,11 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
             active = (dist.lengths >= m).unsqueeze(-1)
             children[..., 0] = torch.where(active, children[..., 0], gumbel)
         best, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k) new beams
+        # an overflowed child (-inf, exactly below its parent's Gumbel by > OVERFLOW_GAP) can
+        # be among the top k only where the k-th best is that far below every beam
+        if not bool((best[:, -1] > gumbel.amax(-1) - OVERFLOW_GAP).all()):
+            if _restore_overflowed(children, gumbel, log_p, probs, uniforms):
+                best, index = children.view(batch, k * size).topk(k, dim=-1)
         parent = index.div(size, rounding_mode="floor")
         head = index - parent * size
         step = probs.view(batch, k * size).gather(1, index).log_()
