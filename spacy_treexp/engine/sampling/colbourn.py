@@ -111,7 +111,7 @@ class Conditioner:
 
     Only the rows of L-hat^{-1} that later words read are kept: before word m, rows
     m-1..N-1, so the state shrinks as words are fixed: ``self.inverse[:, r, c]`` is entry
-    (m-1+r, c). Each partial tree's rows stay one contiguous block, so the rank-one update
+    (m-1+r, c) (None before word 1 with a ``layout``: the sentences' own inverses are read). Each partial tree's rows stay one contiguous block, so the rank-one update
     of all of them runs over long contiguous rows. An inverse that is not trusted (L-hat
     singular in float64, or its updates drifted) holds NaN, so that its conditionals fail
     the sum check and are *refactorised* at every later word (see :data:`SUM_TOLERANCE`).
@@ -125,7 +125,9 @@ class Conditioner:
     ``chain_end``, so that nothing is ruled out for it later.
     """
 
-    def __init__(self, dist, sentence: Tensor, prepared: Prepared | None = None):
+    def __init__(
+        self, dist, sentence: Tensor, prepared: Prepared | None = None, layout: str | None = None
+    ):
         prepared = Prepared.of(dist) if prepared is None else prepared
         self.dist = dist
         self.single_root = dist.single_root
@@ -135,11 +137,26 @@ class Conditioner:
         self.shortest = int(self.lengths.min()) if sentence.numel() else 0  # every row has words 1..shortest
         size = prepared.inverse.shape[-1] + 1
         device = prepared.inverse.device
-        self.inverse = prepared.inverse.index_select(0, sentence)  # (K, N, N) float64 [k, row, column]
+        # layout "by_sentence": row b * c + i is copy i of sentence b; "by_copy": row i * B + b
+        # is (``sentence`` must say the same). Per-sentence tensors then broadcast over the
+        # rows seen as ``row_shape`` (see _per_row), and the inverses are not copied per row
+        # before word 1: its update reads the sentences' own.
+        batch, rows = prepared.inverse.shape[0], sentence.numel()
+        copies = rows // max(batch, 1)
+        self.row_shape = {None: (rows,), "by_sentence": (batch, copies), "by_copy": (copies, batch)}[layout]
+        self.layout = layout
+        self.inverse = None if layout else prepared.inverse.index_select(0, sentence)  # (K, N, N) [k, row, column]
         self.heads = torch.full((sentence.numel(), size), -1, dtype=torch.long, device=device)
         self.chain_end = torch.arange(size, device=device, dtype=torch.int32).repeat(sentence.numel(), 1)
         self.chain_end[:, 0] = size
         self.root_free = torch.ones(sentence.numel(), dtype=torch.bool, device=device) if self.single_root else None
+
+    def _per_row(self, values: Tensor) -> Tensor:
+        """Per-sentence ``values`` (B, ...) for every row: (K, ...), or, with a ``layout``, a
+        view that broadcasts against the rows seen as (*row_shape, ...)."""
+        if self.layout is None:
+            return values.index_select(0, self.sentence)
+        return values.unsqueeze(1 if self.layout == "by_sentence" else 0)
 
     def branch(self, parent: Tensor) -> Tensor:
         """New partial trees: tree i continues row ``parent[i]`` (K,), a row of its own sentence.
@@ -170,17 +187,16 @@ class Conditioner:
         if m == 1:  # nothing fixed yet: the engine's (stable) marginals
             return self.prepared.first.index_select(0, self.sentence)
         j = m - 1
-        column = self.prepared.weights_by_dep[m].index_select(0, self.sentence)  # (K, N+1)
         row = self.inverse[:, 0, :]  # (K, N): row j of L-hat^{-1}
         diagonal = row[:, j : j + 1]
-        probs = torch.empty_like(column)
+        probs = row.new_empty(row.shape[0], row.shape[1] + 1)
         torch.sub(diagonal, row, out=probs[:, 1:])  # head h >= 1: A[j, j] - A[j, h-1]
         if self.single_root:
             probs[:, 0] = row[:, 0]  # row 0 of L-hat holds the ROOT weights ...
             probs[:, 1] = diagonal[:, 0]  # ... so head = word 1 has no A[j, 0] term
         else:
             probs[:, 0] = diagonal[:, 0]
-        probs.mul_(column)
+        probs.view(*self.row_shape, -1).mul_(self._per_row(self.prepared.weights_by_dep[m]))  # column m
         allowed = self.chain_end > m
         if self.single_root:
             allowed[:, 0] = self.root_free
@@ -232,14 +248,24 @@ class Conditioner:
         safe_head = head if active is None else torch.where(active, head, 0)
         columns = self.prepared.update_columns[m].index_select(0, safe_head)  # (K, 2)
         coefficients = self.prepared.update_coefficients[m].index_select(0, safe_head)
-        first, second = inv.gather(2, columns.unsqueeze(1).expand(-1, inv.shape[1], 2)).unbind(-1)
+        if inv is None:  # word 1 with a layout: the rows still share their sentence's inverse
+            shared = self.prepared.inverse
+            first, second = shared[self.sentence.unsqueeze(-1), :, columns].unbind(1)
+            row = shared[self.sentence, 0, :]
+        else:
+            first, second = inv.gather(2, columns.unsqueeze(1).expand(-1, inv.shape[1], 2)).unbind(-1)
+            row = inv[:, 0, :]
         lc = torch.mul(first, coefficients[:, :1]).addcmul_(second, coefficients[:, 1:])  # rows j.. of L^{-1} c
         coefficient = lc[:, 0].reciprocal()
         if active is not None:  # a row not conditioned here is not updated
             coefficient = torch.where(active, coefficient, 0.0)
-        later = inv[:, 1:, :]  # row j is not read again: drop it
-        later.addcmul_(lc[:, 1:].unsqueeze(-1), (inv[:, 0, :] * coefficient.unsqueeze(-1)).unsqueeze(-2), value=-1.0)
-        self.inverse = later
+        x, y = lc[:, 1:].unsqueeze(-1), (row * coefficient.unsqueeze(-1)).unsqueeze(-2)
+        if inv is None:  # row j is not read again: drop it
+            shape = (*self.row_shape, *x.shape[1:])
+            later = torch.addcmul(self._per_row(shared[:, 1:, :]), x.view(shape), y.view(*self.row_shape, *y.shape[1:]), value=-1.0)
+            self.inverse = later.view(self.sentence.numel(), *later.shape[-2:])
+        else:
+            self.inverse = inv[:, 1:, :].addcmul_(x, y, value=-1.0)
         # structure: word m now hangs below head's chain. A row not conditioned here takes
         # head 0 in the chain table (ROOT's entry is N+1: nothing is ruled out for it).
         new_end = self.chain_end.gather(1, safe_head.unsqueeze(-1))
@@ -306,7 +332,7 @@ def _colbourn_chunk(
     ``uniforms`` (B, S, N): each draw's uniform per word, or None to draw from ``generator``."""
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     sentence = torch.arange(batch, device=dist.scores.device).repeat(num_samples)
-    state = Conditioner(dist, sentence, prepared)
+    state = Conditioner(dist, sentence, prepared, layout="by_copy")
     log_prob = torch.zeros(sentence.numel(), dtype=torch.float64, device=sentence.device)
     for m in range(1, size):
         active = state.lengths >= m

@@ -104,7 +104,7 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
     lengths = dist.lengths.tolist()
-    state = Conditioner(dist, torch.arange(batch, device=device).repeat_interleave(k), Prepared.of(dist))
+    state = Conditioner(dist, torch.arange(batch, device=device).repeat_interleave(k), Prepared.of(dist), "by_sentence")
     # by row: the empty prefix (Gumbel 0: a shift, not a bias) in row 0, no prefix elsewhere
     gumbel = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
     gumbel[:, 0] = 0.0
