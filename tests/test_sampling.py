@@ -635,3 +635,15 @@ def test_sbs_draws_a_tree_of_subnormal_probability_when_k_asks_for_it(k):
     assert heads[:2, 0].tolist() == [[-1, 0, 1], [-1, 2, 0]]
     assert log_probs[:2, 0].tolist() == [0.0, -720.0]
     assert (heads[2:] == -1).all() and (log_probs[2:] == -torch.inf).all()
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_every_sampler_returns_empty_results_for_an_empty_batch(single_root):
+    """B = 0 (e.g. a pipeline batch with no sentences) is no error: empty heads, right shapes."""
+    dist = TreeDistribution(torch.zeros(0, 4, 4, dtype=torch.float64), single_root=single_root)
+    methods = ["wilson_marginal", "wilson_reject", "colbourn"] if single_root else ["wilson", "colbourn"]
+    for method in methods:
+        assert dist.sample((3,), method=method).shape == (3, 0, 4)
+    for method in ("sbs", "trie"):
+        heads, log_probs = dist.sample_without_replacement(2, method=method)
+        assert heads.shape == (2, 0, 4) and log_probs.shape == (2, 0)

@@ -83,7 +83,7 @@ def sample(
     streams.check(dist, generator, method)
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     count = shape.numel()
-    if count == 0:
+    if count == 0 or batch == 0:
         return torch.full((*shape, batch, size), -1, dtype=torch.long, device=dist.scores.device)
     if method == "wilson_marginal":
         heads = wilson_marginal(dist, count, generator)
@@ -121,6 +121,11 @@ def sample_without_replacement(dist, k: int, method: str = "sbs", generator: Ran
         raise ValueError(f"unknown method {method!r} for sampling without replacement; use one of "
                          f"{WITHOUT_REPLACEMENT_METHODS}")
     streams.check(dist, generator, method)
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    if batch == 0:
+        device = dist.scores.device
+        return (torch.full((k, 0, size), -1, dtype=torch.long, device=device),
+                torch.full((k, 0), -torch.inf, dtype=dist.scores.dtype, device=device))
     if method == "sbs":
         return stochastic_beam_search(dist, k, generator)
     return trie_without_replacement(dist, k, generator)
