@@ -203,11 +203,12 @@ class Conditioner:
         # a negative value is a rounding error of an impossible head; NaN (an untrusted
         # inverse) becomes 0 too, so that the row fails the sum check below
         probs = torch.where(allowed & (probs > 0), probs, 0.0)
-        deviation = probs.sum(-1).sub_(1.0).abs_()
+        total = probs.sum(-1)
         if m > self.shortest:  # a finished sentence's rows are not checked
-            deviation.masked_fill_(self.lengths < m, 0.0)
-        if not bool(deviation.max() <= SUM_TOLERANCE):
-            rows = (deviation > SUM_TOLERANCE).nonzero().squeeze(-1)
+            total.masked_fill_(self.lengths < m, 1.0)
+        low, high = total.aminmax()
+        if not (bool(low >= 1.0 - SUM_TOLERANCE) and bool(high <= 1.0 + SUM_TOLERANCE)):
+            rows = (total.sub(1.0).abs_() > SUM_TOLERANCE).nonzero().squeeze(-1)
             exact = self._engine_conditionals(m, rows)
             probs[rows] = torch.where(allowed[rows] & (exact > 0), exact, 0.0)
             self.inverse[rows] = torch.nan  # refactorise these rows from now on

@@ -110,6 +110,7 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
     gumbel[:, 0] = 0.0
     log_p = gumbel.clone()
     first_row = torch.arange(0, batch * k, k, device=device).unsqueeze(1)
+    top = torch.zeros(batch, dtype=torch.float64, device=device)  # each sentence's best beam Gumbel
     for m in range(1, size):
         beams = 1 if m == 1 else k  # beams with children (before word 1, only row 0 is alive)
         probs = state.probs(m).view(batch, k, size)
@@ -127,14 +128,16 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
         if finished:  # a finished sentence keeps each beam as its only child
             active = (dist.lengths >= m).unsqueeze(-1)
             children[..., 0] = torch.where(active, children[..., 0], gumbel)
-        best, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k) new beams
+        best, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k) new beams, sorted
         # an overflowed child (-inf, exactly below its parent's Gumbel by > OVERFLOW_GAP) can
-        # be among the top k only where the k-th best is that far below every beam
-        if not bool((best[:, -1] > gumbel.amax(-1) - OVERFLOW_GAP).all()):
-            if _restore_overflowed(children, gumbel, log_p, probs, uniforms):
-                best, index = children.view(batch, k * size).topk(k, dim=-1)
+        # be among the top k only where the k-th best is that far below every beam; where it
+        # is not, every new beam is alive too
+        close = bool((best[:, -1] > top - OVERFLOW_GAP).all())
+        if not close and _restore_overflowed(children, gumbel, log_p, probs, uniforms):
+            best, index = children.view(batch, k * size).topk(k, dim=-1)
+        top = best[:, 0]
         parent = index.div(size, rounding_mode="floor")
-        head = index - parent * size
+        head = index.remainder(size)
         step = probs.view(batch, k * size).gather(1, index).log_()
         if finished:
             step = torch.where(active, step, 0.0)
@@ -142,7 +145,7 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
         alive = best > -torch.inf  # False: no prefix (the sentence has fewer trees)
         if finished:
             conditioned = alive & active
-        elif bool(alive[:, -1].all()):  # (top-k is sorted: the last beam is the weakest)
+        elif close or bool(alive[:, -1].all()):  # (top-k is sorted: the last beam is the weakest)
             conditioned = None  # every beam
         else:
             conditioned = alive
