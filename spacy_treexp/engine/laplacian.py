@@ -100,9 +100,18 @@ def fast_partition_and_marginals(
     Marginals (Koo et al. 2007, §3.3), with A = L̂⁻¹ over 0-based word indices:
     multi-root μ(h→m) = w(h→m)(A[m,m] − A[m,h]), μ(0→m) = w(0→m) A[m,m];
     single-root μ(h→m) = w(h→m)([m≠0] A[m,m] − [h≠0] A[m,h]), μ(0→m) = w(0→m) A[m,0].
+    """
+    log_det, inverse, error = fast_inverse(weights, lengths, single_root)
+    return log_det, closed_form_marginals(weights, inverse, single_root), error
+
+
+def fast_inverse(weights: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(log det L̂, L̂⁻¹ (B, N, N), error estimate (B,))`` from one LU factorisation.
+
     The error estimate is eps · n · max_k (column k's largest |entry|) / |U_kk| from the LU
     pivots: the amplification of rounding errors by cancellation during elimination. It is
-    infinite where the determinant comes out non-positive (it is a positive sum of trees).
+    infinite where the determinant comes out non-positive (it is a positive sum of trees) or
+    L̂ is singular; a result is trusted where it is at most :func:`fast_tolerance`.
     """
     lap, column_scale = _laplacian_and_column_scale(weights, lengths, single_root)
     n_max = lap.shape[-1]
@@ -119,11 +128,10 @@ def fast_partition_and_marginals(
         error = error.masked_fill_(negative | (info != 0), float("inf"))
     eye = torch.eye(n_max, dtype=lap.dtype, device=lap.device).expand_as(lap)
     inverse = torch.linalg.lu_solve(lu, pivots, eye, left=False)  # X L̂ = I: faster in LAPACK
-    marginals = _closed_form_marginals(weights, inverse, single_root)
-    return log_det, marginals, error
+    return log_det, inverse, error
 
 
-def _closed_form_marginals(weights: Tensor, inverse: Tensor, single_root: bool) -> Tensor:
+def closed_form_marginals(weights: Tensor, inverse: Tensor, single_root: bool) -> Tensor:
     """Arc marginals from A = L̂⁻¹ (see :func:`fast_partition_and_marginals`)."""
     diag = torch.diagonal(inverse, dim1=-2, dim2=-1)  # A[m, m]
     transposed = inverse.transpose(-1, -2)  # [h, m] -> A[m, h]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.laplacian import laplacian_matrix, shifted_weights
+from spacy_treexp.engine.laplacian import closed_form_marginals, fast_inverse, fast_tolerance, shifted_weights
 from spacy_treexp.engine.sampling.streams import Randomness, block_seeds, per_sentence, sample_block_uniforms
 from spacy_treexp.engine.sampling.wilson import draw_categorical
 
@@ -41,9 +41,10 @@ class Prepared:
     weights_by_dep (N+1, B, N+1): the engine's column-shifted arc weights in float64,
     [m, b] = column m of sentence b (the heads of word m), contiguous per word;
     inverse (B, N, N): L-hat^{-1} in float64 (NaN where L-hat is singular in float64);
-    first (B, N+1): word 1's head marginals in float64 from the engine (the stable path;
-    recomputed from float64 scores for lower-precision inputs, so that no tree whose
-    probability is representable in float64 is lost to float32 underflow), >= +0;
+    first (B, N+1): word 1's head marginals in float64, >= +0, as the engine computes them for
+    the float64 scores (also for lower-precision inputs, so that no tree whose probability is
+    representable in float64 is lost to float32 underflow): from the same LU as ``inverse``
+    where its error estimate is within the engine's tolerance, else the engine's stable path;
     update_columns, update_coefficients: the table of :func:`_update_columns`.
     """
 
@@ -57,14 +58,23 @@ class Prepared:
     def of(cls, dist) -> "Prepared":
         scores = dist.scores.detach()
         weights, _ = shifted_weights(scores.double(), dist._arc_mask)
-        inverse, info = torch.linalg.inv_ex(laplacian_matrix(weights, dist.lengths, dist.single_root))
-        inverse = torch.where((info == 0)[:, None, None], inverse, torch.full_like(inverse, torch.nan))
-        inverse = inverse.contiguous()  # LAPACK's is column-major; rows are read and updated
-        if scores.dtype == torch.float64:
-            marginals = dist.marginals
+        _, inverse, error = fast_inverse(weights, dist.lengths, dist.single_root)
+        # NaN where L-hat is singular (or its determinant not positive) in float64; row-major,
+        # as rows are read and updated
+        inverse = torch.where(torch.isinf(error)[:, None, None], torch.nan, inverse).contiguous()
+        if scores.dtype == torch.float64 and ("marginals" in dist._cache or dist.stable):
+            first = dist.marginals[:, :, 1].detach()
+        elif dist.stable:
+            first = type(dist)(scores.double(), dist.lengths, single_root=dist.single_root, stable=True).marginals[:, :, 1]
         else:
-            marginals = type(dist)(scores.double(), dist.lengths, single_root=dist.single_root).marginals
-        first = marginals[:, :, 1].detach().double()
+            # what the engine computes for float64 scores: its fast path from this same LU where
+            # the error estimate trusts it, the engine itself (its stable path) elsewhere
+            first = closed_form_marginals(weights, inverse, dist.single_root)[:, :, 1]
+            untrusted = ~(error <= fast_tolerance(torch.float64))
+            if bool(untrusted.any()):
+                index = untrusted.nonzero().squeeze(-1)
+                engine = type(dist)(scores.double()[index], dist.lengths[index], single_root=dist.single_root)
+                first = first.index_put((index,), engine.marginals[:, :, 1])
         columns, coefficients = _update_columns(weights.shape[-1], dist.single_root)
         return cls(
             weights.permute(2, 0, 1).contiguous(),
