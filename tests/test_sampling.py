@@ -619,7 +619,7 @@ def test_update_column_table_gives_the_inverse_times_the_new_column(single_root)
             single_arc[:, h, m] = 1.0
             c = laplacian_matrix(single_arc, lengths, single_root)[0][:, m - 1]
             expected = inverse @ c
-            got = sum(coefficients[m, h, i] * inverse[:, columns[m, h, i]] for i in range(2))
+            got = inverse[:, columns[m, h, 0]] + coefficients[m, h] * inverse[:, columns[m, h, 1]]
             torch.testing.assert_close(got, expected, rtol=0, atol=1e-12, msg=f"word {m}, head {h}")
 
 

@@ -45,7 +45,8 @@ class Prepared:
     the float64 scores (also for lower-precision inputs, so that no tree whose probability is
     representable in float64 is lost to float32 underflow): from the same LU as ``inverse``
     where its error estimate is within the engine's tolerance, else the engine's stable path;
-    update_columns, update_coefficients: the table of :func:`_update_columns`.
+    update_columns (N+1, N+1, 2), update_coefficients (N+1, N+1): the table of
+    :func:`_update_columns`.
     """
 
     weights_by_dep: Tensor
@@ -86,28 +87,26 @@ class Prepared:
 
 
 def _update_columns(size: int, single_root: bool) -> tuple[Tensor, Tensor]:
-    """Per word m and head h, which two columns of L-hat^{-1} make L-hat^{-1} c and with what
-    coefficients, for the new column c of word m (the single arc h -> m of weight 1):
-    ``columns[m, h]`` (2,) int64 and ``coefficients[m, h]`` (2,) float64, so that
-    L-hat^{-1} c = coefficients[0] * column[0] + coefficients[1] * column[1], j = m - 1:
+    """Per word m and head h, which two columns of L-hat^{-1} make L-hat^{-1} c, and with what
+    coefficient, for the new column c of word m (the single arc h -> m of weight 1):
+    ``columns[m, h]`` (2,) int64 and ``coefficients[m, h]`` float64, so that
+    L-hat^{-1} c = column[0] + coefficients * column[1], j = m - 1:
     multi-root c = e_j - [h >= 1] e_{h-1}; single-root c = e_0 for h = 0, else
-    [m != 1] e_j - [h != 1] e_{h-1} (row 0 of L-hat holds the ROOT weights)."""
+    [m != 1] e_j - [h != 1] e_{h-1} (row 0 of L-hat holds the ROOT weights), so word 1's
+    c = -e_{h-1} is e_{h-1} - 2 e_{h-1} (exact in floating point)."""
     words = torch.arange(size).view(-1, 1).expand(size, size)  # m
     heads = torch.arange(size).view(1, -1).expand(size, size)  # h
     j, word_head = words - 1, (heads - 1).clamp_min(0)
     first = j.clamp_min(0).clone()
     second = word_head.clone()
-    first_coefficient = torch.ones(size, size, dtype=torch.float64)
-    second_coefficient = torch.where(heads >= 1, -1.0, 0.0).double()
+    coefficients = torch.where(heads >= 1, -1.0, 0.0).double()
     if single_root:
         root = heads == 0
         first[root], second[root] = 0, 0  # c = e_0
-        second_coefficient[heads == 1] = 0.0  # c = e_j
+        coefficients[heads == 1] = 0.0  # c = e_j
         word_one = (words == 1) & ~root  # c = -e_{h-1}
-        first[word_one], first_coefficient[word_one], second_coefficient[word_one] = word_head[word_one], -1.0, 0.0
-    columns = torch.stack([first, second], -1)
-    coefficients = torch.stack([first_coefficient, second_coefficient], -1)
-    return columns, coefficients
+        first[word_one], coefficients[word_one] = word_head[word_one], -2.0
+    return torch.stack([first, second], -1), coefficients
 
 
 class Conditioner:
@@ -258,7 +257,7 @@ class Conditioner:
         inv = self.inverse  # [k, rows j..N-1, column]
         safe_head = head if active is None else torch.where(active, head, 0)
         columns = self.prepared.update_columns[m].index_select(0, safe_head)  # (K, 2)
-        coefficients = self.prepared.update_coefficients[m].index_select(0, safe_head)
+        factor = self.prepared.update_coefficients[m].index_select(0, safe_head).unsqueeze(-1)  # of column[1]
         if inv is None:  # word 1 with a layout: the rows still share their sentence's inverse
             shared = self.prepared.inverse
             first, second = shared[self.sentence.unsqueeze(-1), :, columns].unbind(1)
@@ -266,7 +265,7 @@ class Conditioner:
         else:
             first, second = inv.gather(2, columns.unsqueeze(1).expand(-1, inv.shape[1], 2)).unbind(-1)
             row = inv[:, 0, :]
-        lc = torch.mul(first, coefficients[:, :1]).addcmul_(second, coefficients[:, 1:])  # rows j.. of L^{-1} c
+        lc = torch.addcmul(first, second, factor)  # rows j.. of L^{-1} c
         coefficient = lc[:, 0].reciprocal()
         if active is not None:  # a row not conditioned here is not updated
             coefficient = torch.where(active, coefficient, 0.0)
