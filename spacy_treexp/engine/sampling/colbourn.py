@@ -120,16 +120,18 @@ class Conditioner:
 
     Only the rows of L-hat^{-1} that later words read are kept: before word m, rows
     m-1..N-1, so the state shrinks as words are fixed: ``self.inverse[:, r, c]`` is entry
-    (m-1+r, c) (None before word 1 with a ``layout``: the sentences' own inverses are read). Each partial tree's rows stay one contiguous block, so the rank-one update
-    of all of them runs over long contiguous rows. An inverse that is not trusted (L-hat
+    (m-1+r, c) (None before word 1 with a ``layout``: the sentences' own inverses are read).
+    Each partial tree's rows stay one contiguous block, so the rank-one update of all of them
+    runs over long contiguous rows. An inverse that is not trusted (L-hat
     singular in float64, or its updates drifted) holds NaN, so that its conditionals fail
     the sum check and are *refactorised* at every later word (see :data:`SUM_TOLERANCE`).
 
     Heads of probability zero are ruled out by structure. ``chain_end`` (K, N+1) int32: for
     a word v, the word where the chain of fixed heads from v ends (v itself while v has no
     head), or N+1 where the chain reaches ROOT; N+1 for ROOT. Head h would close a cycle
-    for word m iff ``chain_end[h] == m`` (an unfixed word is >= m, so "<= m" is the test).
-    ``root_free`` (K,) (single-root): ROOT has no child yet. A row that ``fix`` does not
+    for word m iff ``chain_end[h] == m`` (every entry is >= m before word m: unfixed words
+    are themselves, fixed words' chains end at unfixed words or ROOT). ``probs(m)`` keeps
+    that test for ``fix(m)`` (so ``fix(m)`` needs ``probs(m)`` first). ``root_free`` (K,) (single-root): ROOT has no child yet. A row that ``fix`` does not
     condition at word m (a finished sentence, a dead beam) counts m as a child of ROOT in
     ``chain_end``, so that nothing is ruled out for it later.
     """
@@ -159,6 +161,7 @@ class Conditioner:
         self.chain_end = torch.arange(size, device=device, dtype=torch.int32).repeat(sentence.numel(), 1)
         self.chain_end[:, 0] = size
         self.root_free = torch.ones(sentence.numel(), dtype=torch.bool, device=device) if self.single_root else None
+        self._unblocked = None  # set by probs(m): chain_end != m
 
     def _per_row(self, values: Tensor) -> Tensor:
         """Per-sentence ``values`` (B, ...) for every row: (K, ...), or, with a ``layout``, a
@@ -186,13 +189,16 @@ class Conditioner:
         duplicates = order[repeated]
         free = (~kept).nonzero().squeeze(-1)  # as many as duplicates, in the same sentences
         source = parent.index_select(0, duplicates)
-        for state in (self.inverse, self.heads, self.chain_end, self.root_free):
+        for state in (self.inverse, self.heads, self.chain_end, self.root_free, self._unblocked):
             if state is not None:
                 state.index_copy_(0, free, state.index_select(0, source))
         return parent.index_put((duplicates,), free)
 
     def probs(self, m: int) -> Tensor:
         """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007)."""
+        # heads whose fixed heads lead up to m would close a cycle (every entry is >= m here);
+        # kept for fix(m), which moves those words below m's new head
+        self._unblocked = self.chain_end != m
         if m == 1:  # nothing fixed yet: the engine's (stable) marginals
             return self.prepared.first.index_select(0, self.sentence)
         j = m - 1
@@ -200,18 +206,15 @@ class Conditioner:
         diagonal = row[:, j : j + 1]
         probs = row.new_empty(row.shape[0], row.shape[1] + 1)
         torch.sub(diagonal, row, out=probs[:, 1:])  # head h >= 1: A[j, j] - A[j, h-1]
-        if self.single_root:
-            probs[:, 0] = row[:, 0]  # row 0 of L-hat holds the ROOT weights ...
+        if self.single_root:  # row 0 of L-hat holds the ROOT weights (a second ROOT child: 0) ...
+            probs[:, 0] = torch.where(self.root_free, row[:, 0], 0.0)
             probs[:, 1] = diagonal[:, 0]  # ... so head = word 1 has no A[j, 0] term
         else:
             probs[:, 0] = diagonal[:, 0]
         probs.view(*self.row_shape, -1).mul_(self._per_row(self.prepared.weights_by_dep[m]))  # column m
-        allowed = self.chain_end > m
-        if self.single_root:
-            allowed[:, 0] = self.root_free
         # a negative value is a rounding error of an impossible head; NaN (an untrusted
         # inverse) becomes 0 too, so that the row fails the sum check below
-        probs = torch.where(allowed & (probs > 0), probs, 0.0)
+        probs = torch.where(self._unblocked & (probs > 0), probs, 0.0)
         total = probs.sum(-1)
         if m > self.shortest:  # a finished sentence's rows are not checked
             total.masked_fill_(self.lengths < m, 1.0)
@@ -219,7 +222,10 @@ class Conditioner:
         if not (bool(low >= 1.0 - SUM_TOLERANCE) and bool(high <= 1.0 + SUM_TOLERANCE)):
             rows = (total.sub(1.0).abs_() > SUM_TOLERANCE).nonzero().squeeze(-1)
             exact = self._engine_conditionals(m, rows)
-            probs[rows] = torch.where(allowed[rows] & (exact > 0), exact, 0.0)
+            keep = self._unblocked[rows] & (exact > 0)
+            if self.single_root:
+                keep[:, 0] &= self.root_free[rows]
+            probs[rows] = torch.where(keep, exact, 0.0)
             self.inverse[rows] = torch.nan  # refactorise these rows from now on
         return probs
 
@@ -279,7 +285,7 @@ class Conditioner:
         # structure: word m now hangs below head's chain. A row not conditioned here takes
         # head 0 in the chain table (ROOT's entry is N+1: nothing is ruled out for it).
         new_end = self.chain_end.gather(1, safe_head.unsqueeze(-1))
-        self.chain_end = torch.where(self.chain_end == m, new_end, self.chain_end)
+        self.chain_end = torch.where(self._unblocked, self.chain_end, new_end)
         if self.single_root:  # ROOT has a child now: a second one is impossible
             self.root_free.logical_and_(safe_head != 0 if active is None else (head != 0) | ~active)
         self.heads[:, m] = head if active is None else torch.where(active, head, self.heads[:, m])
