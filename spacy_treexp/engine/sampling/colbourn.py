@@ -66,7 +66,8 @@ class Prepared:
         if scores.dtype == torch.float64 and ("marginals" in dist._cache or dist.stable):
             first = dist.marginals[:, :, 1].detach()
         elif dist.stable:
-            first = type(dist)(scores.double(), dist.lengths, single_root=dist.single_root, stable=True).marginals[:, :, 1]
+            exact = type(dist)(scores.double(), dist.lengths, single_root=dist.single_root, stable=True)
+            first = exact.marginals[:, :, 1]
         else:
             # what the engine computes for float64 scores: its fast path from this same LU where
             # the error estimate trusts it, the engine itself (its stable path) elsewhere
@@ -122,18 +123,19 @@ class Conditioner:
     m-1..N-1, so the state shrinks as words are fixed: ``self.inverse[:, r, c]`` is entry
     (m-1+r, c) (None before word 1 with a ``layout``: the sentences' own inverses are read).
     Each partial tree's rows stay one contiguous block, so the rank-one update of all of them
-    runs over long contiguous rows. An inverse that is not trusted (L-hat
-    singular in float64, or its updates drifted) holds NaN, so that its conditionals fail
-    the sum check and are *refactorised* at every later word (see :data:`SUM_TOLERANCE`).
+    runs over long contiguous rows. An inverse that is not trusted (L-hat singular in
+    float64, or its updates drifted) holds NaN, so that its conditionals fail the sum check
+    and are *refactorised* at every later word (see :data:`SUM_TOLERANCE`).
 
     Heads of probability zero are ruled out by structure. ``chain_end`` (K, N+1) int32: for
     a word v, the word where the chain of fixed heads from v ends (v itself while v has no
     head), or N+1 where the chain reaches ROOT; N+1 for ROOT. Head h would close a cycle
     for word m iff ``chain_end[h] == m`` (every entry is >= m before word m: unfixed words
     are themselves, fixed words' chains end at unfixed words or ROOT). ``probs(m)`` keeps
-    that test for ``fix(m)`` (so ``fix(m)`` needs ``probs(m)`` first). ``root_free`` (K,) (single-root): ROOT has no child yet. A row that ``fix`` does not
-    condition at word m (a finished sentence, a dead beam) counts m as a child of ROOT in
-    ``chain_end``, so that nothing is ruled out for it later.
+    that test for ``fix(m)`` (so ``fix(m)`` needs ``probs(m)`` first). ``root_free`` (K,)
+    (single-root): ROOT has no child yet. A row that ``fix`` does not condition at word m
+    (a finished sentence, a dead beam) counts m as a child of ROOT in ``chain_end``, so
+    that nothing is ruled out for it later.
     """
 
     def __init__(
@@ -277,8 +279,8 @@ class Conditioner:
             coefficient = torch.where(active, coefficient, 0.0)
         x, y = lc[:, 1:].unsqueeze(-1), (row * coefficient.unsqueeze(-1)).unsqueeze(-2)
         if inv is None:  # row j is not read again: drop it
-            shape = (*self.row_shape, *x.shape[1:])
-            later = torch.addcmul(self._per_row(shared[:, 1:, :]), x.view(shape), y.view(*self.row_shape, *y.shape[1:]), value=-1.0)
+            x, y = x.view(*self.row_shape, *x.shape[1:]), y.view(*self.row_shape, *y.shape[1:])
+            later = torch.addcmul(self._per_row(shared[:, 1:, :]), x, y, value=-1.0)
             self.inverse = later.view(self.sentence.numel(), *later.shape[-2:])
         else:
             self.inverse = inv[:, 1:, :].addcmul_(x, y, value=-1.0)
