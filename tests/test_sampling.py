@@ -647,3 +647,29 @@ def test_every_sampler_returns_empty_results_for_an_empty_batch(single_root):
     for method in ("sbs", "trie"):
         heads, log_probs = dist.sample_without_replacement(2, method=method)
         assert heads.shape == (2, 0, 4) and log_probs.shape == (2, 0)
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+@pytest.mark.parametrize("layout", ["by_sentence", "by_copy"])
+def test_conditioner_layouts_match_the_per_row_copies(single_root, layout):
+    """A layout only avoids copies (per-sentence weights broadcast; word 1 reads the
+    sentences' own inverses): the conditionals and the updated inverses must equal those of
+    the plain per-row Conditioner, word after word, for the same heads."""
+    from spacy_treexp.engine.sampling.colbourn import Conditioner, Prepared, draw_positive
+
+    gen = torch.Generator().manual_seed(3)
+    dist = TreeDistribution(torch.randn(3, 7, 7, generator=gen, dtype=torch.float64), torch.tensor([6, 4, 2]),
+                            single_root=single_root)
+    prepared, copies = Prepared.of(dist), 4
+    batch = torch.arange(3)
+    sentence = batch.repeat_interleave(copies) if layout == "by_sentence" else batch.repeat(copies)
+    plain, shaped = Conditioner(dist, sentence, prepared), Conditioner(dist, sentence, prepared, layout)
+    for m in range(1, 7):
+        probs = plain.probs(m)
+        torch.testing.assert_close(shaped.probs(m), probs, rtol=0, atol=0)
+        head, possible = draw_positive(probs, gen)
+        active = possible & (plain.lengths >= m)
+        plain.fix(m, head, active)
+        shaped.fix(m, head, active)
+        torch.testing.assert_close(shaped.inverse, plain.inverse, rtol=0, atol=1e-15, equal_nan=True)
+        assert torch.equal(shaped.chain_end, plain.chain_end) and torch.equal(shaped.heads, plain.heads)
