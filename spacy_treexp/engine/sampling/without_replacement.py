@@ -142,13 +142,14 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
         if finished:
             step = torch.where(active, step, 0.0)
         beam_log_p = log_p.gather(1, parent).add_(step)  # (a dead beam's is never read)
-        alive = best > -torch.inf  # False: no prefix (the sentence has fewer trees)
-        if finished:
-            conditioned = alive & active
-        elif close or bool(alive[:, -1].all()):  # (top-k is sorted: the last beam is the weakest)
+        if close and not finished:
             conditioned = None  # every beam
         else:
-            conditioned = alive
+            alive = best > -torch.inf  # False: no prefix (the sentence has fewer trees)
+            if finished:
+                conditioned = alive & active
+            else:  # (top-k is sorted: the last beam is the weakest)
+                conditioned = None if bool(alive[:, -1].all()) else alive
         if m == 1:  # every row of a sentence still holds the same state: beam i takes row i
             rows = (first_row + torch.arange(k, device=device)).view(-1)
         else:
