@@ -142,8 +142,8 @@ def sbs_kernel_floor(inverses: torch.Tensor, k: int, gen: torch.Generator) -> No
     """The kernels any exact SBS over per-beam inverses runs, alone, at the same sizes:
     one copy of each sentence's inverse (B, n, n) per beam, then per word one float64
     uniform per child, a top-k over each sentence's k (n + 1) children, the two columns of
-    each beam's inverse that its update needs (a gather), and the rank-one update of the
-    rows still to come. No setup, masks, bookkeeping, duplicate copies, drift checks or
+    each beam's inverse that its update needs (a gather) combined into one, and the rank-one
+    update of the rows still to come. No setup, masks, bookkeeping, duplicate copies, drift checks or
     Gumbel arithmetic: a lower bound for this machine, not a sampler."""
     batch, n = inverses.shape[0], inverses.shape[-1]
     size, rows = n + 1, batch * k
@@ -152,8 +152,8 @@ def sbs_kernel_floor(inverses: torch.Tensor, k: int, gen: torch.Generator) -> No
         later = inverse[:, m - 1 :, :]
         uniforms = torch.rand(batch, k * size, dtype=torch.float64, generator=gen)
         _, index = uniforms.topk(k, dim=-1)
-        columns = (index % n).view(rows, 1, 1).expand(-1, later.shape[1], 2)
-        update = later.gather(2, columns)[..., 0]
+        columns = torch.stack([index % n, index // size % n], -1).view(rows, 1, 2).expand(-1, later.shape[1], 2)
+        update = later.gather(2, columns).sum(-1)
         later[:, 1:, :].addcmul_(update[:, 1:].unsqueeze(-1), later[:, :1, :], value=-1e-6)
 
 
