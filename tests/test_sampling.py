@@ -673,3 +673,23 @@ def test_conditioner_layouts_match_the_per_row_copies(single_root, layout):
         shaped.fix(m, head, active)
         torch.testing.assert_close(shaped.inverse, plain.inverse, rtol=0, atol=1e-15, equal_nan=True)
         assert torch.equal(shaped.chain_end, plain.chain_end) and torch.equal(shaped.heads, plain.heads)
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_sbs_in_chunks_of_sentences_draws_what_one_search_draws(monkeypatch, single_root):
+    """A batch whose beams' inverses exceed CHUNK_ENTRIES is searched a few sentences at a
+    time (memory stays bounded for large k): with per-sentence generators every sentence gets
+    the trees of the unchunked search, with exact log-probabilities and gradients."""
+    from spacy_treexp.engine.sampling import without_replacement
+
+    gen = torch.Generator().manual_seed(8)
+    scores = torch.randn(5, 7, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    dist = TreeDistribution(scores, torch.tensor([6, 3, 5, 1, 6]), single_root=single_root)
+    seeds = lambda: [torch.Generator().manual_seed(40 + b) for b in range(5)]  # noqa: E731
+    whole = sample_without_replacement(dist, 6, method="sbs", generator=seeds())
+    monkeypatch.setattr(without_replacement, "CHUNK_ENTRIES", 6 * 36 * 2)  # two sentences per chunk
+    chunked = sample_without_replacement(dist, 6, method="sbs", generator=seeds())
+    assert torch.equal(chunked[0], whole[0])
+    assert_exact_log_probs(dist, *chunked)
+    (grad,) = torch.autograd.grad(chunked[1][0].sum(), scores)
+    assert torch.isfinite(grad).all()

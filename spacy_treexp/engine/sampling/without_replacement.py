@@ -88,11 +88,38 @@ def _restore_overflowed(
     return True
 
 
+#: Most float64 entries of per-beam inverses (k N^2 per sentence) SBS holds at once: a batch
+#: that needs more is searched in chunks of sentences (2^25 entries = 256 MiB; one sentence
+#: is never split, its beams compete with each other).
+CHUNK_ENTRIES = 2**25
+
+
 def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[Tensor, Tensor]:
     """k trees per sentence without replacement by stochastic beam search.
 
     Returns heads (k, B, N+1) in draw order and ``dist.log_prob`` of each (k, B); where a
     sentence has fewer than k trees the extra rows are -1 heads with -inf log-probability.
+    Sentences are searched in chunks of at most :data:`CHUNK_ENTRIES` inverse entries (a
+    per-sentence generator keeps each sentence's draws whatever the chunks).
+    """
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    per_chunk = max(1, CHUNK_ENTRIES // (k * (size - 1) ** 2))
+    if batch <= per_chunk:
+        heads = _beam_search(dist, k, generator)
+    else:
+        scores = dist.scores.detach()
+        parts = []
+        for start in range(0, batch, per_chunk):
+            chunk = slice(start, start + per_chunk)
+            part = type(dist)(scores[chunk], dist.lengths[chunk], single_root=dist.single_root, stable=dist.stable)
+            parts.append(_beam_search(part, k, generator[chunk] if per_sentence(generator) else generator))
+        heads = torch.cat(parts, dim=1)
+    return heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
+
+
+def _beam_search(dist, k: int, generator: Randomness) -> Tensor:
+    """Stochastic beam search over all of ``dist``'s sentences at once: heads (k, B, N+1).
+
     Sentence b owns the state rows b * k .. b * k + k - 1 throughout (see
     :meth:`Conditioner.branch`), so every per-word tensor is a view (B, k, N+1) and the
     top-k runs over each sentence's k (N+1) children without a copy; a beam's Gumbel and
@@ -159,8 +186,7 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
         state.fix(m, _by_row(rows, head).view(-1), None if conditioned is None else _by_row(rows, conditioned).view(-1))
     gumbel, order = gumbel.sort(dim=-1, descending=True, stable=True)  # draw order
     heads = state.heads.view(batch, k, size).gather(1, order.unsqueeze(-1).expand(-1, -1, size)).transpose(0, 1)
-    heads = torch.where((gumbel > -torch.inf).T.unsqueeze(-1), heads, -1)
-    return heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
+    return torch.where((gumbel > -torch.inf).T.unsqueeze(-1), heads, -1)
 
 
 def _by_row(rows: Tensor, values: Tensor) -> Tensor:
