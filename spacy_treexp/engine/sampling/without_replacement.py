@@ -197,7 +197,8 @@ def _by_row(rows: Tensor, values: Tensor) -> Tensor:
 class _Trie:
     """Trie of drawn prefixes for all sentences in one node pool (node b = root of sentence b).
 
-    child[node, h]: the node of prefix + h, or -1 while no drawn tree went there.
+    child[node, h] (int32: half the memory of the largest table): the node of prefix + h, or
+    -1 while no drawn tree went there.
     log_remaining[node]: log of the probability mass of the trees below the node that are
     not drawn yet (-inf: exhausted).
     """
@@ -206,7 +207,7 @@ class _Trie:
         self.size = size
         self.count = batch
         capacity = max(batch * size, 16)
-        self.child = torch.full((capacity, size), -1, dtype=torch.long, device=device)
+        self.child = torch.full((capacity, size), -1, dtype=torch.int32, device=device)
         self.log_remaining = torch.zeros(capacity, dtype=torch.float64, device=device)
 
     def allocate(self, number: int) -> Tensor:
@@ -286,11 +287,11 @@ def _descend(dist, prepared: Prepared, trie: _Trie, rows: Tensor, generator: tor
         head, possible = draw_positive(weights, generator)
         dead = dead | (active & ~possible)
         active = active & possible
-        chosen = children.gather(1, head.unsqueeze(-1)).squeeze(-1)
+        chosen = children.gather(1, head.unsqueeze(-1)).squeeze(-1).long()
         new = active & (chosen < 0)
         new_ids = trie.allocate(int(new.sum()))
         chosen[new] = new_ids
-        trie.child[node[new], head[new]] = new_ids
+        trie.child[node[new], head[new]] = new_ids.to(trie.child.dtype)
         path_probs[:, m] = probs
         path_log_p[:, m - 1] = log_p
         step_log_p = probs.gather(1, head.unsqueeze(-1)).squeeze(-1).log()
