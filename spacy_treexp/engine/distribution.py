@@ -135,8 +135,10 @@ class TreeDistribution(Distribution):
                 )
                 sub_log_z = _log_partition_with_gradient(sub, log_det + shift.sum(-1), sub_marginals)
                 sub_log_z, sub_marginals = sub_log_z.to(scores.dtype), sub_marginals.to(scores.dtype)
-                accepted = (error <= laplacian.fast_tolerance(dtype)) | (self.stable is False)
-                accepted = accepted & torch.isfinite(log_det)
+                if self.stable is False:
+                    accepted = torch.isfinite(log_det)
+                else:
+                    accepted = laplacian.fast_accepted(log_det, error, dtype)
                 if everything:
                     if bool(accepted.all()):
                         log_z, marginals = sub_log_z, sub_marginals

@@ -38,6 +38,12 @@ def fast_tolerance(dtype: torch.dtype) -> float:
     return _FAST_TOLERANCE.get(dtype, 1e-4)
 
 
+def fast_accepted(log_det: Tensor, error: Tensor, dtype: torch.dtype) -> Tensor:
+    """(B,) where the fast path's result is kept: a finite log det and an error estimate
+    within :func:`fast_tolerance` for ``dtype``."""
+    return (error <= fast_tolerance(dtype)) & torch.isfinite(log_det)
+
+
 def shifted_weights(scores: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
     """Arc weights ``exp(score - shift[m])`` with masked arcs set to 0.
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.laplacian import closed_form_marginals, fast_inverse, fast_tolerance, shifted_weights
+from spacy_treexp.engine.laplacian import closed_form_marginals, fast_accepted, fast_inverse, shifted_weights
 from spacy_treexp.engine.sampling.streams import Randomness, block_seeds, per_sentence, sample_block_uniforms
 from spacy_treexp.engine.sampling.wilson import draw_categorical
 
@@ -59,7 +59,7 @@ class Prepared:
     def of(cls, dist) -> "Prepared":
         scores = dist.scores.detach()
         weights, _ = shifted_weights(scores.double(), dist._arc_mask)
-        _, inverse, error = fast_inverse(weights, dist.lengths, dist.single_root)
+        log_det, inverse, error = fast_inverse(weights, dist.lengths, dist.single_root)
         # NaN where L-hat is singular (or its determinant not positive) in float64; row-major,
         # as rows are read and updated
         inverse = torch.where(torch.isinf(error)[:, None, None], torch.nan, inverse).contiguous()
@@ -70,9 +70,9 @@ class Prepared:
             first = exact.marginals[:, :, 1]
         else:
             # what the engine computes for float64 scores: its fast path from this same LU where
-            # the error estimate trusts it, the engine itself (its stable path) elsewhere
+            # it accepts it, the engine itself (its stable path) elsewhere
             first = closed_form_marginals(weights, inverse, dist.single_root)[:, :, 1]
-            untrusted = ~(error <= fast_tolerance(torch.float64))
+            untrusted = ~fast_accepted(log_det, error, torch.float64)
             if bool(untrusted.any()):
                 index = untrusted.nonzero().squeeze(-1)
                 engine = type(dist)(scores.double()[index], dist.lengths[index], single_root=dist.single_root)
