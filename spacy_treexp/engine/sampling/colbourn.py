@@ -310,7 +310,7 @@ def draw_positive(
 
 
 #: Most float64 entries of per-sample inverses held at once: Colbourn's sampler draws its
-#: samples in chunks of this size (2^25 entries = 256 MiB).
+#: samples, and SBS searches its sentences, in chunks of this size (2^25 entries = 256 MiB).
 CHUNK_ENTRIES = 2**25
 
 

@@ -26,7 +26,7 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.sampling.colbourn import Conditioner, Prepared, draw_positive
+from spacy_treexp.engine.sampling.colbourn import CHUNK_ENTRIES, Conditioner, Prepared, draw_positive
 from spacy_treexp.engine.sampling.streams import Randomness, per_sentence, per_sentence_uniforms
 
 
@@ -88,19 +88,14 @@ def _restore_overflowed(
     return True
 
 
-#: Most float64 entries of per-beam inverses (k N^2 per sentence) SBS holds at once: a batch
-#: that needs more is searched in chunks of sentences (2^25 entries = 256 MiB; one sentence
-#: is never split, its beams compete with each other).
-CHUNK_ENTRIES = 2**25
-
-
 def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[Tensor, Tensor]:
     """k trees per sentence without replacement by stochastic beam search.
 
     Returns heads (k, B, N+1) in draw order and ``dist.log_prob`` of each (k, B); where a
     sentence has fewer than k trees the extra rows are -1 heads with -inf log-probability.
-    Sentences are searched in chunks of at most :data:`CHUNK_ENTRIES` inverse entries (a
-    per-sentence generator keeps each sentence's draws whatever the chunks).
+    Sentences are searched in chunks of at most :data:`.colbourn.CHUNK_ENTRIES` inverse
+    entries, k N^2 per sentence (one sentence is never split: its beams compete with each
+    other; a per-sentence generator keeps each sentence's draws whatever the chunks).
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     per_chunk = max(1, CHUNK_ENTRIES // (k * (size - 1) ** 2))
