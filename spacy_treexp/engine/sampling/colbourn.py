@@ -18,6 +18,7 @@ sign of a rounding error: heads closing a cycle with the heads already chosen, a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -87,6 +88,7 @@ class Prepared:
         )
 
 
+@lru_cache(maxsize=64)  # depends on the size alone; read, never written
 def _update_columns(size: int, single_root: bool) -> tuple[Tensor, Tensor]:
     """Per word m and head h, which two columns of L-hat^{-1} make L-hat^{-1} c, and with what
     coefficient, for the new column c of word m (the single arc h -> m of weight 1):
