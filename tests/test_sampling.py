@@ -262,6 +262,38 @@ def test_first_two_draws_have_the_without_replacement_law(method, single_root, s
     assert chi_square_p(observed, pair_codes[off], pair_probs[off]) > ALPHA
 
 
+@pytest.mark.parametrize("asked_at_once", [True, False])
+def test_trie_rounds_give_the_law_of_three_draws_without_replacement(asked_at_once):
+    """The trie draws rounds of i.i.d. candidates and keeps each tree's first occurrence, in
+    order: the ordered triple (a, b, c) must have probability
+    p(a) p(b) p(c) / ((1 - p(a)) (1 - p(a) - p(b))), with k = 3 asked at once (a round of 3
+    candidates) and from the iterator (a round of 1, then one of 2). Peaked enough that most
+    rounds hold a repeated candidate."""
+    n = 3
+    gen = torch.Generator().manual_seed(31)
+    one = torch.randn(1, n + 1, n + 1, generator=gen, dtype=torch.float64) * 2
+    dist = TreeDistribution(one.expand(DRAWS, -1, -1))
+    if asked_at_once:
+        heads, _ = sample_without_replacement(dist, 3, method="trie", generator=gen)
+    else:
+        heads = torch.stack([h for _, (h, _) in zip(range(3), iter_without_replacement(dist, gen))])
+    trees, probs = exact_probs(one[0], n, True)
+    assert probs.max() > 0.3
+    tree_codes = codes(trees, n)
+    drawn = codes(heads, n)  # (3, DRAWS)
+    assert ((drawn[0] != drawn[1]) & (drawn[1] != drawn[2]) & (drawn[0] != drawn[2])).all()
+    a, b, c = probs[:, None, None], probs[None, :, None], probs[None, None, :]
+    triple = a * b * c / ((1 - a) * (1 - a - b).clamp_min(1e-300))
+    count = tree_codes.numel()
+    index = torch.arange(count)
+    distinct = (index[:, None, None] != index[None, :, None]) & (index[None, :, None] != index[None, None, :]) & (
+        index[:, None, None] != index[None, None, :])
+    scale = 10_000
+    triple_codes = (tree_codes[:, None, None] * scale + tree_codes[None, :, None]) * scale + tree_codes[None, None, :]
+    observed = (drawn[0] * scale + drawn[1]) * scale + drawn[2]
+    assert chi_square_p(observed, triple_codes[distinct], triple[distinct]) > ALPHA
+
+
 @pytest.mark.parametrize("method", ["sbs", "trie"])
 def test_without_replacement_follows_probability_order_when_peaked(method):
     """float32 scores of scale 300: the 6 most probable trees are >= 30 nats apart, so both

@@ -108,7 +108,9 @@ def _check_k(k: int) -> int:
     return k
 
 
-def sample_without_replacement(dist, k: int, method: str = "sbs", generator: Randomness = None) -> tuple[Tensor, Tensor]:
+def sample_without_replacement(
+    dist, k: int, method: str = "sbs", generator: Randomness = None
+) -> tuple[Tensor, Tensor]:
     """k distinct trees per sentence: heads (k, B, N+1) and log_probs (k, B) = dist.log_prob.
 
     ``"sbs"`` returns them in the order of a sequential draw (the first is a sample of p),
@@ -136,7 +138,8 @@ def iter_without_replacement(dist, generator: torch.Generator | None = None) -> 
 
     Each step yields (heads (B, N+1), log_probs (B,)): one new tree per sentence, with
     ``dist.log_prob``; an exhausted sentence yields -1 heads and -inf. Stops when every
-    sentence is exhausted; stop earlier whenever the drawn trees suffice. O(n^3) per step.
+    sentence is exhausted; stop earlier whenever the drawn trees suffice. O(n^3) per tree,
+    amortised (trees come in rounds of candidates: see :func:`.without_replacement.trie_draws`).
     """
     dist = _batched(dist)
     streams.check(dist, generator, "trie")

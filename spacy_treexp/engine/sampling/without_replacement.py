@@ -10,9 +10,12 @@ sequence-model techniques for sampling without replacement apply (Stanojević 20
   The k trees are distributed as k draws without replacement, in draw order (the first is
   a sample of p). All beams advance together: O(k n^3).
 * ``trie``: incremental sampling without replacement (Shi, Bieber & Sutton 2020,
-  "UniqueRandomizer"): one ancestral draw at a time, each step renormalised by the probability mass
-  already drawn below every prefix, kept in a trie of the drawn prefixes. A trie lookup per
-  step, never a pass over earlier draws: O(n^3) per tree, and it can stop at any time.
+  "UniqueRandomizer"): ancestral draws renormalised by the probability mass already drawn
+  below every prefix, kept in a trie of the drawn prefixes. Ours draws in rounds of several
+  i.i.d. candidates and keeps each new tree's first occurrence (exact: see
+  :func:`trie_draws`), so that a round's candidates advance together. A trie lookup per
+  word, never a pass over earlier draws: O(n^3) per tree amortised (the first round's
+  candidates, then at most two per tree found), and it can stop at any time.
 
 Unlike the paper's trie, which subtracts each drawn tree's mass from its prefixes, ours keeps
 the *remaining* mass of each prefix as a sum of positive terms (never "total minus drawn"),
@@ -284,9 +287,11 @@ def _descend(dist, prepared: Prepared, trie: _Trie, rows: Tensor, generator: tor
         active = active & possible
         chosen = children.gather(1, head.unsqueeze(-1)).squeeze(-1).long()
         new = active & (chosen < 0)
-        new_ids = trie.allocate(int(new.sum()))
-        chosen[new] = new_ids
-        trie.child[node[new], head[new]] = new_ids.to(trie.child.dtype)
+        if bool(new.any()):  # rows leaving one node by the same head share the new node
+            keys, shared = torch.unique(node[new] * size + head[new], return_inverse=True)
+            new_ids = trie.allocate(keys.numel())
+            chosen[new] = new_ids[shared]
+            trie.child[keys // size, keys % size] = new_ids.to(trie.child.dtype)
         path_probs[:, m] = probs
         path_log_p[:, m - 1] = log_p
         step_log_p = probs.gather(1, head.unsqueeze(-1)).squeeze(-1).log()
@@ -297,41 +302,90 @@ def _descend(dist, prepared: Prepared, trie: _Trie, rows: Tensor, generator: tor
     return state.heads, path, path_log_p, path_probs, dead
 
 
-def trie_draws(dist, generator: torch.Generator | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+def trie_draws(
+    dist, generator: torch.Generator | None = None, wanted: int | None = None
+) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield one new tree per sentence per step, without replacement (Shi et al. 2020).
 
     Each item is (heads (B, N+1), log_probs (B,)) with ``log_probs = dist.log_prob(heads)``;
     a sentence whose trees are all drawn yields -1 heads and -inf. Stops when every sentence
-    is exhausted. A draw that reaches a dead end (a prefix with no tree, entered through a
-    rounding-error probability) prunes that prefix from the trie and draws again.
+    is exhausted.
+
+    Trees are drawn in *rounds*: a round draws c_b candidates for each sentence b at once,
+    i.i.d. from p restricted to the trees not drawn yet (one ancestral descent per candidate,
+    renormalised by the trie's masses, all rows together), and keeps the first occurrence of
+    each tree, in order. This is exact: a candidate that differs from the round's earlier
+    ones is distributed as p restricted to the trees drawn by neither, so the kept trees are
+    the next draws without replacement. A round's trees are queued and yielded one per step;
+    a sentence's next round comes when its queue is empty, with c_b = twice the trees its
+    last round found (1 for the first round; all ``wanted`` at once when the caller says how
+    many it will take), so a flat distribution is drawn in a few wide rounds and a peaked one,
+    whose candidates mostly repeat, in narrow ones. A candidate that reaches a dead end (a
+    prefix with no tree, entered through a rounding-error probability) prunes that prefix;
+    a sentence whose round found nothing draws again, at most :data:`MAX_DEAD_ENDS` times.
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
     sentences = torch.arange(batch, device=device)
     prepared = Prepared.of(dist)
     trie = _Trie(batch, size, device)
+    # most candidates in one round: its inverses and conditionals stay within CHUNK_ENTRIES
+    most = max(1, CHUNK_ENTRIES // (2 * batch * size * size))
+    width = torch.full((batch,), min(most, wanted or 1), dtype=torch.long, device=device)
+    accepted = torch.zeros(batch, dtype=torch.long, device=device)  # trees found per sentence
+    queue = torch.full((batch, 0, size), -1, dtype=torch.long, device=device)
+    queued = torch.zeros(batch, dtype=torch.long, device=device)
+    taken = torch.zeros(batch, dtype=torch.long, device=device)
     while True:
-        alive = trie.log_remaining[sentences] > -torch.inf
-        if not alive.any():
-            return
-        heads = torch.full((batch, size), -1, dtype=torch.long, device=device)
-        pending = sentences[alive]
+        empty = taken >= queued
         for _ in range(MAX_DEAD_ENDS):
-            drawn, path, path_log_p, path_probs, dead = _descend(dist, prepared, trie, pending, generator)
-            trie.update(path, path_log_p, path_probs)  # a dead end is pruned like a drawn leaf
-            heads[pending[~dead]] = drawn[~dead]
-            pending = pending[dead]
-            pending = pending[trie.log_remaining[pending] > -torch.inf]
+            pending = sentences[empty & (trie.log_remaining[sentences] > -torch.inf)]
             if pending.numel() == 0:
                 break
+            trees, owner = _round(dist, prepared, trie, pending, width[pending], generator)
+            found = torch.bincount(owner, minlength=batch)
+            if trees.shape[0]:
+                start = torch.cumsum(found, 0) - found  # each sentence's first kept candidate
+                slot = torch.arange(trees.shape[0], device=device) - start[owner]
+                if int(found.max()) > queue.shape[1]:
+                    queue = torch.cat([queue, queue.new_full((batch, int(found.max()) - queue.shape[1], size), -1)], 1)
+                queue[owner, slot] = trees
+            queued[pending], taken[pending] = found[pending], 0
+            accepted += found
+            grown = (2 * found).clamp(1, most)
+            if wanted is not None:
+                grown = torch.minimum(grown, (wanted - accepted).clamp_min(1))
+            width[pending] = grown[pending]
+            empty = torch.zeros_like(empty).index_fill_(0, pending, True) & (found == 0)
         else:
             raise ValueError(
                 f"sampling without replacement met {MAX_DEAD_ENDS} dead ends in one step in "
                 f"sentence(s) {pending.tolist()[:10]}"
             )
-        if bool((heads[:, 1] < 0).all()):  # the last sentences ran out through dead ends
+        ready = taken < queued
+        if not bool(ready.any()):
             return
+        heads = torch.where(ready.unsqueeze(-1), queue[sentences, taken.clamp_max(max(queue.shape[1] - 1, 0))], -1)
+        taken += ready.long()
         yield heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
+
+
+def _round(
+    dist, prepared: Prepared, trie: _Trie, pending: Tensor, width: Tensor, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """One round of :func:`trie_draws`: ``width[i]`` candidates for sentence ``pending[i]``,
+    their masses removed from the trie. Returns the new trees (T, N+1), first occurrences in
+    candidate order grouped by sentence, and each one's sentence (T,)."""
+    rows = pending.repeat_interleave(width)
+    drawn, path, path_log_p, path_probs, dead = _descend(dist, prepared, trie, rows, generator)
+    trie.update(path, path_log_p, path_probs)  # a dead end is pruned like a drawn leaf
+    alive = (~dead).nonzero().squeeze(-1)
+    depth = (path >= 0).sum(-1) - 1
+    leaf = path.gather(1, depth.unsqueeze(-1)).squeeze(-1)[alive]  # a tree's leaf is its own
+    distinct, which = torch.unique(leaf, return_inverse=True)
+    first = torch.full_like(distinct, rows.numel()).scatter_reduce_(0, which, alive, "amin")
+    kept = first.sort().values  # candidates in order: sentence by sentence (rows are)
+    return drawn[kept], rows[kept]
 
 
 def trie_without_replacement(dist, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
@@ -339,6 +393,6 @@ def trie_without_replacement(dist, k: int, generator: torch.Generator | None = N
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     heads = torch.full((k, batch, size), -1, dtype=torch.long, device=dist.scores.device)
     log_probs = torch.full((k, batch), -torch.inf, dtype=dist.scores.dtype, device=dist.scores.device)
-    for i, (tree, log_prob) in zip(range(k), trie_draws(dist, generator)):
+    for i, (tree, log_prob) in zip(range(k), trie_draws(dist, generator, wanted=k)):
         heads[i], log_probs[i] = tree, log_prob
     return heads, log_probs
