@@ -267,7 +267,7 @@ def test_trie_rounds_give_the_law_of_three_draws_without_replacement(asked_at_on
     """The trie draws rounds of i.i.d. candidates and keeps each tree's first occurrence, in
     order: the ordered triple (a, b, c) must have probability
     p(a) p(b) p(c) / ((1 - p(a)) (1 - p(a) - p(b))), with k = 3 asked at once (a round of 3
-    candidates) and from the iterator (a round of 1, then one of 2). Peaked enough that most
+    candidates) and from the iterator (rounds of 1, 1 and 2 candidates). Peaked enough that most
     rounds hold a repeated candidate."""
     n = 3
     gen = torch.Generator().manual_seed(31)

@@ -24,6 +24,7 @@ rounding, however peaked the distribution.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Iterator
 
 import torch
@@ -248,6 +249,10 @@ class _Trie:
             self.log_remaining[node[below]] = log_remaining[below]
 
 
+#: Most candidates a trie round draws per tree it still needs (where earlier rounds' candidates
+#: mostly repeated): more would mostly repeat too, fewer call more rounds.
+MAX_CANDIDATES_PER_TREE = 8.0
+
 #: Dead ends (prefixes whose computed conditionals leave no possible head, reached through a
 #: rounding-error probability) a trie step may prune before it gives up with an error.
 MAX_DEAD_ENDS = 10_000
@@ -316,13 +321,14 @@ def trie_draws(
     renormalised by the trie's masses, all rows together), and keeps the first occurrence of
     each tree, in order. This is exact: a candidate that differs from the round's earlier
     ones is distributed as p restricted to the trees drawn by neither, so the kept trees are
-    the next draws without replacement. A round's trees are queued and yielded one per step;
-    a sentence's next round comes when its queue is empty, with c_b = twice the trees its
-    last round found (1 for the first round; all ``wanted`` at once when the caller says how
-    many it will take), so a flat distribution is drawn in a few wide rounds and a peaked one,
-    whose candidates mostly repeat, in narrow ones. A candidate that reaches a dead end (a
-    prefix with no tree, entered through a rounding-error probability) prunes that prefix;
-    a sentence whose round found nothing draws again, at most :data:`MAX_DEAD_ENDS` times.
+    the next draws without replacement. A round's trees are queued and yielded one per step.
+    A round comes when some sentence's queue is empty; it tops up every sentence to as many
+    trees ahead as were yielded so far (to all ``wanted`` when the caller says how many it
+    will take), asking each for that many trees times its last round's candidates per new
+    tree (repeats: a peaked distribution). A candidate that reaches a dead end (a prefix with
+    no tree, entered through a rounding-error probability) prunes that prefix; a step whose
+    rounds leave some sentence with nothing queued draws again, at most
+    :data:`MAX_DEAD_ENDS` times.
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
@@ -331,32 +337,36 @@ def trie_draws(
     trie = _Trie(batch, size, device)
     # most candidates in one round: its inverses and conditionals stay within CHUNK_ENTRIES
     most = max(1, CHUNK_ENTRIES // (2 * batch * size * size))
-    width = torch.full((batch,), min(most, wanted or 1), dtype=torch.long, device=device)
-    accepted = torch.zeros(batch, dtype=torch.long, device=device)  # trees found per sentence
-    queue = torch.full((batch, 0, size), -1, dtype=torch.long, device=device)
+    queue = torch.full((batch, 0, size), -1, dtype=torch.long, device=device)  # every tree found
     queued = torch.zeros(batch, dtype=torch.long, device=device)
     taken = torch.zeros(batch, dtype=torch.long, device=device)
-    while True:
-        empty = taken >= queued
+    per_tree = torch.ones(batch, dtype=torch.float64, device=device)  # candidates per new tree
+    for step in itertools.count():
         for _ in range(MAX_DEAD_ENDS):
-            pending = sentences[empty & (trie.log_remaining[sentences] > -torch.inf)]
-            if pending.numel() == 0:
+            live = trie.log_remaining[sentences] > -torch.inf
+            if not bool((live & (taken == queued)).any()):  # every live sentence has a tree ready
                 break
+            # trees every live sentence should have ahead: the rest of ``wanted``, else as many
+            # as were yielded so far (rounds at steps 0, 1, 2, 4, 8, ...: about twice the
+            # trees a caller takes). All sentences short of it are topped up in the same round
+            # (a round costs little more for more rows), so that they stay in step.
+            ahead = max(1, wanted - step if wanted is not None else step)
+            short = (ahead - (queued - taken)).clamp_min(0)
+            pending = sentences[live & (short > 0)]
+            width = (short * per_tree).ceil().long().clamp(1, most)
             trees, owner = _round(dist, prepared, trie, pending, width[pending], generator)
             found = torch.bincount(owner, minlength=batch)
             if trees.shape[0]:
-                start = torch.cumsum(found, 0) - found  # each sentence's first kept candidate
-                slot = torch.arange(trees.shape[0], device=device) - start[owner]
-                if int(found.max()) > queue.shape[1]:
-                    queue = torch.cat([queue, queue.new_full((batch, int(found.max()) - queue.shape[1], size), -1)], 1)
+                first = torch.cumsum(found, 0) - found  # each sentence's first new tree
+                slot = queued[owner] + torch.arange(trees.shape[0], device=device) - first[owner]
+                needed = int((queued + found).max())
+                if needed > queue.shape[1]:
+                    queue = torch.cat([queue, queue.new_full((batch, needed - queue.shape[1], size), -1)], 1)
                 queue[owner, slot] = trees
-            queued[pending], taken[pending] = found[pending], 0
-            accepted += found
-            grown = (2 * found).clamp(1, most)
-            if wanted is not None:
-                grown = torch.minimum(grown, (wanted - accepted).clamp_min(1))
-            width[pending] = grown[pending]
-            empty = torch.zeros_like(empty).index_fill_(0, pending, True) & (found == 0)
+            queued += found
+            # repeated candidates (a peaked distribution) ask for more candidates per tree
+            rate = (width / found.clamp_min(1)).clamp(1.0, MAX_CANDIDATES_PER_TREE)
+            per_tree[pending] = rate[pending].double()
         else:
             raise ValueError(
                 f"sampling without replacement met {MAX_DEAD_ENDS} dead ends in one step in "
