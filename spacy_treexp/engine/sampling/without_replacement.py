@@ -337,33 +337,22 @@ def trie_draws(
     trie = _Trie(batch, size, device)
     # most candidates in one round: its inverses and conditionals stay within CHUNK_ENTRIES
     most = max(1, CHUNK_ENTRIES // (2 * batch * size * size))
-    queue = torch.full((batch, 0, size), -1, dtype=torch.long, device=device)  # every tree found
-    queued = torch.zeros(batch, dtype=torch.long, device=device)
-    taken = torch.zeros(batch, dtype=torch.long, device=device)
+    queue = _Queue(batch, size, device)
     per_tree = torch.ones(batch, dtype=torch.float64, device=device)  # candidates per new tree
     for step in itertools.count():
         for _ in range(MAX_DEAD_ENDS):
             live = trie.log_remaining[sentences] > -torch.inf
-            if not bool((live & (taken == queued)).any()):  # every live sentence has a tree ready
+            if not bool((live & (queue.ahead() == 0)).any()):  # every live sentence has a tree ready
                 break
             # trees every live sentence should have ahead: the rest of ``wanted``, else as many
             # as were yielded so far (rounds at steps 0, 1, 2, 4, 8, ...: about twice the
             # trees a caller takes). All sentences short of it are topped up in the same round
             # (a round costs little more for more rows), so that they stay in step.
-            ahead = max(1, wanted - step if wanted is not None else step)
-            short = (ahead - (queued - taken)).clamp_min(0)
+            short = (max(1, wanted - step if wanted is not None else step) - queue.ahead()).clamp_min(0)
             pending = sentences[live & (short > 0)]
             width = (short * per_tree).ceil().long().clamp(1, most)
             trees, owner = _round(dist, prepared, trie, pending, width[pending], generator)
-            found = torch.bincount(owner, minlength=batch)
-            if trees.shape[0]:
-                first = torch.cumsum(found, 0) - found  # each sentence's first new tree
-                slot = queued[owner] + torch.arange(trees.shape[0], device=device) - first[owner]
-                needed = int((queued + found).max())
-                if needed > queue.shape[1]:
-                    queue = torch.cat([queue, queue.new_full((batch, needed - queue.shape[1], size), -1)], 1)
-                queue[owner, slot] = trees
-            queued += found
+            found = queue.extend(trees, owner)
             # repeated candidates (a peaked distribution) ask for more candidates per tree
             rate = (width / found.clamp_min(1)).clamp(1.0, MAX_CANDIDATES_PER_TREE)
             per_tree[pending] = rate[pending].double()
@@ -372,12 +361,49 @@ def trie_draws(
                 f"sampling without replacement met {MAX_DEAD_ENDS} dead ends in one step in "
                 f"sentence(s) {pending.tolist()[:10]}"
             )
-        ready = taken < queued
-        if not bool(ready.any()):
+        heads, ready = queue.pop()
+        if not bool(ready.any()):  # every sentence exhausted
             return
-        heads = torch.where(ready.unsqueeze(-1), queue[sentences, taken.clamp_max(max(queue.shape[1] - 1, 0))], -1)
-        taken += ready.long()
         yield heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
+
+
+class _Queue:
+    """Every tree :func:`trie_draws` found, per sentence in draw order, and how many of them it
+    yielded."""
+
+    def __init__(self, batch: int, size: int, device: torch.device):
+        self.trees = torch.full((batch, 0, size), -1, dtype=torch.long, device=device)
+        self.found = torch.zeros(batch, dtype=torch.long, device=device)
+        self.taken = torch.zeros(batch, dtype=torch.long, device=device)
+
+    def ahead(self) -> Tensor:
+        """(B,) trees found and not yielded yet."""
+        return self.found - self.taken
+
+    def extend(self, trees: Tensor, owner: Tensor) -> Tensor:
+        """Append ``trees`` (T, N+1), grouped by their sentences ``owner`` (T,) in ascending
+        order; returns how many each sentence got (B,)."""
+        batch = self.found.numel()
+        count = torch.bincount(owner, minlength=batch)
+        if trees.shape[0]:
+            start = torch.cumsum(count, 0) - count  # each sentence's first tree among ``trees``
+            slot = self.found[owner] + torch.arange(trees.shape[0], device=trees.device) - start[owner]
+            needed = int((self.found + count).max())
+            if needed > self.trees.shape[1]:
+                extra = self.trees.new_full((batch, needed - self.trees.shape[1], self.trees.shape[2]), -1)
+                self.trees = torch.cat([self.trees, extra], 1)
+            self.trees[owner, slot] = trees
+        self.found += count
+        return count
+
+    def pop(self) -> tuple[Tensor, Tensor]:
+        """Each sentence's next tree (B, N+1), -1 heads where none is left, and where one was
+        (B,)."""
+        ready = self.taken < self.found
+        rows = torch.arange(self.found.numel(), device=self.found.device)
+        next_tree = self.trees[rows, self.taken.clamp_max(max(self.trees.shape[1] - 1, 0))]
+        self.taken += ready.long()
+        return torch.where(ready.unsqueeze(-1), next_tree, -1), ready
 
 
 def _round(
