@@ -308,6 +308,53 @@ def test_without_replacement_follows_probability_order_when_peaked(method):
     assert heads[:, 0].tolist() == trees[order].tolist()
 
 
+@pytest.mark.parametrize("asked_at_once", [True, False])
+def test_trie_prunes_dead_ends_and_keeps_the_law(monkeypatch, asked_at_once):
+    """A rounding error can give an impossible head positive probability; the prefix it
+    starts has no tree (a dead end). Simulated: word 2 gets 30% of its mass on itself (a
+    self-loop: no tree), the real heads 70%. Candidates entering it must be dropped and the
+    prefix pruned, and the kept trees must still have the law of the first two draws without
+    replacement (every real tree's proposal is scaled alike)."""
+    from spacy_treexp.engine.sampling import without_replacement
+    from spacy_treexp.engine.sampling.colbourn import Conditioner
+
+    real_probs, real_descend = Conditioner.probs, without_replacement._descend
+    dead_rows = []
+
+    def leaky_probs(self, m):
+        probs = real_probs(self, m)
+        if m == 2:
+            probs = probs * 0.7
+            probs[:, 2] = 0.3
+        return probs
+
+    def counting_descend(*args):
+        result = real_descend(*args)
+        dead_rows.append(int(result[-1].sum()))
+        return result
+
+    monkeypatch.setattr(Conditioner, "probs", leaky_probs)
+    monkeypatch.setattr(without_replacement, "_descend", counting_descend)
+    n = 3
+    gen = torch.Generator().manual_seed(23)
+    one = torch.randn(1, n + 1, n + 1, generator=gen, dtype=torch.float64)
+    dist = TreeDistribution(one.expand(DRAWS, -1, -1))
+    if asked_at_once:
+        heads, _ = sample_without_replacement(dist, 2, method="trie", generator=gen)
+    else:
+        heads = torch.stack([h for _, (h, _) in zip(range(2), iter_without_replacement(dist, gen))])
+    assert sum(dead_rows) > 0.2 * DRAWS  # dead ends were entered, and left
+    trees, probs = exact_probs(one[0], n, True)
+    tree_codes = codes(trees, n)
+    first, second = codes(heads[0], n), codes(heads[1], n)
+    assert (first != second).all()
+    assert chi_square_p(first, tree_codes, probs) > ALPHA  # every draw is a tree
+    pair_probs = probs[:, None] * probs[None, :] / (1 - probs[:, None])
+    off = ~torch.eye(tree_codes.numel(), dtype=torch.bool)
+    pair_codes = tree_codes[:, None] * 10_000 + tree_codes[None, :]
+    assert chi_square_p(first * 10_000 + second, pair_codes[off], pair_probs[off]) > ALPHA
+
+
 def test_iterator_yields_distinct_trees_and_stops():
     scores, _ = random_batch(12)
     dist = TreeDistribution(scores, torch.tensor([3, 2]))
