@@ -221,19 +221,19 @@ class _Trie:
         self.count = needed
         return ids
 
-    def update(self, path: Tensor, path_log_p: Tensor, path_probs: Tensor) -> None:
-        """Remove a drawn tree's mass from every prefix on its path, bottom-up.
+    def update(self, path: Tensor, path_log_p: Tensor, path_probs: Tensor) -> Tensor:
+        """Remove a drawn tree's mass from every prefix on its path, bottom-up; returns each
+        path's leaf (B,), the node of its tree (or of its dead end).
 
         The remaining mass of a node is a sum of positive terms, never a difference:
         P(node) * (sum of q(h) over children not in the trie) + sum of the children's
         remaining masses. A drawn leaf has none, so exhaustion is exact (log mass -inf).
-        path (B, N+1) nodes by depth (-1 past the leaf), path_log_p (B, N+1) log P(prefix),
-        path_probs (B, N+1, N+1) the conditionals of word d at the node of depth d-1.
+        path (B, N+1) nodes by depth from the sentence's root node (-1 past the leaf),
+        path_log_p (B, N+1) log P(prefix), path_probs (B, N+1, N+1) the conditionals of word
+        d at the node of depth d-1.
         """
-        rows = torch.arange(path.shape[0], device=path.device)
-        depth = (path >= 0).sum(-1) - 1  # the leaf's depth, -1 for a sentence not drawn
-        drawn = depth >= 0
-        self.log_remaining[path[rows[drawn], depth[drawn]]] = -torch.inf
+        leaf = path.gather(1, ((path >= 0).sum(-1) - 1).unsqueeze(-1)).squeeze(-1)
+        self.log_remaining[leaf] = -torch.inf
         for d in range(path.shape[1] - 1, 0, -1):
             below = path[:, d] >= 0
             node = torch.where(below, path[:, d - 1], torch.zeros_like(path[:, d - 1]))
@@ -247,6 +247,7 @@ class _Trie:
             )
             log_remaining = torch.logaddexp(path_log_p[:, d - 1] + unseen.log(), torch.logsumexp(seen, -1))
             self.log_remaining[node[below]] = log_remaining[below]
+        return leaf
 
 
 #: Most candidates a trie round draws per tree it still needs (where earlier rounds' candidates
@@ -414,10 +415,9 @@ def _round(
     candidate order grouped by sentence, and each one's sentence (T,)."""
     rows = pending.repeat_interleave(width)
     drawn, path, path_log_p, path_probs, dead = _descend(dist, prepared, trie, rows, generator)
-    trie.update(path, path_log_p, path_probs)  # a dead end is pruned like a drawn leaf
+    leaf = trie.update(path, path_log_p, path_probs)  # a dead end is pruned like a drawn leaf
     alive = (~dead).nonzero().squeeze(-1)
-    depth = (path >= 0).sum(-1) - 1
-    leaf = path.gather(1, depth.unsqueeze(-1)).squeeze(-1)[alive]  # a tree's leaf is its own
+    leaf = leaf[alive]  # a tree's leaf is its own
     distinct, which = torch.unique(leaf, return_inverse=True)
     first = torch.full_like(distinct, rows.numel()).scatter_reduce_(0, which, alive, "amin")
     kept = first.sort().values  # candidates in order: sentence by sentence (rows are)
