@@ -228,6 +228,20 @@ def test_without_replacement_draws_every_tree_once_then_pads(method, single_root
     assert_exact_log_probs(dist, heads, log_probs)
 
 
+def assert_first_two_draws_fit(heads: torch.Tensor, scores: torch.Tensor, n: int, single_root: bool) -> None:
+    """Draws (>= 2, copies, n+1) of one sentence without replacement: the first is ~ p, the
+    ordered pair (a, b) has probability p(a) p(b) / (1 - p(a)) (chi-square, every draw a tree)."""
+    trees, probs = exact_probs(scores, n, single_root)
+    tree_codes = codes(trees, n)
+    first, second = codes(heads[0], n), codes(heads[1], n)
+    assert (first != second).all()
+    assert chi_square_p(first, tree_codes, probs) > ALPHA
+    pair_probs = probs[:, None] * probs[None, :] / (1 - probs[:, None])
+    pair_codes = tree_codes[:, None] * 10_000 + tree_codes[None, :]
+    off = ~torch.eye(tree_codes.numel(), dtype=torch.bool)
+    assert chi_square_p(first * 10_000 + second, pair_codes[off], pair_probs[off]) > ALPHA
+
+
 @pytest.mark.parametrize(
     "method,single_root,seed,per_sentence",
     [
@@ -248,18 +262,7 @@ def test_first_two_draws_have_the_without_replacement_law(method, single_root, s
     if per_sentence:
         gen = [torch.Generator().manual_seed(seed * DRAWS + i) for i in range(DRAWS)]
     heads, _ = sample_without_replacement(dist, 2, method=method, generator=gen)
-    trees, probs = exact_probs(one[0], n, single_root)
-    tree_codes = codes(trees, n)
-    first, second = codes(heads[0], n), codes(heads[1], n)
-    assert (first != second).all()
-    assert chi_square_p(first, tree_codes, probs) > ALPHA
-    count = tree_codes.numel()
-    pair_probs = probs[:, None] * probs[None, :] / (1 - probs[:, None])
-    pair_probs.fill_diagonal_(0)
-    pair_codes = tree_codes[:, None] * 10_000 + tree_codes[None, :]
-    observed = first * 10_000 + second
-    off = ~torch.eye(count, dtype=torch.bool)
-    assert chi_square_p(observed, pair_codes[off], pair_probs[off]) > ALPHA
+    assert_first_two_draws_fit(heads, one[0], n, single_root)
 
 
 @pytest.mark.parametrize("asked_at_once", [True, False])
@@ -344,15 +347,7 @@ def test_trie_prunes_dead_ends_and_keeps_the_law(monkeypatch, asked_at_once):
     else:
         heads = torch.stack([h for _, (h, _) in zip(range(2), iter_without_replacement(dist, gen))])
     assert sum(dead_rows) > 0.2 * DRAWS  # dead ends were entered, and left
-    trees, probs = exact_probs(one[0], n, True)
-    tree_codes = codes(trees, n)
-    first, second = codes(heads[0], n), codes(heads[1], n)
-    assert (first != second).all()
-    assert chi_square_p(first, tree_codes, probs) > ALPHA  # every draw is a tree
-    pair_probs = probs[:, None] * probs[None, :] / (1 - probs[:, None])
-    off = ~torch.eye(tree_codes.numel(), dtype=torch.bool)
-    pair_codes = tree_codes[:, None] * 10_000 + tree_codes[None, :]
-    assert chi_square_p(first * 10_000 + second, pair_codes[off], pair_probs[off]) > ALPHA
+    assert_first_two_draws_fit(heads, one[0], n, True)  # (every draw is a tree)
 
 
 def test_iterator_yields_distinct_trees_and_stops():
