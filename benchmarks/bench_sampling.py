@@ -157,10 +157,16 @@ def sbs_kernel_floor(inverses: torch.Tensor, k: int, gen: torch.Generator) -> No
         later[:, 1:, :].addcmul_(update[:, 1:].unsqueeze(-1), later[:, :1, :], value=-1e-6)
 
 
-def swor_table(batch: int, n: int, ks: list[int], repeats: int) -> None:
+def swor_inputs(batch: int, n: int) -> tuple[TreeDistribution, torch.Tensor]:
+    """The SWOR tables' scores (marginals already computed, as a caller's would be) and the
+    random inverses their kernel floor runs on."""
     dist = random_dist(batch, n, seed=7)
     dist.marginals
-    inverses = torch.randn(batch, n, n, dtype=torch.float64)
+    return dist, torch.randn(batch, n, n, dtype=torch.float64)
+
+
+def swor_table(batch: int, n: int, ks: list[int], repeats: int) -> None:
+    dist, inverses = swor_inputs(batch, n)
     print(f"\n2./3. Sampling without replacement (batch {batch}, n = {n}): time per call and per tree; "
           "'kernels ms': SBS's unavoidable kernels alone (a floor)")
     print(f"{'k':>6} {'sbs ms':>10} {'sbs us/tree':>12} {'kernels ms':>11} {'trie ms':>10} {'trie us/tree':>13}")
@@ -182,9 +188,7 @@ def swor_target(batch: int, n: int, k: int, calls: int) -> None:
     minutes (up to 1.7x on our shared 2-core VM), so the spread is part of the figure. Each
     SBS call is paired with a call of its kernel floor (:func:`sbs_kernel_floor`): the ratio
     of a pair is what the code costs above the machine's floor, whatever the minute."""
-    dist = random_dist(batch, n, seed=7)
-    dist.marginals
-    inverses = torch.randn(batch, n, n, dtype=torch.float64)
+    dist, inverses = swor_inputs(batch, n)
     gen = torch.Generator().manual_seed(2)
     sbs = lambda: sample_without_replacement(dist, k, method="sbs", generator=gen)
     floor = lambda: sbs_kernel_floor(inverses, k, gen)
