@@ -74,7 +74,7 @@ def synthetic_corpus(count, n, scale, seed, sharpen=1.0):
     rng = numpy.random.default_rng(seed)
     arc = scale * rng.standard_normal((count, n + 1, n + 1))
     dist = TreeDistribution(torch.from_numpy(arc))
-    heads = dist.sample(generator=torch.Generator().manual_seed(seed)).numpy()
+    heads = dist.sample(method="wilson_marginal", generator=torch.Generator().manual_seed(seed)).numpy()
     gold = [gold_sentence(h[1:], sent_id=f"s{i}") for i, h in enumerate(heads)]
     scores = [SentenceScores((sharpen * a).astype(numpy.float32)) for a in arc]
     return gold, scores

@@ -44,7 +44,7 @@ def attrs(html, cls):
 def test_markup_follows_the_marginals(docs):
     html = spacy_treexp.render(docs[0], alt_threshold=0.1)
     record = docs[0]._.tree_expectations[0]
-    mu, heads = record["marginals"], record["heads"]
+    mu, heads = record.marginals, record.heads
     n = len(heads)
     section = html.split('data-sentence="2"')[0]
     arcs = attrs(section, "treexp-arc")
@@ -58,7 +58,7 @@ def test_markup_follows_the_marginals(docs):
     expected = {(h, d) for d in range(1, n + 1) for h in range(n + 1) if mu[h, d] >= 0.1 and h != heads[d - 1]}
     assert {(int(a["head"]), int(a["dep"])) for a in alts} == expected and expected
     tokens = attrs(section, "treexp-token")
-    assert [t["entropy"] for t in tokens] == pytest.approx(record["head_entropy"].tolist(), abs=1e-4)
+    assert [t["entropy"] for t in tokens] == pytest.approx(record.head_entropy.tolist(), abs=1e-4)
     surest = min(tokens, key=lambda t: t["entropy"])["tag"]
     least = max(tokens, key=lambda t: t["entropy"])["tag"]
     green = lambda tag: int(re.search(r'fill="rgb\(\d+,(\d+),', tag).group(1))  # noqa: E731
@@ -138,7 +138,7 @@ def test_page_in_headless_chromium(docs, tmp_path):
     found = re.search(r"data-check=\"([^\"]+)\"", result.stdout)
     assert found, result.stderr[-2000:]
     check = json.loads(found.group(1).replace("&quot;", '"'))
-    n = len(docs[0]._.tree_expectations[0]["heads"])
+    n = len(docs[0]._.tree_expectations[0].heads)
     assert len(check["arcs"]) == len(docs[0]) and min(check["arcs"]) > 5
     assert len(check["words"]) == len(docs[0]) and min(check["words"]) > 20
     assert check["cells"] == html.count('class="treexp-cell"') > n

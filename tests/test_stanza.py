@@ -262,7 +262,7 @@ def test_non_graph_parser_is_a_clear_error():
 def test_sentence_without_scores_is_a_clear_error():
     doc = stanza.Document([[{"id": 1, "text": "Hi", "head": 0, "deprel": "root"}]])
     with pytest.raises(ValueError, match="no captured depparse scores"):
-        processor_module.annotate_sentences([(0, doc.sentences[0])], processor_module.parse_options({}))
+        processor_module.annotate_documents([doc], processor_module.parse_options({}))
 
 
 @needs_sampling

@@ -15,6 +15,7 @@ import torch
 from spacy.tokens import Doc, DocBin, Span, Token
 
 from spacy_treexp import TreeDistribution
+from spacy_treexp.annotate import SentenceAnnotation, length_buckets
 from spacy_treexp.pipeline import attributes
 from test_tree_expectations_support import (
     LABELS,
@@ -32,6 +33,7 @@ EXACT_KEYS = ("start", "end", "heads", "single_root", "sampled_heads", "sampled_
 def assert_same_records(a, b, atol=1e-6):
     assert len(a) == len(b)
     for ra, rb in zip(a, b):
+        ra, rb = ra.to_dict(), rb.to_dict()
         assert set(ra) == set(rb)
         for key in ra:
             if ra[key] is None:
@@ -138,7 +140,8 @@ def _walk(value):
 def test_user_data_holds_only_numpy_and_plain_python():
     nlp = make_nlp({"n_samples": 3})
     doc = nlp(TEXTS[0])
-    kinds = {type(v) for v in _walk(doc._.tree_expectations)}
+    assert all(isinstance(record, SentenceAnnotation) for record in doc._.tree_expectations)
+    kinds = {type(v) for v in _walk([record.to_dict() for record in doc._.tree_expectations])}
     assert not any(issubclass(k, torch.Tensor) for k in kinds)
     assert kinds <= {numpy.ndarray, bool, int, float, str, type(None)}
 
@@ -149,7 +152,7 @@ def test_no_parse_in_doc_uses_the_map_tree():
     component()(doc)
     arc = torch.from_numpy(doc._.parser_scores[0]["arc"]).double()
     mode = TreeDistribution(arc).mode.reshape(-1)[1:].numpy()
-    assert list(doc._.tree_expectations[0]["heads"]) == list(mode)
+    assert list(doc._.tree_expectations[0].heads) == list(mode)
 
 
 # --- batching ---------------------------------------------------------------------
@@ -165,10 +168,8 @@ def test_pipe_gives_the_same_results_as_one_doc_at_a_time(config):
         assert_same_records(a._.tree_expectations, b._.tree_expectations)
     # one engine batch holds several sentences of different lengths
     te = nlp.get_pipe("tree_expectations")
-    from spacy_treexp.pipeline.tree_expectations import _length_buckets
-
-    items = [{"n": n} for n in (1, 2, 2, 3, 9, 10, 11, 30)]
-    buckets = [[i["n"] for i in b] for b in _length_buckets(items, te.batch_size)]
+    lengths = [1, 2, 2, 3, 9, 10, 11, 30]
+    buckets = [[lengths[i] for i in b] for b in length_buckets(lengths, te.options.batch_size)]
     assert buckets == [[1, 2, 2], [3], [9, 10, 11], [30]]
 
 
@@ -225,7 +226,7 @@ def test_samples_are_reproducible_per_seed():
     c = make_nlp({"n_samples": 5, "seed": 8})("Dogs bark. Cats sleep all day.")
     assert_same_records(a._.tree_expectations, b._.tree_expectations)
     assert any(
-        not numpy.array_equal(x["sampled_heads"], y["sampled_heads"])
+        not numpy.array_equal(x.sampled_heads, y.sampled_heads)
         for x, y in zip(a._.tree_expectations, c._.tree_expectations)
     )
     fresh = make_nlp({"n_samples": 5, "seed": None})("Dogs bark. Cats sleep all day.")
@@ -256,7 +257,7 @@ def test_sampled_doc_is_a_parse_of_the_sample():
         assert [s.start for s in sample.sents] == [s.start for s in doc.sents]
         for sent, record in zip(sample.sents, doc._.tree_expectations):
             got = [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
-            assert got == list(record["sampled_heads"][i])
+            assert got == list(record.sampled_heads[i])
             rel = doc._.parser_scores[doc._.tree_expectations.index(record)]["rel"]
             for m, (token, h) in enumerate(zip(sent, got), start=1):
                 assert token.dep_ == LABELS[int(rel[h, m].argmax())]
@@ -391,7 +392,7 @@ def test_to_disk_and_load(tmp_path):
     nlp.to_disk(tmp_path / "pipe")
     loaded = spacy.load(tmp_path / "pipe")
     te = loaded.get_pipe("tree_expectations")
-    assert (te.n_samples, te.top_k_heads, te.seed) == (3, 5, 3)
+    assert (te.options.n_samples, te.options.top_k_heads, te.options.seed) == (3, 5, 3)
     assert_same_records(loaded(TEXTS[4])._.tree_expectations, nlp(TEXTS[4])._.tree_expectations)
 
 
@@ -421,8 +422,8 @@ def test_pipe_with_two_processes_does_not_hang(tmp_path):
         multi = [d._.tree_expectations for d in nlp.pipe(texts, n_process=2, batch_size=3)]
         for a, b in zip(alone, multi):
             for ra, rb in zip(a, b):
-                assert abs(ra["entropy"] - rb["entropy"]) < 1e-6
-                assert (ra["sampled_heads"] == rb["sampled_heads"]).all()
+                assert abs(ra.entropy - rb.entropy) < 1e-6
+                assert (ra.sampled_heads == rb.sampled_heads).all()
         assert len(multi) == len(texts)
         print("ok", len(multi))
         """
@@ -438,6 +439,6 @@ def test_cuda_matches_cpu():
     cpu = make_nlp({"n_samples": 2})(TEXTS[4])
     gpu = make_nlp({"n_samples": 2, "device": "cuda"})(TEXTS[4])
     for a, b in zip(cpu._.tree_expectations, gpu._.tree_expectations):
-        numpy.testing.assert_allclose(a["marginals"], b["marginals"], atol=1e-5)
-        assert a["heads"].tolist() == b["heads"].tolist()
-        assert all(_is_tree(row) for row in b["sampled_heads"])
+        numpy.testing.assert_allclose(a.marginals, b.marginals, atol=1e-5)
+        assert a.heads.tolist() == b.heads.tolist()
+        assert all(_is_tree(row) for row in b.sampled_heads)

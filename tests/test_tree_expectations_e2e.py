@@ -39,7 +39,7 @@ def test_parser_scores_feed_the_component(pipeline):
         dist = TreeDistribution(torch.from_numpy(scores["arc"]).double().unsqueeze(0))
         numpy.testing.assert_allclose(sent._.arc_marginals, dist.marginals[0].numpy(), atol=1e-5)
         heads = [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
-        assert list(record["heads"]) == heads
+        assert list(record.heads) == heads
         assert [t._.head_prob for t in sent] == pytest.approx(
             [dist.marginals[0, h, m].item() for m, h in enumerate(heads, start=1)], abs=1e-5
         )
@@ -55,8 +55,8 @@ def test_pipe_matches_one_doc_at_a_time(pipeline):
     piped = [d._.tree_expectations for d in nlp.pipe(TEXTS, batch_size=2)]
     for a, b in zip(alone, piped):
         for ra, rb in zip(a, b):
-            numpy.testing.assert_allclose(ra["marginals"], rb["marginals"], atol=1e-5)
-            assert ra["sampled_heads"].tolist() == rb["sampled_heads"].tolist()
+            numpy.testing.assert_allclose(ra.marginals, rb.marginals, atol=1e-5)
+            assert ra.sampled_heads.tolist() == rb.sampled_heads.tolist()
 
 
 def test_fresh_process_loads_from_disk_without_imports(pipeline):

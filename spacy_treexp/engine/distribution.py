@@ -36,6 +36,9 @@ class TreeDistribution(Distribution):
         stable: ``None`` (default) uses the fast determinant path and recomputes on the
             subtraction-free GTH path the sentences whose error estimate is too large;
             ``True`` always uses the stable path; ``False`` never does.
+        validate_args: ``True`` makes ``log_prob`` raise ``ValueError`` for a head vector
+            that is not a tree of its sentence; ``None`` / ``False`` give it ``-inf``. (The
+            scores and lengths are always validated.)
 
     A sentence that admits no tree (e.g. every ROOT arc forbidden) has ``log_partition``
     ``-inf`` and ``log_prob`` ``-inf``; asking it for marginals, entropy, samples or the
@@ -43,6 +46,10 @@ class TreeDistribution(Distribution):
 
     Batch shape is ``(B,)`` (``()`` for a single ``(N+1, N+1)`` sentence); an event is a
     head vector of shape ``(N+1,)`` with -1 at ROOT and padding.
+
+    The samplers (:mod:`spacy_treexp.engine.sampling`) use only this public surface:
+    ``scores``, ``lengths``, ``single_root``, ``stable``, ``n_max``, ``arc_mask``,
+    ``batched()``, ``marginals_computed``, ``marginals`` and ``log_prob``.
     """
 
     arg_constraints: dict = {}
@@ -61,11 +68,17 @@ class TreeDistribution(Distribution):
         self.scores = arc_scores
         self.label_scores = label_scores
         self.lengths = lengths
-        self.single_root = bool(single_root)
+        if not isinstance(single_root, bool):
+            raise TypeError(f"single_root must be True or False, got {single_root!r}")
+        if stable is not None and not isinstance(stable, bool):
+            raise TypeError(f"stable must be None, True or False, got {stable!r}")
+        self.single_root = single_root
         self.stable = stable
         self._unbatched = unbatched
         n_max = arc_scores.shape[-1] - 1
-        self._arc_mask = allowed
+        #: ``(B, N+1, N+1)`` bool: the arcs h -> m inside each sentence whose score is not -inf.
+        self.arc_mask = allowed
+        self._validate_trees = bool(validate_args)
         self._cache: dict = {}
         batch_shape = torch.Size() if unbatched else torch.Size([arc_scores.shape[0]])
         super().__init__(batch_shape, torch.Size([n_max + 1]), validate_args=False)
@@ -80,8 +93,9 @@ class TreeDistribution(Distribution):
         """Drop the batch axis for a single unbatched sentence."""
         return value.squeeze(batch_dim) if self._unbatched else value
 
-    def _batched_view(self) -> "TreeDistribution":
-        """The same distribution with an explicit batch axis (shares all caches)."""
+    def batched(self) -> "TreeDistribution":
+        """The same distribution with an explicit batch axis ``(B,)`` (B = 1 for a single
+        ``(N+1, N+1)`` sentence); it shares every cached result."""
         if not self._unbatched:
             return self
         view = object.__new__(TreeDistribution)
@@ -115,7 +129,7 @@ class TreeDistribution(Distribution):
         """
         if "log_z" in self._cache:
             return self._cache["log_z"], self._cache["marginals"]
-        scores, mask, lengths = self.scores, self._arc_mask, self.lengths
+        scores, mask, lengths = self.scores, self.arc_mask, self.lengths
         log_z = marginals = None  # per sentence, once a pass leaves some sentences to the next
         todo = torch.ones_like(lengths, dtype=torch.bool)
         if not self.stable:
@@ -170,6 +184,11 @@ class TreeDistribution(Distribution):
         return self._inference()[0]
 
     @property
+    def marginals_computed(self) -> bool:
+        """Whether log Z and the marginals have been computed (and are cached)."""
+        return "log_z" in self._cache
+
+    @property
     def log_partition(self) -> Tensor:
         """log Z, the log of the total weight of all trees, ``(B,)``."""
         return self._out(self._log_partition())
@@ -194,13 +213,13 @@ class TreeDistribution(Distribution):
         """μ(h, m, l) = μ(h, m) · softmax_l(label_scores[h, m]), ``(B, N+1, N+1, L)``."""
         if self.label_scores is None:
             raise ValueError("label_marginals needs labeled scores of shape (B, N+1, N+1, L)")
-        label_given_arc = torch.softmax(self.label_scores.masked_fill(~self._arc_mask.unsqueeze(-1), 0.0), dim=-1)
-        value = self._marginals().unsqueeze(-1) * label_given_arc * self._arc_mask.unsqueeze(-1)
+        label_given_arc = torch.softmax(self.label_scores.masked_fill(~self.arc_mask.unsqueeze(-1), 0.0), dim=-1)
+        value = self._marginals().unsqueeze(-1) * label_given_arc * self.arc_mask.unsqueeze(-1)
         return self._out(value)
 
     def _arc_sum(self, values: Tensor) -> Tensor:
         """Σ over the sentence's allowed arcs of ``values (B, N+1, N+1, ...)``."""
-        mask = self._arc_mask
+        mask = self.arc_mask
         while mask.dim() < values.dim():
             mask = mask.unsqueeze(-1)
         return torch.where(mask, values, torch.zeros_like(values)).sum(dim=(1, 2))
@@ -217,6 +236,12 @@ class TreeDistribution(Distribution):
         score = self._tree_score(heads, labels)
         log_z = self._log_partition()
         allowed = torch.isfinite(score)
+        if self._validate_trees and not bool((valid & allowed).all()):
+            position = (~(valid & allowed)).nonzero()[0].tolist()
+            raise ValueError(
+                f"heads at index {tuple(position)} (sample..., sentence) are not a "
+                f"{'single-root ' if self.single_root else ''}tree of the sentence's allowed arcs"
+            )
         value = torch.where(valid & allowed, score - log_z, torch.full_like(score, NEG_INF))
         return self._out(value, batch_dim=-1)
 
@@ -262,13 +287,13 @@ class TreeDistribution(Distribution):
     @property
     def mode(self) -> Tensor:
         """The highest-scoring tree under the root constraint, heads ``(B, N+1)``."""
-        weights = self.scores.masked_fill(~self._arc_mask, NEG_INF)
+        weights = self.scores.masked_fill(~self.arc_mask, NEG_INF)
         return self._out(max_spanning_trees(weights, self.lengths, self.single_root))
 
     def mbr(self) -> Tensor:
         """The tree with the highest expected attachment score Σ_m μ(h_m, m), ``(B, N+1)``."""
         marginals = self._marginals().detach()
-        weights = marginals.masked_fill(~self._arc_mask, NEG_INF)
+        weights = marginals.masked_fill(~self.arc_mask, NEG_INF)
         return self._out(max_spanning_trees(weights, self.lengths, self.single_root))
 
     # ------------------------------------------------------------ expectations
@@ -281,9 +306,9 @@ class TreeDistribution(Distribution):
         """H(p, q) = −E_p[log q(d)] = log Z_q − Σ μ_p(h, m) s_q(h, m); +inf if q forbids a tree of p."""
         self._check_compatible(other)
         marginals = self._marginals()
-        other_scores = torch.where(other._arc_mask, other.scores, torch.zeros_like(other.scores))
+        other_scores = torch.where(other.arc_mask, other.scores, torch.zeros_like(other.scores))
         expected = self._arc_sum(marginals * other_scores)
-        escapes = ((marginals > 0) & self._arc_mask & ~other._arc_mask).any(-1).any(-1)
+        escapes = ((marginals > 0) & self.arc_mask & ~other.arc_mask).any(-1).any(-1)
         value = other._log_partition() - expected
         return self._out(torch.where(escapes, torch.full_like(value, float("inf")), value))
 
@@ -312,12 +337,12 @@ class TreeDistribution(Distribution):
         if alpha == 1.0:
             return self.entropy()
         if alpha == float("inf"):
-            best = self._batched_view().mode
+            best = self.batched().mode
             return self._out(self._log_partition() - self._tree_score(best))
         if alpha == 0.0:
-            tilted = torch.where(self._arc_mask, torch.zeros_like(self.scores), torch.full_like(self.scores, NEG_INF))
+            tilted = torch.where(self.arc_mask, torch.zeros_like(self.scores), torch.full_like(self.scores, NEG_INF))
         else:
-            tilted = torch.where(self._arc_mask, alpha * self.scores, torch.full_like(self.scores, NEG_INF))
+            tilted = torch.where(self.arc_mask, alpha * self.scores, torch.full_like(self.scores, NEG_INF))
         log_z_alpha = TreeDistribution(tilted, self.lengths, single_root=self.single_root, stable=self.stable)._log_partition()
         return self._out((log_z_alpha - alpha * self._log_partition()) / (1.0 - alpha))
 
@@ -370,11 +395,11 @@ class TreeDistribution(Distribution):
         s_vec = s if s.dim() == 4 else s.unsqueeze(-1)
         self._require_trees("covariance")
         work = torch.float64 if self.scores.dtype != torch.float64 else self.scores.dtype
-        weights, _ = laplacian.shifted_weights(self.scores.to(work), self._arc_mask)
+        weights, _ = laplacian.shifted_weights(self.scores.to(work), self.arc_mask)
         lap = laplacian.laplacian_matrix(weights, self.lengths, self.single_root)
         inverse = torch.linalg.inv(lap)
         marginals = self._marginals().to(work)
-        mask = self._arc_mask.unsqueeze(-1)
+        mask = self.arc_mask.unsqueeze(-1)
         r_vec = torch.where(mask, r_vec.to(work), torch.zeros_like(r_vec, dtype=work))
         s_vec = torch.where(mask, s_vec.to(work), torch.zeros_like(s_vec, dtype=work))
         diagonal = torch.einsum("bhm,bhmr,bhms->brs", marginals, r_vec, s_vec)
@@ -414,21 +439,22 @@ class TreeDistribution(Distribution):
     def sample(
         self,
         sample_shape: Union[torch.Size, Tuple[int, ...]] = torch.Size(),
-        method: str = "wilson_marginal",
+        method: Optional[str] = None,
         generator: Randomness = None,
     ) -> Tensor:
-        """Independent trees ``(*sample_shape, B, N+1)`` (see :mod:`spacy_treexp.engine.sampling`).
+        """Independent trees ``(*sample_shape, B, N+1)`` (see :mod:`spacy_treexp.engine.sampling`;
+        ``method`` None: its ``DEFAULT_METHOD``, ``colbourn``).
 
         ``generator``: a ``torch.Generator``, or (``colbourn``) one per sentence, so that each
         sentence's trees do not depend on the batch it is in."""
         from spacy_treexp.engine import sampling
 
         self._require_trees("samples")
-        heads = sampling.sample(self._batched_view(), torch.Size(sample_shape), method=method, generator=generator)
+        heads = sampling.sample(self.batched(), torch.Size(sample_shape), method=method, generator=generator)
         return self._out(heads, batch_dim=-2)
 
     def sample_without_replacement(
-        self, k: int, method: str = "sbs", generator: Randomness = None
+        self, k: int, method: Optional[str] = None, generator: Randomness = None
     ) -> Tuple[Tensor, Tensor]:
         """k distinct trees per sentence with their exact log-probabilities: ``(k, B, N+1), (k, B)``.
 
@@ -437,7 +463,7 @@ class TreeDistribution(Distribution):
 
         self._require_trees("samples")
         heads, log_probs = sampling.sample_without_replacement(
-            self._batched_view(), k, method=method, generator=generator
+            self.batched(), k, method=method, generator=generator
         )
         return self._out(heads, batch_dim=-2), self._out(log_probs, batch_dim=-1)
 

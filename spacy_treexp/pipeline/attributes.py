@@ -1,12 +1,13 @@
 """Extension attributes written by the ``tree_expectations`` component.
 
 Everything is stored once per Doc, in ``doc._.tree_expectations``: a list with one
-record per sentence (in ``doc.sents`` order) of plain Python and numpy values, so the
-Doc survives ``DocBin(store_user_data=True)``, pickle, ``Doc.to_bytes`` and
-``nlp.pipe(n_process=...)``. Every other attribute is a read-only view computed from
-those records by a module-level getter (lambdas would break multiprocessing).
+:class:`~spacy_treexp.annotate.SentenceAnnotation` per sentence (in ``doc.sents`` order),
+a typed record of numpy and plain Python values that survives ``DocBin(store_user_data=True)``,
+pickle, ``Doc.to_bytes`` and ``nlp.pipe(n_process=...)``. Every other attribute is a
+read-only view computed from those records by a module-level getter (lambdas would break
+multiprocessing).
 
-Conventions (see docs/README_component.md for the full table):
+Conventions (README.md: "spaCy: the tree_expectations component" has the full table):
 
 * Sentence-level head arrays (``mbr_heads``, ``sampled_heads``, the record's ``heads``)
   use the CoNLL-U convention: word ``i`` (1-based) of the sentence is token
@@ -14,15 +15,6 @@ Conventions (see docs/README_component.md for the full table):
 * Token-level heads follow spaCy: a Token, and the root's head is the token itself.
 * ``arc_marginals[h, d]`` is the marginal probability of the arc h -> d
   (Koo et al. 2007, Prop. 1), index 0 = ROOT; each column d >= 1 sums to 1.
-
-A record (one sentence) holds: ``start``, ``end`` (token offsets), ``marginals``
-float32 (n+1, n+1), ``log_partition``, ``entropy``, ``expected_attachment`` (floats; the latter a
-fraction of the n words),
-``heads`` int32 (n,) (the tree the token values refer to), ``head_prob``,
-``head_entropy`` float32 (n,), ``dep_prob`` float32 (n,) or None, ``single_root``
-(bool), ``sampled_heads`` int32 (k, n), ``sample_log_probs`` float64 (k,),
-``sampled_labels`` int32 (k, n) or None, ``labels`` (list of str) or None, and
-``top_k_heads`` (int).
 """
 from __future__ import annotations
 
@@ -32,10 +24,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.attrs import DEP, HEAD
-import torch
 from spacy.tokens import Doc, Span, Token
 
-from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.annotate import SentenceAnnotation, mbr_heads
 
 #: Name of the Doc extension holding the per-sentence records.
 STORE = "tree_expectations"
@@ -45,20 +36,20 @@ UNLABELLED_DEP = "dep"
 ROOT_DEP = "ROOT"
 
 
-def _records(doc: Doc) -> Optional[Sequence[Dict[str, Any]]]:
+def _records(doc: Doc) -> Optional[Sequence[SentenceAnnotation]]:
     return doc._.get(STORE)
 
 
-def _start(record: Dict[str, Any]) -> int:
-    return record["start"]
+def _start(record: SentenceAnnotation) -> int:
+    return record.start
 
 
-def _record_for_span(span: Span) -> Optional[Dict[str, Any]]:
+def _record_for_span(span: Span) -> Optional[SentenceAnnotation]:
     records = _records(span.doc)
     if records is None:
         return None
     k = bisect_right(records, span.start, key=_start) - 1
-    if k >= 0 and records[k]["start"] == span.start and records[k]["end"] == span.end:
+    if k >= 0 and records[k].start == span.start and records[k].end == span.end:
         return records[k]
     raise ValueError(
         f"Span {span.start}:{span.end} ({span.text[:40]!r}) is not a sentence "
@@ -66,12 +57,12 @@ def _record_for_span(span: Span) -> Optional[Dict[str, Any]]:
     )
 
 
-def _record_for_token(token: Token) -> Optional[Dict[str, Any]]:
+def _record_for_token(token: Token) -> Optional[SentenceAnnotation]:
     records = _records(token.doc)
     if not records:
         return None
     k = bisect_right(records, token.i, key=_start) - 1
-    if k < 0 or token.i >= records[k]["end"]:
+    if k < 0 or token.i >= records[k].end:
         return None
     return records[k]
 
@@ -84,7 +75,7 @@ def get_doc_arc_marginals(doc: Doc) -> Optional[List[numpy.ndarray]]:
     records = _records(doc)
     if records is None:
         return None
-    return [record["marginals"] for record in records]
+    return [record.marginals for record in records]
 
 
 def get_doc_tree_entropy(doc: Doc) -> Optional[float]:
@@ -92,7 +83,7 @@ def get_doc_tree_entropy(doc: Doc) -> Optional[float]:
     records = _records(doc)
     if records is None:
         return None
-    return float(sum(record["entropy"] for record in records))
+    return float(sum(record.entropy for record in records))
 
 
 def sampled_doc(doc: Doc, i: int) -> Doc:
@@ -108,7 +99,7 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
         raise ValueError("Doc has no tree_expectations annotation: run the component first.")
     if not records:
         raise ValueError("Doc has no sentences, so it has no sampled parses.")
-    k = min(len(record["sampled_heads"]) for record in records)
+    k = min(len(record.sampled_heads) for record in records)
     if not 0 <= i < k:
         raise ValueError(
             f"Sample index {i} out of range: the Doc has {k} samples per sentence "
@@ -117,8 +108,8 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
     heads = numpy.zeros(len(doc), dtype="int64")
     deps = [doc.vocab.strings.add(UNLABELLED_DEP)] * len(doc)
     for record in records:
-        start = record["start"]
-        row = record["sampled_heads"][i]
+        start = record.start
+        row = record.sampled_heads[i]
         if (row < 0).any():
             raise ValueError(
                 f"Sample {i} of the sentence at token {start} does not exist (the "
@@ -132,8 +123,8 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
             else:
                 heads[token_i] = (start + int(h) - 1) - token_i
                 label = UNLABELLED_DEP
-            if record.get("sampled_labels") is not None:
-                label = record["labels"][int(record["sampled_labels"][i][m - 1])]
+            if record.sampled_labels is not None and record.labels is not None:
+                label = record.labels[int(record.sampled_labels[i][m - 1])]
             deps[token_i] = doc.vocab.strings.add(label)
     copy = doc.copy()
     copy._.set(STORE, None)
@@ -147,7 +138,7 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
 
 def _span_value(span: Span, key: str) -> Any:
     record = _record_for_span(span)
-    return None if record is None else record[key]
+    return None if record is None else getattr(record, key)
 
 
 def get_span_arc_marginals(span: Span) -> Optional[numpy.ndarray]:
@@ -171,18 +162,10 @@ def get_span_expected_attachment(span: Span) -> Optional[float]:
 
 
 def get_span_mbr_heads(span: Span) -> Optional[numpy.ndarray]:
-    """Heads (n,) of the minimum-Bayes-risk tree (max expected attachment), 0 = ROOT.
-
-    Computed when asked, from the stored marginals: the engine's best tree under arc
-    scores μ(h, d) maximises Σ_d μ(h_d, d), the expected attachment score. (Lazy because
-    the spanning-tree search costs more than all the other values together.)
-    """
+    """Heads (n,) of the minimum-Bayes-risk tree (max expected attachment), 0 = ROOT,
+    computed on first use (:func:`spacy_treexp.annotate.mbr_heads`)."""
     record = _record_for_span(span)
-    if record is None:
-        return None
-    marginals = torch.from_numpy(numpy.asarray(record["marginals"], dtype=numpy.float64))
-    best = TreeDistribution(marginals.unsqueeze(0), single_root=record["single_root"]).mode
-    return best[0, 1:].numpy().astype(numpy.int32)
+    return None if record is None else mbr_heads(record)
 
 
 def get_span_sampled_heads(span: Span) -> Optional[numpy.ndarray]:
@@ -198,9 +181,7 @@ def get_span_sample_log_probs(span: Span) -> Optional[numpy.ndarray]:
 def get_span_entropy_per_word(span: Span) -> Optional[float]:
     """Tree entropy divided by the number of words (nats per word)."""
     record = _record_for_span(span)
-    if record is None:
-        return None
-    return record["entropy"] / max(len(record["heads"]), 1)
+    return None if record is None else record.entropy_per_word
 
 
 # --- Token getters ----------------------------------------------------------------
@@ -208,9 +189,10 @@ def get_span_entropy_per_word(span: Span) -> Optional[float]:
 
 def _token_value(token: Token, key: str) -> Any:
     record = _record_for_token(token)
-    if record is None or record[key] is None:
+    values = None if record is None else getattr(record, key)
+    if record is None or values is None:
         return None
-    return float(record[key][token.i - record["start"]])
+    return float(values[token.i - record.start])
 
 
 def get_token_head_prob(token: Token) -> Optional[float]:
@@ -238,17 +220,11 @@ def get_token_head_distribution(token: Token) -> Optional[List[Tuple[Token, floa
     Heads are Tokens; as in spaCy, ROOT is represented by the token itself.
     """
     record = _record_for_token(token)
-    if record is None:
+    heads = None if record is None else record.top_heads(token.i - record.start + 1)
+    if record is None or heads is None:
         return None
-    start = record["start"]
-    column = record["marginals"][:, token.i - start + 1]
-    order = numpy.argsort(-column, kind="stable")[: record["top_k_heads"]]
     doc = token.doc
-    return [
-        (token if h == 0 else doc[start + int(h) - 1], float(column[h]))
-        for h in order
-        if column[h] > 0.0
-    ]
+    return [(token if h == 0 else doc[record.start + h - 1], p) for h, p in heads]
 
 
 DOC_GETTERS = {

@@ -116,16 +116,16 @@ def _legend() -> str:
 
 
 def _sentence_html(doc: Doc, record: dict, number: int, alt_threshold: float, heatmap: bool) -> str:
-    start, end = record["start"], record["end"]
+    start, end = record.start, record.end
     words = [token.text for token in doc[start:end]]
     deps = [token.dep_ for token in doc[start:end]]
     n = len(words)
     summary = (
         f'<div class="treexp-summary"><b>Sentence {number}</b> &middot; {n} words &middot; '
-        f'tree entropy <b>{record["entropy"]:.3f}</b> nats '
-        f'({record["entropy"] / max(n, 1):.3f} per word) &middot; expected attachment '
-        f'<b>{100 * record["expected_attachment"]:.1f}%</b> &middot; log Z '
-        f'{record["log_partition"]:.2f}</div>'
+        f'tree entropy <b>{record.entropy:.3f}</b> nats '
+        f'({record.entropy / max(n, 1):.3f} per word) &middot; expected attachment '
+        f'<b>{100 * record.expected_attachment:.1f}%</b> &middot; log Z '
+        f'{record.log_partition:.2f}</div>'
     )
     tree = _tree_svg(words, deps, record, alt_threshold)
     out = [f'<section class="treexp-sentence" data-sentence="{number}">', summary]
@@ -156,9 +156,9 @@ def _levels(arcs: Sequence[Tuple[int, int]]) -> List[int]:
 
 
 def _tree_svg(words: Sequence[str], deps: Sequence[str], record: dict, alt_threshold: float) -> str:
-    mu = numpy.asarray(record["marginals"])
-    heads = [int(h) for h in record["heads"]]
-    head_entropy = numpy.asarray(record["head_entropy"])
+    mu = numpy.asarray(record.marginals)
+    heads = [int(h) for h in record.heads]
+    head_entropy = numpy.asarray(record.head_entropy)
     n = len(words)
     widths = [max(58.0, 8.0 * len(word) + 22.0) for word in words]
     centers = [30.0 + sum(widths[:i]) + widths[i] / 2 for i in range(n)]
@@ -271,8 +271,8 @@ def _tree_svg(words: Sequence[str], deps: Sequence[str], record: dict, alt_thres
 
 
 def _heatmap_svg(words: Sequence[str], record: dict) -> str:
-    mu = numpy.asarray(record["marginals"])
-    heads = numpy.asarray(record["heads"])
+    mu = numpy.asarray(record.marginals)
+    heads = numpy.asarray(record.heads)
     n = len(words)
     cell = 20.0 if n <= 30 else max(6.0, 600.0 / n)
     show_text = cell >= 12.0

@@ -29,27 +29,14 @@ but not the tree distribution).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy
 
+from spacy_treexp.annotate import SentenceScores
+
 #: Attribute under which captured scores are stored on a ``stanza`` ``Sentence``.
 SCORES_ATTR = "_treexp_scores"
-
-
-@dataclass
-class SentenceScores:
-    """One sentence's parser scores in the engine's convention (index 0 = ROOT).
-
-    ``arc[h, d]``: log-potential of the arc h -> d, float32 ``(n+1, n+1)``.
-    ``rel[h, d, l]``: log p(label l | h, d), float32 ``(n+1, n+1, L)``.
-    ``labels``: the L relation names of the ``rel`` axis.
-    """
-
-    arc: numpy.ndarray
-    rel: numpy.ndarray
-    labels: List[str]
 
 
 def _check_graph_model(processor: Any) -> Any:
@@ -152,7 +139,7 @@ class DepparseScoreCapture:
                 arc = arc[numpy.ix_(perm, perm)]
                 rel_i = rel_i[numpy.ix_(perm, perm)]
                 words = words[::-1]
-            per_sentence.append((words, SentenceScores(arc, rel_i, self.labels)))
+            per_sentence.append((words, SentenceScores(arc=arc, rel=rel_i, labels=self.labels)))
         if unsort:
             restored: List[Any] = [None] * len(per_sentence)
             for position, original in enumerate(orig_idx):

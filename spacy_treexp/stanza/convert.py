@@ -18,7 +18,6 @@ import numpy
 from stanza.models.common.doc import Document
 
 from spacy_treexp.stanza.capture import SCORES_ATTR
-from spacy_treexp.stanza.processor import RECORD_ATTR
 
 if TYPE_CHECKING:  # spaCy is imported only when converting
     from spacy.tokens import Doc
@@ -30,17 +29,14 @@ STANZA_PROCESSORS = "tokenize,pos,lemma,depparse,tree_expectations"
 def _sentence_scores(sentence: Any) -> Dict[str, Any]:
     """The sentence's arc scores [h, d], relation log-probs and labels (numpy)."""
     scores = getattr(sentence, SCORES_ATTR, None)
-    if scores is not None:
-        return {"arc": scores.arc, "rel": scores.rel, "labels": list(scores.labels)}
-    record = getattr(sentence, RECORD_ATTR, None) or {}
-    if record.get("arc") is not None:
-        rel = record.get("rel")
-        return {"arc": record["arc"], "rel": rel, "labels": record.get("labels") if rel is not None else None}
-    raise ValueError(
-        "to_spacy needs the depparse scores of every sentence: parse the Document with the "
-        "'tree_expectations' processor (or load it with from_dict(..., include_scores=True) "
-        f"output). Missing for {' '.join(w.text for w in sentence.words)[:60]!r}."
-    )
+    if scores is None:
+        raise ValueError(
+            "to_spacy needs the depparse scores of every sentence: parse the Document with the "
+            "'tree_expectations' processor (or load it with from_dict(..., include_scores=True) "
+            f"output). Missing for {' '.join(w.text for w in sentence.words)[:60]!r}."
+        )
+    labels = None if scores.rel is None or scores.labels is None else list(scores.labels)
+    return {"arc": scores.arc, "rel": scores.rel, "labels": labels}
 
 
 def to_spacy(stanza_doc: Document, vocab: "Vocab", *, annotate: bool = True, **component_options: Any) -> "Doc":

@@ -23,9 +23,11 @@ import numpy
 from stanza.models.common.doc import Document, Sentence
 from stanza.utils.conll import CoNLL
 
-from spacy_treexp.stanza.processor import RECORD_ATTR, get_mbr_heads
+from spacy_treexp.annotate import SentenceAnnotation, SentenceScores, mbr_heads
+from spacy_treexp.stanza.capture import SCORES_ATTR
+from spacy_treexp.stanza.processor import RECORD_ATTR
 
-#: Record fields stored as arrays, with their dtypes.
+#: Annotation fields (and the captured scores) stored as arrays, with their dtypes.
 _ARRAYS = {
     "marginals": numpy.float32,
     "heads": numpy.int32,
@@ -50,7 +52,7 @@ COMMENT_FIELDS = {
 }
 
 
-def _record(sentence: Sentence) -> Dict[str, Any]:
+def _record(sentence: Sentence) -> SentenceAnnotation:
     record = getattr(sentence, RECORD_ATTR, None)
     if record is None:
         raise ValueError(
@@ -83,12 +85,11 @@ def to_dict(doc: Document, *, include_scores: bool = False) -> List[Dict[str, An
     out = []
     for sentence in doc.sentences:
         record = _record(sentence)
-        get_mbr_heads(sentence)  # computed on first access; exported with the rest
-        fields = {
-            key: _encode(value)
-            for key, value in record.items()
-            if include_scores or key not in _SCORE_FIELDS
-        }
+        mbr_heads(record)  # computed on first access; exported with the rest
+        fields = {key: _encode(value) for key, value in record.to_dict().items()}
+        scores = getattr(sentence, SCORES_ATTR, None)
+        if include_scores and scores is not None:
+            fields.update(arc=_encode(scores.arc), rel=_encode(scores.rel))
         out.append({"words": sentence.to_dict(), "tree_expectations": fields})
     return out
 
@@ -118,7 +119,11 @@ def from_dict(data: List[Dict[str, Any]]) -> Document:
                 record[key] = _decode_floats(value)
             else:
                 record[key] = _decode_array(key, value, n)
-        setattr(sentence, RECORD_ATTR, record)
+        arc, rel = (record.pop(key, None) for key in _SCORE_FIELDS)
+        if arc is not None:
+            labels = record.get("labels")
+            setattr(sentence, SCORES_ATTR, SentenceScores(arc=arc, rel=rel, labels=labels))
+        setattr(sentence, RECORD_ATTR, SentenceAnnotation.from_dict(record))
     return doc
 
 
@@ -138,15 +143,16 @@ def to_conllu(doc: Document, *, digits: int = 4) -> str:
             ours = tuple(f"# {key} = " for key in COMMENT_FIELDS)
             sentence.comments = [c for c in sentence.comments if not c.startswith(ours)]
             for key, field in COMMENT_FIELDS.items():
-                if record.get(field) is not None:
-                    sentence.add_comment(f"# {key} = {_format(record[field], digits)}")
+                value = getattr(record, field)
+                if value is not None:
+                    sentence.add_comment(f"# {key} = {_format(value, digits)}")
             for i, word in enumerate(sentence.words):
                 kept = [
                     item for item in (word.misc or "").split("|")
                     if item and item.split("=", 1)[0] not in MISC_FIELDS
                 ]
                 for key, field in MISC_FIELDS.items():
-                    values = record.get(field)
+                    values = getattr(record, field)
                     if values is not None and math.isfinite(float(values[i])):
                         kept.append(f"{key}={_format(float(values[i]), digits)}")
                 word.misc = "|".join(kept) if kept else None
@@ -170,9 +176,12 @@ def from_conllu(text: str) -> Document:
     """Read CoNLL-U written by :func:`to_conllu`; the values found (rounded) are put back
     in each sentence's record, so ``head_prob``, ``tree_entropy`` etc. work again."""
     doc = CoNLL.conll2doc(input_str=text)
-    for sentence in doc.sentences:
+    for position, sentence in enumerate(doc.sentences):
+        n = len(sentence.words)
         record: Dict[str, Any] = {
-            "heads": numpy.array([w.head for w in sentence.words], dtype=numpy.int32)
+            "start": position,
+            "end": position + n,
+            "heads": numpy.array([w.head for w in sentence.words], dtype=numpy.int32),
         }
         for key, field in COMMENT_FIELDS.items():
             record[field] = _comment_value(sentence, key)
@@ -186,5 +195,5 @@ def from_conllu(text: str) -> Document:
                         values[i] = float(value)
                         found = True
             record[field] = values if found else None
-        setattr(sentence, RECORD_ATTR, record)
+        setattr(sentence, RECORD_ATTR, SentenceAnnotation.from_dict(record))
     return doc

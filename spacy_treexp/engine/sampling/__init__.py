@@ -3,12 +3,14 @@
 Public functions (``TreeDistribution.sample`` and ``.sample_without_replacement`` delegate
 here):
 
-* :func:`sample` -- independent draws. Single-root distributions: ``"wilson_marginal"``
-  (default; ROOT child from its marginal, then Wilson's walks), ``"wilson_reject"``
-  (multi-root Wilson until one ROOT child), ``"colbourn"`` (ancestral, Sherman-Morrison).
-  Multi-root distributions: ``"wilson"`` (default there) and ``"colbourn"``.
+* :func:`sample` -- independent draws. Single-root distributions: ``"colbourn"`` (the
+  default, :data:`DEFAULT_METHOD`: ancestral, Sherman-Morrison), ``"wilson_marginal"`` (ROOT
+  child from its marginal, then Wilson's walks), ``"wilson_reject"`` (multi-root Wilson
+  until one ROOT child). Multi-root distributions: ``"colbourn"`` and ``"wilson"``
+  (``"wilson_marginal"`` means ``"wilson"`` there).
 * :func:`sample_without_replacement` -- k distinct trees with exact log-probabilities:
-  ``"sbs"`` (stochastic beam search) or ``"trie"`` (incremental, Shi et al. 2020).
+  ``"sbs"`` (the default, :data:`DEFAULT_WITHOUT_REPLACEMENT`: stochastic beam search) or
+  ``"trie"`` (incremental, Shi et al. 2020).
 * :func:`iter_without_replacement` -- the trie sampler as an iterator, one new tree per
   sentence per step.
 * :func:`wilson_reject_acceptance` -- Wilson-Reject's exact acceptance rate
@@ -44,30 +46,43 @@ from spacy_treexp.engine.sampling.without_replacement import (
     trie_without_replacement,
 )
 
-__all__ = ["sample", "sample_without_replacement", "iter_without_replacement", "wilson_reject_acceptance"]
+__all__ = [
+    "sample",
+    "sample_without_replacement",
+    "iter_without_replacement",
+    "wilson_reject_acceptance",
+    "DEFAULT_METHOD",
+    "DEFAULT_WITHOUT_REPLACEMENT",
+    "SINGLE_ROOT_METHODS",
+    "MULTI_ROOT_METHODS",
+    "WITH_REPLACEMENT_METHODS",
+    "WITHOUT_REPLACEMENT_METHODS",
+]
 
+#: The sampler names, the one place they are listed.
 SINGLE_ROOT_METHODS = ("wilson_marginal", "wilson_reject", "colbourn")
 MULTI_ROOT_METHODS = ("wilson", "colbourn")
+WITH_REPLACEMENT_METHODS = ("wilson_marginal", "wilson_reject", "colbourn", "wilson")
 WITHOUT_REPLACEMENT_METHODS = ("sbs", "trie")
-
-
-def _batched(dist):
-    """The distribution with an explicit batch axis (a single sentence becomes B = 1)."""
-    return dist._batched_view() if getattr(dist, "_unbatched", False) else dist
+#: The default samplers everywhere (engine, spaCy component, Stanza processor, CLI): their
+#: cost is O(n^3) per tree whatever the scores, while Wilson's walks can stall on peaked ones.
+DEFAULT_METHOD = "colbourn"
+DEFAULT_WITHOUT_REPLACEMENT = "sbs"
 
 
 def sample(
     dist,
     sample_shape: torch.Size | tuple[int, ...] = torch.Size(),
-    method: str = "wilson_marginal",
+    method: str | None = None,
     generator: Randomness = None,
 ) -> Tensor:
     """Independent trees from ``dist``: heads (*sample_shape, B, N+1), -1 at ROOT and padding.
 
-    For a multi-root ``dist`` the default ``"wilson_marginal"`` means ``"wilson"``. A single
-    unbatched sentence is treated as B = 1 (``TreeDistribution.sample`` drops that axis).
+    ``method`` None is :data:`DEFAULT_METHOD`. A single unbatched sentence is treated as
+    B = 1 (``TreeDistribution.sample`` drops that axis).
     """
-    dist = _batched(dist)
+    dist = dist.batched()
+    method = DEFAULT_METHOD if method is None else method
     try:
         shape = torch.Size(sample_shape)
     except TypeError as error:
@@ -109,7 +124,7 @@ def _check_k(k: int) -> int:
 
 
 def sample_without_replacement(
-    dist, k: int, method: str = "sbs", generator: Randomness = None
+    dist, k: int, method: str | None = None, generator: Randomness = None
 ) -> tuple[Tensor, Tensor]:
     """k distinct trees per sentence: heads (k, B, N+1) and log_probs (k, B) = dist.log_prob.
 
@@ -118,7 +133,8 @@ def sample_without_replacement(
     and -inf log-probabilities. Cost O(k n^3).
     """
     k = _check_k(k)
-    dist = _batched(dist)
+    dist = dist.batched()
+    method = DEFAULT_WITHOUT_REPLACEMENT if method is None else method
     if method not in WITHOUT_REPLACEMENT_METHODS:
         raise ValueError(f"unknown method {method!r} for sampling without replacement; use one of "
                          f"{WITHOUT_REPLACEMENT_METHODS}")
@@ -141,7 +157,7 @@ def iter_without_replacement(dist, generator: torch.Generator | None = None) -> 
     sentence is exhausted; stop earlier whenever the drawn trees suffice. O(n^3) per tree,
     amortised (trees come in rounds of candidates: see :func:`.without_replacement.trie_draws`).
     """
-    dist = _batched(dist)
+    dist = dist.batched()
     streams.check(dist, generator, "trie")
     return trie_draws(dist, generator)
 
@@ -154,7 +170,7 @@ def wilson_reject_acceptance(dist) -> Tensor:
     """
     if not dist.single_root:
         raise ValueError("wilson_reject_acceptance needs a single-root distribution")
-    batched = _batched(dist)
+    batched = dist.batched()
     multi = type(dist)(batched.scores, batched.lengths, single_root=False)
     acceptance = torch.exp(batched.log_partition - multi.log_partition)
     return acceptance.squeeze(0) if batched is not dist else acceptance

@@ -59,12 +59,12 @@ class Prepared:
     @classmethod
     def of(cls, dist) -> "Prepared":
         scores = dist.scores.detach()
-        weights, _ = shifted_weights(scores.double(), dist._arc_mask)
+        weights, _ = shifted_weights(scores.double(), dist.arc_mask)
         log_det, inverse, error = fast_inverse(weights, dist.lengths, dist.single_root)
         # NaN where L-hat is singular (or its determinant not positive) in float64; row-major,
         # as rows are read and updated
         inverse = torch.where(torch.isinf(error)[:, None, None], torch.nan, inverse).contiguous()
-        if scores.dtype == torch.float64 and ("marginals" in dist._cache or dist.stable):
+        if scores.dtype == torch.float64 and (dist.marginals_computed or dist.stable):
             first = dist.marginals[:, :, 1].detach()
         elif dist.stable:
             exact = type(dist)(scores.double(), dist.lengths, single_root=dist.single_root, stable=True)

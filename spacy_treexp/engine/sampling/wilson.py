@@ -41,7 +41,7 @@ def _cumulative_weights(dist, with_root: bool) -> Tensor:
     the walk). ``with_root=False`` removes every ROOT arc (the walk of Wilson-Marginal
     after the ROOT child is fixed).
     """
-    weights, _ = shifted_weights(dist.scores.detach().double(), dist._arc_mask)
+    weights, _ = shifted_weights(dist.scores.detach().double(), dist.arc_mask)
     if not with_root:
         weights = weights.clone()
         weights[:, 0, :] = 0.0

@@ -1,0 +1,37 @@
+"""The one annotation core under the spaCy component, the Stanza processor, the command line
+and the evaluation: typed :class:`SentenceScores` in, typed, serialisable
+:class:`SentenceAnnotation` out (see :mod:`.core`)."""
+from spacy_treexp.annotate.batching import batch_distribution, length_buckets, pad_scores
+from spacy_treexp.annotate.core import (
+    annotate_sentences,
+    dep_prob,
+    draw_samples,
+    label_marginals,
+    mbr_heads,
+    sentence_seed,
+    word_head_entropy,
+)
+from spacy_treexp.annotate.options import DEFAULTS, AnnotateOptions
+from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
+from spacy_treexp.annotate.runtime import engine_threads, install_fork_hook, resolve_device, torch_threads
+
+__all__ = [
+    "AnnotateOptions",
+    "DEFAULTS",
+    "SentenceAnnotation",
+    "SentenceScores",
+    "annotate_sentences",
+    "batch_distribution",
+    "dep_prob",
+    "draw_samples",
+    "engine_threads",
+    "install_fork_hook",
+    "label_marginals",
+    "length_buckets",
+    "mbr_heads",
+    "pad_scores",
+    "resolve_device",
+    "sentence_seed",
+    "torch_threads",
+    "word_head_entropy",
+]

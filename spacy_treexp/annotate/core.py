@@ -1,0 +1,222 @@
+"""The annotation core: a batch of sentences' scores in, their annotations out.
+
+Every adapter (the spaCy component, the Stanza processor, the command line) converts its
+own objects to :class:`~spacy_treexp.annotate.records.SentenceScores`, calls
+:func:`annotate_sentences` and attaches the :class:`~spacy_treexp.annotate.records.SentenceAnnotation`
+it gets back. Batching by length, seeds, device and threads are decided here, once. The
+quantities are the engine's: exact arc marginals and log Z (Koo et al. 2007, Prop. 1), tree
+entropy (Zmigrod et al. 2021, §5), the expected attachment score of the parser's tree, and
+unbiased samples with their exact log-probabilities (Stanojević 2022).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import List, Optional, Sequence, Tuple
+
+import numpy
+import torch
+
+from spacy_treexp.annotate.batching import batch_distribution, length_buckets
+from spacy_treexp.annotate.options import AnnotateOptions
+from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
+from spacy_treexp.annotate.runtime import engine_threads, resolve_device
+from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
+
+
+def annotate_sentences(
+    sentences: Sequence[SentenceScores], options: Optional[AnnotateOptions] = None
+) -> List[SentenceAnnotation]:
+    """The annotation of every sentence, in input order (see the module doc).
+
+    Sentences are grouped by length into engine batches of at most ``options.batch_size``;
+    padding never changes a result, and seeded samples of a sentence depend only on the
+    seed, its ``start`` and its ``text``."""
+    options = options or AnnotateOptions()
+    for i, sentence in enumerate(sentences):
+        sentence.check(f"sentence {i} ({sentence.text[:40]!r})")
+    device = resolve_device(options.device)
+    out: List[Optional[SentenceAnnotation]] = [None] * len(sentences)
+    with torch.no_grad(), engine_threads(device):
+        for index in length_buckets([s.n for s in sentences], options.batch_size):
+            bucket = [sentences[i] for i in index]
+            dist = batch_distribution([s.arc for s in bucket], options.single_root, device)
+            annotations = _infer(bucket, dist, options)
+            if options.n_samples > 0:
+                _sample(bucket, dist, annotations, options)
+            for i, annotation in zip(index, annotations):
+                out[i] = annotation
+    return [annotation for annotation in out if annotation is not None]
+
+
+def _infer(bucket: Sequence[SentenceScores], dist: TreeDistribution, options: AnnotateOptions) -> List[SentenceAnnotation]:
+    """Exact inference for one engine batch of similar-length sentences."""
+    heads = [s.heads for s in bucket]
+    if any(h is None for h in heads):
+        mode = dist.mode.cpu().numpy()
+        heads = [mode[b, 1 : s.n + 1] if h is None else h for b, (s, h) in enumerate(zip(bucket, heads))]
+    padded = numpy.full((len(bucket), dist.n_max + 1), -1, dtype=numpy.int64)
+    for b, sentence_heads in enumerate(heads):
+        padded[b, 1 : len(sentence_heads) + 1] = sentence_heads
+    marginals = dist.marginals
+    # a certain head (p = 1, e.g. a whitespace token's) gives -0.0 or -1e-16 by rounding: 0
+    head_entropy = (word_head_entropy(marginals) + 0.0).float().cpu().numpy()
+    attachment = dist.expected_attachment(torch.from_numpy(padded).to(marginals.device)).cpu().numpy()
+    marginals_np = marginals.float().cpu().numpy()
+    log_partition = dist.log_partition.cpu().numpy()
+    entropy = dist.entropy().cpu().numpy()
+    annotations = []
+    for b, (sentence, sentence_heads) in enumerate(zip(bucket, heads)):
+        n = sentence.n
+        tree = numpy.asarray(sentence_heads).astype(numpy.int32)
+        mu = numpy.ascontiguousarray(marginals_np[b, : n + 1, : n + 1])
+        head_prob = mu[tree, numpy.arange(1, n + 1)].astype(numpy.float32)
+        annotations.append(
+            SentenceAnnotation(
+                start=sentence.start,
+                end=sentence.start + n,
+                heads=tree,
+                marginals=mu,
+                log_partition=float(log_partition[b]),
+                entropy=float(entropy[b]),
+                expected_attachment=float(attachment[b]) / n,
+                head_prob=head_prob,
+                head_entropy=numpy.ascontiguousarray(head_entropy[b, 1 : n + 1]),
+                dep_prob=dep_prob(sentence, tree, head_prob),
+                sampled_heads=numpy.zeros((0, n), dtype=numpy.int32),
+                labels=None if sentence.labels is None else list(sentence.labels),
+                single_root=options.single_root,
+                top_k_heads=options.top_k_heads,
+            )
+        )
+    return annotations
+
+
+def word_head_entropy(marginals: torch.Tensor) -> torch.Tensor:
+    """Entropy of each word's head distribution, -Σ_h μ(h, m) log μ(h, m), ``(..., N+1)``
+    (clamped at 0 against rounding)."""
+    return (-torch.special.xlogy(marginals, marginals).sum(dim=-2)).clamp_min(0.0)
+
+
+def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.ndarray) -> Optional[numpy.ndarray]:
+    """μ(h, m)·p(l | h, m) of each word's head h and relation l (``sentence.deprels``), float32
+    ``(n,)``; NaN where the parser does not score that relation; None without relation
+    scores or relations."""
+    if sentence.rel is None or sentence.labels is None or sentence.deprels is None:
+        return None
+    index = {label: i for i, label in enumerate(sentence.labels)}
+    out = numpy.full(sentence.n, numpy.nan, dtype=numpy.float32)
+    for m, relation in enumerate(sentence.deprels, start=1):
+        label = index.get(relation)
+        if label is not None:
+            out[m - 1] = head_prob[m - 1] * math.exp(float(sentence.rel[heads[m - 1], m, label]))
+    return out
+
+
+def sentence_seed(seed: int, start: int, text: str) -> int:
+    """A sentence's seed: stable across batching, processes and ``PYTHONHASHSEED``
+    (blake2b of the seed, the sentence's offset in its document and its text)."""
+    key = f"{seed}\x00{start}\x00{text}".encode("utf8")
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
+def _sample(
+    bucket: Sequence[SentenceScores],
+    dist: TreeDistribution,
+    annotations: Sequence[SentenceAnnotation],
+    options: AnnotateOptions,
+) -> None:
+    """Draw ``n_samples`` trees per sentence of a batch into its annotations."""
+    seeds = None if options.seed is None else [sentence_seed(options.seed, s.start, s.text) for s in bucket]
+    fields = draw_samples(
+        dist, [s.rel for s in bucket], options.n_samples, options.sampler or "", options.without_replacement, seeds
+    )
+    for annotation, (heads, log_probs, labels) in zip(annotations, fields):
+        annotation.sampled_heads, annotation.sample_log_probs, annotation.sampled_labels = heads, log_probs, labels
+
+
+#: One sentence's draws: sampled heads (k, n) int32, their log-probabilities (k,) float64 and
+#: the best label of each sampled arc (k, n) int32, or None without relation scores.
+Samples = Tuple[numpy.ndarray, numpy.ndarray, Optional[numpy.ndarray]]
+
+
+def draw_samples(
+    dist: TreeDistribution,
+    rels: Sequence[Optional[numpy.ndarray]],
+    k: int,
+    sampler: str,
+    without_replacement: bool,
+    seeds: Optional[Sequence[int]],
+) -> List[Samples]:
+    """k trees per sentence of ``dist`` with their exact log-probabilities, and, where the
+    sentence's relation scores ``rels[b]`` ``(n+1, n+1, L)`` are given, the best label of
+    each sampled arc (-1 on padding rows).
+
+    ``seeds``: one per sentence, whose trees then come from its own generator and do not
+    depend on the batch (``colbourn`` and ``sbs`` take the generators in one call; the
+    Wilson samplers, whose walks use a random number of uniforms, sample each sentence
+    alone), or None for torch's global generator."""
+    if seeds is None:
+        return _draw(dist, rels, k, sampler, without_replacement, None)
+    device = dist.scores.device
+    generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+    if sampler in PER_SENTENCE_METHODS:
+        return _draw(dist, rels, k, sampler, without_replacement, generators)
+    out: List[Samples] = []
+    for b, (rel, generator) in enumerate(zip(rels, generators)):
+        n = int(dist.lengths[b])
+        alone = TreeDistribution(dist.scores[b : b + 1, : n + 1, : n + 1], single_root=dist.single_root)
+        out.extend(_draw(alone, [rel], k, sampler, without_replacement, generator))
+    return out
+
+
+def _draw(
+    dist: TreeDistribution,
+    rels: Sequence[Optional[numpy.ndarray]],
+    k: int,
+    sampler: str,
+    without_replacement: bool,
+    generator: object,
+) -> List[Samples]:
+    """One sampler call for the sentences of ``dist`` (see :func:`draw_samples`)."""
+    if without_replacement:
+        heads, log_probs = dist.sample_without_replacement(k, method=sampler, generator=generator)  # type: ignore[arg-type]
+    else:
+        heads = dist.sample((k,), method=sampler, generator=generator)  # type: ignore[arg-type]
+        log_probs = dist.log_prob(heads)
+    heads_np = heads.cpu().numpy().astype(numpy.int32)
+    log_probs_np = log_probs.cpu().numpy().astype(numpy.float64)
+    out: List[Samples] = []
+    for b, (n, rel) in enumerate(zip(dist.lengths.tolist(), rels)):
+        sampled = numpy.ascontiguousarray(heads_np[:, b, 1 : n + 1])
+        labels = None
+        if rel is not None:
+            best = rel[numpy.maximum(sampled, 0), numpy.arange(1, n + 1)].argmax(axis=-1)
+            labels = numpy.where(sampled >= 0, best, -1).astype(numpy.int32)
+        out.append((sampled, numpy.ascontiguousarray(log_probs_np[:, b]), labels))
+    return out
+
+
+def mbr_heads(annotation: SentenceAnnotation) -> Optional[numpy.ndarray]:
+    """Heads ``(n,)`` of the minimum-Bayes-risk tree (maximum expected attachment), 0 = ROOT,
+    computed from the stored marginals on first use and cached in the annotation.
+
+    The engine's best tree under arc scores μ(h, m) maximises Σ_m μ(h_m, m), the expected
+    attachment score. Lazy because the spanning-tree search costs more than every other
+    value together."""
+    if annotation.mbr_heads is None and annotation.marginals is not None:
+        marginals = torch.from_numpy(numpy.asarray(annotation.marginals, dtype=numpy.float64))
+        best = TreeDistribution(marginals.unsqueeze(0), single_root=annotation.single_root).mode
+        annotation.mbr_heads = best[0, 1:].numpy().astype(numpy.int32)
+    return annotation.mbr_heads
+
+
+def label_marginals(annotation: SentenceAnnotation, rel: Optional[numpy.ndarray]) -> Optional[numpy.ndarray]:
+    """μ(h, m, l) = μ(h, m)·p(l | h, m), float32 ``(n+1, n+1, L)``, from the annotation's
+    marginals and the relation log-probabilities ``rel``."""
+    if rel is None or annotation.marginals is None:
+        return None
+    return (annotation.marginals[:, :, None] * numpy.exp(rel)).astype(numpy.float32)
+
+

@@ -1,0 +1,91 @@
+"""The options of the annotation core, shared by the spaCy component, the Stanza processor
+and the command line: one definition of their names, defaults and validation."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+from spacy_treexp.engine.sampling import (
+    DEFAULT_METHOD,
+    DEFAULT_WITHOUT_REPLACEMENT,
+    WITH_REPLACEMENT_METHODS,
+    WITHOUT_REPLACEMENT_METHODS,
+)
+
+DEVICES = ("cpu", "cuda", "auto")
+
+
+@dataclass(frozen=True)
+class AnnotateOptions:
+    """What the core computes for each sentence.
+
+    Attributes:
+        single_root: trees with exactly one child of ROOT (Universal Dependencies).
+        n_samples: sampled trees per sentence (0: none).
+        sampler: an exact sampler of :mod:`spacy_treexp.engine.sampling`; None picks the
+            engine's default (``colbourn``, or ``sbs`` without replacement), whose cost does
+            not depend on the scores; Wilson's walks can take astronomically long on a trained
+            parser's peaked scores.
+        without_replacement: draw ``n_samples`` distinct trees (fewer when a sentence has
+            fewer trees: the rest are padded with -1 heads and -inf log-probabilities).
+        top_k_heads: candidate heads listed per word.
+        device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
+        batch_size: the most sentences per engine call.
+        seed: samples of a sentence come from a generator seeded from ``seed``, the
+            sentence's offset and its text (:func:`spacy_treexp.annotate.sentence_seed`), so
+            they do not depend on batching or worker processes; None draws fresh samples
+            from torch's global generator (not reproducible).
+    """
+
+    single_root: bool = True
+    n_samples: int = 0
+    sampler: Optional[str] = None
+    without_replacement: bool = False
+    top_k_heads: int = 3
+    device: str = "cpu"
+    batch_size: int = 256
+    seed: Optional[int] = 0
+
+    def __post_init__(self) -> None:
+        check_fields(dataclasses.asdict(self))
+        if self.sampler is None:
+            chosen = DEFAULT_WITHOUT_REPLACEMENT if self.without_replacement else DEFAULT_METHOD
+            object.__setattr__(self, "sampler", chosen)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], prefix: str = "") -> "AnnotateOptions":
+        """Options from a dict of (some of) the field names; an unknown name, a wrong type or
+        an out-of-range value raises ``ValueError`` naming the option as ``prefix + name``."""
+        unknown = sorted(set(config) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown tree_expectations option(s) {unknown}; known: {sorted(DEFAULTS)}.")
+        check_fields({**DEFAULTS, **config}, prefix)
+        return cls(**config)
+
+
+#: The default value of every option, by name.
+DEFAULTS: Dict[str, Any] = {f.name: f.default for f in dataclasses.fields(AnnotateOptions)}
+
+
+def check_fields(values: Mapping[str, Any], prefix: str = "") -> None:
+    """Raise ``ValueError`` naming the first option of ``values`` that is invalid."""
+    for name, minimum in (("n_samples", 0), ("top_k_heads", 1), ("batch_size", 1)):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{prefix}{name} must be an integer >= {minimum}, got {value!r}.")
+    if values["device"] not in DEVICES:
+        raise ValueError(f"{prefix}device must be one of {DEVICES}, got {values['device']!r}.")
+    seed = values["seed"]
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"{prefix}seed must be an integer or None, got {seed!r}.")
+    for flag in ("single_root", "without_replacement"):
+        if not isinstance(values[flag], bool):
+            raise ValueError(f"{prefix}{flag} must be True or False, got {values[flag]!r}.")
+    sampler = values["sampler"]
+    if sampler is None:
+        return
+    allowed = WITHOUT_REPLACEMENT_METHODS if values["without_replacement"] else WITH_REPLACEMENT_METHODS
+    if sampler not in allowed:
+        mode = "without" if values["without_replacement"] else "with"
+        raise ValueError(f"{prefix}sampler {sampler!r} cannot sample {mode} replacement; choose one of {allowed}.")

@@ -1,0 +1,203 @@
+"""The typed records that cross the annotation core's boundary.
+
+:class:`SentenceScores` is what a parser says about one sentence (its arc and relation
+scores, and optionally its own tree); :class:`SentenceAnnotation` is what the tree
+distribution defined by those scores knows about it. Both hold numpy arrays and plain
+Python values only (no torch tensors), so an annotation survives pickle, ``Doc.to_bytes``,
+``DocBin(store_user_data=True)`` and ``nlp.pipe(n_process>1)``: ``to_dict`` / ``from_dict``
+give its msgpack-friendly form and ``to_bytes`` / ``from_bytes`` its bytes (as
+spacy-transformers does for ``doc._.trf_data``).
+
+Conventions: index 0 is ROOT; word ``m`` (1-based) of a sentence is its m-th word; head
+arrays use the CoNLL-U numbering (0 = ROOT, words 1..n).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy
+import srsly
+
+
+@dataclass
+class SentenceScores:
+    """One sentence's parser output in the engine's convention.
+
+    Attributes:
+        arc: ``(n+1, n+1)`` log-potentials, ``arc[h, m]`` for the arc h -> m; ``-inf``
+            forbids an arc; column 0 and the diagonal are ignored.
+        rel: ``(n+1, n+1, L)`` log p(label l | h, m), or None.
+        labels: the L relation names of the ``rel`` axis, or None.
+        start: where the sentence starts in its document (spaCy: the token index of its
+            first word; Stanza: its position among the document's sentences).
+        text: the sentence's identity within the document for seeding its samples
+            (spaCy: ``sent.text``; Stanza: its words joined by ``"\\x01"``).
+        heads: the parser's own tree, ``(n,)`` with 0 = ROOT, to which ``head_prob``,
+            ``dep_prob`` and ``expected_attachment`` refer; None: the MAP tree of ``arc``.
+        deprels: the parser's relation of each word (for ``dep_prob``), or None.
+    """
+
+    arc: numpy.ndarray
+    rel: Optional[numpy.ndarray] = None
+    labels: Optional[List[str]] = None
+    start: int = 0
+    text: str = ""
+    heads: Optional[numpy.ndarray] = None
+    deprels: Optional[List[str]] = None
+
+    @property
+    def n(self) -> int:
+        """Number of words."""
+        return int(self.arc.shape[-1]) - 1
+
+    def check(self, where: str = "sentence") -> None:
+        """Raise ``ValueError`` naming ``where`` if the arrays do not fit together."""
+        arc = numpy.asarray(self.arc)
+        if arc.ndim != 2 or arc.shape[0] != arc.shape[1] or arc.shape[0] < 2:
+            raise ValueError(f"{where}: arc scores must be an (n+1, n+1) matrix with n >= 1, got shape {arc.shape}")
+        n = self.n
+        if self.rel is not None:
+            n_labels = None if self.labels is None else len(self.labels)
+            if n_labels is None or numpy.shape(self.rel) != (n + 1, n + 1, n_labels):
+                raise ValueError(
+                    f"{where}: relation scores of shape {numpy.shape(self.rel)} do not match {n} words "
+                    f"and {n_labels} labels"
+                )
+        if self.heads is not None and numpy.shape(self.heads) != (n,):
+            raise ValueError(f"{where}: {numpy.shape(self.heads)} heads for a sentence of {n} words")
+        if self.heads is not None and ((self.heads < 0) | (self.heads > n)).any():
+            raise ValueError(f"{where}: heads outside the sentence: {numpy.asarray(self.heads).tolist()}")
+        if self.deprels is not None and len(self.deprels) != n:
+            raise ValueError(f"{where}: {len(self.deprels)} relations for a sentence of {n} words")
+
+
+def _empty_samples(n: int) -> numpy.ndarray:
+    return numpy.zeros((0, n), dtype=numpy.int32)
+
+
+def _no_log_probs() -> numpy.ndarray:
+    return numpy.zeros((0,), dtype=numpy.float64)
+
+
+@dataclass
+class SentenceAnnotation:
+    """What the tree distribution of one sentence's scores knows (see the module doc).
+
+    Attributes:
+        start, end: the sentence's span in its document (``end - start`` = n words).
+        heads: int32 ``(n,)``, the tree the per-word values refer to (0 = ROOT).
+        marginals: float32 ``(n+1, n+1)``, μ[h, m] = p(h -> m) (Koo et al. 2007, Prop. 1).
+        log_partition: log Z; entropy: the tree entropy in nats (Zmigrod et al. 2021, §5).
+        expected_attachment: expected fraction of correct heads of ``heads``.
+        head_prob: float32 ``(n,)``, μ(heads[m], m); head_entropy: float32 ``(n,)``, the
+            entropy of each word's head distribution.
+        dep_prob: float32 ``(n,)``, μ(h, m)·p(label | h, m) of each word's head and
+            relation (NaN where the parser does not score that relation), or None without
+            relation scores.
+        sampled_heads: int32 ``(k, n)``, sampled trees (rows of -1 where a sentence has
+            fewer than k distinct trees, without replacement); sample_log_probs: float64
+            ``(k,)``; sampled_labels: int32 ``(k, n)``, the best relation of each sampled
+            arc (index into ``labels``), or None.
+        labels: relation names, or None; single_root: the kind of trees; top_k_heads: how
+            many heads ``top_heads`` lists; mbr_heads: int32 ``(n,)``, the minimum-Bayes-risk
+            tree once computed (``spacy_treexp.annotate.mbr_heads``), else None.
+
+    An annotation read back from CoNLL-U has only the values that format keeps; the others
+    are None.
+    """
+
+    start: int
+    end: int
+    heads: numpy.ndarray
+    marginals: Optional[numpy.ndarray] = None
+    log_partition: Optional[float] = None
+    entropy: Optional[float] = None
+    expected_attachment: Optional[float] = None
+    head_prob: Optional[numpy.ndarray] = None
+    head_entropy: Optional[numpy.ndarray] = None
+    dep_prob: Optional[numpy.ndarray] = None
+    sampled_heads: numpy.ndarray = field(default_factory=lambda: _empty_samples(0))
+    sample_log_probs: numpy.ndarray = field(default_factory=_no_log_probs)
+    sampled_labels: Optional[numpy.ndarray] = None
+    labels: Optional[List[str]] = None
+    single_root: bool = True
+    top_k_heads: int = 3
+    mbr_heads: Optional[numpy.ndarray] = None
+
+    @property
+    def n(self) -> int:
+        """Number of words."""
+        return self.end - self.start
+
+    @property
+    def entropy_per_word(self) -> Optional[float]:
+        """Tree entropy divided by the number of words (nats per word)."""
+        return None if self.entropy is None else self.entropy / max(self.n, 1)
+
+    def top_heads(self, word: int) -> Optional[List[Tuple[int, float]]]:
+        """The ``top_k_heads`` most probable heads of word ``word`` (1-based) with their
+        marginals, best first (ties in head order), as ``[(head, μ), ...]``, 0 = ROOT."""
+        if self.marginals is None:
+            return None
+        column = self.marginals[:, word]
+        order = numpy.argsort(-column, kind="stable")[: self.top_k_heads]
+        return [(int(h), float(column[h])) for h in order if column[h] > 0.0]
+
+    # --- serialisation -------------------------------------------------------------
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The fields as a dict of numpy arrays and plain values (msgpack-friendly)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SentenceAnnotation":
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        unknown = sorted(set(data) - _FIELDS)
+        if unknown:
+            raise ValueError(f"unknown SentenceAnnotation field(s) {unknown}")
+        values = dict(data)
+        if values.get("labels") is not None:
+            values["labels"] = [str(label) for label in values["labels"]]
+        return cls(**values)
+
+    def to_bytes(self) -> bytes:
+        """msgpack bytes of :meth:`to_dict`."""
+        return srsly.msgpack_dumps(self.to_dict())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "SentenceAnnotation":
+        """Inverse of :meth:`to_bytes`."""
+        return cls.from_dict(srsly.msgpack_loads(data))
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(SentenceAnnotation))
+_MSGPACK_KEY = "__spacy_treexp.SentenceAnnotation__"
+
+
+def _encode_annotation(obj: Any, chain: Any = None) -> Any:
+    """srsly msgpack encoder: a :class:`SentenceAnnotation` as a tagged dict."""
+    if isinstance(obj, SentenceAnnotation):
+        return {_MSGPACK_KEY: obj.to_dict()}
+    return obj if chain is None else chain(obj)
+
+
+def _decode_annotation(obj: Any, chain: Any = None) -> Any:
+    """srsly msgpack decoder: the inverse of :func:`_encode_annotation`."""
+    if isinstance(obj, dict) and _MSGPACK_KEY in obj:
+        return SentenceAnnotation.from_dict(obj[_MSGPACK_KEY])
+    return obj if chain is None else chain(obj)
+
+
+def register_msgpack() -> None:
+    """Let srsly's msgpack (``Doc.to_bytes``, ``DocBin``) carry annotations (idempotent;
+    also declared as srsly entry points, so a fresh process reads DocBins without importing
+    this package first)."""
+    if "spacy_treexp_annotation" not in srsly.msgpack_encoders.get_all():
+        srsly.msgpack_encoders.register("spacy_treexp_annotation", func=_encode_annotation)
+    if "spacy_treexp_annotation" not in srsly.msgpack_decoders.get_all():
+        srsly.msgpack_decoders.register("spacy_treexp_annotation", func=_decode_annotation)
+
+
+register_msgpack()
