@@ -1,14 +1,14 @@
-"""Quality of spacy_treexp's uncertainty on a gold treebank (issue 7).
+"""Quality of spacy_treexp's uncertainty on a gold treebank: ``spacy-treexp evaluate``.
 
-    python benchmarks/quality.py --out eval_out                     # shipped model, EWT test,
-                                                                     # temperatures fitted on EWT dev
-    python benchmarks/quality.py --model PATH --conllu FILE --dev none --out DIR
+    python benchmarks/quality.py --conllu ../shared/data/ud_en_ewt/en_ewt-ud-test.conllu \
+        --dev ../shared/data/ud_en_ewt/en_ewt-ud-dev.conllu --out eval_ewt
+    python benchmarks/quality.py --model PATH --conllu FILE --out DIR
 
-Writes DIR/report.json, DIR/summary.md and PNG plots. See docs/README_evaluation.md.
+Writes DIR/report.json, DIR/summary.md and PNG plots (README.md, "Evaluation").
 """
 import sys
 
-from spacy_treexp.evaluation.run import main
+from spacy_treexp.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["evaluate", *sys.argv[1:]]))

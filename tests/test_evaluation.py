@@ -7,8 +7,9 @@ import torch
 
 from enumerate_trees import all_trees
 from spacy_treexp import TreeDistribution
+from spacy_treexp.annotate import SentenceScores
 from spacy_treexp.evaluation import (
-    EvalOptions, GoldSentence, SentenceScores, entropy_quartic, evaluate, fit_arc_temperature,
+    EvalOptions, GoldSentence, entropy_quartic, evaluate, fit_arc_temperature,
     fit_rel_temperature, read_conllu, timing_table,
 )
 from spacy_treexp.evaluation.conllu import ConlluError

@@ -1,6 +1,7 @@
 """The evaluation command end to end on the 20-sentence fixture, with a tiny parser
 trained here in seconds (no shipped model, no ../shared data)."""
 import json
+import os
 import random
 import subprocess
 import sys
@@ -14,8 +15,8 @@ from spacy.training import Example
 from thinc.api import Config, fix_random_seed
 from toy_pipelines import tiny_parser_config
 
-from spacy_treexp.evaluation import read_conllu
-from spacy_treexp.evaluation.run import main
+from spacy_treexp.cli import main
+from spacy_treexp.evaluation import EvalConfig, read_conllu, run
 
 REPO = Path(__file__).parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_20.conllu"
@@ -76,7 +77,7 @@ def test_command_on_fixture_writes_the_report(pipeline_dir, tmp_path):
 
 
 def test_command_reports_bad_input(tmp_path, capsys):
-    assert main(["--model", "x", "--conllu", str(tmp_path / "missing.conllu"), "--out", str(tmp_path)]) == 2
+    assert main(["evaluate", "--model", "x", "--conllu", str(tmp_path / "missing.conllu"), "--out", str(tmp_path)]) == 2
     assert "not found" in capsys.readouterr().err
 
 
@@ -91,37 +92,24 @@ STANZA_TINY = Path(__file__).parent / "fixtures" / "stanza" / "tiny"
 
 @pytest.mark.skipif(not (STANZA_TINY / "depparse.pt").is_file(), reason="no tiny Stanza fixture model")
 def test_stanza_pipeline_directory(tmp_path):
-    from spacy_treexp.evaluation import run
-
     conllu = STANZA_TINY.parent / "tiny_en.dev.conllu"
-    report = run(None, conllu, tmp_path, stanza_dir=str(STANZA_TINY), limit=8, samples=False,
-                 reject_draws=0, timing=False, plots=False, log=lambda message: None)
-    assert report["meta"]["kind"] == "stanza"
-    assert report["raw"]["n_sentences"] == 8
-    assert 0.0 <= report["raw"]["attachment"]["las_map"] <= report["raw"]["attachment"]["uas_map"] <= 1.0
+    config = EvalConfig(conllu=conllu, out_dir=tmp_path, stanza_dir=STANZA_TINY, limit=8, samples=False,
+                        reject_draws=0, timing=False, plots=False)
+    report = run(config, log=lambda message: None)
+    assert report.meta["kind"] == "stanza"
+    assert report.raw["n_sentences"] == 8
+    assert 0.0 <= report.raw["attachment"]["las_map"] <= report.raw["attachment"]["uas_map"] <= 1.0
     assert (tmp_path / "report.json").is_file() and (tmp_path / "summary.md").is_file()
 
 
 @pytest.mark.skipif(not (STANZA_TINY / "depparse.pt").is_file(), reason="no tiny Stanza fixture model")
 def test_stanza_with_gold_tags(tmp_path):
-    from spacy_treexp.evaluation import run
-
     conllu = STANZA_TINY.parent / "tiny_en.dev.conllu"
-    report = run(None, conllu, tmp_path, stanza_dir=str(STANZA_TINY), stanza_gold_tags=True, limit=8,
-                 samples=False, reject_draws=0, timing=False, plots=False, log=lambda message: None)
-    assert report["meta"]["stanza_tags"] == "gold"
-    assert report["raw"]["n_words"] == sum(s.n for s in read_conllu(conllu)[:8])
-    assert report["raw"]["attachment"]["parser_heads_equal_engine_map"] > 0.9
-
-
-def test_options_can_be_mounted_as_a_subcommand(tmp_path, capsys):
-    import argparse
-
-    from spacy_treexp.evaluation.run import add_arguments, run_from_args
-
-    parser = argparse.ArgumentParser(prog="spacy-treexp")
-    sub = parser.add_subparsers(dest="command", required=True).add_parser("evaluate")
-    add_arguments(sub)
-    sub.set_defaults(func=run_from_args)
-    args = parser.parse_args(["evaluate", "--conllu", str(tmp_path / "missing.conllu"), "--out", str(tmp_path)])
-    assert args.func(args) == 2 and "not found" in capsys.readouterr().err
+    config = EvalConfig(conllu=conllu, out_dir=tmp_path, stanza_dir=STANZA_TINY, stanza_gold_tags=True, limit=8,
+                        samples=False, reject_draws=0, timing=False, plots=False)
+    report = run(config, log=lambda message: None)
+    assert report.meta["stanza_tags"] == "gold"
+    assert report.raw["n_words"] == sum(s.n for s in read_conllu(conllu)[:8])
+    assert report.raw["attachment"]["parser_heads_equal_engine_map"] > 0.9
+    written = json.loads((tmp_path / "report.json").read_text(encoding="utf8"))
+    assert written["meta"]["conllu"] == os.path.relpath(conllu)  # no absolute path of this machine

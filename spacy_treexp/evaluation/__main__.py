@@ -1,6 +1,6 @@
-"""``python -m spacy_treexp.evaluation``: see :mod:`spacy_treexp.evaluation.run`."""
+"""``python -m spacy_treexp.evaluation ...``: the same as ``spacy-treexp evaluate ...``."""
 import sys
 
-from spacy_treexp.evaluation.run import main
+from spacy_treexp.cli import main
 
-sys.exit(main())
+sys.exit(main(["evaluate", *sys.argv[1:]]))

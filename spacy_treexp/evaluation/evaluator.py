@@ -7,7 +7,7 @@ marginals, MAP and MBR trees, entropy, samples with and without replacement, and
 Wilson-Reject's acceptance rate. Arc scores may be divided by a temperature and relation
 log-probabilities re-normalised at another (see :mod:`spacy_treexp.evaluation.temperature`).
 
-Choices (documented in docs/README_evaluation.md):
+Choices (README.md, "Evaluation"):
 
 * ``head_prob`` of a word is the marginal μ(ĥ, m) of the head ĥ the MAP tree gives it; arc
   calibration compares it with whether ĥ is the gold head (the standard reading). ECE over
@@ -26,12 +26,15 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy
 import torch
 
+from spacy_treexp.annotate import SentenceScores, length_buckets, pad_scores, word_head_entropy
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.engine.sampling import wilson_reject_acceptance
 from spacy_treexp.engine.sampling.wilson import wilson_reject
 from spacy_treexp.evaluation import metrics
 from spacy_treexp.evaluation.conllu import GoldSentence
-from spacy_treexp.evaluation.scores import SentenceScores
+
+#: The most sentences in one engine batch.
+MAX_BATCH = 512
 
 
 @dataclass
@@ -73,34 +76,15 @@ def universal(label: str) -> str:
     return normalise_label(label).split(":")[0]
 
 
-def length_batches(lengths: Sequence[int], max_cells: int, max_batch: int = 512, factor: int = 1,
-                   max_ratio: float = 1.25) -> Iterator[List[int]]:
-    """Sentence indices grouped by length so that ``factor · B · (N+1)²`` stays below
-    ``max_cells`` and no sentence is padded beyond ``max_ratio`` times its length (+1)."""
-    order = numpy.argsort(numpy.asarray(lengths), kind="stable")
-    batch: List[int] = []
-    for index in order.tolist():
-        size = (lengths[index] + 1) ** 2 * factor
-        if batch and ((len(batch) + 1) * size > max_cells or len(batch) >= max_batch
-                      or lengths[index] + 1 > max_ratio * (lengths[batch[0]] + 1)):
-            yield batch
-            batch = []
-        batch.append(index)
-    if batch:
-        yield batch
+def batch_indices(lengths: Sequence[int], max_cells: int, cells_per_entry: int = 1) -> Iterator[List[int]]:
+    """Sentence indices in engine batches (the core's :func:`~spacy_treexp.annotate.length_buckets`)
+    of at most ``max_cells`` entries of ``cells_per_entry · B · (N+1)²``."""
+    return length_buckets(lengths, MAX_BATCH, max_cells=max_cells, cells_per_entry=cells_per_entry)
 
 
 def padded_scores(scores: Sequence[SentenceScores], index: Sequence[int], temperature: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """float64 ``(B, N+1, N+1)`` arc scores / temperature of the chosen sentences, and lengths."""
-    lengths = torch.tensor([scores[i].n for i in index], dtype=torch.long)
-    size = int(lengths.max()) + 1
-    batch = torch.zeros((len(index), size, size), dtype=torch.float64)
-    for b, i in enumerate(index):
-        n = scores[i].n
-        batch[b, : n + 1, : n + 1] = torch.from_numpy(scores[i].arc.astype(numpy.float64))
-    if temperature != 1.0:
-        batch = batch / temperature
-    return batch, lengths
+    return pad_scores([scores[i].arc for i in index], temperature)
 
 
 def padded_gold(gold: Sequence[GoldSentence], index: Sequence[int], size: int) -> torch.Tensor:
@@ -117,7 +101,11 @@ def _check_inputs(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores]
     if not gold:
         raise ValueError("nothing to evaluate: no sentences")
     for sentence, score in zip(gold, scores):
-        score.check(sentence.n, f"sentence {sentence.sent_id}")
+        score.check(f"sentence {sentence.sent_id}")
+        if score.n != sentence.n:
+            raise ValueError(
+                f"sentence {sentence.sent_id}: arc scores of shape {score.arc.shape} for a sentence of {sentence.n} words"
+            )
 
 
 def _label_log_probs(rel: numpy.ndarray, heads: numpy.ndarray, temperature: float) -> numpy.ndarray:
@@ -145,6 +133,7 @@ def evaluate(
     count = len(gold)
     lengths = numpy.array([sentence.n for sentence in gold], dtype=numpy.int64)
     marginals: List[Optional[numpy.ndarray]] = [None] * count
+    head_entropy: List[Optional[numpy.ndarray]] = [None] * count
     map_heads: List[Optional[numpy.ndarray]] = [None] * count
     mbr_heads: List[Optional[numpy.ndarray]] = [None] * count
     entropy = numpy.zeros(count)
@@ -152,11 +141,13 @@ def evaluate(
     expected_gold = numpy.zeros(count)
     acceptance = numpy.zeros(count)
     with torch.no_grad():
-        for index in length_batches(lengths.tolist(), options.max_cells):
+        for index in batch_indices(lengths.tolist(), options.max_cells):
             batch, batch_lengths = padded_scores(scores, index, arc_temperature)
             dist = TreeDistribution(batch, batch_lengths, single_root=True)
             gold_heads = padded_gold(gold, index, batch.shape[-1])
-            mu = dist.marginals.numpy()
+            batch_marginals = dist.marginals
+            mu = batch_marginals.numpy()
+            words_entropy = word_head_entropy(batch_marginals).numpy()
             mode = dist.mode.numpy()
             mbr = dist.mbr().numpy()
             entropy[index] = dist.entropy().numpy()
@@ -166,6 +157,7 @@ def evaluate(
             for b, i in enumerate(index):
                 n = lengths[i]
                 marginals[i] = mu[b, : n + 1, : n + 1]
+                head_entropy[i] = words_entropy[b, 1 : n + 1]
                 map_heads[i] = mode[b, : n + 1]
                 mbr_heads[i] = mbr[b, : n + 1]
     n_words = int(lengths.sum())
@@ -176,7 +168,7 @@ def evaluate(
         "arc_temperature": float(arc_temperature),
         "rel_temperature": float(rel_temperature),
     }
-    tokens = _token_arrays(gold, scores, marginals, map_heads, mbr_heads, rel_temperature)
+    tokens = _token_arrays(gold, scores, marginals, head_entropy, map_heads, mbr_heads, rel_temperature)
     report["attachment"] = _attachment(tokens, expected_gold, n_words, scores, map_heads)
     report["calibration"] = _calibration(tokens, gold, marginals, options)
     report["error_detection"] = _error_detection(tokens, entropy, lengths, options)
@@ -208,16 +200,16 @@ def evaluate(
     return report
 
 
-def _token_arrays(gold, scores, marginals, map_heads, mbr_heads, rel_temperature) -> Dict[str, object]:
+def _token_arrays(gold, scores, marginals, head_entropy, map_heads, mbr_heads, rel_temperature) -> Dict[str, object]:
     """Per-word arrays over the whole corpus (in sentence order)."""
     head_prob, head_ent, head_ok, mbr_ok, differs, mbr_prob = [], [], [], [], [], []
     has_labels = all(score.rel is not None for score in scores)
     label_ok, label_ok_universal, label_prob, mbr_label_ok, gold_label_nll = [], [], [], [], []
-    for sentence, score, mu, mode, mbr in zip(gold, scores, marginals, map_heads, mbr_heads):
+    for sentence, score, mu, entropy, mode, mbr in zip(gold, scores, marginals, head_entropy, map_heads, mbr_heads):
         n = sentence.n
         words = numpy.arange(1, n + 1)
         head_prob.append(mu[mode[1:], words])
-        head_ent.append(metrics.head_entropy(mu))
+        head_ent.append(entropy)
         head_ok.append(mode[1:] == sentence.heads[1:])
         mbr_ok.append(mbr[1:] == sentence.heads[1:])
         differs.append(mbr[1:] != mode[1:])
@@ -274,8 +266,8 @@ def _attachment(tokens, expected_gold, n_words, scores, map_heads) -> Dict[str, 
         result["las_map_universal_labels"] = float((head_ok & tokens["label_ok_universal"]).mean())
         result["las_mbr"] = float((mbr_ok & tokens["mbr_label_ok"]).mean())
         result["label_accuracy_map"] = float(tokens["label_ok"].mean())
-    if all(score.parser_heads is not None for score in scores):
-        same = sum(int((score.parser_heads[1:] == mode[1:]).sum()) for score, mode in zip(scores, map_heads))
+    if all(score.heads is not None for score in scores):
+        same = sum(int((score.heads == mode[1:]).sum()) for score, mode in zip(scores, map_heads))
         result["parser_heads_equal_engine_map"] = same / n_words
     return result
 
@@ -356,7 +348,7 @@ def _measured_rejection(scores, lengths, temperature, options: EvalOptions, gene
     tries_total, accepted, failed = 0, 0, 0
     sampled: List[int] = []
     with torch.no_grad():
-        for index in length_batches(lengths.tolist(), options.max_sample_cells, factor=options.reject_draws):
+        for index in batch_indices(lengths.tolist(), options.max_sample_cells, options.reject_draws):
             batch, batch_lengths = padded_scores(scores, index, temperature)
             dist = TreeDistribution(batch, batch_lengths, single_root=True)
             try:
@@ -429,7 +421,7 @@ def _samples(gold, scores, lengths, temperature, options: EvalOptions, generator
         distinct = {k: numpy.zeros(count, dtype=numpy.int64) for k in ks}
         fallback = 0
         with torch.no_grad():
-            for index in length_batches(lengths.tolist(), options.max_sample_cells, factor=top):
+            for index in batch_indices(lengths.tolist(), options.max_sample_cells, top):
                 batch, batch_lengths = padded_scores(scores, index, temperature)
                 dist = TreeDistribution(batch, batch_lengths, single_root=True)
                 if mode == "with_replacement":

@@ -130,17 +130,6 @@ def extreme_accuracy(confidence: ArrayLike, correct: ArrayLike, fraction: float 
     }
 
 
-def head_entropy(marginals: numpy.ndarray) -> numpy.ndarray:
-    """Entropy (nats) of each word's head distribution μ[:, m], for m = 1..n.
-
-    ``marginals`` is (n+1, n+1) [head, dep]; returns (n,).
-    """
-    mu = numpy.asarray(marginals, dtype=numpy.float64)[:, 1:]
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        terms = numpy.where(mu > 0, -mu * numpy.log(mu), 0.0)
-    return terms.sum(axis=0)
-
-
 def oracle_uas(correct_per_sample: numpy.ndarray, lengths: numpy.ndarray, ks: Sequence[int]) -> Dict[int, float]:
     """Oracle UAS of the best of the first k samples, for each k.
 

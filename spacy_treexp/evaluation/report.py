@@ -152,7 +152,7 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
         "",
         *quality_table(blocks),
         "",
-        "Targets (issue 7): " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["raw"].items()),
+        "Targets: " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["raw"].items()),
     ]
     if "calibrated" in report["targets"]:
         lines.append("; after temperature scaling: " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["calibrated"].items()))

@@ -1,8 +1,8 @@
 """Per-sentence parser scores for evaluation, and where they come from.
 
-A :class:`SentenceScores` holds one sentence's arc log-potentials (the record format of
-``Doc._.parser_scores``, docs/CONTRACTS.md) and optionally relation log-probabilities.
-Sources produce one per gold sentence, parsing on gold tokenization and gold sentences:
+Sources produce the core's :class:`~spacy_treexp.annotate.SentenceScores` (arc
+log-potentials, relation log-probabilities and the parser's own tree) for every gold
+sentence, parsing on gold tokenization and gold sentences:
 
 * :func:`spacy_scores` -- any spaCy pipeline whose parser writes ``Doc._.parser_scores``
   (the shipped ``biaffine_parser`` does);
@@ -11,58 +11,31 @@ Sources produce one per gold sentence, parsing on gold tokenization and gold sen
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Sequence
 
 import numpy
 
+from spacy_treexp.annotate import SentenceScores
 from spacy_treexp.evaluation.conllu import GoldSentence
 
 #: Components that would change the gold sentence boundaries or only add our own outputs.
 SKIPPED_FACTORIES = ("senter", "sentencizer", "tree_expectations")
 
 
-@dataclass
-class SentenceScores:
-    """One sentence's scores in the engine's convention (index 0 = ROOT).
-
-    ``arc[h, m]``: log-potential of h -> m, ``(n+1, n+1)``. ``rel[h, m, l]``: log p(label l |
-    h, m), ``(n+1, n+1, L)`` or ``None``; ``labels``: the L label names. ``parser_heads``:
-    the tree the parser itself output (``-1`` at 0), if known, to check it against the
-    engine's MAP tree.
-    """
-
-    arc: numpy.ndarray
-    rel: Optional[numpy.ndarray] = None
-    labels: Optional[List[str]] = None
-    parser_heads: Optional[numpy.ndarray] = None
-
-    @property
-    def n(self) -> int:
-        return self.arc.shape[0] - 1
-
-    def check(self, n: int, where: str) -> None:
-        """Raise if the shapes do not fit a sentence of ``n`` words."""
-        if self.arc.shape != (n + 1, n + 1):
-            raise ValueError(f"{where}: arc scores of shape {self.arc.shape} for a sentence of {n} words")
-        if self.rel is not None:
-            if self.labels is None or self.rel.shape != (n + 1, n + 1, len(self.labels)):
-                raise ValueError(f"{where}: relation scores of shape {self.rel.shape} do not match "
-                                 f"{n} words and {0 if self.labels is None else len(self.labels)} labels")
-
-
-def from_record(record: Any, n: int, where: str, parser_heads: Optional[numpy.ndarray] = None) -> SentenceScores:
-    """A ``Doc._.parser_scores`` record (dict; lists may be tuples) as :class:`SentenceScores`."""
-    arc = numpy.asarray(record["arc"], dtype=numpy.float32)
+def from_record(record: Any, n: int, where: str, heads: Optional[numpy.ndarray] = None) -> SentenceScores:
+    """A ``Doc._.parser_scores`` record (dict; lists may be tuples) as the core's
+    :class:`~spacy_treexp.annotate.SentenceScores`, with the parser's tree ``heads`` (n,)."""
     rel = record.get("rel")
     labels = record.get("labels")
     scores = SentenceScores(
-        arc=arc,
+        arc=numpy.asarray(record["arc"], dtype=numpy.float32),
         rel=None if rel is None else numpy.asarray(rel, dtype=numpy.float32),
         labels=None if labels is None else [str(label) for label in labels],
-        parser_heads=parser_heads,
+        heads=heads,
     )
-    scores.check(n, where)
+    scores.check(where)
+    if scores.n != n:
+        raise ValueError(f"{where}: arc scores of shape {scores.arc.shape} for a sentence of {n} words")
     return scores
 
 
@@ -95,9 +68,7 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
                 )
             if len(records) != 1 or records[0]["start"] != 0 or records[0]["end"] != sentence.n:
                 raise ValueError(f"{where}: the parser changed the gold sentence boundaries")
-            heads = numpy.full(sentence.n + 1, -1, dtype=numpy.int64)
-            for token in doc:
-                heads[token.i + 1] = 0 if token.head.i == token.i else token.head.i + 1
+            heads = numpy.array([0 if t.head.i == t.i else t.head.i + 1 for t in doc], dtype=numpy.int64)
             out.append(from_record(records[0], sentence.n, where, heads))
     return out
 
@@ -154,7 +125,7 @@ def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], gold_tags: Op
         captured = getattr(parsed, SCORES_ATTR, None)
         if captured is None:
             raise ValueError(f"{where}: Stanza's depparse scores were not captured")
-        heads = numpy.asarray([-1] + [word.head for word in parsed.words], dtype=numpy.int64)
+        heads = numpy.asarray([word.head for word in parsed.words], dtype=numpy.int64)
         record = {"arc": _numpy(captured.arc), "rel": _numpy(captured.rel), "labels": captured.labels}
         out.append(from_record(record, sentence.n, where, heads))
     return out

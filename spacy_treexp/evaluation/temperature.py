@@ -20,8 +20,8 @@ import torch
 
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation.conllu import GoldSentence
-from spacy_treexp.evaluation.evaluator import length_batches, normalise_label, padded_gold, padded_scores
-from spacy_treexp.evaluation.scores import SentenceScores
+from spacy_treexp.annotate import SentenceScores
+from spacy_treexp.evaluation.evaluator import batch_indices, normalise_label, padded_gold, padded_scores
 
 BETA_RANGE = (1.0 / 20.0, 20.0)
 
@@ -52,7 +52,7 @@ def arc_nll(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores], temp
     total, derivative = 0.0, 0.0
     beta = 1.0 / temperature
     with torch.no_grad():
-        for index in length_batches(lengths, max_cells):
+        for index in batch_indices(lengths, max_cells):
             raw, batch_lengths = padded_scores(scores, index)
             dist = TreeDistribution(raw * beta, batch_lengths, single_root=True)
             heads = padded_gold(gold, index, raw.shape[-1])

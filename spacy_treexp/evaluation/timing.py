@@ -20,7 +20,7 @@ import numpy
 import torch
 
 from spacy_treexp.engine import TreeDistribution
-from spacy_treexp.evaluation.scores import SentenceScores
+from spacy_treexp.annotate import SentenceScores, torch_threads
 
 #: Length buckets (inclusive bounds); the last is open-ended.
 BUCKETS: Tuple[Tuple[int, int], ...] = ((1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 10_000))
@@ -93,14 +93,11 @@ def timing_table(scores: Sequence[SentenceScores], repeats: int = 3, max_sentenc
     ``max_sentences_per_bucket`` > 0 times a seeded random subset of each bucket (the
     entropy columns still use all sentences).
     """
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     rng = numpy.random.default_rng(seed)
     rows: List[Dict[str, object]] = []
     totals = {"engine": 0.0, "baseline": 0.0, "timed": 0, "words": 0, "entropy": 0.0, "sentences": 0, "max_diff": 0.0,
               "engine_batched": 0.0, "baseline_batched": 0.0}
-    try:
-        with torch.no_grad():
+    with torch.no_grad(), torch_threads(1):
             for low, high in BUCKETS:
                 members = [s for s in scores if low <= s.n <= high]
                 if not members:
@@ -147,8 +144,6 @@ def timing_table(scores: Sequence[SentenceScores], repeats: int = 3, max_sentenc
                 totals["entropy"] += float(entropies.sum())
                 totals["sentences"] += len(members)
                 totals["max_diff"] = max(totals["max_diff"], max_diff)
-    finally:
-        torch.set_num_threads(previous_threads)
     summary = {
         "lengths": "all",
         "sentences": totals["sentences"],
