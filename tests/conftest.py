@@ -1,5 +1,3 @@
-import os
-import sys
-
-# Test helpers (brute-force enumeration, high-precision reference) live beside the tests.
-sys.path.insert(0, os.path.dirname(__file__))
+"""Shared fixtures. Test helpers (brute-force enumeration, high-precision references, tiny
+pipelines, the random-score test scorer) are the ``helpers`` package beside the tests,
+importable because pyproject's pytest settings put ``tests/`` on the path."""

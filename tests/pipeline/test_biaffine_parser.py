@@ -9,27 +9,15 @@ import numpy
 import pytest
 import spacy
 import torch
+from helpers.paths import FIXTURES, REPO
+from helpers.toy_pipelines import TEXTS, TINY_CONFIG, sentence_heads, train_toy
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from spacy.training.converters import conllu_to_docs
 from thinc.api import Config, fix_random_seed
-from toy_pipelines import tiny_parser_config
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.pipeline.default_model import MODEL_PATH
-
-FIXTURES = Path(__file__).parent / "fixtures"
-REPO = Path(__file__).parent.parent
-
-TINY_CONFIG = tiny_parser_config()
-
-TEXTS = [
-    "The cat sat on the mat . A dog barked .",
-    "She reads old books in the garden .",
-    "My brother plays the guitar and sings . Is it raining ?",
-    "Give me the red pen quickly .",
-    "The old man saw a bird that sang . We will visit Paris next year .",
-]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,28 +29,6 @@ def one_torch_thread():
     torch.set_num_threads(previous)
 
 
-def toy_examples(nlp):
-    text = (FIXTURES / "toy_treebank.conllu").read_text(encoding="utf8")
-    gold_docs = list(conllu_to_docs(text, n_sents=2, no_print=True))
-    return [
-        Example(Doc(nlp.vocab, words=[t.text for t in gold], spaces=[t.whitespace_ for t in gold]), gold)
-        for gold in gold_docs
-    ]
-
-
-def train_toy(config_str, n_iter):
-    fix_random_seed(0)
-    nlp = spacy.util.load_model_from_config(Config().from_str(config_str), auto_fill=True)
-    examples = toy_examples(nlp)
-    optimizer = nlp.initialize(lambda: examples)
-    history = []
-    for _ in range(n_iter):
-        random.shuffle(examples)
-        losses = nlp.update(examples, sgd=optimizer, losses={})
-        history.append(losses["biaffine_parser"])
-    return nlp, examples, history
-
-
 @pytest.fixture(scope="module")
 def trained():
     nlp, examples, _ = train_toy(TINY_CONFIG, 100)
@@ -72,14 +38,6 @@ def trained():
 def parse(nlp, text):
     """Parse pre-tokenized text (tokens separated by spaces)."""
     return nlp(Doc(nlp.vocab, words=text.split()))
-
-
-def sentence_heads(sent):
-    """Head vector of a sentence in the engine's convention (ROOT = 0, -1 at index 0)."""
-    heads = [-1]
-    for token in sent:
-        heads.append(0 if token.head.i == token.i else token.head.i - sent.start + 1)
-    return heads
 
 
 def test_toy_treebank_reaches_full_uas(trained):

@@ -16,12 +16,14 @@ import torch
 
 stanza = pytest.importorskip("stanza")
 
+from helpers.paths import FIXTURES as TEST_FIXTURES  # noqa: E402
+
 import spacy_treexp.stanza as treexp_stanza  # noqa: E402
 from spacy_treexp import TreeDistribution  # noqa: E402
 from spacy_treexp.stanza import processor as processor_module  # noqa: E402
 from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures" / "stanza"
+FIXTURES = TEST_FIXTURES / "stanza"
 MODEL_DIR = FIXTURES / "tiny"
 
 SHORT = "The dog saw a cat with the telescope ."

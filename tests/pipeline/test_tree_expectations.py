@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import subprocess
 import sys
@@ -12,12 +13,8 @@ import numpy
 import pytest
 import spacy
 import torch
-from spacy.tokens import Doc, DocBin, Span, Token
-
-from spacy_treexp import TreeDistribution
-from spacy_treexp.annotate import SentenceAnnotation, length_buckets
-from spacy_treexp.pipeline import attributes
-from test_tree_expectations_support import (
+from helpers.paths import TESTS
+from helpers.scorer import (
     LABELS,
     TEXTS,
     enumerate_trees,
@@ -25,6 +22,11 @@ from test_tree_expectations_support import (
     random_scores,
     score_doc,
 )
+from spacy.tokens import Doc, DocBin, Span, Token
+
+from spacy_treexp import TreeDistribution
+from spacy_treexp.annotate import SentenceAnnotation, length_buckets
+from spacy_treexp.pipeline import attributes
 
 FLOAT_KEYS = ("marginals", "head_prob", "head_entropy", "dep_prob", "sample_log_probs")
 EXACT_KEYS = ("start", "end", "heads", "single_root", "sampled_heads", "sampled_labels", "labels", "top_k_heads")
@@ -410,9 +412,8 @@ def test_pipe_with_two_processes_does_not_hang(tmp_path):
     # Without the fork hook (torch on one thread in workers) this hangs: verified.
     script = textwrap.dedent(
         f"""
-        import sys, torch
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_tree_expectations_support import make_nlp, TEXTS
+        import torch
+        from helpers.scorer import make_nlp, TEXTS
         torch.set_num_threads(2)
         torch.randn(4_000_000).exp().sum()  # start the parent's OpenMP pool before forking
         nlp = make_nlp({{"n_samples": 2}})
@@ -428,7 +429,8 @@ def test_pipe_with_two_processes_does_not_hang(tmp_path):
         print("ok", len(multi))
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "ok 21"
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.enumerate_trees import tree_log_probs
 from torch.distributions import kl_divergence
 
-from enumerate_trees import tree_log_probs
 from spacy_treexp import TreeDistribution
 
 TOL = 1e-8

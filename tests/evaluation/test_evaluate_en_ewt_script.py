@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 import spacy
+from helpers.paths import REPO
 from spacy.tokens import Doc
 
-SCRIPT = Path(__file__).parent.parent / "configs" / "evaluate_en_ewt.py"
+SCRIPT = REPO / "configs" / "evaluate_en_ewt.py"
 spec = importlib.util.spec_from_file_location("evaluate_en_ewt", SCRIPT)
 evaluate_en_ewt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(evaluate_en_ewt)

@@ -4,9 +4,8 @@ import numpy
 import pytest
 import spacy
 import torch
+from helpers.toy_pipelines import sentence_heads, tiny_parser_config, train_toy
 from spacy.tokens import Doc
-from test_biaffine_parser import sentence_heads, train_toy
-from toy_pipelines import tiny_parser_config
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.pipeline.biaffine_parser import _attach_whitespace

@@ -9,10 +9,9 @@ import random
 
 import pytest
 import torch
+from helpers.enumerate_trees import all_trees, tree_log_probs
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from enumerate_trees import all_trees, tree_log_probs
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.engine.sampling import (

@@ -2,8 +2,8 @@
 import math
 
 import numpy
-import torch
 import pytest
+import torch
 
 from spacy_treexp.annotate import word_head_entropy
 from spacy_treexp.evaluation import metrics

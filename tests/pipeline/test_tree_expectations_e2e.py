@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy
 import pytest
 import torch
+from helpers.paths import FIXTURES
+from helpers.toy_pipelines import TEXTS, TINY_CONFIG, train_toy
 
 import spacy_treexp
 from spacy_treexp import TreeDistribution
 from spacy_treexp.pipeline.default_model import MODEL_PATH
-from test_biaffine_parser import TEXTS, TINY_CONFIG, train_toy
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="module")

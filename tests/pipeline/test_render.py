@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 import json
-from html import escape
 import re
 import shutil
 import subprocess
+from html import escape
 
 import numpy
 import pytest
 import spacy
+from helpers.scorer import make_nlp
 
 import spacy_treexp
-from test_tree_expectations_support import make_nlp
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = [

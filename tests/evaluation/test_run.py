@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import spacy
 import torch
+from helpers.paths import FIXTURES, REPO
+from helpers.toy_pipelines import tiny_parser_config
 from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config, fix_random_seed
-from toy_pipelines import tiny_parser_config
 
 from spacy_treexp.cli import main
 from spacy_treexp.evaluation import EvalConfig, read_conllu, run
 
-REPO = Path(__file__).parent.parent
-FIXTURE = Path(__file__).parent / "fixtures" / "eval_20.conllu"
+FIXTURE = FIXTURES / "eval_20.conllu"
 
 TINY = tiny_parser_config(arc_width=32)
 
@@ -87,7 +87,7 @@ def test_module_entry_point_help():
     assert result.returncode == 0 and "--conllu" in result.stdout
 
 
-STANZA_TINY = Path(__file__).parent / "fixtures" / "stanza" / "tiny"
+STANZA_TINY = FIXTURES / "stanza" / "tiny"
 
 
 @pytest.mark.skipif(not (STANZA_TINY / "depparse.pt").is_file(), reason="no tiny Stanza fixture model")

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.mp_reference import reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.distributions import kl_divergence
 
-from mp_reference import reference
 from spacy_treexp import TreeDistribution
 
 

@@ -4,17 +4,24 @@ from pathlib import Path
 import numpy
 import pytest
 import torch
+from helpers.enumerate_trees import all_trees
+from helpers.paths import FIXTURES
 
-from enumerate_trees import all_trees
 from spacy_treexp import TreeDistribution
 from spacy_treexp.annotate import SentenceScores
 from spacy_treexp.evaluation import (
-    EvalOptions, GoldSentence, entropy_quartic, evaluate, fit_arc_temperature,
-    fit_rel_temperature, read_conllu, timing_table,
+    EvalOptions,
+    GoldSentence,
+    entropy_quartic,
+    evaluate,
+    fit_arc_temperature,
+    fit_rel_temperature,
+    read_conllu,
+    timing_table,
 )
 from spacy_treexp.evaluation.conllu import ConlluError
 
-FIXTURE = Path(__file__).parent / "fixtures" / "eval_20.conllu"
+FIXTURE = FIXTURES / "eval_20.conllu"
 FAST = EvalOptions(ks=(1, 5), reject_draws=2)
 
 

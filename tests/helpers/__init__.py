@@ -1,0 +1,1 @@
+"""Shared test helpers: brute-force enumeration, references and tiny pipelines."""
