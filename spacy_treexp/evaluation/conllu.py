@@ -1,16 +1,17 @@
-"""Gold sentences from a CoNLL-U file: words (syntactic words, not multiword tokens),
-heads and relations, for evaluation on gold tokenization and gold sentence boundaries."""
+"""Gold sentences for evaluation: words (syntactic words, not multiword tokens), heads and
+relations of a CoNLL-U file, read with the one CoNLL-U module (:mod:`spacy_treexp.io`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Union
+from typing import List, Union
 
 import numpy
 
+from spacy_treexp.io import ConlluError, ConlluSentence
+from spacy_treexp.io import read_conllu as read_sentences
 
-class ConlluError(ValueError):
-    """A CoNLL-U file that cannot be evaluated on (names the file and line)."""
+__all__ = ["ConlluError", "GoldSentence", "read_conllu"]
 
 
 @dataclass
@@ -37,105 +38,21 @@ class GoldSentence:
         """Number of words."""
         return len(self.words)
 
+    @classmethod
+    def from_conllu(cls, sentence: ConlluSentence, path: Union[str, Path, None] = None) -> GoldSentence:
+        """The gold view of a CoNLL-U sentence; ``ConlluError`` if its heads are not a
+        single-root tree."""
+        problem = sentence.tree_problem()
+        sent_id = sentence.sent_id or f"line-{sentence.line}"
+        if problem is not None:
+            raise ConlluError(None if path is None else str(path), sentence.line, f"sentence {sent_id}: {problem}")
+        return cls(sent_id, sentence.forms, sentence.heads, sentence.deprels, sentence.spaces, sentence.line,
+                   sentence.upos, sentence.xpos, sentence.feats)
+
 
 def read_conllu(path: Union[str, Path]) -> List[GoldSentence]:
-    """Read every sentence of a CoNLL-U file (UTF-8).
-
-    Multiword-token ranges (``4-5``) and empty nodes (``8.1``) are skipped: evaluation is on
-    the syntactic words, as in the CoNLL 2018 shared task. Raises :class:`ConlluError` for
-    a malformed line, a head outside the sentence, or a sentence that is not a single-root tree.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"CoNLL-U file not found: {path}")
-    return list(_sentences(path))
-
-
-def _sentences(path: Path) -> Iterator[GoldSentence]:
-    block: List[tuple] = []
-    with path.open(encoding="utf8") as handle:
-        for number, raw in enumerate(handle, start=1):
-            line = raw.rstrip("\n").rstrip("\r")
-            if line.strip():
-                block.append((number, line))
-            elif block:
-                sentence = _parse_block(path, block)
-                if sentence is not None:
-                    yield sentence
-                block = []
-    if block:
-        sentence = _parse_block(path, block)
-        if sentence is not None:
-            yield sentence
-
-
-def _parse_block(path: Path, block: List[tuple]) -> Union[GoldSentence, None]:
-    sent_id = ""
-    words: List[str] = []
-    heads: List[int] = [-1]
-    deprels: List[str] = []
-    spaces: List[bool] = []
-    tags: List[tuple] = []
-    ranges = {}
-    for number, line in block:
-        if line.startswith("#"):
-            key, _, value = line[1:].partition("=")
-            if key.strip() == "sent_id":
-                sent_id = value.strip()
-            continue
-        cols = line.split("\t")
-        if len(cols) != 10:
-            raise ConlluError(f"{path}:{number}: expected 10 tab-separated columns, got {len(cols)}")
-        token_id = cols[0]
-        if "." in token_id:
-            continue
-        if "-" in token_id:
-            first, _, last = token_id.partition("-")
-            if not (first.isdigit() and last.isdigit()):
-                raise ConlluError(f"{path}:{number}: bad multiword token id {token_id!r}")
-            ranges[int(first)] = (int(last), "SpaceAfter=No" not in cols[9].split("|"))
-            continue
-        if not token_id.isdigit() or int(token_id) != len(words) + 1:
-            raise ConlluError(f"{path}:{number}: word id {token_id!r} where {len(words) + 1} was expected")
-        if not cols[6].isdigit():
-            raise ConlluError(f"{path}:{number}: head {cols[6]!r} is not a number (gold trees are needed)")
-        words.append(cols[1])
-        heads.append(int(cols[6]))
-        deprels.append(cols[7])
-        tags.append((cols[3], cols[4], cols[5]))
-        spaces.append("SpaceAfter=No" not in cols[9].split("|"))
-    if not words:
-        return None
-    for first, (last, space_after) in ranges.items():
-        for i in range(first, min(last, len(words)) + 1):
-            spaces[i - 1] = space_after if i == last else False
-    head_array = numpy.asarray(heads, dtype=numpy.int64)
-    line = block[0][0]
-    n = len(words)
-    if (head_array[1:] < 0).any() or (head_array[1:] > n).any() or (head_array[1:] == numpy.arange(1, n + 1)).any():
-        raise ConlluError(f"{path}:{line}: sentence {sent_id or '?'} has a head outside the sentence or a self-loop")
-    if int((head_array[1:] == 0).sum()) != 1:
-        raise ConlluError(f"{path}:{line}: sentence {sent_id or '?'} does not have exactly one root word")
-    if not _is_tree(head_array):
-        raise ConlluError(f"{path}:{line}: sentence {sent_id or '?'}: the gold heads contain a cycle")
-    upos, xpos, feats = (list(column) for column in zip(*tags))
-    return GoldSentence(sent_id or f"line-{line}", words, head_array, deprels, spaces, line, upos, xpos, feats)
-
-
-def _is_tree(heads: numpy.ndarray) -> bool:
-    """Every word reaches ROOT by following heads."""
-    n = len(heads) - 1
-    state = [0] * (n + 1)  # 0 unseen, 1 on path, 2 reaches root
-    state[0] = 2
-    for start in range(1, n + 1):
-        path = []
-        node = start
-        while state[node] == 0:
-            state[node] = 1
-            path.append(node)
-            node = int(heads[node])
-        if state[node] == 1:
-            return False
-        for visited in path:
-            state[visited] = 2
-    return True
+    """Every sentence of a CoNLL-U file (UTF-8), on its syntactic words: multiword-token
+    ranges (``4-5``) and empty nodes (``8.1``) are not words, as in the CoNLL 2018 shared
+    task. Raises ``FileNotFoundError``, or :class:`ConlluError` naming the file and line for
+    a malformed line or a sentence whose heads are not a single-root tree."""
+    return [GoldSentence.from_conllu(sentence, path) for sentence in read_sentences(path)]

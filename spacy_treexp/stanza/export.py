@@ -16,6 +16,7 @@ so these functions carry them:
 """
 from __future__ import annotations
 
+import io
 import math
 from typing import Any, Dict, List, Optional
 
@@ -24,6 +25,7 @@ from stanza.models.common.doc import Document, Sentence
 from stanza.utils.conll import CoNLL
 
 from spacy_treexp.annotate import SentenceAnnotation, SentenceScores, mbr_heads
+from spacy_treexp.io import read_conllu, write_conllu
 from spacy_treexp.stanza.capture import SCORES_ATTR
 from spacy_treexp.stanza.processor import RECORD_ATTR
 
@@ -132,51 +134,36 @@ def _format(value: float, digits: int) -> str:
 
 
 def to_conllu(doc: Document, *, digits: int = 4) -> str:
-    """CoNLL-U text of ``doc`` with the annotations in MISC and comments (doc unchanged)."""
+    """CoNLL-U text of ``doc`` with the annotations in MISC and comments (doc unchanged):
+    Stanza's own CoNLL-U of the parse, with our values set by :mod:`spacy_treexp.io`."""
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits must be a positive integer, got {digits!r}.")
-    saved = []
-    try:
-        for sentence in doc.sentences:
-            record = _record(sentence)
-            saved.append((sentence, list(sentence.comments), [w.misc for w in sentence.words]))
-            ours = tuple(f"# {key} = " for key in COMMENT_FIELDS)
-            sentence.comments = [c for c in sentence.comments if not c.startswith(ours)]
-            for key, field in COMMENT_FIELDS.items():
-                value = getattr(record, field)
-                if value is not None:
-                    sentence.add_comment(f"# {key} = {_format(value, digits)}")
-            for i, word in enumerate(sentence.words):
-                kept = [
-                    item for item in (word.misc or "").split("|")
-                    if item and item.split("=", 1)[0] not in MISC_FIELDS
-                ]
-                for key, field in MISC_FIELDS.items():
-                    values = getattr(record, field)
-                    if values is not None and math.isfinite(float(values[i])):
-                        kept.append(f"{key}={_format(float(values[i]), digits)}")
-                word.misc = "|".join(kept) if kept else None
-        return "{:C}\n\n".format(doc)
-    finally:
-        for sentence, comments, miscs in saved:
-            sentence.comments = comments
-            for word, misc in zip(sentence.words, miscs):
-                word.misc = misc
-
-
-def _comment_value(sentence: Sentence, key: str) -> Optional[float]:
-    prefix = f"# {key} = "
-    for comment in sentence.comments:
-        if comment.startswith(prefix):
-            return float(comment[len(prefix):])
-    return None
+    records = [_record(sentence) for sentence in doc.sentences]
+    out = []
+    for record, parsed in zip(records, read_conllu(io.StringIO(f"{doc:C}\n\n"))):
+        for key, field in COMMENT_FIELDS.items():
+            value = getattr(record, field)
+            parsed = parsed.with_comment(key, None if value is None else _format(value, digits))
+        for m in range(1, parsed.n + 1):
+            # ours go last, whatever order Stanza gives the other MISC items on re-reading
+            parsed = parsed.with_misc(m, dict.fromkeys(MISC_FIELDS))
+            items: Dict[str, Optional[str]] = {}
+            for key, field in MISC_FIELDS.items():
+                values = getattr(record, field)
+                value = None if values is None else float(values[m - 1])
+                items[key] = _format(value, digits) if value is not None and math.isfinite(value) else None
+            parsed = parsed.with_misc(m, items)
+        out.append(parsed)
+    buffer = io.StringIO()
+    write_conllu(out, buffer)
+    return buffer.getvalue()
 
 
 def from_conllu(text: str) -> Document:
     """Read CoNLL-U written by :func:`to_conllu`; the values found (rounded) are put back
-    in each sentence's record, so ``head_prob``, ``tree_entropy`` etc. work again."""
+    in each sentence's annotation, so ``head_prob``, ``tree_entropy`` etc. work again."""
     doc = CoNLL.conll2doc(input_str=text)
-    for position, sentence in enumerate(doc.sentences):
+    for position, (sentence, parsed) in enumerate(zip(doc.sentences, read_conllu(io.StringIO(text)))):
         n = len(sentence.words)
         record: Dict[str, Any] = {
             "start": position,
@@ -184,16 +171,13 @@ def from_conllu(text: str) -> Document:
             "heads": numpy.array([w.head for w in sentence.words], dtype=numpy.int32),
         }
         for key, field in COMMENT_FIELDS.items():
-            record[field] = _comment_value(sentence, key)
+            value = parsed.comment(key)
+            record[field] = None if value is None else float(value)
         for key, field in MISC_FIELDS.items():
-            values = numpy.full(len(sentence.words), numpy.nan, dtype=numpy.float32)
-            found = False
-            for i, word in enumerate(sentence.words):
-                for item in (word.misc or "").split("|"):
-                    name, _, value = item.partition("=")
-                    if name == key:
-                        values[i] = float(value)
-                        found = True
-            record[field] = values if found else None
+            found = [parsed.misc_items(m).get(key) for m in range(1, n + 1)]
+            if any(value is not None for value in found):
+                record[field] = numpy.array([numpy.nan if v is None else float(v) for v in found], dtype=numpy.float32)
+            else:
+                record[field] = None
         setattr(sentence, RECORD_ATTR, SentenceAnnotation.from_dict(record))
     return doc

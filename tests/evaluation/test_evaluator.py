@@ -188,7 +188,7 @@ def test_read_conllu_fixture_and_errors(tmp_path):
     assert we_dont.heads.tolist() == [-1, 4, 4, 4, 0, 6, 4, 4]
     bad = tmp_path / "bad.conllu"
     bad.write_text("1\ta\t_\t_\t_\t_\t0\troot\t_\t_\n2\tb\t_\t_\t_\t_\t0\troot\t_\t_\n", encoding="utf8")
-    with pytest.raises(ConlluError, match="exactly one root"):
+    with pytest.raises(ConlluError, match="2 roots"):
         read_conllu(bad)
     bad.write_text("1\ta\t_\t_\t_\t_\t2\tdep\t_\t_\n2\tb\t_\t_\t_\t_\t1\tdep\t_\t_\n3\tc\t_\t_\t_\t_\t0\troot\t_\t_\n", encoding="utf8")
     with pytest.raises(ConlluError, match="cycle"):
