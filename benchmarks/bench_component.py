@@ -10,7 +10,7 @@ On N sentences of UD English-EWT test (gold tokens and sentences), measures:
 
 Usage (2 CPU cores here; pass --threads to pin torch's threads):
 
-    nice -n 19 python benchmarks/bench_component.py [--model PATH] [--n 2000]
+    nice -n 19 python benchmarks/bench_component.py --data ../shared/data/ud_en_ewt/en_ewt-ud-test.conllu [--model PATH] [--n 2000]
 """
 from __future__ import annotations
 
@@ -24,9 +24,7 @@ import torch
 from spacy.tokens import Doc
 
 import spacy_treexp
-from spacy_treexp.cli import Reader, make_doc
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_en_ewt" / "en_ewt-ud-test.conllu"
+from spacy_treexp.io import read_conllu
 
 
 def load(model):
@@ -45,7 +43,7 @@ def timed(function):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="spaCy pipeline (default: the shipped model)")
-    parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--data", required=True, help="a CoNLL-U file (e.g. EWT test)")
     parser.add_argument("--n", type=int, default=2000, help="sentences")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=None)
@@ -56,15 +54,15 @@ def main() -> None:
 
     nlp = load(args.model)
     items = []
-    for item, _ in Reader(Path(args.data), on_bad=lambda line, message: None):
-        items.append(item)
+    for sentence in read_conllu(Path(args.data)):
+        items.append((sentence.forms, sentence.spaces))
         if len(items) == args.n:
             break
     words = sum(len(item[0]) for item in items)
     senters = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory in ("senter", "sentencizer")]
 
     def gold_docs():
-        return [make_doc(nlp, item) for item in items]
+        return [Doc(nlp.vocab, words=w, spaces=sp, sent_starts=[True] + [False] * (len(w) - 1)) for w, sp in items]
 
     def run(pipeline, docs):
         with pipeline.select_pipes(disable=senters):

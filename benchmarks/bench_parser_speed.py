@@ -19,8 +19,6 @@ from spacy.training.converters import conllu_to_docs
 
 import spacy_treexp
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_en_ewt" / "en_ewt-ud-test.conllu"
-
 
 def main(model: Optional[Path], data: Path, threads: List[int], repeats: int) -> None:
     nlp = spacy_treexp.load() if model is None else spacy.load(model)
@@ -48,7 +46,7 @@ def main(model: Optional[Path], data: Path, threads: List[int], repeats: int) ->
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None, help="default: the shipped model")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--data", type=Path, required=True, help="a CoNLL-U file (e.g. EWT test)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()

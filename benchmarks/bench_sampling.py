@@ -42,7 +42,7 @@ from spacy_treexp.engine.sampling.wilson import wilson_reject
 
 def python_wilson_marginal(dist: TreeDistribution, samples: int, rng: random.Random) -> list[list[int]]:
     """Baseline: Wilson-Marginal as a per-sample, per-word Python loop (loop-erased walks)."""
-    weights = dist.scores.double().masked_fill(~dist._arc_mask, float("-inf")).exp().tolist()
+    weights = dist.scores.double().masked_fill(~dist.arc_mask, float("-inf")).exp().tolist()
     root_marginals = dist.marginals[:, 0, :].double().tolist()
     trees = []
     for b, n in enumerate(dist.lengths.tolist()):

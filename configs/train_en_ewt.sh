@@ -9,13 +9,13 @@
 #      and write them into the shipped config,
 #   6. evaluate it on EWT test (scores in training/test_scores.json).
 # Usage: configs/train_en_ewt.sh [extra `spacy train` overrides]
-# Environment: UD_EWT (treebank folder, default ../shared/data/ud_en_ewt), PYTHON,
+# Environment: UD_EWT (required: the treebank folder, e.g. ../shared/data/ud_en_ewt), PYTHON,
 #   TRAIN_SECONDS (wall-clock budget of training, default 6900 s; a run stopped by its
 #   budget keeps its model-best).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
-UD_EWT=${UD_EWT:-../shared/data/ud_en_ewt}
+UD_EWT=${UD_EWT:?set UD_EWT to the folder holding en_ewt-ud-{train,dev,test}.conllu}
 TRAIN_SECONDS=${TRAIN_SECONDS:-6900}
 MODEL_DIR=spacy_treexp/models/en_treexp_ewt
 

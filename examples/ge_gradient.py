@@ -41,6 +41,6 @@ indicators = torch.eye((n + 1) ** 2, dtype=torch.float64).view(1, n + 1, n + 1, 
 via_t2 = dist.covariance(weighted, indicators).view(1, n + 1, n + 1)
 x = scores.detach().clone().requires_grad_(True)
 via_autograd = torch.autograd.grad(((TreeDistribution(x).expectation(features) - target) ** 2).sum(), x)[0]
-mask = dist._arc_mask
+mask = dist.arc_mask
 print("T2 covariance and reverse-mode gradients agree:",
       torch.allclose(via_t2[mask], via_autograd[mask], atol=1e-9))
