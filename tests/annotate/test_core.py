@@ -1,0 +1,162 @@
+"""The annotation core against brute-force enumeration, and its records, seeds and options."""
+import math
+import pickle
+
+import numpy
+import pytest
+import torch
+
+from helpers.enumerate_trees import tree_log_probs
+from spacy_treexp import TreeDistribution
+from spacy_treexp.annotate import (
+    AnnotateOptions,
+    SentenceAnnotation,
+    SentenceScores,
+    annotate_sentences,
+    engine_threads,
+    length_buckets,
+    mbr_heads,
+    sentence_seed,
+    torch_threads,
+)
+from spacy_treexp.engine.sampling import DEFAULT_METHOD
+
+LABELS = ["root", "nsubj", "obj"]
+
+
+def random_sentence(n, seed, start=0, with_parse=True):
+    rng = numpy.random.default_rng(seed)
+    arc = 2.0 * rng.standard_normal((n + 1, n + 1))
+    logits = rng.standard_normal((n + 1, n + 1, len(LABELS)))
+    rel = logits - numpy.log(numpy.exp(logits).sum(-1, keepdims=True))
+    heads = deprels = None
+    if with_parse:
+        heads = TreeDistribution(torch.from_numpy(arc)).mode[1:].numpy()
+        deprels = [LABELS[int(rng.integers(len(LABELS)))] for _ in range(n)]
+    return SentenceScores(arc=arc, rel=rel, labels=LABELS, start=start, text=f"s{seed}", heads=heads, deprels=deprels)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_annotation_equals_brute_force(n):
+    sentence = random_sentence(n, seed=n)
+    (annotation,) = annotate_sentences([sentence])
+    trees, log_p = tree_log_probs(torch.from_numpy(sentence.arc), n, True)
+    p = log_p.exp().numpy()
+    trees = trees.numpy()
+    marginals = numpy.zeros((n + 1, n + 1))
+    for tree, prob in zip(trees, p):
+        marginals[tree[1:], numpy.arange(1, n + 1)] += prob
+    scores = sentence.arc[trees[:, 1:], numpy.arange(1, n + 1)].sum(-1)
+    assert annotation.log_partition == pytest.approx(float(numpy.log(numpy.exp(scores).sum())), abs=1e-9)
+    assert annotation.entropy == pytest.approx(float(-(p * numpy.log(p)).sum()), abs=1e-9)
+    numpy.testing.assert_allclose(annotation.marginals, marginals, atol=1e-6)  # stored as float32
+    heads = sentence.heads
+    expected = sum(prob * (tree[1:] == heads).sum() for tree, prob in zip(trees, p)) / n
+    assert annotation.expected_attachment == pytest.approx(expected, abs=1e-9)
+    numpy.testing.assert_allclose(annotation.head_prob, marginals[heads, numpy.arange(1, n + 1)], atol=1e-6)
+    column_entropy = [-sum(q * math.log(q) for q in marginals[:, m] if q > 0) for m in range(1, n + 1)]
+    numpy.testing.assert_allclose(annotation.head_entropy, column_entropy, atol=1e-5)
+    label = [LABELS.index(d) for d in sentence.deprels]
+    dep_prob = marginals[heads, numpy.arange(1, n + 1)] * numpy.exp(sentence.rel[heads, numpy.arange(1, n + 1), label])
+    numpy.testing.assert_allclose(annotation.dep_prob, dep_prob, atol=1e-6)
+    # the MBR tree maximises the expected number of correct heads over every tree
+    expected_correct = [marginals[tree[1:], numpy.arange(1, n + 1)].sum() for tree in trees]
+    best = trees[int(numpy.argmax(expected_correct))][1:]
+    assert mbr_heads(annotation).tolist() == best.tolist()
+
+
+def test_without_a_parse_the_tree_is_the_map_tree():
+    sentence = random_sentence(5, seed=7, with_parse=False)
+    (annotation,) = annotate_sentences([sentence])
+    trees, log_p = tree_log_probs(torch.from_numpy(sentence.arc), 5, True)
+    assert annotation.heads.tolist() == trees[int(log_p.argmax())][1:].tolist()
+    assert annotation.dep_prob is None  # no relations given, nothing to score
+
+
+def test_results_do_not_depend_on_the_batch():
+    sentences = [random_sentence(n, seed=10 + n, start=3 * n) for n in (2, 9, 3, 8, 4, 12)]
+    options = AnnotateOptions(n_samples=4, batch_size=2)
+    together = annotate_sentences(sentences, options)
+    for sentence, annotation in zip(sentences, together):
+        (alone,) = annotate_sentences([sentence], options)
+        assert (annotation.start, annotation.end) == (sentence.start, sentence.start + sentence.n)
+        assert alone.sampled_heads.tolist() == annotation.sampled_heads.tolist()
+        numpy.testing.assert_allclose(alone.marginals, annotation.marginals, atol=1e-7)
+        numpy.testing.assert_allclose(alone.sample_log_probs, annotation.sample_log_probs, atol=1e-9)
+
+
+def test_samples_are_trees_with_their_exact_log_probs_and_labels():
+    sentence = random_sentence(4, seed=3)
+    (annotation,) = annotate_sentences([sentence], AnnotateOptions(n_samples=20, seed=5))
+    trees, log_p = tree_log_probs(torch.from_numpy(sentence.arc), 4, True)
+    table = {tuple(t[1:].tolist()): float(lp) for t, lp in zip(trees, log_p)}
+    for row, lp, labels in zip(annotation.sampled_heads, annotation.sample_log_probs, annotation.sampled_labels):
+        assert table[tuple(row.tolist())] == pytest.approx(lp, abs=1e-9)
+        best = sentence.rel[row, numpy.arange(1, 5)].argmax(-1)
+        assert labels.tolist() == best.tolist()
+
+
+def test_seed_names_the_sentence_not_the_process():
+    assert sentence_seed(0, 3, "a b") == sentence_seed(0, 3, "a b")
+    assert len({sentence_seed(0, 3, "a b"), sentence_seed(1, 3, "a b"), sentence_seed(0, 4, "a b"),
+                sentence_seed(0, 3, "a c")}) == 4
+    sentence = random_sentence(6, seed=1)
+    first = annotate_sentences([sentence], AnnotateOptions(n_samples=5, seed=9))[0].sampled_heads
+    again = annotate_sentences([sentence], AnnotateOptions(n_samples=5, seed=9))[0].sampled_heads
+    other = annotate_sentences([sentence], AnnotateOptions(n_samples=5, seed=10))[0].sampled_heads
+    assert first.tolist() == again.tolist() and first.tolist() != other.tolist()
+
+
+def test_annotation_round_trips_through_bytes_dict_and_pickle():
+    (annotation,) = annotate_sentences([random_sentence(5, seed=2, start=7)], AnnotateOptions(n_samples=3))
+    mbr_heads(annotation)
+    for copy in (SentenceAnnotation.from_bytes(annotation.to_bytes()),
+                 SentenceAnnotation.from_dict(annotation.to_dict()),
+                 pickle.loads(pickle.dumps(annotation))):
+        for key, value in annotation.to_dict().items():
+            other = copy.to_dict()[key]
+            if isinstance(value, numpy.ndarray):
+                assert value.dtype == other.dtype and numpy.array_equal(value, other), key
+            else:
+                assert value == other, key
+    with pytest.raises(ValueError, match="unknown SentenceAnnotation field"):
+        SentenceAnnotation.from_dict({**annotation.to_dict(), "bogus": 1})
+
+
+def test_options_are_validated_with_the_option_name():
+    assert AnnotateOptions().sampler == DEFAULT_METHOD == "colbourn"
+    assert AnnotateOptions(without_replacement=True).sampler == "sbs"
+    for bad, match in (({"n_samples": -1}, "x_n_samples"), ({"device": "tpu"}, "x_device"),
+                       ({"single_root": "no"}, "x_single_root"), ({"sampler": "trie"}, "x_sampler"),
+                       ({"seed": 1.5}, "x_seed"), ({"colour": 1}, "unknown")):
+        with pytest.raises(ValueError, match=match):
+            AnnotateOptions.from_config(bad, prefix="x_")
+
+
+def test_scores_that_do_not_fit_are_named():
+    sentence = random_sentence(3, seed=0)
+    sentence.heads = numpy.array([0, 5, 1])
+    with pytest.raises(ValueError, match="heads outside the sentence"):
+        annotate_sentences([sentence])
+    with pytest.raises(ValueError, match="relation scores of shape"):
+        annotate_sentences([SentenceScores(arc=numpy.zeros((4, 4)), rel=numpy.zeros((4, 4, 2)), labels=["a"])])
+
+
+def test_length_buckets_group_similar_lengths_and_respect_limits():
+    lengths = [30, 1, 2, 11, 2, 3, 9, 10]
+    buckets = [[lengths[i] for i in b] for b in length_buckets(lengths, 256)]
+    assert buckets == [[1, 2, 2, 3], [9, 10, 11], [30]]  # longest <= 1.25 x shortest + 2
+    assert all(len(b) <= 2 for b in length_buckets(lengths, 2))
+    capped = list(length_buckets([10] * 7, 256, max_cells=3 * 121))
+    assert [len(b) for b in capped] == [3, 3, 1]
+    assert sorted(i for b in capped for i in b) == list(range(7))
+
+
+def test_threads_are_set_for_the_engine_and_restored():
+    before = torch.get_num_threads()
+    with engine_threads(torch.device("cpu")):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        with torch_threads(0):
+            pass
