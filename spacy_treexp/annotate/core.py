@@ -52,10 +52,11 @@ def annotate_sentences(
 
 def _infer(bucket: Sequence[SentenceScores], dist: TreeDistribution, options: AnnotateOptions) -> List[SentenceAnnotation]:
     """Exact inference for one engine batch of similar-length sentences."""
-    heads = [s.heads for s in bucket]
-    if any(h is None for h in heads):
+    given = [s.heads for s in bucket]
+    heads = [h for h in given if h is not None]
+    if len(heads) < len(given):  # the engine's best tree where a sentence has no heads
         mode = dist.mode.cpu().numpy()
-        heads = [mode[b, 1 : s.n + 1] if h is None else h for b, (s, h) in enumerate(zip(bucket, heads))]
+        heads = [mode[b, 1 : s.n + 1] if h is None else h for b, (s, h) in enumerate(zip(bucket, given))]
     padded = numpy.full((len(bucket), dist.n_max + 1), -1, dtype=numpy.int64)
     for b, sentence_heads in enumerate(heads):
         padded[b, 1 : len(sentence_heads) + 1] = sentence_heads
@@ -117,7 +118,7 @@ def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.nd
 def sentence_seed(seed: int, start: int, text: str) -> int:
     """A sentence's seed: stable across batching, processes and ``PYTHONHASHSEED``
     (blake2b of the seed, the sentence's offset in its document and its text)."""
-    key = f"{seed}\x00{start}\x00{text}".encode("utf8")
+    key = f"{seed}\x00{start}\x00{text}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 

@@ -6,7 +6,7 @@ it is a function of the scores, differentiable with respect to them.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -93,7 +93,7 @@ class TreeDistribution(Distribution):
         """Drop the batch axis for a single unbatched sentence."""
         return value.squeeze(batch_dim) if self._unbatched else value
 
-    def batched(self) -> "TreeDistribution":
+    def batched(self) -> TreeDistribution:
         """The same distribution with an explicit batch axis ``(B,)`` (B = 1 for a single
         ``(N+1, N+1)`` sentence); it shares every cached result."""
         if not self._unbatched:
@@ -161,6 +161,8 @@ class TreeDistribution(Distribution):
                     index = torch.arange(lengths.shape[0], device=lengths.device)
                     log_z = torch.zeros(lengths.shape, dtype=scores.dtype, device=scores.device)
                     marginals = torch.zeros_like(scores)
+                # set by the first pass (index: above, or the sentences still to do)
+                assert index is not None and log_z is not None and marginals is not None
                 keep = index[accepted]
                 log_z = log_z.index_put((keep,), sub_log_z[accepted])
                 marginals = marginals.index_put((keep,), sub_marginals[accepted])
@@ -169,13 +171,15 @@ class TreeDistribution(Distribution):
         if bool(use_stable.all()):
             log_z, marginals = _stable_inference(scores, mask, lengths, self.single_root)
             log_z, marginals = log_z.to(scores.dtype), marginals.to(scores.dtype)
-        elif use_stable.any():
-            index = use_stable.nonzero().squeeze(-1)
-            stable_log_z, stable_marginals = _stable_inference(
-                scores[index], mask[index], lengths[index], self.single_root
-            )
-            log_z = log_z.index_put((index,), stable_log_z.to(log_z.dtype))
-            marginals = marginals.index_put((index,), stable_marginals.to(marginals.dtype))
+        else:
+            assert log_z is not None and marginals is not None  # the fast path took some sentences
+            if use_stable.any():
+                index = use_stable.nonzero().squeeze(-1)
+                stable_log_z, stable_marginals = _stable_inference(
+                    scores[index], mask[index], lengths[index], self.single_root
+                )
+                log_z = log_z.index_put((index,), stable_log_z.to(log_z.dtype))
+                marginals = marginals.index_put((index,), stable_marginals.to(marginals.dtype))
         self._cache["log_z"], self._cache["marginals"] = log_z, marginals
         self._cache["used_stable"] = use_stable
         return log_z, marginals
@@ -302,7 +306,7 @@ class TreeDistribution(Distribution):
         marginals = self._marginals()
         return self._out(self._log_partition() - self._arc_sum(marginals * self.scores))
 
-    def cross_entropy(self, other: "TreeDistribution") -> Tensor:
+    def cross_entropy(self, other: TreeDistribution) -> Tensor:
         """H(p, q) = −E_p[log q(d)] = log Z_q − Σ μ_p(h, m) s_q(h, m); +inf if q forbids a tree of p."""
         self._check_compatible(other)
         marginals = self._marginals()
@@ -312,7 +316,7 @@ class TreeDistribution(Distribution):
         value = other._log_partition() - expected
         return self._out(torch.where(escapes, torch.full_like(value, float("inf")), value))
 
-    def _check_compatible(self, other: "TreeDistribution") -> None:
+    def _check_compatible(self, other: TreeDistribution) -> None:
         if not isinstance(other, TreeDistribution):
             raise TypeError(f"expected a TreeDistribution, got {type(other).__name__}")
         if other.scores.shape != self.scores.shape or not torch.equal(other.lengths, self.lengths):
@@ -438,7 +442,7 @@ class TreeDistribution(Distribution):
     # --------------------------------------------------------------- sampling
     def sample(
         self,
-        sample_shape: Union[torch.Size, Tuple[int, ...]] = torch.Size(),
+        sample_shape: Union[torch.Size, List[int], Tuple[int, ...]] = torch.Size(),
         method: Optional[str] = None,
         generator: Randomness = None,
     ) -> Tensor:

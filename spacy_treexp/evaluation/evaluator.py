@@ -21,7 +21,7 @@ Choices (README.md, "Evaluation"):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -123,7 +123,7 @@ def evaluate(
     arc_temperature: float = 1.0,
     rel_temperature: float = 1.0,
     options: Optional[EvalOptions] = None,
-) -> Dict[str, object]:
+) -> Dict[str, Any]:
     """Every quality metric of the parser's scores against the gold trees (a JSON-able dict)."""
     options = options or EvalOptions()
     _check_inputs(gold, scores)
@@ -184,7 +184,7 @@ def evaluate(
         "mean_sentence_nats": float(entropy.mean()),
     }
     tries = 1.0 / acceptance
-    report["wilson_reject"] = {
+    wilson: Dict[str, object] = {
         "expected_tries_mean": float(tries.mean()),
         "expected_tries_median": float(numpy.median(tries)),
         "expected_tries_max": float(tries.max()),
@@ -193,8 +193,9 @@ def evaluate(
         "z_multi_over_z_single_mean": float(tries.mean()),
         "acceptance_rate_mean": float(acceptance.mean()),
     }
+    report["wilson_reject"] = wilson
     if options.reject_draws > 0:
-        report["wilson_reject"].update(_measured_rejection(scores, lengths, arc_temperature, options, generator, tries))
+        wilson.update(_measured_rejection(scores, lengths, arc_temperature, options, generator, tries))
     if options.samples:
         report["samples"] = _samples(gold, scores, lengths, arc_temperature, options, generator)
     return report
@@ -204,7 +205,8 @@ def _token_arrays(gold, scores, marginals, head_entropy, map_heads, mbr_heads, r
     """Per-word arrays over the whole corpus (in sentence order)."""
     head_prob, head_ent, head_ok, mbr_ok, differs, mbr_prob = [], [], [], [], [], []
     has_labels = all(score.rel is not None for score in scores)
-    label_ok, label_ok_universal, label_prob, mbr_label_ok, gold_label_nll = [], [], [], [], []
+    label_ok, label_ok_universal, label_prob, mbr_label_ok = [], [], [], []
+    gold_label_nll: List[float] = []
     for sentence, score, mu, entropy, mode, mbr in zip(gold, scores, marginals, head_entropy, map_heads, mbr_heads):
         n = sentence.n
         words = numpy.arange(1, n + 1)
@@ -313,8 +315,8 @@ def _bootstrap(tokens, lengths, options: EvalOptions) -> Dict[str, object]:
         values["auroc_one_minus_head_prob"].append(metrics.auroc(1.0 - head_prob[index], ~head_ok[index]))
         values["uas_mbr_minus_uas_map"].append(float(mbr_ok[index].mean() - head_ok[index].mean()))
     result: Dict[str, object] = {"replicates": options.bootstrap, "unit": "sentence"}
-    for name, samples in values.items():
-        samples = numpy.asarray(samples, dtype=numpy.float64)
+    for name, replicates in values.items():
+        samples = numpy.asarray(replicates, dtype=numpy.float64)
         samples = samples[numpy.isfinite(samples)]
         result[name] = [float(numpy.percentile(samples, 2.5)), float(numpy.percentile(samples, 97.5))] if samples.size else None
     result["uas_mbr_minus_uas_map_point"] = float(mbr_ok.mean() - head_ok.mean())
@@ -415,7 +417,7 @@ def _samples(gold, scores, lengths, temperature, options: EvalOptions, generator
         raise ValueError(f"sample counts must be positive, got {options.ks}")
     top = ks[-1]
     count = len(gold)
-    results = {}
+    results: Dict[str, object] = {}
     for mode in ("with_replacement", "without_replacement"):
         correct = numpy.full((top, count), -1, dtype=numpy.int64)
         distinct = {k: numpy.zeros(count, dtype=numpy.int64) for k in ks}
@@ -437,21 +439,22 @@ def _samples(gold, scores, lengths, temperature, options: EvalOptions, generator
                 gold_heads = padded_gold(gold, index, batch.shape[-1])
                 words = gold_heads >= 0
                 hits = ((heads == gold_heads.unsqueeze(0)) & words.unsqueeze(0)).sum(-1)
-                hits = torch.where(valid, hits, torch.full_like(hits, -1)).numpy()
+                hits_np = torch.where(valid, hits, torch.full_like(hits, -1)).numpy()
                 heads_np, valid_np = heads.numpy(), valid.numpy()
                 for b, i in enumerate(index):
-                    correct[:, i] = hits[:, b]
+                    correct[:, i] = hits_np[:, b]
                     for k, value in _distinct(heads_np[:, b, : lengths[i] + 1], valid_np[:, b], ks).items():
                         distinct[k][i] = value
         oracle = metrics.oracle_uas(correct, lengths, ks)
-        results[mode] = {
+        block: Dict[str, object] = {
             "oracle_uas": {str(k): oracle[k] for k in ks},
             "distinct_trees_mean": {str(k): float(distinct[k].mean()) for k in ks},
         }
+        results[mode] = block
         if mode == "with_replacement":
-            results[mode]["sampler"] = options.sampler
-            results[mode]["sentences_sampled_by_colbourn_fallback"] = fallback
+            block["sampler"] = options.sampler
+            block["sentences_sampled_by_colbourn_fallback"] = fallback
         else:
-            results[mode]["sampler"] = "sbs"
+            block["sampler"] = "sbs"
     results["ks"] = list(ks)
     return results

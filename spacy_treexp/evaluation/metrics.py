@@ -5,19 +5,22 @@ Undefined values (e.g. AUROC with one class only) are ``nan``; the report writes
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy
+import numpy.typing as npt
 
-ArrayLike = Sequence[float]
+# any sequence or array of numbers (lists, numpy arrays); flattened to 1-D float64
+ArrayLike = npt.ArrayLike
+FloatArray = npt.NDArray[numpy.float64]
 
 
-def _as_arrays(confidence: ArrayLike, correct: ArrayLike):
-    confidence = numpy.asarray(confidence, dtype=numpy.float64).reshape(-1)
-    correct = numpy.asarray(correct, dtype=numpy.float64).reshape(-1)
-    if confidence.shape != correct.shape:
-        raise ValueError(f"confidence {confidence.shape} and correct {correct.shape} differ in length")
-    return confidence, correct
+def _as_arrays(confidence: ArrayLike, correct: ArrayLike) -> Tuple[FloatArray, FloatArray]:
+    confidence_array = numpy.asarray(confidence, dtype=numpy.float64).reshape(-1)
+    correct_array = numpy.asarray(correct, dtype=numpy.float64).reshape(-1)
+    if confidence_array.shape != correct_array.shape:
+        raise ValueError(f"confidence {confidence_array.shape} and correct {correct_array.shape} differ in length")
+    return confidence_array, correct_array
 
 
 def equal_mass_bins(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 15) -> List[Dict[str, float]]:
@@ -31,25 +34,25 @@ def equal_mass_bins(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 15)
     """
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
-    confidence, correct = _as_arrays(confidence, correct)
-    if confidence.size == 0:
+    conf, corr = _as_arrays(confidence, correct)
+    if conf.size == 0:
         return []
-    order = numpy.argsort(confidence, kind="stable")
-    sorted_confidence = confidence[order]
+    order = numpy.argsort(conf, kind="stable")
+    sorted_confidence = conf[order]
     starts = numpy.flatnonzero(numpy.r_[True, sorted_confidence[1:] != sorted_confidence[:-1]])
-    sums = numpy.add.reduceat(correct[order], starts)
-    sizes = numpy.diff(numpy.r_[starts, confidence.size])
-    correct = correct.copy()
-    correct[order] = numpy.repeat(sums / sizes, sizes)
+    sums = numpy.add.reduceat(corr[order], starts)
+    sizes = numpy.diff(numpy.r_[starts, conf.size])
+    corr = corr.copy()
+    corr[order] = numpy.repeat(sums / sizes, sizes)
     bins = []
-    for index in numpy.array_split(order, min(n_bins, confidence.size)):
+    for index in numpy.array_split(order, min(n_bins, conf.size)):
         bins.append(
             {
                 "count": int(index.size),
-                "confidence": float(confidence[index].mean()),
-                "accuracy": float(correct[index].mean()),
-                "low": float(confidence[index].min()),
-                "high": float(confidence[index].max()),
+                "confidence": float(conf[index].mean()),
+                "accuracy": float(corr[index].mean()),
+                "low": float(conf[index].min()),
+                "high": float(conf[index].max()),
             }
         )
     return bins
@@ -58,22 +61,22 @@ def equal_mass_bins(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 15)
 def expected_calibration_error(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 15) -> float:
     """ECE = Σ_b (|b| / N) · |accuracy_b − confidence_b| over equal-mass bins (see
     :func:`equal_mass_bins`); ``nan`` for no predictions."""
-    confidence, correct = _as_arrays(confidence, correct)
-    if confidence.size == 0:
+    conf, corr = _as_arrays(confidence, correct)
+    if conf.size == 0:
         return float("nan")
-    bins = equal_mass_bins(confidence, correct, n_bins)
-    return float(sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in bins) / confidence.size)
+    bins = equal_mass_bins(conf, corr, n_bins)
+    return float(sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in bins) / conf.size)
 
 
-def rankdata(values: ArrayLike) -> numpy.ndarray:
+def rankdata(values: ArrayLike) -> FloatArray:
     """1-based ranks with ties given their average rank (as ``scipy.stats.rankdata``)."""
-    values = numpy.asarray(values, dtype=numpy.float64).reshape(-1)
-    order = numpy.argsort(values, kind="stable")
-    sorted_values = values[order]
-    ranks = numpy.empty(values.size, dtype=numpy.float64)
+    array = numpy.asarray(values, dtype=numpy.float64).reshape(-1)
+    order = numpy.argsort(array, kind="stable")
+    sorted_values = array[order]
+    ranks = numpy.empty(array.size, dtype=numpy.float64)
     # boundaries of runs of equal values
     starts = numpy.flatnonzero(numpy.r_[True, sorted_values[1:] != sorted_values[:-1]])
-    ends = numpy.r_[starts[1:], values.size]
+    ends = numpy.r_[starts[1:], array.size]
     average = (starts + ends + 1) / 2.0  # mean of 1-based positions start+1 .. end
     ranks[order] = numpy.repeat(average, ends - starts)
     return ranks
@@ -85,23 +88,23 @@ def auroc(scores: ArrayLike, positive: ArrayLike) -> float:
     Mann–Whitney form: the probability that a random positive scores higher than a random
     negative, ties counting one half. ``nan`` when either class is empty.
     """
-    scores, positive = _as_arrays(scores, positive)
-    positive = positive.astype(bool)
-    n_pos = int(positive.sum())
-    n_neg = positive.size - n_pos
+    score_array, positive_array = _as_arrays(scores, positive)
+    is_positive = positive_array.astype(bool)
+    n_pos = int(is_positive.sum())
+    n_neg = is_positive.size - n_pos
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    ranks = rankdata(scores)
-    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    ranks = rankdata(score_array)
+    return float((ranks[is_positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
 def spearman(x: ArrayLike, y: ArrayLike) -> float:
     """Spearman's rank correlation (Pearson correlation of average ranks); ``nan`` if either
     side is constant or has fewer than two values."""
-    x, y = _as_arrays(x, y)
-    if x.size < 2:
+    x_array, y_array = _as_arrays(x, y)
+    if x_array.size < 2:
         return float("nan")
-    rx, ry = rankdata(x), rankdata(y)
+    rx, ry = rankdata(x_array), rankdata(y_array)
     rx -= rx.mean()
     ry -= ry.mean()
     denominator = numpy.sqrt((rx * rx).sum() * (ry * ry).sum())
@@ -118,14 +121,14 @@ def extreme_accuracy(confidence: ArrayLike, correct: ArrayLike, fraction: float 
     """
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    confidence, correct = _as_arrays(confidence, correct)
-    if confidence.size == 0:
+    conf, corr = _as_arrays(confidence, correct)
+    if conf.size == 0:
         return {"most_certain": float("nan"), "least_certain": float("nan"), "count": 0}
-    count = int(numpy.ceil(fraction * confidence.size - 1e-9))
-    order = numpy.argsort(confidence, kind="stable")
+    count = int(numpy.ceil(fraction * conf.size - 1e-9))
+    order = numpy.argsort(conf, kind="stable")
     return {
-        "most_certain": float(correct[order[-count:]].mean()),
-        "least_certain": float(correct[order[:count]].mean()),
+        "most_certain": float(corr[order[-count:]].mean()),
+        "least_certain": float(corr[order[:count]].mean()),
         "count": count,
     }
 

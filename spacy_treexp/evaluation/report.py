@@ -109,7 +109,7 @@ def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
     row("Wilson-Reject run: acceptance, measured", lambda q: q["wilson_reject"]["measured_acceptance_rate"])
     row("Wilson-Reject run: sentences left out (walks did not finish)", lambda q: q["wilson_reject"]["sentences_not_sampled"], str)
     for mode, short in (("with_replacement", "with repl."), ("without_replacement", "w/o repl.")):
-        ks = next((q["samples"]["ks"] for q in blocks.values() if "samples" in q), [])
+        ks: List[int] = next((q["samples"]["ks"] for q in blocks.values() if "samples" in q), [])
         for k in ks:
             row(f"oracle UAS, best of {k} ({short}) (%)", lambda q, k=k, m=mode: q["samples"][m]["oracle_uas"][str(k)], _pct)
         for k in ks:

@@ -54,7 +54,7 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
     def docs() -> Iterable[Doc]:
         for sentence in gold:
             yield Doc(nlp.vocab, words=sentence.words, spaces=sentence.spaces or None,
-                      sent_starts=[True] + [False] * (sentence.n - 1))
+                      sent_starts=[True, *([False] * (sentence.n - 1))])
 
     out: List[SentenceScores] = []
     with nlp.select_pipes(disable=skipped):

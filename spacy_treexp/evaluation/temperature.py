@@ -13,17 +13,34 @@ samples do.
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, TypedDict
 
 import numpy
 import torch
 
+from spacy_treexp.annotate import SentenceScores
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation.conllu import GoldSentence
-from spacy_treexp.annotate import SentenceScores
 from spacy_treexp.evaluation.evaluator import batch_indices, normalise_label, padded_gold, padded_scores
 
 BETA_RANGE = (1.0 / 20.0, 20.0)
+
+
+class TemperatureFit(TypedDict):
+    """A fitted temperature, how its bisection ended, and the NLL per word before and after."""
+
+    temperature: float
+    status: str
+    nll_per_word_before: float
+    nll_per_word_after: float
+
+
+class ArcTemperatureFit(TemperatureFit):
+    n_sentences: int
+
+
+class RelTemperatureFit(TemperatureFit):
+    n_words: int
 
 
 def _bisect(gradient, low: float, high: float, iterations: int) -> Tuple[float, str]:
@@ -67,7 +84,7 @@ def arc_nll(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores], temp
 
 
 def fit_arc_temperature(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores],
-                        iterations: int = 25) -> Dict[str, object]:
+                        iterations: int = 25) -> ArcTemperatureFit:
     """Fit T for the arc scores on held-out gold trees; returns T and the NLL before/after."""
     if len(gold) != len(scores) or not gold:
         raise ValueError("fit_arc_temperature needs as many scored sentences as gold sentences (and some)")
@@ -82,7 +99,7 @@ def _gold_label_logits(gold: Sequence[GoldSentence], scores: Sequence[SentenceSc
     """Relation log-probabilities at the gold head of each word whose gold label the model knows."""
     rows, targets = [], []
     for sentence, score in zip(gold, scores):
-        if score.rel is None:
+        if score.rel is None or score.labels is None:
             return None
         index = {normalise_label(label): i for i, label in enumerate(score.labels)}
         for m in range(1, sentence.n + 1):
@@ -110,7 +127,7 @@ def label_nll(logits: numpy.ndarray, targets: numpy.ndarray, temperature: float)
 
 
 def fit_rel_temperature(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores],
-                        iterations: int = 40) -> Optional[Dict[str, object]]:
+                        iterations: int = 40) -> Optional[RelTemperatureFit]:
     """Fit T for the relation log-probabilities on gold labels at gold heads (None: no labels)."""
     data = _gold_label_logits(gold, scores)
     if data is None:

@@ -21,14 +21,14 @@ the all-pairs tensor dominates the cost); with heads, (B, N+1, L) at the given h
 which is all the training loss needs (zero where the head is unknown).
 Its backward pass takes ``(d_arc, d_rel)``.
 """
-from typing import Callable, List, Optional, Tuple, Union
+from typing import Callable, List, Optional, Tuple, Union, cast
 
 import numpy
 import torch
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v2, torch2xp, xp2torch
-from thinc.types import Floats2d
+from thinc.types import Floats2d, Floats3d
 
 ParserInput = Tuple[List[Doc], List[List[Tuple[int, int]]], Optional[numpy.ndarray]]
 ParserOutput = Tuple[numpy.ndarray, Union[numpy.ndarray, List[numpy.ndarray]], numpy.ndarray]
@@ -100,7 +100,7 @@ def _forward(model: Model, inputs: ParserInput, is_train: bool) -> Tuple[ParserO
     width = model.get_dim("nI")
     n_labels = get_scorer_module(model).n_labels
     if len(spans) == 0:
-        rel = numpy.zeros((0, 1, n_labels), "f") if heads is not None else []
+        rel: Union[numpy.ndarray, List[numpy.ndarray]] = numpy.zeros((0, 1, n_labels), "f") if heads is not None else []
         empty = (numpy.zeros((0, 1, 1), "f"), rel, lengths)
 
         def backprop_empty(d_scores):
@@ -110,14 +110,15 @@ def _forward(model: Model, inputs: ParserInput, is_train: bool) -> Tuple[ParserO
     X = numpy.zeros((len(spans), int(lengths.max()), width), dtype="float32")
     for b, (i, start, end) in enumerate(spans):
         X[b, : end - start] = model.ops.to_numpy(tokvecs[i][start:end])
-    (arc, rel), backprop_scorer = scorer((model.ops.asarray(X), lengths, heads), is_train)
+    # thinc's Floats3d / Floats2d types describe the numpy (or cupy) arrays that its ops take
+    (arc, rel), backprop_scorer = scorer((model.ops.asarray(cast(Floats3d, X)), lengths, heads), is_train)
 
     def backprop(d_scores: Tuple[numpy.ndarray, numpy.ndarray]):
         dX = model.ops.to_numpy(backprop_scorer(d_scores))
         d_tokvecs = [numpy.zeros(t.shape, dtype="float32") for t in tokvecs]
         for b, (i, start, end) in enumerate(spans):
             d_tokvecs[i][start:end] += dX[b, : end - start]
-        return backprop_tok2vec([model.ops.asarray(d) for d in d_tokvecs])
+        return backprop_tok2vec([model.ops.asarray(cast(Floats2d, d)) for d in d_tokvecs])
 
     return (arc, rel, lengths), backprop
 
@@ -237,11 +238,11 @@ class BiaffineScorer(torch.nn.Module):
         sizes = (lengths + 1).tolist()
         valid = torch.arange(n_max + 1, device=X.device)[None, :] < (lengths + 1)[:, None].to(X.device)
         by_head = torch.einsum("ti,lij->tlj", rel_head[valid], self.rel_weight)
-        rel = [
+        rels = [
             torch.einsum("hlj,mj->hml", head_part, rel_dep[b, : size]).log_softmax(dim=-1)
             for b, (head_part, size) in enumerate(zip(by_head.split(sizes), sizes))
         ]
-        return arc, rel
+        return arc, rels
 
 
 def _mlp(n_in: int, n_out: int, dropout: float) -> torch.nn.Module:

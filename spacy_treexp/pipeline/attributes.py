@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple, cast
 
 import numpy
 from spacy.attrs import DEP, HEAD
 from spacy.tokens import Doc, Span, Token
+from thinc.types import Ints2d
 
 from spacy_treexp.annotate import SentenceAnnotation, mbr_heads
 
@@ -70,8 +71,9 @@ def _record_for_token(token: Token) -> Optional[SentenceAnnotation]:
 # --- Doc getters -----------------------------------------------------------------
 
 
-def get_doc_arc_marginals(doc: Doc) -> Optional[List[numpy.ndarray]]:
-    """Per-sentence arc marginal matrices (n+1, n+1), ``[h, d]``, index 0 = ROOT."""
+def get_doc_arc_marginals(doc: Doc) -> Optional[List[Optional[numpy.ndarray]]]:
+    """Per-sentence arc marginal matrices (n+1, n+1), ``[h, d]``, index 0 = ROOT (None for a
+    sentence whose record has none, e.g. one read back from CoNLL-U)."""
     records = _records(doc)
     if records is None:
         return None
@@ -83,7 +85,10 @@ def get_doc_tree_entropy(doc: Doc) -> Optional[float]:
     records = _records(doc)
     if records is None:
         return None
-    return float(sum(record.entropy for record in records))
+    entropies = [record.entropy for record in records if record.entropy is not None]
+    if len(entropies) < len(records):  # a record without entropy (e.g. read back from CoNLL-U)
+        return None
+    return float(sum(entropies))
 
 
 def sampled_doc(doc: Doc, i: int) -> Doc:
@@ -129,7 +134,7 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
     copy = doc.copy()
     copy._.set(STORE, None)
     array = numpy.stack([heads.astype("uint64"), numpy.asarray(deps, dtype="uint64")], axis=1)
-    copy.from_array([HEAD, DEP], array)
+    copy.from_array([HEAD, DEP], cast(Ints2d, array))  # thinc's Ints2d: the numpy array spaCy takes
     return copy
 
 
@@ -262,18 +267,18 @@ def register_extensions() -> None:
     """Register the extensions (idempotent; never ``force=True``)."""
     if not Doc.has_extension(STORE):
         Doc.set_extension(STORE, default=None)
-    for name, getter in DOC_GETTERS.items():
+    for name, doc_getter in DOC_GETTERS.items():
         if not Doc.has_extension(name):
-            Doc.set_extension(name, getter=getter)
+            Doc.set_extension(name, getter=doc_getter)
     for name, method in DOC_METHODS.items():
         if not Doc.has_extension(name):
             Doc.set_extension(name, method=method)
-    for name, getter in SPAN_GETTERS.items():
+    for name, span_getter in SPAN_GETTERS.items():
         if not Span.has_extension(name):
-            Span.set_extension(name, getter=getter)
-    for name, getter in TOKEN_GETTERS.items():
+            Span.set_extension(name, getter=span_getter)
+    for name, token_getter in TOKEN_GETTERS.items():
         if not Token.has_extension(name):
-            Token.set_extension(name, getter=getter)
+            Token.set_extension(name, getter=token_getter)
 
 
 register_extensions()

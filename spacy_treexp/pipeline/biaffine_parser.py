@@ -13,7 +13,7 @@ Sentence boundaries must come from an upstream ``senter``, ``sentencizer`` or pa
 """
 import os
 from itertools import islice
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypedDict, cast
 
 import numpy
 import torch
@@ -26,12 +26,33 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import registry
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, set_dropout_rate
+from thinc.types import Ints2d
 
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import set_n_labels
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
 
 Sentences = List[Tuple[int, int]]
+
+
+class Predictions(TypedDict):
+    """What ``predict`` returns for a batch and ``set_annotations`` reads."""
+
+    sentences: List[Sentences]
+    arc: numpy.ndarray
+    rel: List[numpy.ndarray]
+    lengths: numpy.ndarray
+    heads: numpy.ndarray
+
+
+class Gold(TypedDict):
+    """The gold sentences, heads, label indices and completeness of a batch (see ``_gold``)."""
+
+    sentences: List[Sentences]
+    heads: numpy.ndarray
+    labels: numpy.ndarray
+    complete: numpy.ndarray
+
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -199,7 +220,7 @@ class BiaffineParser(TrainablePipe):
         self.name = name
         self.decoding = decoding
         self.scorer = scorer
-        self.cfg: Dict[str, object] = {"labels": []}
+        self.cfg: Dict[str, Any] = {"labels": []}  # stored as JSON (TrainablePipe.to_bytes / to_disk)
 
     @property
     def labels(self) -> Tuple[str, ...]:
@@ -251,7 +272,7 @@ class BiaffineParser(TrainablePipe):
 
     # -- prediction --------------------------------------------------------------------
 
-    def predict(self, docs: Iterable[Doc]) -> Dict[str, object]:
+    def predict(self, docs: Iterable[Doc]) -> Predictions:
         """Score every sentence and decode its tree. Returns the batch's scores and heads."""
         docs = list(docs)
         sentences = [self._sentences(doc) for doc in docs]
@@ -279,7 +300,7 @@ class BiaffineParser(TrainablePipe):
         heads = dist.mode if self.decoding == "map" else dist.mbr()
         return heads.cpu().numpy()
 
-    def set_annotations(self, docs: Iterable[Doc], predictions: Dict[str, object]) -> None:
+    def set_annotations(self, docs: Iterable[Doc], predictions: Predictions) -> None:
         """Set heads and labels and store the per-sentence scores in ``doc._.parser_scores``."""
         arc, rel, heads = predictions["arc"], predictions["rel"], predictions["heads"]
         labels = list(self.labels)
@@ -310,7 +331,7 @@ class BiaffineParser(TrainablePipe):
                 )
                 b += 1
             if len(doc):
-                doc.from_array([HEAD, DEP], annotation)
+                doc.from_array([HEAD, DEP], cast(Ints2d, annotation))  # thinc's Ints2d: the numpy array spaCy takes
             doc._.set(PARSER_SCORES, records)
 
     # -- training ----------------------------------------------------------------------
@@ -349,7 +370,7 @@ class BiaffineParser(TrainablePipe):
         (``model((docs, sentences, gold_heads))``); see ``_loss``."""
         return self._loss(scores, self._gold(list(examples)))
 
-    def _gold(self, examples: List[Example]) -> Dict[str, object]:
+    def _gold(self, examples: List[Example]) -> Gold:
         """Gold sentences, heads (B, N+1) and label indices (B, N+1), sentence-internal,
         -1 where unknown; ``complete[b]``: sentence b has a full single-root gold tree."""
         sentences = [self._training_sentences(eg) for eg in examples]
@@ -377,7 +398,7 @@ class BiaffineParser(TrainablePipe):
         return {"sentences": sentences, "heads": heads, "labels": labels, "complete": complete}
 
     def _loss(
-        self, scores: Tuple[numpy.ndarray, ...], gold: Dict[str, object]
+        self, scores: Tuple[numpy.ndarray, ...], gold: Gold
     ) -> Tuple[float, Tuple[numpy.ndarray, numpy.ndarray]]:
         """Loss and gradients, summed over the batch like spaCy's tagger and parser (so the
         shared tok2vec gets gradients on the same scale from every component):
@@ -398,6 +419,7 @@ class BiaffineParser(TrainablePipe):
             dist = TreeDistribution(arc_t, torch.from_numpy(lengths[complete]), single_root=True)
             nll = -dist.log_prob(torch.from_numpy(heads[complete])).sum()
             nll.backward()
+            assert arc_t.grad is not None  # set by backward()
             d_arc[complete] = arc_t.grad.numpy()
             loss += float(nll.detach())
         d_rel = numpy.zeros_like(rel)

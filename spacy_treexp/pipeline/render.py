@@ -17,6 +17,7 @@ from typing import Iterable, List, Sequence, Tuple, Union
 import numpy
 from spacy.tokens import Doc
 
+from spacy_treexp.annotate import SentenceAnnotation
 from spacy_treexp.pipeline import attributes
 
 _CSS = """
@@ -95,7 +96,8 @@ def _rgb(color: Tuple[int, int, int]) -> str:
 def _mix(color: Tuple[int, int, int], amount: float) -> str:
     """White blended towards ``color`` by ``amount`` in [0, 1]."""
     amount = min(max(amount, 0.0), 1.0)
-    return _rgb(tuple(round(255 + (c - 255) * amount) for c in color))
+    red, green, blue = (round(255 + (c - 255) * amount) for c in color)
+    return _rgb((red, green, blue))
 
 
 def _legend() -> str:
@@ -115,7 +117,13 @@ def _legend() -> str:
     )
 
 
-def _sentence_html(doc: Doc, record: dict, number: int, alt_threshold: float, heatmap: bool) -> str:
+def _sentence_html(doc: Doc, record: SentenceAnnotation, number: int, alt_threshold: float, heatmap: bool) -> str:
+    if (record.entropy is None or record.expected_attachment is None or record.log_partition is None
+            or record.marginals is None or record.head_entropy is None):
+        raise ValueError(
+            f"render: sentence {number} has no marginals or entropies to draw (e.g. a record read "
+            "back from CoNLL-U); run 'tree_expectations' on the Doc first."
+        )
     start, end = record.start, record.end
     words = [token.text for token in doc[start:end]]
     deps = [token.dep_ for token in doc[start:end]]
@@ -155,7 +163,7 @@ def _levels(arcs: Sequence[Tuple[int, int]]) -> List[int]:
     return [level[k] for k in range(len(arcs))]
 
 
-def _tree_svg(words: Sequence[str], deps: Sequence[str], record: dict, alt_threshold: float) -> str:
+def _tree_svg(words: Sequence[str], deps: Sequence[str], record: SentenceAnnotation, alt_threshold: float) -> str:
     mu = numpy.asarray(record.marginals)
     heads = [int(h) for h in record.heads]
     head_entropy = numpy.asarray(record.head_entropy)
@@ -270,7 +278,7 @@ def _tree_svg(words: Sequence[str], deps: Sequence[str], record: dict, alt_thres
     )
 
 
-def _heatmap_svg(words: Sequence[str], record: dict) -> str:
+def _heatmap_svg(words: Sequence[str], record: SentenceAnnotation) -> str:
     mu = numpy.asarray(record.marginals)
     heads = numpy.asarray(record.heads)
     n = len(words)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy
 from stanza.models.common.doc import Document
@@ -39,7 +39,7 @@ def _sentence_scores(sentence: Any) -> Dict[str, Any]:
     return {"arc": scores.arc, "rel": scores.rel, "labels": labels}
 
 
-def to_spacy(stanza_doc: Document, vocab: "Vocab", *, annotate: bool = True, **component_options: Any) -> "Doc":
+def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **component_options: Any) -> Doc:
     """A spaCy Doc with Stanza's words, parse and scores (see the module doc).
 
     ``annotate``: run the spaCy ``tree_expectations`` component (with
@@ -59,7 +59,7 @@ def to_spacy(stanza_doc: Document, vocab: "Vocab", *, annotate: bool = True, **c
     tags: List[str] = []
     pos: List[str] = []
     lemmas: List[str] = []
-    sent_starts: List[bool] = []
+    sent_starts: List[Union[bool, int, None]] = []  # as Doc() declares it
     records: List[Dict[str, Any]] = []
     for sentence in stanza_doc.sentences:
         start = len(words)

@@ -101,11 +101,11 @@ def sample(
     if count == 0 or batch == 0:
         return torch.full((*shape, batch, size), -1, dtype=torch.long, device=dist.scores.device)
     if method == "wilson_marginal":
-        heads = wilson_marginal(dist, count, generator)
+        heads = wilson_marginal(dist, count, streams.shared(generator))
     elif method == "wilson_reject":
-        heads, _ = wilson_reject(dist, count, generator)
+        heads, _ = wilson_reject(dist, count, streams.shared(generator))
     elif method == "wilson":
-        heads = wilson_multi_root(dist, count, generator)
+        heads = wilson_multi_root(dist, count, streams.shared(generator))
     else:
         heads, _ = colbourn_sample(dist, count, generator)
     return heads.reshape(*shape, batch, size)
@@ -146,7 +146,7 @@ def sample_without_replacement(
                 torch.full((k, 0), -torch.inf, dtype=dist.scores.dtype, device=device))
     if method == "sbs":
         return stochastic_beam_search(dist, k, generator)
-    return trie_without_replacement(dist, k, generator)
+    return trie_without_replacement(dist, k, streams.shared(generator))
 
 
 def iter_without_replacement(dist, generator: torch.Generator | None = None) -> Iterator[tuple[Tensor, Tensor]]:

@@ -27,7 +27,6 @@ from spacy_treexp.engine.laplacian import closed_form_marginals, fast_accepted, 
 from spacy_treexp.engine.sampling.streams import Randomness, block_seeds, per_sentence, sample_block_uniforms
 from spacy_treexp.engine.sampling.wilson import draw_categorical
 
-
 #: Sherman-Morrison's conditionals of a word must sum to 1 within this (a residual check of
 #: row j of L-hat^{-1} against column j of L-hat); a row that does not, or whose L-hat is
 #: singular in float64, is *refactorised*: its conditionals come from the engine's exact
@@ -57,7 +56,7 @@ class Prepared:
     update_coefficients: Tensor
 
     @classmethod
-    def of(cls, dist) -> "Prepared":
+    def of(cls, dist) -> Prepared:
         scores = dist.scores.detach()
         weights, _ = shifted_weights(scores.double(), dist.arc_mask)
         log_det, inverse, error = fast_inverse(weights, dist.lengths, dist.single_root)
@@ -165,7 +164,7 @@ class Conditioner:
         self.chain_end = torch.arange(size, device=device, dtype=torch.int32).repeat(sentence.numel(), 1)
         self.chain_end[:, 0] = size
         self.root_free = torch.ones(sentence.numel(), dtype=torch.bool, device=device) if self.single_root else None
-        self._unblocked = None  # set by probs(m): chain_end != m
+        self._unblocked: Tensor | None = None  # set by probs(m): chain_end != m
 
     def _per_row(self, values: Tensor) -> Tensor:
         """Per-sentence ``values`` (B, ...) for every row: (K, ...), or, with a ``layout``, a
@@ -206,11 +205,12 @@ class Conditioner:
         if m == 1:  # nothing fixed yet: the engine's (stable) marginals
             return self.prepared.first.index_select(0, self.sentence)
         j = m - 1
+        assert self.inverse is not None  # None only before word 1 (set by fix(1))
         row = self.inverse[:, 0, :]  # (K, N): row j of L-hat^{-1}
         diagonal = row[:, j : j + 1]
         probs = row.new_empty(row.shape[0], row.shape[1] + 1)
         torch.sub(diagonal, row, out=probs[:, 1:])  # head h >= 1: A[j, j] - A[j, h-1]
-        if self.single_root:  # row 0 of L-hat holds the ROOT weights (a second ROOT child: 0) ...
+        if self.root_free is not None:  # single-root: row 0 of L-hat holds the ROOT weights (a 2nd ROOT child: 0) ...
             probs[:, 0] = torch.where(self.root_free, row[:, 0], 0.0)
             probs[:, 1] = diagonal[:, 0]  # ... so head = word 1 has no A[j, 0] term
         else:
@@ -227,7 +227,7 @@ class Conditioner:
             rows = (total.sub(1.0).abs_() > SUM_TOLERANCE).nonzero().squeeze(-1)
             exact = self._engine_conditionals(m, rows)
             keep = self._unblocked[rows] & (exact > 0)
-            if self.single_root:
+            if self.root_free is not None:  # single-root
                 keep[:, 0] &= self.root_free[rows]
             probs[rows] = torch.where(keep, exact, 0.0)
             self.inverse[rows] = torch.nan  # refactorise these rows from now on
@@ -289,8 +289,9 @@ class Conditioner:
         # structure: word m now hangs below head's chain. A row not conditioned here takes
         # head 0 in the chain table (ROOT's entry is N+1: nothing is ruled out for it).
         new_end = self.chain_end.gather(1, safe_head.unsqueeze(-1))
+        assert self._unblocked is not None  # set by probs(m)
         self.chain_end = torch.where(self._unblocked, self.chain_end, new_end)
-        if self.single_root:  # ROOT has a child now: a second one is impossible
+        if self.root_free is not None:  # single-root: ROOT has a child now, a second one is impossible
             self.root_free.logical_and_(safe_head != 0 if active is None else (head != 0) | ~active)
         self.heads[:, m] = head if active is None else torch.where(active, head, self.heads[:, m])
 

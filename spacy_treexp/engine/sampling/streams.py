@@ -13,10 +13,13 @@ this: ``colbourn`` (blocks of samples: :func:`block_seeds`) and ``sbs`` (one blo
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 Randomness = Union[torch.Generator, Sequence[torch.Generator], None]
 
@@ -24,9 +27,17 @@ Randomness = Union[torch.Generator, Sequence[torch.Generator], None]
 PER_SENTENCE_METHODS = ("colbourn", "sbs")
 
 
-def per_sentence(generator: Randomness) -> bool:
+def per_sentence(generator: Randomness) -> TypeIs[Sequence[torch.Generator]]:
     """Whether ``generator`` is a sequence of per-sentence generators."""
     return isinstance(generator, (list, tuple))
+
+
+def shared(generator: Randomness) -> torch.Generator | None:
+    """``generator`` for a method that draws from one generator for the whole batch (a
+    per-sentence sequence is refused for such methods by :func:`check`)."""
+    if per_sentence(generator):
+        raise ValueError(f"one generator per sentence is supported by the methods {PER_SENTENCE_METHODS} only")
+    return generator
 
 
 def check(dist, generator: Randomness, method: str) -> None:
