@@ -1,0 +1,138 @@
+"""What the commands share: the user-error type, the common options, path checks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional, TypeVar
+
+import typer
+
+from spacy_treexp.io import inputs
+from spacy_treexp.io.inputs import OnBad, Reader
+
+PROG = "spacy-treexp"
+STDIO = "-"
+
+T = TypeVar("T")
+
+
+class UserError(Exception):
+    """A mistake in the command line or its files: shown as one line, exit status 2."""
+
+
+class StopRun(BaseException):
+    """Ends a command with exit status ``code`` from inside a callback (``--strict``).
+
+    A BaseException, so that no ``except Exception`` between the callback and the command
+    (a pipeline's error handler, say) takes it for a failed document."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+# Options of every command that runs a pipeline.
+Model = Annotated[
+    Optional[str],
+    typer.Option("--model", help="spaCy pipeline name or path (default: the shipped model)."),
+]
+Stanza = Annotated[
+    Optional[Path],
+    typer.Option("--stanza", metavar="DIR", help="A Stanza pipeline directory instead of a spaCy pipeline."),
+]
+BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Documents per batch.")]
+Gpu = Annotated[int, typer.Option("--gpu", min=-1, help="GPU id (-1: CPU).")]
+
+
+class InputFormat(str, Enum):
+    txt = "txt"
+    jsonl = "jsonl"
+    conllu = "conllu"
+
+
+InputFormatOption = Annotated[
+    Optional[InputFormat],
+    typer.Option("--input-format", help="Format of INPUT (default: from its suffix; needed for '-')."),
+]
+
+
+def is_stdio(path: Path) -> bool:
+    return str(path) == STDIO
+
+
+def check_input_file(path: Path, what: str) -> None:
+    """An input file that exists and is a file, or a UserError naming it."""
+    if not path.exists():
+        raise UserError(f"{what} {path}: no such file")
+    if path.is_dir():
+        raise UserError(f"{what} {path}: is a directory, not a file")
+
+
+def check_output_path(path: Path, sources: Iterable[Path], what: str = "--output", folder: bool = False) -> None:
+    """An output path whose folder exists and that is none of ``sources``; checked before
+    anything is written, so a mistake never clobbers a file. ``folder``: the output is a
+    directory the command makes, else a file."""
+    if not folder and path.is_dir():
+        raise UserError(f"{what} {path}: is a directory; give a file path")
+    if folder and path.exists() and not path.is_dir():
+        raise UserError(f"{what} {path}: is a file; give a directory path")
+    parent = path.parent
+    if not parent.exists():
+        raise UserError(f"{what} {path}: no such folder {parent}")
+    if not parent.is_dir():
+        raise UserError(f"{what} {path}: {parent} is a file, not a folder")
+    for source in sources:
+        if is_stdio(source) or not source.exists():
+            continue
+        if path.resolve() == source.resolve() or (path.exists() and os.path.samefile(path, source)):
+            raise UserError(f"{what} {path} is the input file; write to another path")
+
+
+def open_reader(path: Path, fmt: Optional[InputFormat], on_bad: OnBad) -> Reader:
+    """The reader of INPUT (``-``: stdin), once its format and existence are checked."""
+    if is_stdio(path):
+        if fmt is None:
+            raise UserError("INPUT -: reading stdin needs --input-format (txt, jsonl or conllu)")
+        return Reader(sys.stdin.buffer, on_bad, fmt.value)
+    name = fmt.value if fmt is not None else inputs.format_of(path)
+    if name is None:
+        raise UserError(f"INPUT {path}: expected a .txt, .jsonl or .conllu file (or give --input-format)")
+    check_input_file(path, "INPUT")
+    return Reader(path, on_bad, name)
+
+
+def take(iterable: Iterable[T], limit: int) -> Iterator[T]:
+    """The first ``limit`` values."""
+    for k, value in enumerate(iterable):
+        if k >= limit:
+            return
+        yield value
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt meanwhile, so a killed run ends like Ctrl-C."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def warn(message: str) -> None:
+    """A line on stderr (progress, bad input lines)."""
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,339 @@
+"""Annotated Docs out: JSONL, CoNLL-U (through :mod:`spacy_treexp.io.conllu`) or DocBin shards.
+
+A writer takes each ``(Doc, context)`` pair as soon as it is done (the context is the
+reader's, see :mod:`spacy_treexp.io.inputs`) and flushes, so an interrupted run keeps
+every finished document.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Optional, TextIO, Union, cast
+
+import numpy
+from spacy.tokens import Doc, DocBin, Span, Token
+from spacy.vocab import Vocab
+
+from spacy_treexp.cli.common import UserError, is_stdio
+from spacy_treexp.io.conllu import ConlluSentence, format_misc, write_conllu
+from spacy_treexp.io.inputs import Context
+
+FORMATS = ("jsonl", "conllu", "spacy")
+SHARD_SIZE = 1000
+
+#: Sentence comments the CoNLL-U writer adds (a re-annotated file gets them replaced).
+SENTENCE_COMMENTS = ("tree_entropy", "log_partition", "expected_attachment")
+_SAMPLE_COMMENT = re.compile(r"#\s*sample_[0-9]+\s*=")
+
+
+def format_of(path: Path) -> Optional[str]:
+    """The output format a path implies by its suffix (None if none does)."""
+    suffix = path.suffix.lower().lstrip(".")
+    return suffix if suffix in FORMATS else None
+
+
+def check_docbin_target(path: Path) -> None:
+    """A .spacy target is a directory of shards: new, or empty."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UserError(f"--output {path} exists and is not an empty directory")
+
+
+# --- JSONL --------------------------------------------------------------------------
+
+
+def _float(value: Optional[float]) -> Optional[float]:
+    return None if value is None or math.isnan(value) else round(float(value), 6)
+
+
+def doc_to_json(doc: Doc) -> dict[str, Any]:
+    """Plain JSON of a Doc's parse and uncertainty; heads are Doc token indices, the
+    root's head is the root itself (as in spaCy's ``Doc.to_json``)."""
+    sentences = []
+    for sent in doc.sents:
+        tokens = [
+            {
+                "i": token.i,
+                "text": token.text,
+                "head": token.head.i,
+                "dep": token.dep_,
+                "head_prob": _float(token._.head_prob),
+                "head_entropy": _float(token._.head_entropy),
+                "dep_prob": _float(token._.dep_prob),
+                "head_distribution": [[h.i, _float(p)] for h, p in token._.head_distribution or []],
+            }
+            for token in sent
+        ]
+        sentences.append(
+            {
+                "start": sent.start,
+                "end": sent.end,
+                "text": sent.text,
+                "tree_entropy": _float(sent._.tree_entropy),
+                "entropy_per_word": _float(sent._.entropy_per_word),
+                "log_partition": _float(sent._.log_partition),
+                "expected_attachment": _float(sent._.expected_attachment),
+                "mbr_heads": [int(h) for h in sent._.mbr_heads],
+                "samples": [
+                    {"heads": [int(h) for h in row], "log_prob": _float(lp)}
+                    for row, lp in zip(sent._.sampled_heads, sent._.sample_log_probs)
+                ],
+                "tokens": tokens,
+            }
+        )
+    return {"text": doc.text, "tree_entropy": _float(doc._.tree_entropy), "sentences": sentences}
+
+
+class JsonlWriter:
+    """One JSON object per document and line: the input's metadata, ``line``, then
+    :func:`doc_to_json`."""
+
+    def __init__(self, file: TextIO, owned: bool = True) -> None:
+        self.file = file
+        self.owned = owned
+
+    def write(self, doc: Doc, context: Context) -> None:
+        record = dict(context.get("meta", {}))
+        record["line"] = context["line"]
+        record.update(doc_to_json(doc))
+        self.file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.owned:
+            self.file.close()
+        else:
+            self.file.flush()
+
+
+# --- CoNLL-U ------------------------------------------------------------------------
+
+_SPACE_ESCAPES = {"\\": "\\\\", " ": "\\s", "\t": "\\t", "\r": "\\r", "\n": "\\n", "|": "\\p"}
+
+
+def escape_spaces(text: str) -> str:
+    """Whitespace as UD writes it in ``SpacesAfter`` (\\s, \\t, \\r, \\n; \\p for |)."""
+    return "".join(_SPACE_ESCAPES.get(c, c) for c in text)
+
+
+def word_heads(heads: Sequence[int], space: Sequence[bool]) -> list[int]:
+    """A sentence's heads (CoNLL-U convention: 1-based, 0 = ROOT, -1 = none) once its
+    whitespace tokens (``space``) are dropped and the words renumbered. A word that hangs
+    from a whitespace token takes that token's head, and so on up (``biaffine_parser``
+    never makes a whitespace token a head; other score sources may)."""
+    number = numpy.cumsum([not is_space for is_space in space])  # new index of each token
+    out = []
+    for i, head in enumerate(heads):
+        if space[i]:
+            continue
+        steps = 0
+        while head > 0 and space[head - 1] and steps < len(heads):
+            head, steps = heads[head - 1], steps + 1
+        if head > 0 and space[head - 1]:  # whitespace tokens heading each other: no word head
+            head = 0
+        out.append(int(number[head - 1]) if head > 0 else int(head))
+    return out
+
+
+class ConlluWriter:
+    """CoNLL-U with HeadProb and HeadEntropy in MISC; sentence values in comments.
+
+    From CoNLL-U input, each sentence is the input's :class:`ConlluSentence` with only the
+    predicted columns (HEAD, DEPREL, and LEMMA, UPOS, XPOS, FEATS when the pipeline sets
+    them) replaced, two MISC items and the comments added: other comments, multiword
+    tokens, empty nodes and columns come back verbatim. From text, the other columns are
+    ``_``. CoNLL-U has no whitespace tokens: each one (a line break, a tab, extra spaces)
+    becomes ``SpacesAfter`` of the word before it, heads and sampled heads are renumbered
+    over the words (see :func:`word_heads`), a sentence of whitespace only is not written,
+    and line breaks in ``# text`` become spaces."""
+
+    def __init__(self, file: TextIO, owned: bool = True) -> None:
+        self.file = file
+        self.owned = owned
+
+    def write(self, doc: Doc, context: Context) -> None:
+        write_conllu(self.sentences(doc, context), self.file)
+        self.file.flush()
+
+    def sentences(self, doc: Doc, context: Context) -> Iterator[ConlluSentence]:
+        """The CoNLL-U sentences of an annotated Doc."""
+        predicted = {
+            column: doc.has_annotation(attr)
+            for column, attr in (("lemma", "LEMMA"), ("upos", "POS"), ("xpos", "TAG"), ("feats", "MORPH"))
+        }
+        source: Optional[ConlluSentence] = context.get("sentence")
+        if source is not None:
+            sents = list(doc.sents)
+            if len(sents) != 1 or len(doc) != source.n:
+                raise RuntimeError(
+                    f"line {context['line']}: the pipeline changed the gold tokens or sentence "
+                    f"({len(doc)} tokens in {len(sents)} sentences for {source.n} words)"
+                )
+            yield _annotated(_with_parse(source, sents[0], predicted), sents[0], [False] * len(doc))
+            return
+        written = 0
+        for sent in doc.sents:
+            space = [token.is_space for token in sent]
+            if all(space):
+                continue
+            written += 1
+            yield _annotated(_from_text(sent, space, context, written, predicted), sent, space)
+
+    def close(self) -> None:
+        if self.owned:
+            self.file.close()
+        else:
+            self.file.flush()
+
+
+def _tree(sent: Span) -> list[int]:
+    """The sentence's heads, CoNLL-U numbering over its tokens (whitespace included)."""
+    return [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
+
+
+def _deprel(dep: str, head: int, default: str = "_") -> str:
+    if head == 0 and dep == "ROOT":
+        return "root"
+    return dep or default
+
+
+def _predicted_columns(token: Token, predicted: dict[str, bool]) -> dict[str, str]:
+    values = {
+        "lemma": token.lemma_,
+        "upos": token.pos_,
+        "xpos": token.tag_,
+        "feats": str(token.morph),
+    }
+    return {column: values[column] or "_" for column, on in predicted.items() if on}
+
+
+def _uncertainty(token: Token) -> dict[str, Optional[str]]:
+    return {"HeadProb": f"{token._.head_prob:.4f}", "HeadEntropy": f"{token._.head_entropy:.4f}"}
+
+
+def _with_parse(source: ConlluSentence, sent: Span, predicted: dict[str, bool]) -> ConlluSentence:
+    """The input sentence with the Doc's predicted columns and uncertainty in MISC."""
+    heads = _tree(sent)
+    out = source
+    for m, (token, head, misc) in enumerate(zip(sent, heads, source.misc), start=1):
+        out = out.with_word(
+            m,
+            head=head,
+            deprel=_deprel(token.dep_, head, source.deprels[m - 1]),
+            misc=format_misc(misc, _uncertainty(token)),
+            **_predicted_columns(token, predicted),
+        )
+    return out
+
+
+def _from_text(
+    sent: Span, space: list[bool], context: Context, number: int, predicted: dict[str, bool]
+) -> ConlluSentence:
+    """A new sentence of the Doc's words; whitespace tokens become ``SpacesAfter``."""
+    doc = sent.doc
+    words = [token for token in sent if not token.is_space]
+    heads = word_heads(_tree(sent), space)
+    misc = []
+    for token in words:
+        after, i = token.whitespace_, token.i + 1
+        while i < len(doc) and doc[i].is_space:
+            after += doc[i].text_with_ws
+            i += 1
+        items: dict[str, Optional[str]] = {}
+        if not after and i < len(doc):
+            items["SpaceAfter"] = "No"
+        elif after and after != " ":
+            items["SpacesAfter"] = escape_spaces(after)
+        items.update(_uncertainty(token))
+        misc.append(format_misc("_", items))
+    columns: dict[str, list[str]] = {column: [] for column, on in predicted.items() if on}
+    for token in words:
+        for column, value in _predicted_columns(token, predicted).items():
+            columns[column].append(value)
+    text = re.sub(r"\s*[\r\n]+\s*", " ", sent.text).strip()
+    return ConlluSentence.from_words(
+        [token.text for token in words],
+        heads=[-1, *heads],
+        deprels=[_deprel(token.dep_, head) for token, head in zip(words, heads)],
+        misc=misc,
+        comments=[f"# sent_id = line{context['line']}-{number}", f"# text = {text}"],
+        **cast("dict[str, Any]", columns),
+    )
+
+
+def _annotated(sentence: ConlluSentence, sent: Span, space: list[bool]) -> ConlluSentence:
+    """The sentence with its tree entropy, log Z, expected attachment and samples as
+    comments (replacing those of an earlier run)."""
+    out = ConlluSentence(
+        [line for line in sentence.comments if not _SAMPLE_COMMENT.match(line)], sentence.rows, sentence.line
+    )
+    values = (sent._.tree_entropy, sent._.log_partition, sent._.expected_attachment)
+    for key, value in zip(SENTENCE_COMMENTS, values):
+        out = out.with_comment(key, f"{value:.6f}")
+    for s, (row, lp) in enumerate(zip(sent._.sampled_heads, sent._.sample_log_probs), start=1):
+        heads = " ".join(str(h) for h in word_heads([int(h) for h in row], space))
+        out = out.with_comment(f"sample_{s}", f"log_prob {lp:.6f} heads {heads}")
+    return out
+
+
+# --- DocBin -------------------------------------------------------------------------
+
+
+class DocBinWriter:
+    """A directory of DocBin shards (``00000.spacy``, ...), ``store_user_data=True``.
+
+    Shards keep memory constant; spaCy's ``Corpus`` and ``spacy train`` read such a
+    directory directly. The parser's raw scores (``Doc._.parser_scores``) are left out
+    to keep files small; the tree_expectations records are kept."""
+
+    def __init__(self, path: Path) -> None:
+        check_docbin_target(path)
+        path.mkdir(exist_ok=True)
+        self.path = path
+        self.shard = 0
+        self.docbin = DocBin(store_user_data=True)
+
+    def write(self, doc: Doc, context: Context) -> None:
+        if doc.has_extension("parser_scores"):
+            doc._.parser_scores = None
+        self.docbin.add(doc)
+        if len(self.docbin) >= SHARD_SIZE:
+            self._flush()
+
+    def _flush(self) -> None:
+        if len(self.docbin):
+            target = self.path / f"{self.shard:05d}.spacy"
+            partial = target.with_suffix(".partial")
+            self.docbin.to_disk(partial)
+            partial.replace(target)
+            self.shard += 1
+            self.docbin = DocBin(store_user_data=True)
+
+    def close(self) -> None:
+        self._flush()
+
+
+Writer = Union[JsonlWriter, ConlluWriter, DocBinWriter]
+
+
+def make_writer(path: Path, fmt: str) -> Writer:
+    """The writer of ``fmt`` to ``path`` (``-``: stdout, not for ``spacy``); the path is
+    expected checked (``check_output_path``): this opens it, truncating a file."""
+    if fmt == "spacy":
+        return DocBinWriter(path)
+    stdout = is_stdio(path)
+    file: TextIO = sys.stdout if stdout else path.open("w", encoding="utf-8", newline="")
+    if fmt == "jsonl":
+        return JsonlWriter(file, owned=not stdout)
+    return ConlluWriter(file, owned=not stdout)
+
+
+def read_docbin(path: Path, vocab: Vocab) -> Iterator[Doc]:
+    """Docs of a .spacy file or of a directory of shards written by ``annotate``."""
+    files = sorted(path.glob("*.spacy")) if path.is_dir() else [path]
+    for file in files:
+        yield from DocBin(store_user_data=True).from_disk(file).get_docs(vocab)

@@ -1,0 +1,84 @@
+"""``spacy-treexp parse TEXT``: a table per sentence and, with ``--samples K``, alternative parses."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any, TextIO
+
+import numpy
+import typer
+from spacy.tokens import Doc
+
+from spacy_treexp.cli.common import STDIO, BatchSize, Gpu, Model, Stanza, UserError
+from spacy_treexp.cli.outputs import escape_spaces
+from spacy_treexp.cli.pipelines import make_runner
+
+
+def parse(
+    text: Annotated[
+        str, typer.Argument(metavar="TEXT", help="The text to parse ('-': read it from stdin).", show_default=False)
+    ],
+    samples: Annotated[int, typer.Option("--samples", min=0, help="Alternative parses to sample per sentence.")] = 0,
+    model: Model = None,
+    stanza: Stanza = None,
+    batch_size: BatchSize = 64,
+    gpu: Gpu = -1,
+) -> int:
+    """Parse a text and print the uncertainty table of each sentence.
+
+    Per word: head, relation, head probability and head entropy; per sentence: tree
+    entropy, expected attachment and log Z; with --samples K, K sampled trees.
+    """
+    if text == STDIO:
+        text = sys.stdin.read().rstrip("\r\n")
+
+    def fail(context: dict[str, Any], e: Exception) -> None:
+        raise UserError(f"{type(e).__name__}: {e}")
+
+    run = make_runner(
+        model=model,
+        stanza=stanza,
+        gpu=gpu,
+        batch_size=batch_size,
+        n_samples=samples,
+        gold_sentences=False,
+        n_process=1,
+        on_error=fail,
+    )
+    for doc, _ in run([(text, {"line": 1})]):
+        write_table(doc, sys.stdout)
+    return 0
+
+
+def write_table(doc: Doc, out: TextIO) -> None:
+    """The uncertainty table of each sentence of an annotated Doc, and its samples
+    (heads in CoNLL-U numbering, with how many differ from the predicted tree)."""
+    for k, sent in enumerate(doc.sents, start=1):
+        out.write(
+            f"Sentence {k}: tree entropy {sent._.tree_entropy:.3f} nats "
+            f"({sent._.entropy_per_word:.3f} per word), expected attachment "
+            f"{100 * sent._.expected_attachment:.1f}%, log Z {sent._.log_partition:.2f}\n"
+        )
+        shown = {t.i: escape_spaces(t.text) if t.is_space else t.text for t in sent}  # "\n" visible
+        width = max(4, max(len(text) for text in shown.values()))
+        out.write(
+            f"  {'#':>3}  {'word':<{width}}  {'head':>4}  {'head word':<{width + 5}}  "
+            f"{'dep':<10}  {'P(head)':>7}  {'H(head)':>7}\n"
+        )
+        for m, token in enumerate(sent, start=1):
+            root = token.head.i == token.i
+            head = 0 if root else token.head.i - sent.start + 1
+            head_word = "ROOT" if root else shown.get(token.head.i, token.head.text)
+            out.write(
+                f"  {m:>3}  {shown[token.i]:<{width}}  {head:>4}  {head_word:<{width + 5}}  "
+                f"{token.dep_:<10}  {token._.head_prob:>7.3f}  {token._.head_entropy:>7.3f}\n"
+            )
+        predicted = numpy.array([0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent])
+        for s, (row, lp) in enumerate(zip(sent._.sampled_heads, sent._.sample_log_probs), start=1):
+            if (row < 0).any():
+                out.write(f"  sample {s}: none (fewer distinct trees than samples)\n")
+                continue
+            differ = int((row != predicted).sum())
+            heads = " ".join(str(int(h)) for h in row)
+            out.write(f"  sample {s}: log p {lp:8.3f}  heads {heads}  ({differ} differ)\n")
+        out.write("\n")

@@ -1,0 +1,202 @@
+"""The pipeline a command runs (spaCy, or a Stanza directory) and the streaming runner.
+
+The pipeline is the shipped default model (``spacy_treexp.load()``) unless ``--model``
+names another spaCy pipeline; a ``tree_expectations`` component is added when it has
+none. ``--stanza DIR`` runs a Stanza pipeline directory instead and converts its parses
+to spaCy Docs with the same attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any, Optional
+
+import spacy
+from spacy.language import Language
+from spacy.tokens import Doc
+from spacy.util import raise_error
+
+from spacy_treexp.cli.common import UserError
+from spacy_treexp.io.inputs import Context, Item
+from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions)
+
+SENTENCE_SETTERS = ("senter", "sentencizer")
+
+OnError = Callable[[Context, Exception], None]
+Runner = Callable[[Iterable[tuple[Item, Context]]], Iterator[tuple[Doc, Context]]]
+
+
+def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> Language:
+    """The spaCy pipeline to run, with a ``tree_expectations`` drawing ``n_samples`` samples."""
+    if gpu >= 0:
+        try:
+            spacy.require_gpu(gpu)
+        except ValueError as e:
+            raise UserError(
+                f"--gpu {gpu}: {e} (spaCy on GPU needs CUDA and cupy, e.g. pip install cupy-cuda12x)"
+            ) from e
+    if model is None:
+        import spacy_treexp
+
+        try:
+            nlp = spacy_treexp.load()
+        except (ImportError, OSError) as e:
+            raise UserError(
+                f"the default model is not available ({e}); pass --model with a spaCy pipeline "
+                "that has a parser writing arc scores"
+            ) from e
+    else:
+        try:
+            nlp = spacy.load(model)
+        except (ImportError, OSError, ValueError) as e:
+            raise UserError(f"--model {model}: {e}") from e
+    settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
+    if "tree_expectations" in nlp.pipe_names:
+        config = dict(nlp.get_pipe_config("tree_expectations"))
+        config.pop("factory", None)
+        config.update(settings)
+        nlp.replace_pipe("tree_expectations", "tree_expectations", config=config)
+    else:
+        nlp.add_pipe("tree_expectations", config=settings)
+    _check_scores_upstream(nlp)
+    return nlp
+
+
+def _check_scores_upstream(nlp: Language) -> None:
+    """Fail at once, not on every document, when nothing writes the default scores."""
+    config = nlp.get_pipe_config("tree_expectations")
+    if config["scores"] != {"@misc": "spacy_treexp.parser_scores.v1"}:
+        return
+    before = nlp.pipe_names[: nlp.pipe_names.index("tree_expectations")]
+    if not any("doc._.parser_scores" in nlp.get_pipe_meta(name).assigns for name in before):
+        raise UserError(
+            f"no component of the pipeline {before} writes arc scores (Doc._.parser_scores); "
+            "use a pipeline with 'biaffine_parser'"
+        )
+
+
+def make_doc(nlp: Language, item: Item) -> Doc:
+    """A Doc for an input item; CoNLL-U items keep their tokens as one sentence."""
+    if isinstance(item, str):
+        return nlp.make_doc(item)
+    words, spaces = item
+    sent_starts: list[bool | int | None] = [True]
+    sent_starts += [False] * (len(words) - 1)
+    return Doc(nlp.vocab, words=words, spaces=spaces, sent_starts=sent_starts)
+
+
+def _ignore_error(proc_name: str, proc: Any, docs: list[Doc], e: Exception) -> None:
+    """Error handler for streaming: failed docs are dropped, then retried one by one."""
+
+
+def annotate_stream(
+    nlp: Language,
+    items: Iterable[tuple[Item, Context]],
+    *,
+    batch_size: int,
+    n_process: int,
+    gold_sentences: bool,
+    on_error: OnError,
+) -> Iterator[tuple[Doc, Context]]:
+    """Run ``nlp`` over items in input order. A document whose batch failed is re-run
+    alone so the error names its line; ``on_error`` decides to go on or stop. With
+    ``gold_sentences`` (CoNLL-U), the sentence-setting components do not run.
+
+    Contexts stay in this process (worker processes see a sequence number only)."""
+    gold = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory in SENTENCE_SETTERS]
+    pending: dict[int, tuple[Item, Context]] = {}
+
+    def feed() -> Iterator[tuple[Doc, int]]:
+        for seq, (item, context) in enumerate(items):
+            pending[seq] = (item, context)
+            yield make_doc(nlp, item), seq
+
+    def retry(seq: int) -> Iterator[tuple[Doc, Context]]:
+        item, context = pending.pop(seq)
+        nlp.set_error_handler(raise_error)
+        try:
+            doc = nlp(make_doc(nlp, item))
+        except Exception as e:  # reported with its line number
+            on_error(context, e)
+            return
+        finally:
+            nlp.set_error_handler(_ignore_error)  # type: ignore[arg-type]  # spaCy types it NoReturn
+        yield doc, context
+
+    nlp.set_error_handler(_ignore_error)  # type: ignore[arg-type]
+    with nlp.select_pipes(disable=gold if gold_sentences else []):
+        for doc, seq in nlp.pipe(feed(), as_tuples=True, batch_size=batch_size, n_process=n_process):
+            for earlier in sorted(s for s in pending if s < seq):
+                yield from retry(earlier)
+            yield doc, pending.pop(seq)[1]
+        for earlier in sorted(pending):
+            yield from retry(earlier)
+
+
+def load_stanza(path: Path, gpu: int, pretokenized: bool) -> Any:
+    """A Stanza pipeline directory (see ``spacy_treexp.stanza.convert.pipeline_from_dir``)."""
+    from spacy_treexp.stanza.convert import pipeline_from_dir
+
+    if not path.is_dir():
+        raise UserError(f"--stanza {path}: no such directory")
+    options: dict[str, Any] = {"use_gpu": gpu >= 0, "logging_level": "WARN"}
+    if pretokenized:  # CoNLL-U: gold words, one sentence per document
+        options["tokenize_pretokenized"] = True
+    try:
+        return pipeline_from_dir(str(path), **options)
+    except ValueError as e:
+        raise UserError(f"--stanza {path}: {e}") from e
+
+
+def stanza_stream(
+    pipeline: Any,
+    items: Iterable[tuple[Item, Context]],
+    *,
+    n_samples: int,
+    on_error: OnError,
+) -> Iterator[tuple[Doc, Context]]:
+    """Parse with Stanza, then convert to spaCy Docs carrying the same attributes."""
+    from spacy_treexp.stanza.convert import to_spacy
+
+    vocab = spacy.blank(pipeline.lang).vocab
+    for item, context in items:
+        try:
+            parsed = pipeline(item if isinstance(item, str) else [item[0]])
+            doc = to_spacy(parsed, vocab, n_samples=n_samples)
+        except Exception as e:  # reported with its line number
+            on_error(context, e)
+            continue
+        yield doc, context
+
+
+def make_runner(
+    *,
+    model: Optional[str],
+    stanza: Optional[Path],
+    gpu: int,
+    batch_size: int,
+    n_samples: int,
+    gold_sentences: bool,
+    n_process: int,
+    on_error: OnError,
+) -> Runner:
+    """A function from ``(item, context)`` pairs to ``(Doc, context)`` pairs, in input
+    order, running the spaCy pipeline (``--model``) or a Stanza one (``--stanza``)."""
+    if stanza is not None:
+        if model is not None:
+            raise UserError("use either --model or --stanza, not both")
+        if n_process > 1:
+            raise UserError("--n-process works with spaCy pipelines only, not with --stanza")
+        pipeline = load_stanza(stanza, gpu, pretokenized=gold_sentences)
+        return partial(stanza_stream, pipeline, n_samples=n_samples, on_error=on_error)
+    nlp = load_pipeline(model, n_samples=n_samples, gpu=gpu)
+    return partial(
+        annotate_stream,
+        nlp,
+        batch_size=batch_size,
+        n_process=n_process,
+        gold_sentences=gold_sentences,
+        on_error=on_error,
+    )

@@ -1,0 +1,79 @@
+"""``spacy-treexp evaluate``: options to one EvalConfig, files checked first, errors as one line.
+
+The evaluation itself runs end to end in tests/test_evaluation_command.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import spacy_treexp.evaluation
+
+
+@pytest.fixture
+def gold(tmp_path: Path) -> Path:
+    path = tmp_path / "gold.conllu"
+    path.write_text("1\tHi\t_\t_\t_\t_\t0\troot\t_\t_\n\n")
+    return path
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The configs ``run`` is called with (nothing is evaluated)."""
+    seen = []
+
+    def run(config, log=print):
+        seen.append(config)
+        return None
+
+    monkeypatch.setattr(spacy_treexp.evaluation, "run", run)
+    return seen
+
+
+def test_options_become_one_config(gold, tmp_path, calls, run_cli):
+    out = tmp_path / "out"
+    args = ["evaluate", "--conllu", str(gold), "--out", str(out), "--model", "some_model", "--ks", "1,5"]
+    args += ["--no-samples", "--sampler", "wilson_marginal", "--no-timing", "--no-plots", "--limit", "3"]
+    status, _, err = run_cli(*args)
+    assert status == 0, err
+    [config] = calls
+    assert (Path(config.conllu), Path(config.out_dir), config.model) == (gold, out, "some_model")
+    assert config.dev is None and config.stanza_dir is None and config.stanza_gold_tags is None
+    assert tuple(config.ks) == (1, 5) and config.samples is False and config.sampler == "wilson_marginal"
+    assert (config.timing, config.plots, config.limit, config.threads) == (False, False, 3, 1)
+    assert config.command.startswith("spacy-treexp evaluate --conllu ")
+
+
+def test_defaults(gold, tmp_path, calls, run_cli):
+    assert run_cli("evaluate", "--conllu", str(gold), "--out", str(tmp_path / "out"))[0] == 0
+    [config] = calls
+    defaults = {f.name: f.default for f in dataclasses.fields(spacy_treexp.evaluation.EvalConfig)}
+    for name in ("ks", "samples", "sampler", "reject_draws", "timing", "timing_repeats", "limit", "seed"):
+        assert getattr(config, name) == defaults[name], name
+    assert config.model is None and config.dev is None
+
+
+def test_missing_files_and_bad_options_are_user_errors(gold, tmp_path, calls, user_error):
+    out = str(tmp_path / "out")
+    assert "not found" in user_error("evaluate", "--conllu", str(tmp_path / "missing.conllu"), "--out", out)
+    assert "--conllu" in user_error("evaluate", "--out", out)
+    assert "--dev" in user_error("evaluate", "--conllu", str(gold), "--out", out, "--dev", str(tmp_path / "no"))
+    assert "--ks" in user_error("evaluate", "--conllu", str(gold), "--out", out, "--ks", "0,5")
+    assert "--sampler" in user_error("evaluate", "--conllu", str(gold), "--out", out, "--sampler", "nope")
+    assert "--out" in user_error("evaluate", "--conllu", str(gold), "--out", str(gold))
+    assert "--model or --stanza" in user_error(
+        "evaluate", "--conllu", str(gold), "--out", out, "--model", "m", "--stanza", str(tmp_path)
+    )
+    assert calls == []
+
+
+def test_a_failed_run_is_one_line_with_status_1(gold, tmp_path, monkeypatch, run_cli):
+    def run(config, log=print):
+        raise ValueError("the model has no parser\nsecond line")
+
+    monkeypatch.setattr(spacy_treexp.evaluation, "run", run)
+    status, _, err = run_cli("evaluate", "--conllu", str(gold), "--out", str(tmp_path / "out"))
+    assert status == 1
+    assert err == "spacy-treexp: evaluate: the model has no parser second line\n"

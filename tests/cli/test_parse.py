@@ -1,0 +1,52 @@
+"""``spacy-treexp parse``: the uncertainty table of a text."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+
+import pytest
+import spacy
+
+
+def test_prints_a_table_per_sentence(model, reference, run_cli):
+    text = "The cat sat on the mat. It purred."
+    status, out, _ = run_cli("parse", text, "--model", model, "--samples", "2")
+    assert status == 0
+    doc = reference(text, n_samples=2)
+    assert out.count("Sentence ") == 2 and out.count("sample ") == 4
+    assert f"tree entropy {next(doc.sents)._.tree_entropy:.3f} nats" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[1] for r in rows] == [t.text for t in doc]
+    assert [float(r[-2]) for r in rows] == [round(t._.head_prob, 3) for t in doc]
+    assert [float(r[-1]) for r in rows] == [round(t._.head_entropy, 3) for t in doc]
+
+
+def test_dash_reads_the_text_from_stdin(model, monkeypatch, run_cli):
+    text = "The cat sat on the mat. It purred."
+    status, expected, _ = run_cli("parse", text, "--model", model)
+    assert status == 0
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(f"{text}\n".encode())))
+    status, out, _ = run_cli("parse", "-", "--model", model)
+    assert status == 0 and out == expected
+
+
+def test_bad_options_are_one_line(model, user_error):
+    assert "--samples" in user_error("parse", "Hi.", "--samples", "-1", "--model", model)
+    assert "--batch-size" in user_error("parse", "Hi.", "--batch-size", "0", "--model", model)
+    assert "--model" in user_error("parse", "Hi.", "--model", "/no/such/pipeline")
+    assert "--stanza" in user_error("parse", "Hi.", "--stanza", "/no/such/folder")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed")
+def test_gpu_without_cupy_is_a_clear_error(model, user_error):
+    message = user_error("parse", "Hi there.", "--model", model, "--gpu", "0")
+    assert "--gpu 0: " in message and "cupy" in message
+
+
+def test_pipeline_without_arc_scores_fails_at_once(tmp_path, user_error):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.to_disk(tmp_path / "no_parser")
+    assert "writes arc scores" in user_error("parse", "Hi there.", "--model", str(tmp_path / "no_parser"))
