@@ -12,6 +12,7 @@ Usage (2 CPU cores here; pass --threads to pin torch's threads):
 
     nice -n 19 python benchmarks/bench_component.py --data ../shared/data/ud_en_ewt/en_ewt-ud-test.conllu [--model PATH] [--n 2000]
 """
+
 from __future__ import annotations
 
 import argparse

@@ -102,9 +102,7 @@ def measure(name: str, path: Path, text: str, repeats: int) -> tuple[float, floa
     identical = "identical" if read_write(path) == text else "DIFFERS"
     seconds = best_seconds(read, path, repeats)
     streamed = best_seconds(read_write, path, repeats)
-    print(
-        f"  {name:7} read {seconds:6.2f} s   read+write {streamed:6.2f} s   read->write {identical}, {differ}"
-    )
+    print(f"  {name:7} read {seconds:6.2f} s   read+write {streamed:6.2f} s   read->write {identical}, {differ}")
     for block, sentence in zip(blocks, written):
         if block != sentence:
             pairs = list(zip(block.splitlines() + [""], sentence.splitlines() + [""]))
@@ -116,9 +114,7 @@ def measure(name: str, path: Path, text: str, repeats: int) -> tuple[float, floa
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument(
-        "files", nargs="+", type=Path, help="CoNLL-U files, e.g. UD English-EWT train/dev/test"
-    )
+    parser.add_argument("files", nargs="+", type=Path, help="CoNLL-U files, e.g. UD English-EWT train/dev/test")
     parser.add_argument("--repeats", type=int, default=3, help="timing runs per measure (the best is kept)")
     args = parser.parse_args()
     missing = [str(path) for path in args.files if not path.is_file()]
@@ -127,9 +123,7 @@ def main() -> int:
         return 2
     names = ["ours"]
     if importlib.util.find_spec("conllu") is None:
-        print(
-            "bench_conllu: 'conllu' is not installed (pip install conllu): our module only", file=sys.stderr
-        )
+        print("bench_conllu: 'conllu' is not installed (pip install conllu): our module only", file=sys.stderr)
     else:
         names.append("conllu")
         print(f"conllu {importlib.metadata.version('conllu')}; best of {args.repeats}")

@@ -14,6 +14,7 @@ Reports medians over repeated calls (after warm-up):
 5. The GE objective's gradient (§6.4): ours (T1 plus reverse mode, O(n³ + n²F)) vs the
    O(n⁴F)-style covariance method that materialises Cov(1_e, 1_e') for all arc pairs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -141,20 +142,36 @@ def main() -> None:
     print("\n1-3. batch 64, float32, scores ~ N(0, 2)")
     print("(LAPACK floor: torch's lu_factor_ex + lu_solve for the inverse of 64 such matrices, which")
     print(" the fast path needs at least; stable = GTH path forced, fast = fast path forced)")
-    print(f"{'n':>4} {'ours logZ+mu':>13} {'baseline':>9} {'speed-up':>8} {'LAPACK floor':>12} {'entropy/mu':>10} {'stable/fast':>11} {'T2 R=S=1':>9}")
+    print(
+        f"{'n':>4} {'ours logZ+mu':>13} {'baseline':>9} {'speed-up':>8} {'LAPACK floor':>12} {'entropy/mu':>10} {'stable/fast':>11} {'T2 R=S=1':>9}"
+    )
     for n in (30, 60):
         scores = (torch.randn(64, n + 1, n + 1, generator=gen) * 2).to(device)
         lap = torch.randn(64, n, n, generator=gen).to(device) + n * torch.eye(n, device=device)
         eye = torch.eye(n, device=device).expand_as(lap)
-        floor = median_ms(lambda: torch.linalg.lu_solve(*torch.linalg.lu_factor_ex(lap)[:2], eye, left=False), args.repeats, device=device)
+        floor = median_ms(
+            lambda: torch.linalg.lu_solve(*torch.linalg.lu_factor_ex(lap)[:2], eye, left=False),
+            args.repeats,
+            device=device,
+        )
         ours = median_ms(lambda: TreeDistribution(scores).marginals, args.repeats, device=device)
         base = median_ms(lambda: autograd_logdet_marginals(scores), args.repeats, device=device)
         ent = median_ms(lambda: TreeDistribution(scores).entropy(), args.repeats, device=device)
         fast = median_ms(lambda: TreeDistribution(scores, stable=False).marginals, args.repeats, device=device)
-        stable = median_ms(lambda: TreeDistribution(scores, stable=True).marginals, max(3, args.repeats // 5), device=device)
+        stable = median_ms(
+            lambda: TreeDistribution(scores, stable=True).marginals, max(3, args.repeats // 5), device=device
+        )
         ones = torch.ones_like(scores)
-        t2 = median_ms(lambda: TreeDistribution(scores).second_order(ones, scores), max(3, args.repeats // 3), device=device) if n == 30 else float("nan")
-        print(f"{n:>4} {ours:>10.3f} ms {base:>6.3f} ms {base / ours:>7.2f}x {floor:>9.3f} ms {ent / ours:>10.2f} {stable / fast:>11.2f} {t2:>6.2f} ms")
+        t2 = (
+            median_ms(
+                lambda: TreeDistribution(scores).second_order(ones, scores), max(3, args.repeats // 3), device=device
+            )
+            if n == 30
+            else float("nan")
+        )
+        print(
+            f"{n:>4} {ours:>10.3f} ms {base:>6.3f} ms {base / ours:>7.2f}x {floor:>9.3f} ms {ent / ours:>10.2f} {stable / fast:>11.2f} {t2:>6.2f} ms"
+        )
 
     print("\n4. entropy: T1 O(n^3) vs one MTT per word O(n^4), batch 64, float64 (Zmigrod et al. Table 1 shape)")
     print(f"{'n':>4} {'T1 (ms)':>9} {'O(n^4) (ms)':>12} {'speed-up':>9}")
@@ -176,7 +193,9 @@ def main() -> None:
         g2 = ge_gradient_covariance(scores, features, target)
         assert torch.allclose(g1, g2, atol=1e-7), "baseline disagrees"
         ours = median_ms(lambda: ge_gradient_ours(scores, features, target), args.repeats, device=device)
-        base = median_ms(lambda: ge_gradient_covariance(scores, features, target), max(3, args.repeats // 3), device=device)
+        base = median_ms(
+            lambda: ge_gradient_covariance(scores, features, target), max(3, args.repeats // 3), device=device
+        )
         print(f"{n:>4} {ours:>10.3f} {base:>16.3f} {base / ours:>8.1f}x")
 
 

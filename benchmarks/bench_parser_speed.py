@@ -6,6 +6,7 @@ torch thread count, after a warm-up batch; reports the best of ``--repeats`` run
 
     nice -n 19 python benchmarks/bench_parser_speed.py [--model PATH] [--threads 1 2]
 """
+
 import argparse
 import json
 import time
@@ -37,8 +38,12 @@ def main(model: Optional[Path], data: Path, threads: List[int], repeats: int) ->
                 pass
             best = min(best, time.perf_counter() - start)
         results.append(
-            {"torch_threads": n_threads, "words": n_words, "seconds": round(best, 2),
-             "words_per_second": round(n_words / best)}
+            {
+                "torch_threads": n_threads,
+                "words": n_words,
+                "seconds": round(best, 2),
+                "words_per_second": round(n_words / best),
+            }
         )
     print(json.dumps({"pipeline": nlp.pipe_names, "results": results}, indent=2))
 

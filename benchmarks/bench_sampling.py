@@ -25,6 +25,7 @@ Prints these tables:
 5. on CUDA (if present), SBS at n = 100.
 Scores are i.i.d. N(0, 1) log-potentials (fixed seed) unless said otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -107,14 +108,22 @@ def random_dist(batch: int, n: int, seed: int, single_root: bool = True, device:
 
 
 def throughput_table(lengths: list[int], batch: int, samples: int, repeats: int) -> None:
-    print(f"\n1. Trees per second (batch {batch}, {samples} trees per sentence, N(0,1) scores; "
-          "ratio to the Python loop)")
+    print(
+        f"\n1. Trees per second (batch {batch}, {samples} trees per sentence, N(0,1) scores; ratio to the Python loop)"
+    )
     methods = [
-        ("wilson_marginal", True), ("wilson_reject", True), ("colbourn", True),
-        ("wilson", False), ("colbourn", False), ("sbs", True), ("trie", True),
+        ("wilson_marginal", True),
+        ("wilson_reject", True),
+        ("colbourn", True),
+        ("wilson", False),
+        ("colbourn", False),
+        ("sbs", True),
+        ("trie", True),
     ]
-    names = [name + (" (multi)" if not single else "") + (" k" if name in ("sbs", "trie") else "")
-             for name, single in methods]
+    names = [
+        name + (" (multi)" if not single else "") + (" k" if name in ("sbs", "trie") else "")
+        for name, single in methods
+    ]
     print(f"{'n':>4} {'python loop':>12}" + "".join(f" {name:>22}" for name in names))
     for n in lengths:
         single = random_dist(batch, n, seed=n)
@@ -130,9 +139,14 @@ def throughput_table(lengths: list[int], batch: int, samples: int, repeats: int)
             dist = single if single_root else multi
             gen = torch.Generator().manual_seed(1)
             if method in ("sbs", "trie"):
-                run = lambda: sample_without_replacement(dist, samples, method=method, generator=gen)
+
+                def run():
+                    return sample_without_replacement(dist, samples, method=method, generator=gen)
             else:
-                run = lambda: sample(dist, (samples,), method=method, generator=gen)
+
+                def run():
+                    return sample(dist, (samples,), method=method, generator=gen)
+
             rate = batch * samples / timed(run, repeats)
             row += f" {rate:>13,.0f} ({rate / base_rate:>5.1f}x)"
         print(row, flush=True)
@@ -167,14 +181,19 @@ def swor_inputs(batch: int, n: int) -> tuple[TreeDistribution, torch.Tensor]:
 
 def swor_table(batch: int, n: int, ks: list[int], repeats: int) -> None:
     dist, inverses = swor_inputs(batch, n)
-    print(f"\n2./3. Sampling without replacement (batch {batch}, n = {n}): time per call and per tree; "
-          "'kernels ms': SBS's unavoidable kernels alone (a floor)")
+    print(
+        f"\n2./3. Sampling without replacement (batch {batch}, n = {n}): time per call and per tree; "
+        "'kernels ms': SBS's unavoidable kernels alone (a floor)"
+    )
     print(f"{'k':>6} {'sbs ms':>10} {'sbs us/tree':>12} {'kernels ms':>11} {'trie ms':>10} {'trie us/tree':>13}")
     for k in ks:
         gen = torch.Generator().manual_seed(2)
         row = f"{k:>6}"
         for method in ("sbs", "trie"):
-            run = lambda: sample_without_replacement(dist, k, method=method, generator=gen)
+
+            def run():
+                return sample_without_replacement(dist, k, method=method, generator=gen)
+
             seconds = timed(run, repeats if k <= 100 else 1)
             row += f" {seconds * 1e3:>10.1f} {seconds * 1e6 / (k * batch):>12.1f}"
             if method == "sbs":
@@ -190,8 +209,13 @@ def swor_target(batch: int, n: int, k: int, calls: int) -> None:
     of a pair is what the code costs above the machine's floor, whatever the minute."""
     dist, inverses = swor_inputs(batch, n)
     gen = torch.Generator().manual_seed(2)
-    sbs = lambda: sample_without_replacement(dist, k, method="sbs", generator=gen)
-    floor = lambda: sbs_kernel_floor(inverses, k, gen)
+
+    def sbs():
+        return sample_without_replacement(dist, k, method="sbs", generator=gen)
+
+    def floor():
+        return sbs_kernel_floor(inverses, k, gen)
+
     sbs(), floor()
     times, floors = [], []
     for _ in range(calls):
@@ -201,9 +225,11 @@ def swor_target(batch: int, n: int, k: int, calls: int) -> None:
             into.append((CLOCK() - start) * 1e3)
     lower, median, upper = statistics.quantiles(times, n=4, method="inclusive")
     ratio = statistics.median(t / f for t, f in zip(times, floors))
-    print(f"\n2b. SBS, k = {k}, batch {batch}, n = {n} (target <= 50 ms), {calls} calls: "
-          f"min {min(times):.1f} ms, quartiles {lower:.1f} / {median:.1f} / {upper:.1f} ms, max {max(times):.1f} ms; "
-          f"kernels alone median {statistics.median(floors):.1f} ms; SBS / kernels, median of pairs {ratio:.2f}")
+    print(
+        f"\n2b. SBS, k = {k}, batch {batch}, n = {n} (target <= 50 ms), {calls} calls: "
+        f"min {min(times):.1f} ms, quartiles {lower:.1f} / {median:.1f} / {upper:.1f} ms, max {max(times):.1f} ms; "
+        f"kernels alone median {statistics.median(floors):.1f} ms; SBS / kernels, median of pairs {ratio:.2f}"
+    )
 
 
 def parser_like_scores(batch: int, n: int, gen: torch.Generator, margin: float = 10.0) -> torch.Tensor:
@@ -219,8 +245,10 @@ def parser_like_scores(batch: int, n: int, gen: torch.Generator, margin: float =
 
 
 def acceptance_table(lengths: list[int], batch: int, samples: int) -> None:
-    print(f"\n4. Wilson-Reject expected tries Z_multi / Z_single (batch {batch}): exact mean and max "
-          "over sentences, measured mean tries")
+    print(
+        f"\n4. Wilson-Reject expected tries Z_multi / Z_single (batch {batch}): exact mean and max "
+        "over sentences, measured mean tries"
+    )
     print(f"{'n':>4} {'scores':>15} {'exact mean':>11} {'exact max':>10} {'measured':>9} {'(1+1/n)^(n-1)':>14}")
     for n in lengths:
         gen = torch.Generator().manual_seed(100 + n)
@@ -234,8 +262,11 @@ def acceptance_table(lengths: list[int], batch: int, samples: int) -> None:
             expected = 1 / wilson_reject_acceptance(dist).double()
             _, tries = wilson_reject(dist, samples, torch.Generator().manual_seed(3))
             bound = (1 + 1 / n) ** (n - 1)
-            print(f"{n:>4} {kind:>15} {expected.mean():>11.3f} {expected.max():>10.3f} "
-                  f"{tries.double().mean():>9.3f} {bound:>14.3f}", flush=True)
+            print(
+                f"{n:>4} {kind:>15} {expected.mean():>11.3f} {expected.max():>10.3f} "
+                f"{tries.double().mean():>9.3f} {bound:>14.3f}",
+                flush=True,
+            )
 
 
 def cuda_table(n: int, batch: int, k: int) -> None:
@@ -251,8 +282,10 @@ def cuda_table(n: int, batch: int, k: int) -> None:
         torch.cuda.synchronize()
 
     seconds = timed(run, 3)
-    print(f"\n5. CUDA ({torch.cuda.get_device_name()}): SBS n = {n}, batch {batch}, k = {k}: "
-          f"{seconds * 1e3:.1f} ms, {k * batch / seconds:,.0f} trees/s")
+    print(
+        f"\n5. CUDA ({torch.cuda.get_device_name()}): SBS n = {n}, batch {batch}, k = {k}: "
+        f"{seconds * 1e3:.1f} ms, {k * batch / seconds:,.0f} trees/s"
+    )
 
 
 def main() -> None:
@@ -274,8 +307,10 @@ def main() -> None:
         return
     sections = {
         "throughput": lambda: throughput_table([10, 30, 60], batch=64, samples=100, repeats=3),
-        "swor": lambda: (swor_table(batch=64, n=30, ks=[20, 100, 300, 1000], repeats=5),
-                         swor_target(batch=64, n=30, k=20, calls=41)),
+        "swor": lambda: (
+            swor_table(batch=64, n=30, ks=[20, 100, 300, 1000], repeats=5),
+            swor_target(batch=64, n=30, k=20, calls=41),
+        ),
         "acceptance": lambda: acceptance_table([10, 30, 60], batch=64, samples=200),
         "cuda": lambda: cuda_table(n=100, batch=64, k=100),
     }

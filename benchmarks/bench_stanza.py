@@ -12,6 +12,7 @@ the documents, alternating, and the minimum wall time and process CPU time are r
 ``DIR`` holds ``depparse.pt`` (and ``pretrain.pt`` if the parser uses one), as written by
 benchmarks/train_stanza_ewt.sh; tests/fixtures/stanza/tiny is the small test model.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,11 +38,19 @@ def load_sentences(path: str, n: int, docs: int) -> List[List[List[Dict[str, Any
     """The first ``n`` sentences of a CoNLL-U file, words and tags only, in ``docs`` docs."""
     sentences = []
     for sentence in load_gold(path, n):
-        sentences.append([
-            {"id": w.id, "text": w.text, "lemma": w.lemma or w.text, "upos": w.upos,
-             "xpos": w.xpos, "feats": w.feats}
-            for w in sentence.words
-        ])
+        sentences.append(
+            [
+                {
+                    "id": w.id,
+                    "text": w.text,
+                    "lemma": w.lemma or w.text,
+                    "upos": w.upos,
+                    "xpos": w.xpos,
+                    "feats": w.feats,
+                }
+                for w in sentence.words
+            ]
+        )
     size = max(1, len(sentences) // docs)
     return [sentences[i : i + size] for i in range(0, len(sentences), size)]
 
@@ -50,8 +59,11 @@ def make_pipeline(model_dir: str, with_tree: bool, n_samples: int) -> Any:
     import stanza
 
     kwargs: Dict[str, Any] = dict(
-        dir=model_dir, download_method=None, allow_unknown_language=True,
-        depparse_model_path=os.path.join(model_dir, "depparse.pt"), depparse_pretagged=True,
+        dir=model_dir,
+        download_method=None,
+        allow_unknown_language=True,
+        depparse_model_path=os.path.join(model_dir, "depparse.pt"),
+        depparse_pretagged=True,
         logging_level="WARN",
     )
     pretrain = os.path.join(model_dir, "pretrain.pt")
@@ -104,8 +116,10 @@ def main() -> None:
     batches = load_sentences(args.conllu, args.n, args.docs)
     n_sent = sum(len(b) for b in batches)
     n_words = sum(len(s) for b in batches for s in b)
-    configs = {"depparse": make_pipeline(args.model, False, 0),
-               "depparse+tree_expectations": make_pipeline(args.model, True, 0)}
+    configs = {
+        "depparse": make_pipeline(args.model, False, 0),
+        "depparse+tree_expectations": make_pipeline(args.model, True, 0),
+    }
     if args.samples > 0:
         configs[f"... n_samples={args.samples}"] = make_pipeline(args.model, True, args.samples)
     for nlp in configs.values():  # warm up
@@ -115,8 +129,10 @@ def main() -> None:
         for name, nlp in configs.items():
             times[name].append(time_once(nlp, batches))
 
-    print(f"{n_sent} sentences, {n_words} words in {len(batches)} docs; torch threads "
-          f"{torch.get_num_threads()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
+    print(
+        f"{n_sent} sentences, {n_words} words in {len(batches)} docs; torch threads "
+        f"{torch.get_num_threads()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}"
+    )
     # the two stages of one pipeline, back to back on the same documents: the ratio is
     # far less disturbed by other jobs than the difference of two separate runs
     for name, nlp in configs.items():
@@ -128,8 +144,10 @@ def main() -> None:
         middle = time.process_time()
         nlp.processors["tree_expectations"].bulk_process(docs)
         end = time.process_time()
-        print(f"{name:32s} stages (CPU): depparse with capture {middle - start:7.2f} s, "
-              f"tree_expectations {end - middle:6.2f} s = {100 * (end - middle) / (middle - start):5.1f}% of depparse")
+        print(
+            f"{name:32s} stages (CPU): depparse with capture {middle - start:7.2f} s, "
+            f"tree_expectations {end - middle:6.2f} s = {100 * (end - middle) / (middle - start):5.1f}% of depparse"
+        )
     gold = load_gold(args.conllu, args.n)
     for name in ("depparse", "depparse+tree_expectations"):
         scores = accuracy(configs[name], batches, gold)
@@ -142,9 +160,11 @@ def main() -> None:
     for name, values in times.items():
         wall = min(w for w, _ in values)
         cpu = min(c for _, c in values)
-        print(f"{name:32s} wall min {wall:7.2f} s (median {statistics.median(w for w, _ in values):7.2f})"
-              f"  {n_sent / wall:7.1f} sent/s  overhead {100 * (wall / base_wall - 1):+6.1f}%  |  "
-              f"CPU min {cpu:7.2f} s  overhead {100 * (cpu / base_cpu - 1):+6.1f}%")
+        print(
+            f"{name:32s} wall min {wall:7.2f} s (median {statistics.median(w for w, _ in values):7.2f})"
+            f"  {n_sent / wall:7.1f} sent/s  overhead {100 * (wall / base_wall - 1):+6.1f}%  |  "
+            f"CPU min {cpu:7.2f} s  overhead {100 * (cpu / base_cpu - 1):+6.1f}%"
+        )
 
 
 if __name__ == "__main__":

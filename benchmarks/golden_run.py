@@ -26,6 +26,7 @@ Layout: per-sentence values are arrays over sentences; per-token values are arra
 concatenated over all tokens, ``sent_offsets`` (S+1) giving each sentence's token range;
 matrices are flattened and concatenated with their own ``*_offsets`` (and ``*_shape``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -124,9 +125,7 @@ class Columns:
             out[f"{prefix}/{key}"] = numpy.asarray(values)
         for key, arrays in self.arrays.items():
             sizes = [a.size for a in arrays]
-            out[f"{prefix}/{key}"] = (
-                numpy.concatenate([a.ravel() for a in arrays]) if arrays else numpy.zeros(0)
-            )
+            out[f"{prefix}/{key}"] = numpy.concatenate([a.ravel() for a in arrays]) if arrays else numpy.zeros(0)
             out[f"{prefix}/{key}_offsets"] = numpy.concatenate([[0], numpy.cumsum(sizes)]).astype(numpy.int64)
             rank = max((a.ndim for a in arrays), default=0)
             shapes = numpy.full((len(arrays), rank), -1, dtype=numpy.int64)
@@ -146,8 +145,9 @@ def _float(value: Optional[float]) -> float:
 
 def spacy_part(sentences: Sequence[Sentence]) -> Dict[str, numpy.ndarray]:
     """Run the spaCy configurations; return their arrays."""
-    import spacy_treexp
     from spacy.tokens import Doc
+
+    import spacy_treexp
 
     nlp = spacy_treexp.load()
     skipped = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory in SENTENCE_SETTERS]
@@ -167,8 +167,7 @@ def spacy_part(sentences: Sequence[Sentence]) -> Dict[str, numpy.ndarray]:
             columns = Columns()
             for doc in nlp.pipe(docs, batch_size=PIPE_BATCH_SIZE):
                 record_spacy_doc(doc, columns, sampled=config.get("n_samples", 0) > 0)
-        print(f"  spacy/{name} {config} on {len(chosen)} sentences: "
-              f"{time.perf_counter() - start:.1f} s", flush=True)
+        print(f"  spacy/{name} {config} on {len(chosen)} sentences: {time.perf_counter() - start:.1f} s", flush=True)
         out.update(columns.to_arrays(f"spacy/{name}"))
     return out
 
@@ -227,8 +226,11 @@ def stanza_part(stanza_dir: str, sentences: Sequence[Sentence]) -> Dict[str, num
 
     print(f"spacy_treexp.stanza imported from {spacy_treexp.stanza.__file__}", flush=True)
     nlp = spacy_treexp.stanza.pipeline_from_dir(
-        stanza_dir, tokenize_pretokenized=True, logging_level="WARN",
-        tree_expectations_n_samples=5, tree_expectations_seed=0,
+        stanza_dir,
+        tokenize_pretokenized=True,
+        logging_level="WARN",
+        tree_expectations_n_samples=5,
+        tree_expectations_seed=0,
     )
     start = time.perf_counter()
     doc = nlp([list(words) for words, _ in sentences])
@@ -298,8 +300,11 @@ def difference(a: numpy.ndarray, b: numpy.ndarray) -> Tuple[bool, float, str]:
     numeric = all(x.dtype.kind in "biuf" for x in (a, b))
     if not numeric:
         unequal = int((a != b).sum()) if a.size else 0
-        return unequal == 0 and not note, (0.0 if unequal == 0 else numpy.inf), note or (
-            f"{unequal} values differ" if unequal else "")
+        return (
+            unequal == 0 and not note,
+            (0.0 if unequal == 0 else numpy.inf),
+            note or (f"{unequal} values differ" if unequal else ""),
+        )
     if a.size == 0:
         return not note, 0.0, note
     x, y = a.astype(numpy.float64), b.astype(numpy.float64)
@@ -332,10 +337,14 @@ def compare(args: argparse.Namespace) -> int:
         status = "same" if identical else ("close" if ok else "DIFFERS")
         differing += not identical
         failed += not ok
-        print(f"{status:8} {key} {a[key].dtype}{list(a[key].shape)} max|diff|={max_diff:.3g}"
-              + (f" ({note})" if note else ""))
-    print(f"summary: {len(set(a) | set(b))} keys, {differing} not bit-identical, "
-          f"{failed} failing (atol={args.atol}), overall max|diff|={overall:.3g}")
+        print(
+            f"{status:8} {key} {a[key].dtype}{list(a[key].shape)} max|diff|={max_diff:.3g}"
+            + (f" ({note})" if note else "")
+        )
+    print(
+        f"summary: {len(set(a) | set(b))} keys, {differing} not bit-identical, "
+        f"{failed} failing (atol={args.atol}), overall max|diff|={overall:.3g}"
+    )
     return 1 if failed else 0
 
 
@@ -348,13 +357,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run_parser.add_argument("--out", required=True, help="output .npz")
     run_parser.add_argument("--limit", type=int, default=None, help="first N sentences only")
     run_parser.add_argument("--stanza-dir", default=None, help="Stanza pipeline folder (pipeline_from_dir)")
-    run_parser.add_argument("--stanza-conllu", default=None,
-                            help="CoNLL-U file for the Stanza part (default: --conllu)")
+    run_parser.add_argument(
+        "--stanza-conllu", default=None, help="CoNLL-U file for the Stanza part (default: --conllu)"
+    )
     compare_parser = commands.add_parser("compare", help="compare two golden .npz files")
     compare_parser.add_argument("a")
     compare_parser.add_argument("b")
-    compare_parser.add_argument("--atol", type=float, default=0.0,
-                                help="tolerated max absolute difference (0: bit-identical)")
+    compare_parser.add_argument(
+        "--atol", type=float, default=0.0, help="tolerated max absolute difference (0: bit-identical)"
+    )
     args = parser.parse_args(argv)
     if args.command == "run":
         run(args)

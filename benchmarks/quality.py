@@ -6,6 +6,7 @@
 
 Writes DIR/report.json, DIR/summary.md and PNG plots (README.md, "Evaluation").
 """
+
 import sys
 
 from spacy_treexp.cli import main

@@ -21,6 +21,7 @@ every score and in words/s.
     python configs/evaluate_en_ewt.py spacy_treexp/models/en_treexp_ewt corpus/en_ewt-ud-test.spacy \
         --conllu ../shared/data/ud_en_ewt/en_ewt-ud-test.conllu
 """
+
 import argparse
 import json
 import time
@@ -28,7 +29,6 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy
-
 import spacy
 from spacy.language import Language
 from spacy.scorer import Scorer
@@ -37,7 +37,6 @@ from spacy.training import Example
 
 from spacy_treexp.pipeline.biaffine_parser import biaffine_parser_score
 from spacy_treexp.pipeline.readers import gold_tokens_doc
-
 
 CONDITIONS = ("predicted", "predicted+paragraphs", "gold")
 
@@ -117,9 +116,7 @@ def evaluate(
     examples = [Example(doc, ref) for doc, ref in zip(docs, references)]
     all_tokens = biaffine_parser_score(examples)
     no_punct = biaffine_parser_score(examples, ignore_labels=("punct",))
-    sents = Scorer.score_spans(
-        examples, "sents", has_annotation=lambda doc: doc.has_annotation("SENT_START")
-    )
+    sents = Scorer.score_spans(examples, "sents", has_annotation=lambda doc: doc.has_annotation("SENT_START"))
     boundaries = boundary_prf(docs, references)
     pos = Scorer.score_token_attr(examples, "pos")
     n_words = sum(len(ref) for ref in references)
@@ -165,8 +162,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
     parser.add_argument("test_path", type=Path)
-    parser.add_argument("--conllu", type=Path, default=None,
-                        help="the CoNLL-U the .spacy file was converted from: adds the paragraph condition")
+    parser.add_argument(
+        "--conllu",
+        type=Path,
+        default=None,
+        help="the CoNLL-U the .spacy file was converted from: adds the paragraph condition",
+    )
     parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
     main(args.model, args.test_path, args.conllu, args.output)

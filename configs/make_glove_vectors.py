@@ -9,6 +9,7 @@ training config loads with ``[initialize] vectors``.
 
     python configs/make_glove_vectors.py corpus/en_ewt-ud-train.spacy corpus/glove_vectors
 """
+
 import argparse
 from pathlib import Path
 
@@ -26,11 +27,7 @@ def main(train_path: Path, output_dir: Path, top: int) -> None:
     words = pq.read_table(root / "glove_6B_index.parquet").column("index").to_pylist()
     table = np.load(root / "glove_6B_50d_emb.npy", mmap_mode="r")
     nlp = spacy.blank("en")
-    wanted = {
-        token.lower_
-        for doc in DocBin().from_disk(train_path).get_docs(nlp.vocab)
-        for token in doc
-    }
+    wanted = {token.lower_ for doc in DocBin().from_disk(train_path).get_docs(nlp.vocab) for token in doc}
     rows = [i for i, word in enumerate(words) if i < top or word in wanted]
     data = np.ascontiguousarray(table[rows], dtype="float32")
     keys = [nlp.vocab.strings.add(words[i]) for i in rows]

@@ -7,6 +7,7 @@ sampled alternative parses that differ from the predicted tree.
     python examples/component_uncertainty.py "I saw the man with the telescope."
     python examples/component_uncertainty.py --model PATH "Some text."
 """
+
 import argparse
 
 import spacy

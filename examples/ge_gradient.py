@@ -9,6 +9,7 @@ O(n³ + n²F), because ∇_θ O = ∇_θ E[gᵀf] with g = 2(E[f] − f̃) held 
 Here f counts two constructions of a toy sentence: "arcs pointing left" and "arcs of length 1".
 We run plain gradient descent on the scores until the parser's expectations hit the targets.
 """
+
 import torch
 
 from spacy_treexp import TreeDistribution
@@ -31,7 +32,9 @@ for step in range(201):
     objective.backward()  # reverse mode through the closed-form marginals
     optimizer.step()
     if step % 50 == 0:
-        print(f"step {step:3d}  E[f] = {expected.detach().numpy().round(3).tolist()}  objective = {objective.item():.5f}")
+        print(
+            f"step {step:3d}  E[f] = {expected.detach().numpy().round(3).tolist()}  objective = {objective.item():.5f}"
+        )
 
 # The gradient equals the T2 covariance route: ∂O/∂θ_e = Cov(gᵀf, 1_e).
 dist = TreeDistribution(scores.detach())
@@ -42,5 +45,4 @@ via_t2 = dist.covariance(weighted, indicators).view(1, n + 1, n + 1)
 x = scores.detach().clone().requires_grad_(True)
 via_autograd = torch.autograd.grad(((TreeDistribution(x).expectation(features) - target) ** 2).sum(), x)[0]
 mask = dist.arc_mask
-print("T2 covariance and reverse-mode gradients agree:",
-      torch.allclose(via_t2[mask], via_autograd[mask], atol=1e-9))
+print("T2 covariance and reverse-mode gradients agree:", torch.allclose(via_t2[mask], via_autograd[mask], atol=1e-9))

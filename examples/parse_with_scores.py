@@ -6,6 +6,7 @@ them into exact arc marginals (Koo et al. 2007).
 
     python examples/parse_with_scores.py "I saw the man with the telescope."
 """
+
 import math
 import sys
 

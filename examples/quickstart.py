@@ -1,4 +1,5 @@
 """Quickstart: exact marginals, entropy, MAP and MBR trees from random arc scores."""
+
 import torch
 
 from spacy_treexp import TreeDistribution
@@ -13,4 +14,6 @@ print(f"log Z = {dist.log_partition.item():.3f}, tree entropy = {dist.entropy().
 mode, mbr = dist.mode, dist.mbr()
 for m in range(1, len(words)):
     h = int(mode[m])
-    print(f"{words[m]:>5} <- {words[h]:<5} p(head) = {dist.marginals[h, m].item():.3f}   MBR head: {words[int(mbr[m])]}")
+    print(
+        f"{words[m]:>5} <- {words[h]:<5} p(head) = {dist.marginals[h, m].item():.3f}   MBR head: {words[int(mbr[m])]}"
+    )

@@ -1,7 +1,8 @@
 """Write the standalone HTML view of a parse's uncertainty (open it in any browser).
 
-    python examples/render_page.py "I saw the man with the telescope." -o uncertainty.html
+python examples/render_page.py "I saw the man with the telescope." -o uncertainty.html
 """
+
 import argparse
 from pathlib import Path
 

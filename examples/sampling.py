@@ -6,6 +6,7 @@ replacement, and drawing until the parses cover 90% of the probability.
 The arc scores here are written by hand (a parser's scores plug in the same way: any
 ``(n+1, n+1)`` matrix of log-potentials, ``scores[h, m]`` for the arc h -> m, 0 = ROOT).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -18,9 +19,18 @@ from spacy_treexp.engine.sampling import iter_without_replacement, wilson_reject
 WORDS = ["ROOT", "I", "saw", "the", "man", "with", "a", "telescope"]
 # Prepositional-phrase attachment is ambiguous: "with" -> "saw" or "with" -> "man".
 ARCS = {
-    (0, 2): 6.0, (2, 1): 5.0, (4, 3): 5.0, (2, 4): 5.0, (7, 6): 5.0, (5, 7): 5.0,
-    (2, 5): 3.2, (4, 5): 2.8,  # the ambiguity
-    (0, 4): 1.0, (2, 7): 1.5, (4, 1): 0.5, (7, 5): 1.0,
+    (0, 2): 6.0,
+    (2, 1): 5.0,
+    (4, 3): 5.0,
+    (2, 4): 5.0,
+    (7, 6): 5.0,
+    (5, 7): 5.0,
+    (2, 5): 3.2,
+    (4, 5): 2.8,  # the ambiguity
+    (0, 4): 1.0,
+    (2, 7): 1.5,
+    (4, 1): 0.5,
+    (7, 5): 1.0,
 }
 
 
@@ -61,8 +71,10 @@ def main() -> None:
             break
     print(f"   {drawn} parses cover {covered:.3f} of the probability mass")
 
-    print(f"\n4. Wilson-Reject would need {1 / wilson_reject_acceptance(dist).item():.2f} "
-          "multi-root draws per single-root tree on average")
+    print(
+        f"\n4. Wilson-Reject would need {1 / wilson_reject_acceptance(dist).item():.2f} "
+        "multi-root draws per single-root tree on average"
+    )
 
 
 if __name__ == "__main__":

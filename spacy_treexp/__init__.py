@@ -1,4 +1,5 @@
 """spacy_treexp: exact marginals, entropy and unbiased samples of dependency trees."""
+
 from spacy_treexp.engine import TreeDistribution
 
 __all__ = ["TreeDistribution", "load", "render"]

@@ -1,6 +1,7 @@
 """The one annotation core under the spaCy component, the Stanza processor, the command line
 and the evaluation: typed :class:`SentenceScores` in, typed, serialisable
 :class:`SentenceAnnotation` out (see :mod:`.core`)."""
+
 from spacy_treexp.annotate.batching import batch_distribution, length_buckets, pad_scores
 from spacy_treexp.annotate.core import (
     annotate_sentences,

@@ -1,4 +1,5 @@
 """Sentences grouped into engine batches by length, and padded into one score tensor."""
+
 from __future__ import annotations
 
 from typing import Iterator, List, Optional, Sequence

@@ -8,6 +8,7 @@ quantities are the engine's: exact arc marginals and log Z (Koo et al. 2007, Pro
 entropy (Zmigrod et al. 2021, §5), the expected attachment score of the parser's tree, and
 unbiased samples with their exact log-probabilities (Stanojević 2022).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,7 +51,9 @@ def annotate_sentences(
     return [annotation for annotation in out if annotation is not None]
 
 
-def _infer(bucket: Sequence[SentenceScores], dist: TreeDistribution, options: AnnotateOptions) -> List[SentenceAnnotation]:
+def _infer(
+    bucket: Sequence[SentenceScores], dist: TreeDistribution, options: AnnotateOptions
+) -> List[SentenceAnnotation]:
     """Exact inference for one engine batch of similar-length sentences."""
     given = [s.heads for s in bucket]
     heads = [h for h in given if h is not None]
@@ -219,5 +222,3 @@ def label_marginals(annotation: SentenceAnnotation, rel: Optional[numpy.ndarray]
     if rel is None or annotation.marginals is None:
         return None
     return (annotation.marginals[:, :, None] * numpy.exp(rel)).astype(numpy.float32)
-
-

@@ -1,5 +1,6 @@
 """The options of the annotation core, shared by the spaCy component, the Stanza processor
 and the command line: one definition of their names, defaults and validation."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,7 +55,7 @@ class AnnotateOptions:
             object.__setattr__(self, "sampler", chosen)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], prefix: str = "") -> "AnnotateOptions":
+    def from_config(cls, config: Mapping[str, Any], prefix: str = "") -> AnnotateOptions:
         """Options from a dict of (some of) the field names; an unknown name, a wrong type or
         an out-of-range value raises ``ValueError`` naming the option as ``prefix + name``."""
         unknown = sorted(set(config) - set(DEFAULTS))

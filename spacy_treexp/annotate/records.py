@@ -11,6 +11,7 @@ spacy-transformers does for ``doc._.trf_data``).
 Conventions: index 0 is ROOT; word ``m`` (1-based) of a sentence is its m-th word; head
 arrays use the CoNLL-U numbering (0 = ROOT, words 1..n).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -152,7 +153,7 @@ class SentenceAnnotation:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SentenceAnnotation":
+    def from_dict(cls, data: Mapping[str, Any]) -> SentenceAnnotation:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
         unknown = sorted(set(data) - _FIELDS)
         if unknown:
@@ -167,7 +168,7 @@ class SentenceAnnotation:
         return srsly.msgpack_dumps(self.to_dict())
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "SentenceAnnotation":
+    def from_bytes(cls, data: bytes) -> SentenceAnnotation:
         """Inverse of :meth:`to_bytes`."""
         return cls.from_dict(srsly.msgpack_loads(data))
 

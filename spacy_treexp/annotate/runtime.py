@@ -1,4 +1,5 @@
 """Where the engine runs: its device and its CPU threads, decided here for every adapter."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 Every check raises :class:`ValueError` naming the batch index and the problem, so a bad
 sentence is found at the boundary instead of turning into a silent NaN later.
 """
+
 from __future__ import annotations
 
 import functools
@@ -12,9 +13,7 @@ import torch
 from torch import Tensor
 
 
-def prepare_scores(
-    scores: Tensor, lengths: Optional[Tensor]
-) -> Tuple[Tensor, Tensor, Optional[Tensor], bool, Tensor]:
+def prepare_scores(scores: Tensor, lengths: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor], bool, Tensor]:
     """Validate and normalise ``scores`` and ``lengths``.
 
     Returns ``(arc_scores, lengths, label_scores, unbatched, allowed)`` where ``arc_scores`` is
@@ -30,8 +29,7 @@ def prepare_scores(
         raise ValueError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
     if scores.dim() < 2 or scores.dim() > 4:
         raise ValueError(
-            "scores must have shape (N+1, N+1), (B, N+1, N+1) or labeled (B, N+1, N+1, L); "
-            f"got {tuple(scores.shape)}"
+            f"scores must have shape (N+1, N+1), (B, N+1, N+1) or labeled (B, N+1, N+1, L); got {tuple(scores.shape)}"
         )
     unbatched = scores.dim() == 2
     if unbatched:
@@ -61,16 +59,14 @@ def prepare_scores(
             lengths = lengths.reshape(1)
         if lengths.dim() != 1 or lengths.shape[0] != batch:
             raise ValueError(
-                f"lengths must have shape ({batch},) to match scores {tuple(scores.shape)}; "
-                f"got {tuple(lengths.shape)}"
+                f"lengths must have shape ({batch},) to match scores {tuple(scores.shape)}; got {tuple(lengths.shape)}"
             )
         lengths = lengths.to(device=scores.device, dtype=torch.long)
         bad = ((lengths < 1) | (lengths > n_max)).nonzero()
         if bad.numel():
             b = int(bad[0, 0])
             raise ValueError(
-                f"lengths[{b}] = {int(lengths[b])} is out of range: each sentence needs "
-                f"1 <= n <= N = {n_max} words"
+                f"lengths[{b}] = {int(lengths[b])} is out of range: each sentence needs 1 <= n <= N = {n_max} words"
             )
     mask = arc_mask(lengths, n_max)
     allowed = _allowed_arcs(arc_scores, mask)
@@ -146,9 +142,7 @@ def check_heads(heads: Tensor, lengths: Tensor, n_max: int, single_root: bool = 
         raise ValueError(f"heads must be an integer tensor, got dtype {heads.dtype}")
     batch = lengths.shape[0]
     if heads.dim() < 2 or heads.shape[-2:] != (batch, n_max + 1):
-        raise ValueError(
-            f"heads must have shape (..., {batch}, {n_max + 1}) (B, N+1); got {tuple(heads.shape)}"
-        )
+        raise ValueError(f"heads must have shape (..., {batch}, {n_max + 1}) (B, N+1); got {tuple(heads.shape)}")
     return is_tree(heads, lengths, single_root)
 
 

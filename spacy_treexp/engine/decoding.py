@@ -6,6 +6,7 @@ spread of all tree scores: a tree with k ROOT children loses k times that consta
 single-root tree beats every multi-root one while single-root trees keep their order. This
 holds for scores of any sign (a reweighting that only works for negative scores does not).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -136,7 +137,7 @@ def _find_cycle(heads: np.ndarray):
             path.append(node)
             node = heads[node]
         if node > 0 and state[node] == 1:
-            return path[path.index(node):]
+            return path[path.index(node) :]
         for visited in path:
             state[visited] = 2
     return None

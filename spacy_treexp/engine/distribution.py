@@ -4,6 +4,7 @@ p(d) ∝ Π_{(h→m) ∈ d} exp(scores[h, m]), over single-root trees (exactly o
 as Universal Dependencies requires) or multi-root trees. Every quantity is exact and, where
 it is a function of the scores, differentiable with respect to them.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, List, Optional, Tuple, Union
@@ -114,9 +115,7 @@ class TreeDistribution(Distribution):
         empty = ~torch.isfinite(self._log_partition().detach())
         if empty.any():
             b = int(empty.nonzero()[0, 0])
-            raise ValueError(
-                f"sentence {b} admits no dependency tree (log Z = -inf): its {what} is undefined"
-            )
+            raise ValueError(f"sentence {b} admits no dependency tree (log Z = -inf): its {what} is undefined")
 
     # --------------------------------------------------------- exact inference
     def _inference(self) -> Tuple[Tensor, Tensor]:
@@ -276,8 +275,9 @@ class TreeDistribution(Distribution):
             raise ValueError(f"labels must be in [0, {n_labels}) for every word")
         label_expanded = self.label_scores.expand(heads.shape[:-2] + self.label_scores.shape)
         safe_labels = torch.where(words, labels, torch.zeros_like(labels)).clamp(0, n_labels - 1)
-        per_head = torch.gather(label_expanded, -3, safe_heads[..., None, :, None].expand(
-            heads.shape[:-1] + (1, self.n_max + 1, n_labels))).squeeze(-3)
+        per_head = torch.gather(
+            label_expanded, -3, safe_heads[..., None, :, None].expand(heads.shape[:-1] + (1, self.n_max + 1, n_labels))
+        ).squeeze(-3)
         arc = torch.gather(per_head, -1, safe_labels.unsqueeze(-1)).squeeze(-1)
         return torch.where(words, arc, torch.zeros_like(arc)).sum(-1)
 
@@ -347,7 +347,9 @@ class TreeDistribution(Distribution):
             tilted = torch.where(self.arc_mask, torch.zeros_like(self.scores), torch.full_like(self.scores, NEG_INF))
         else:
             tilted = torch.where(self.arc_mask, alpha * self.scores, torch.full_like(self.scores, NEG_INF))
-        log_z_alpha = TreeDistribution(tilted, self.lengths, single_root=self.single_root, stable=self.stable)._log_partition()
+        log_z_alpha = TreeDistribution(
+            tilted, self.lengths, single_root=self.single_root, stable=self.stable
+        )._log_partition()
         return self._out((log_z_alpha - alpha * self._log_partition()) / (1.0 - alpha))
 
     def expectation(self, values: Tensor) -> Tensor:
@@ -466,9 +468,7 @@ class TreeDistribution(Distribution):
         from spacy_treexp.engine import sampling
 
         self._require_trees("samples")
-        heads, log_probs = sampling.sample_without_replacement(
-            self.batched(), k, method=method, generator=generator
-        )
+        heads, log_probs = sampling.sample_without_replacement(self.batched(), k, method=method, generator=generator)
         return self._out(heads, batch_dim=-2), self._out(log_probs, batch_dim=-1)
 
 

@@ -18,6 +18,7 @@ The fast path's own pivots tell how much cancellation it suffered; a sentence wh
 estimate is above the dtype's tolerance is recomputed on the stable path, so callers never
 need to choose.
 """
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -98,9 +99,7 @@ def _laplacian_and_column_scale(weights: Tensor, lengths: Tensor, single_root: b
     return lap, diagonal.detach()
 
 
-def fast_partition_and_marginals(
-    weights: Tensor, lengths: Tensor, single_root: bool
-) -> Tuple[Tensor, Tensor, Tensor]:
+def fast_partition_and_marginals(weights: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """Fast path: ``(log det L̂, marginals (B, N+1, N+1), error estimate (B,))``.
 
     Marginals (Koo et al. 2007, §3.3), with A = L̂⁻¹ over 0-based word indices:

@@ -5,6 +5,7 @@ sentences and returns an :class:`EvalReport` (also written as JSON, a Markdown s
 PNG plots); :func:`evaluate` computes the metrics from per-sentence scores; :mod:`.metrics`
 holds the scalar metrics.
 """
+
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
 from spacy_treexp.evaluation.evaluator import EvalOptions, evaluate
 from spacy_treexp.evaluation.run import EvalConfig, EvalReport, run

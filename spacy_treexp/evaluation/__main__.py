@@ -1,4 +1,5 @@
 """``python -m spacy_treexp.evaluation ...``: the same as ``spacy-treexp evaluate ...``."""
+
 import sys
 
 from spacy_treexp.cli import main

@@ -1,5 +1,6 @@
 """Gold sentences for evaluation: words (syntactic words, not multiword tokens), heads and
 relations of a CoNLL-U file, read with the one CoNLL-U module (:mod:`spacy_treexp.io`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,8 +47,17 @@ class GoldSentence:
         sent_id = sentence.sent_id or f"line-{sentence.line}"
         if problem is not None:
             raise ConlluError(None if path is None else str(path), sentence.line, f"sentence {sent_id}: {problem}")
-        return cls(sent_id, sentence.forms, sentence.heads, sentence.deprels, sentence.spaces, sentence.line,
-                   sentence.upos, sentence.xpos, sentence.feats)
+        return cls(
+            sent_id,
+            sentence.forms,
+            sentence.heads,
+            sentence.deprels,
+            sentence.spaces,
+            sentence.line,
+            sentence.upos,
+            sentence.xpos,
+            sentence.feats,
+        )
 
 
 def read_conllu(path: Union[str, Path]) -> List[GoldSentence]:

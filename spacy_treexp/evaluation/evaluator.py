@@ -18,6 +18,7 @@ Choices (README.md, "Evaluation"):
 * Labels are compared in full (``nmod:poss``), ``ROOT``/``root`` alike; LAS on the universal
   part only (before ``:``, as CoNLL 2018) is also given. Punctuation counts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import torch
 
 from spacy_treexp.annotate import SentenceScores, length_buckets, pad_scores, word_head_entropy
 from spacy_treexp.engine import TreeDistribution
-from spacy_treexp.engine.sampling import wilson_reject_acceptance
+from spacy_treexp.engine.sampling import DEFAULT_METHOD, SINGLE_ROOT_METHODS, wilson_reject_acceptance
 from spacy_treexp.engine.sampling.wilson import wilson_reject
 from spacy_treexp.evaluation import metrics
 from spacy_treexp.evaluation.conllu import GoldSentence
@@ -57,7 +58,7 @@ class EvalOptions:
     n_bins: int = 15
     fraction: float = 0.1
     samples: bool = True
-    sampler: str = "colbourn"
+    sampler: str = DEFAULT_METHOD
     reject_draws: int = 10
     reject_max_rounds: int = 1000
     seed: int = 0
@@ -82,7 +83,9 @@ def batch_indices(lengths: Sequence[int], max_cells: int, cells_per_entry: int =
     return length_buckets(lengths, MAX_BATCH, max_cells=max_cells, cells_per_entry=cells_per_entry)
 
 
-def padded_scores(scores: Sequence[SentenceScores], index: Sequence[int], temperature: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+def padded_scores(
+    scores: Sequence[SentenceScores], index: Sequence[int], temperature: float = 1.0
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """float64 ``(B, N+1, N+1)`` arc scores / temperature of the chosen sentences, and lengths."""
     return pad_scores([scores[i].arc for i in index], temperature)
 
@@ -223,7 +226,9 @@ def _token_arrays(gold, scores, marginals, head_entropy, map_heads, mbr_heads, r
             best = log_p.argmax(-1)
             label_prob.append(numpy.exp(log_p[numpy.arange(n), best]))
             label_ok.append(numpy.array([names[b] == g for b, g in zip(best, gold_names)]))
-            label_ok_universal.append(numpy.array([universal(names[b]) == universal(g) for b, g in zip(best, gold_names)]))
+            label_ok_universal.append(
+                numpy.array([universal(names[b]) == universal(g) for b, g in zip(best, gold_names)])
+            )
             mbr_best = _label_log_probs(score.rel, mbr, rel_temperature).argmax(-1)
             mbr_label_ok.append(numpy.array([names[b] == g for b, g in zip(mbr_best, gold_names)]))
             index = {name: i for i, name in enumerate(names)}
@@ -318,7 +323,9 @@ def _bootstrap(tokens, lengths, options: EvalOptions) -> Dict[str, object]:
     for name, replicates in values.items():
         samples = numpy.asarray(replicates, dtype=numpy.float64)
         samples = samples[numpy.isfinite(samples)]
-        result[name] = [float(numpy.percentile(samples, 2.5)), float(numpy.percentile(samples, 97.5))] if samples.size else None
+        result[name] = (
+            [float(numpy.percentile(samples, 2.5)), float(numpy.percentile(samples, 97.5))] if samples.size else None
+        )
     result["uas_mbr_minus_uas_map_point"] = float(mbr_ok.mean() - head_ok.mean())
     return result
 
@@ -344,7 +351,9 @@ def _error_detection(tokens, entropy, lengths, options: EvalOptions) -> Dict[str
     }
 
 
-def _measured_rejection(scores, lengths, temperature, options: EvalOptions, generator, exact_tries) -> Dict[str, object]:
+def _measured_rejection(
+    scores, lengths, temperature, options: EvalOptions, generator, exact_tries
+) -> Dict[str, object]:
     """Run Wilson-Reject: accepted draws / total multi-root draws, and the exact expected
     tries averaged over the same sentences (those whose walks finished)."""
     tries_total, accepted, failed = 0, 0, 0
@@ -360,7 +369,11 @@ def _measured_rejection(scores, lengths, temperature, options: EvalOptions, gene
                 for b in range(len(index)):
                     alone = TreeDistribution(batch[b : b + 1], batch_lengths[b : b + 1], single_root=True)
                     try:
-                        kept.append(wilson_reject(alone, options.reject_draws, generator, max_rounds=options.reject_max_rounds)[1])
+                        kept.append(
+                            wilson_reject(alone, options.reject_draws, generator, max_rounds=options.reject_max_rounds)[
+                                1
+                            ]
+                        )
                         sampled.append(index[b])
                     except ValueError:
                         failed += 1
@@ -394,24 +407,26 @@ def _distinct(heads: numpy.ndarray, valid: numpy.ndarray, ks: Sequence[int]) -> 
     return out
 
 
-def _sample_one_by_one(batch: torch.Tensor, lengths: torch.Tensor, count: int, generator) -> Tuple[torch.Tensor, int]:
-    """Wilson-Marginal per sentence, Colbourn for those whose walks do not finish."""
+def _sample_one_by_one(
+    batch: torch.Tensor, lengths: torch.Tensor, count: int, method: str, generator
+) -> Tuple[torch.Tensor, int]:
+    """``method`` (a Wilson sampler) per sentence, Colbourn for those whose walks do not finish."""
     out = torch.full((count,) + tuple(batch.shape[:2]), -1, dtype=torch.long)
     fallback = 0
     for b in range(batch.shape[0]):
         alone = TreeDistribution(batch[b : b + 1], lengths[b : b + 1], single_root=True)
         try:
-            out[:, b : b + 1] = alone.sample((count,), method="wilson_marginal", generator=generator)
+            out[:, b : b + 1] = alone.sample((count,), method=method, generator=generator)
         except ValueError:
-            out[:, b : b + 1] = alone.sample((count,), method="colbourn", generator=generator)
+            out[:, b : b + 1] = alone.sample((count,), method=DEFAULT_METHOD, generator=generator)
             fallback += 1
     return out, fallback
 
 
 def _samples(gold, scores, lengths, temperature, options: EvalOptions, generator) -> Dict[str, object]:
     """Oracle UAS of the best of k samples and distinct trees, with and without replacement."""
-    if options.sampler not in ("colbourn", "wilson_marginal", "wilson_reject"):
-        raise ValueError(f"unknown sampler {options.sampler!r}; use colbourn, wilson_marginal or wilson_reject")
+    if options.sampler not in SINGLE_ROOT_METHODS:
+        raise ValueError(f"unknown sampler {options.sampler!r}; use one of {SINGLE_ROOT_METHODS}")
     ks = tuple(sorted(set(int(k) for k in options.ks)))
     if not ks or ks[0] < 1:
         raise ValueError(f"sample counts must be positive, got {options.ks}")
@@ -430,7 +445,7 @@ def _samples(gold, scores, lengths, temperature, options: EvalOptions, generator
                     try:
                         heads = dist.sample((top,), method=options.sampler, generator=generator)
                     except ValueError:  # a walk that would not finish: sentence by sentence,
-                        heads, slow = _sample_one_by_one(batch, batch_lengths, top, generator)
+                        heads, slow = _sample_one_by_one(batch, batch_lengths, top, options.sampler, generator)
                         fallback += slow  # Colbourn (no such limit) where Wilson fails
                     valid = torch.ones(heads.shape[:2], dtype=torch.bool)
                 else:

@@ -3,6 +3,7 @@
 Conventions: ``confidence`` are probabilities in [0, 1]; ``correct`` are booleans (or 0/1).
 Undefined values (e.g. AUROC with one class only) are ``nan``; the report writes them as null.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple

@@ -1,4 +1,5 @@
 """Writing the evaluation: ``report.json``, ``summary.md`` and PNG plots (matplotlib)."""
+
 from __future__ import annotations
 
 import json
@@ -77,8 +78,20 @@ def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
     row("relation temperature T", lambda q: q["rel_temperature"], lambda v: _f(v, 3))
     row("UAS, MAP tree (%)", lambda q: q["attachment"]["uas_map"], _pct)
     row("UAS, MBR tree (%)", lambda q: q["attachment"]["uas_mbr"], _pct)
-    row("words where MBR ≠ MAP: MAP right / MBR right", lambda q: f"{q['attachment']['map_correct_where_they_differ']} / {q['attachment']['mbr_correct_where_they_differ']} of {q['attachment']['words_where_mbr_differs_from_map']}", str)
-    row("  same words, expected right by the model: MAP / MBR", lambda q: f"{q['attachment']['map_expected_correct_where_they_differ']:.1f} / {q['attachment']['mbr_expected_correct_where_they_differ']:.1f}", str)
+    row(
+        "words where MBR ≠ MAP: MAP right / MBR right",
+        lambda q: (
+            f"{q['attachment']['map_correct_where_they_differ']} / {q['attachment']['mbr_correct_where_they_differ']} of {q['attachment']['words_where_mbr_differs_from_map']}"
+        ),
+        str,
+    )
+    row(
+        "  same words, expected right by the model: MAP / MBR",
+        lambda q: (
+            f"{q['attachment']['map_expected_correct_where_they_differ']:.1f} / {q['attachment']['mbr_expected_correct_where_they_differ']:.1f}"
+        ),
+        str,
+    )
     row("LAS, MAP tree (%)", lambda q: q["attachment"]["las_map"], _pct)
     row("LAS, MBR tree (%)", lambda q: q["attachment"]["las_mbr"], _pct)
     row("LAS, MAP, universal labels (%)", lambda q: q["attachment"]["las_map_universal_labels"], _pct)
@@ -89,31 +102,62 @@ def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
     row("ECE, p(label | head) on correct heads", lambda q: q["calibration"]["relation_given_correct_head"]["ece"])
     row("AUROC, 1 − head_prob → wrong head", lambda q: q["error_detection"]["auroc_one_minus_head_prob"])
     row("AUROC, head entropy → wrong head", lambda q: q["error_detection"]["auroc_head_entropy"])
-    row("Spearman, entropy/word vs error rate", lambda q: q["error_detection"]["spearman_entropy_per_word_vs_error_rate"])
+    row(
+        "Spearman, entropy/word vs error rate",
+        lambda q: q["error_detection"]["spearman_entropy_per_word_vs_error_rate"],
+    )
     row("Spearman, entropy/word vs errors", lambda q: q["error_detection"]["spearman_entropy_per_word_vs_errors"])
     row("accuracy, 10% most certain heads (%)", lambda q: q["error_detection"]["accuracy_most_certain"], _pct)
     row("accuracy, 10% least certain heads (%)", lambda q: q["error_detection"]["accuracy_least_certain"], _pct)
     row("95% interval, arc ECE (sentence bootstrap)", lambda q: q["bootstrap"]["arc_ece"], _interval)
     row("95% interval, AUROC 1 − head_prob", lambda q: q["bootstrap"]["auroc_one_minus_head_prob"], _interval)
-    row("95% interval, UAS MBR − UAS MAP (points)", lambda q: [100 * v for v in q["bootstrap"]["uas_mbr_minus_uas_map"]], _interval)
+    row(
+        "95% interval, UAS MBR − UAS MAP (points)",
+        lambda q: [100 * v for v in q["bootstrap"]["uas_mbr_minus_uas_map"]],
+        _interval,
+    )
     row("gold tree NLL (nats/word)", lambda q: q["likelihood"]["gold_tree_nll_per_word"])
     row("gold label NLL (nats/word)", lambda q: q["likelihood"]["gold_label_nll_per_word"])
     row("entropy (nats/word)", lambda q: q["entropy"]["nats_per_word"])
-    row("Z_multi / Z_single = expected tries: mean over sentences", lambda q: q["wilson_reject"]["expected_tries_mean"], lambda v: _f(v, 3))
+    row(
+        "Z_multi / Z_single = expected tries: mean over sentences",
+        lambda q: q["wilson_reject"]["expected_tries_mean"],
+        lambda v: _f(v, 3),
+    )
     row("Z_multi / Z_single: median", lambda q: q["wilson_reject"]["expected_tries_median"], lambda v: _f(v, 3))
     row("Z_multi / Z_single: max", lambda q: q["wilson_reject"]["expected_tries_max"], lambda v: f"{v:.3g}")
     row("sentences with Z_multi / Z_single > 2", lambda q: q["wilson_reject"]["sentences_expected_tries_over_2"], str)
     row("Wilson-Reject acceptance Z_single / Z_multi, mean", lambda q: q["wilson_reject"]["acceptance_rate_mean"])
-    row("Wilson-Reject run: tries per tree, measured", lambda q: q["wilson_reject"]["measured_tries_per_tree"], lambda v: _f(v, 3))
-    row("Wilson-Reject run: expected tries, same sentences", lambda q: q["wilson_reject"]["expected_tries_mean_on_sampled"], lambda v: _f(v, 3))
+    row(
+        "Wilson-Reject run: tries per tree, measured",
+        lambda q: q["wilson_reject"]["measured_tries_per_tree"],
+        lambda v: _f(v, 3),
+    )
+    row(
+        "Wilson-Reject run: expected tries, same sentences",
+        lambda q: q["wilson_reject"]["expected_tries_mean_on_sampled"],
+        lambda v: _f(v, 3),
+    )
     row("Wilson-Reject run: acceptance, measured", lambda q: q["wilson_reject"]["measured_acceptance_rate"])
-    row("Wilson-Reject run: sentences left out (walks did not finish)", lambda q: q["wilson_reject"]["sentences_not_sampled"], str)
+    row(
+        "Wilson-Reject run: sentences left out (walks did not finish)",
+        lambda q: q["wilson_reject"]["sentences_not_sampled"],
+        str,
+    )
     for mode, short in (("with_replacement", "with repl."), ("without_replacement", "w/o repl.")):
         ks: List[int] = next((q["samples"]["ks"] for q in blocks.values() if "samples" in q), [])
         for k in ks:
-            row(f"oracle UAS, best of {k} ({short}) (%)", lambda q, k=k, m=mode: q["samples"][m]["oracle_uas"][str(k)], _pct)
+            row(
+                f"oracle UAS, best of {k} ({short}) (%)",
+                lambda q, k=k, m=mode: q["samples"][m]["oracle_uas"][str(k)],
+                _pct,
+            )
         for k in ks:
-            row(f"distinct trees among {k} ({short})", lambda q, k=k, m=mode: q["samples"][m]["distinct_trees_mean"][str(k)], lambda v: _f(v, 2))
+            row(
+                f"distinct trees among {k} ({short})",
+                lambda q, k=k, m=mode: q["samples"][m]["distinct_trees_mean"][str(k)],
+                lambda v: _f(v, 2),
+            )
     return lines
 
 
@@ -141,7 +185,8 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
     lines = [
         "# spacy_treexp evaluation",
         "",
-        f"- model: `{meta['model']}`" + (f" (`{meta['model_path']}`, components {meta.get('pipeline')})" if meta.get("model_path") else "")
+        f"- model: `{meta['model']}`"
+        + (f" (`{meta['model_path']}`, components {meta.get('pipeline')})" if meta.get("model_path") else "")
         + (f" (Stanza, {meta['stanza_tags']} POS tags)" if meta.get("stanza_tags") else ""),
         f"- data: `{meta['conllu']}` ({report['raw']['n_sentences']} sentences, {report['raw']['n_words']} words,"
         f" mean length {report['raw']['mean_sentence_length']:.2f}); gold tokenization and gold sentences",
@@ -155,28 +200,48 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
         "Targets: " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["raw"].items()),
     ]
     if "calibrated" in report["targets"]:
-        lines.append("; after temperature scaling: " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["calibrated"].items()))
+        lines.append(
+            "; after temperature scaling: " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["calibrated"].items())
+        )
     if report.get("temperature"):
         t = report["temperature"]
-        lines += ["", "## Temperature (post-hoc, fitted on dev)", "",
-                  f"Fitted on `{t['dev']}` by minimising the gold-tree NLL (arc) and the gold-label NLL at gold heads (relations)."]
+        lines += [
+            "",
+            "## Temperature (post-hoc, fitted on dev)",
+            "",
+            f"Fitted on `{t['dev']}` by minimising the gold-tree NLL (arc) and the gold-label NLL at gold heads (relations).",
+        ]
         arc = t["arc"]
-        lines.append(f"- arc: T = {arc['temperature']:.3f} ({arc['status']}), dev NLL/word {arc['nll_per_word_before']:.4f} → {arc['nll_per_word_after']:.4f}")
+        lines.append(
+            f"- arc: T = {arc['temperature']:.3f} ({arc['status']}), dev NLL/word {arc['nll_per_word_before']:.4f} → {arc['nll_per_word_after']:.4f}"
+        )
         if t.get("rel"):
             rel = t["rel"]
-            lines.append(f"- relations: T = {rel['temperature']:.3f} ({rel['status']}), dev NLL/word {rel['nll_per_word_before']:.4f} → {rel['nll_per_word_after']:.4f}")
+            lines.append(
+                f"- relations: T = {rel['temperature']:.3f} ({rel['status']}), dev NLL/word {rel['nll_per_word_before']:.4f} → {rel['nll_per_word_after']:.4f}"
+            )
         dev_metrics = t.get("dev_metrics")
         if dev_metrics:
-            lines += ["", "| on dev | UAS MAP (%) | UAS MBR (%) | arc ECE | labeled-arc ECE | AUROC 1 − head_prob |",
-                      "|---|---:|---:|---:|---:|---:|"]
+            lines += [
+                "",
+                "| on dev | UAS MAP (%) | UAS MBR (%) | arc ECE | labeled-arc ECE | AUROC 1 − head_prob |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
             for name, m in dev_metrics.items():
-                lines.append(f"| {name} | {_pct(m['uas_map'])} | {_pct(m['uas_mbr'])} | {_f(m['arc_ece'])} | "
-                             f"{_f(m['labeled_arc_ece'])} | {_f(m['auroc_one_minus_head_prob'])} |")
+                lines.append(
+                    f"| {name} | {_pct(m['uas_map'])} | {_pct(m['uas_mbr'])} | {_f(m['arc_ece'])} | "
+                    f"{_f(m['labeled_arc_ece'])} | {_f(m['auroc_one_minus_head_prob'])} |"
+                )
     if report.get("timing"):
-        lines += ["", "## Entropy: T1 (O(n³)) vs the O(n⁴) baseline, by sentence length", "",
-                  *timing_lines(report["timing"]), "",
-                  f"Best of {report['timing']['repeats']} runs, float64, 1 torch thread; unbatched: one sentence at a time; "
-                  "batched: each bucket's sentences padded into one call."]
+        lines += [
+            "",
+            "## Entropy: T1 (O(n³)) vs the O(n⁴) baseline, by sentence length",
+            "",
+            *timing_lines(report["timing"]),
+            "",
+            f"Best of {report['timing']['repeats']} runs, float64, 1 torch thread; unbatched: one sentence at a time; "
+            "batched: each bucket's sentences padded into one call.",
+        ]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
     path.write_text("\n".join(lines) + "\n", encoding="utf8")
@@ -193,8 +258,12 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
     if report.get("calibrated"):
         blocks[f"T = {report['calibrated']['arc_temperature']:.2f} (dev)"] = report["calibrated"]
     written = []
-    kinds = [("arc", "head_prob of the predicted head"), ("labeled_arc", "labeled arc (dep_prob)"),
-             ("relation_given_correct_head", "p(label | correct head)"), ("arc_all_candidates", "every candidate arc")]
+    kinds = [
+        ("arc", "head_prob of the predicted head"),
+        ("labeled_arc", "labeled arc (dep_prob)"),
+        ("relation_given_correct_head", "p(label | correct head)"),
+        ("arc_all_candidates", "every candidate arc"),
+    ]
     present = [(key, title) for key, title in kinds if key in report["raw"]["calibration"]]
     fig, axes = plt.subplots(1, len(present), figsize=(4.2 * len(present), 4.2), squeeze=False)
     for ax, (key, title) in zip(axes[0], present):
@@ -221,8 +290,13 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
             samples = block["samples"]
             ks = samples["ks"]
             for mode, style in (("with_replacement", "-"), ("without_replacement", "--")):
-                ax.plot(ks, [100 * samples[mode]["oracle_uas"][str(k)] for k in ks], style, marker="o",
-                        label=f"{name}, {mode.replace('_', ' ')}")
+                ax.plot(
+                    ks,
+                    [100 * samples[mode]["oracle_uas"][str(k)] for k in ks],
+                    style,
+                    marker="o",
+                    label=f"{name}, {mode.replace('_', ' ')}",
+                )
             ax.axhline(100 * block["attachment"]["uas_map"], color="grey", linewidth=1)
         ax.set_xscale("log")
         ax.set_xlabel("k samples")
@@ -240,10 +314,22 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
         xs = [row["mean_length"] for row in timing["rows"]]
         ax.plot(xs, [row["engine_ms_per_sentence"] for row in timing["rows"]], marker="o", label="T1 engine, O(n³)")
         ax.plot(xs, [row["baseline_ms_per_sentence"] for row in timing["rows"]], marker="s", label="baseline, O(n⁴)")
-        ax.plot(xs, [row["engine_batched_ms_per_sentence"] for row in timing["rows"]], "--", marker="o",
-                color="C0", label="T1 engine, batched per bucket")
-        ax.plot(xs, [row["baseline_batched_ms_per_sentence"] for row in timing["rows"]], "--", marker="s",
-                color="C1", label="baseline, batched per bucket")
+        ax.plot(
+            xs,
+            [row["engine_batched_ms_per_sentence"] for row in timing["rows"]],
+            "--",
+            marker="o",
+            color="C0",
+            label="T1 engine, batched per bucket",
+        )
+        ax.plot(
+            xs,
+            [row["baseline_batched_ms_per_sentence"] for row in timing["rows"]],
+            "--",
+            marker="s",
+            color="C1",
+            label="baseline, batched per bucket",
+        )
         ax.set_xlabel("mean sentence length of the bucket")
         ax.set_ylabel("ms per sentence (entropy)")
         ax.set_yscale("log")

@@ -7,6 +7,7 @@ Library entry point: :func:`run` takes one :class:`EvalConfig` and returns an
 in the report are relative to the working directory, so a committed report names no
 directory of the machine that made it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from spacy_treexp.annotate import SentenceScores, torch_threads
+from spacy_treexp.engine.sampling import DEFAULT_METHOD
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
 from spacy_treexp.evaluation.evaluator import EvalOptions, evaluate
 from spacy_treexp.evaluation.report import targets, write_json, write_markdown, write_plots
@@ -60,7 +62,7 @@ class EvalConfig:
     dev: Optional[PathLike] = None
     ks: Tuple[int, ...] = (1, 5, 20, 100)
     samples: bool = True
-    sampler: str = "colbourn"
+    sampler: str = DEFAULT_METHOD
     reject_draws: int = 10
     timing: bool = True
     timing_repeats: int = 3
@@ -127,8 +129,10 @@ def load_spacy(model: Optional[str]) -> Any:
 
 def machine() -> str:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),)
-    return (f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPU cores, torch "
-            f"{torch.__version__} with {torch.get_num_threads()} threads, load average {load[0]:.1f} at start")
+    return (
+        f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPU cores, torch "
+        f"{torch.__version__} with {torch.get_num_threads()} threads, load average {load[0]:.1f} at start"
+    )
 
 
 def run(config: EvalConfig, log: Callable[[str], None] = print) -> EvalReport:
@@ -155,8 +159,9 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     meta: Dict[str, Any] = {
         "model": shown_path(stanza_dir) if stanza_dir is not None else (config.model or DEFAULT_MODEL),
         "kind": "stanza" if stanza_dir is not None else "spacy",
-        "stanza_tags": None if stanza_dir is None else (
-            "gold" if stanza_uses_gold_tags(str(stanza_dir), config.stanza_gold_tags) else "predicted"),
+        "stanza_tags": None
+        if stanza_dir is None
+        else ("gold" if stanza_uses_gold_tags(str(stanza_dir), config.stanza_gold_tags) else "predicted"),
         "conllu": shown_path(config.conllu),
         "dev": shown_path(config.dev),
         "command": config.command or "spacy_treexp.evaluation.run(...)",
@@ -176,8 +181,13 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     test_scores = _score(config, gold, nlp)
     meta["parse_seconds"] = time.perf_counter() - t0
     log(f"parsed in {meta['parse_seconds']:.1f} s")
-    options = EvalOptions(ks=tuple(config.ks), samples=config.samples, sampler=config.sampler,
-                          reject_draws=config.reject_draws, seed=config.seed)
+    options = EvalOptions(
+        ks=tuple(config.ks),
+        samples=config.samples,
+        sampler=config.sampler,
+        reject_draws=config.reject_draws,
+        seed=config.seed,
+    )
     t0 = time.perf_counter()
     report = EvalReport(meta=meta, raw=evaluate(gold, test_scores, options=options), targets={})
     meta["evaluate_seconds"] = time.perf_counter() - t0
@@ -195,22 +205,30 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
         for name, (t_arc, t_rel) in {"raw": (1.0, 1.0), "temperature_scaled": (arc["temperature"], rel_t)}.items():
             block = evaluate(dev_gold, dev_scores, arc_temperature=t_arc, rel_temperature=t_rel, options=light)
             on_dev[name] = {
-                "uas_map": block["attachment"]["uas_map"], "uas_mbr": block["attachment"]["uas_mbr"],
+                "uas_map": block["attachment"]["uas_map"],
+                "uas_mbr": block["attachment"]["uas_mbr"],
                 "arc_ece": block["calibration"]["arc"]["ece"],
                 "labeled_arc_ece": block["calibration"].get("labeled_arc", {}).get("ece"),
                 "auroc_one_minus_head_prob": block["error_detection"]["auroc_one_minus_head_prob"],
             }
         meta["temperature_seconds"] = time.perf_counter() - t0
         report.temperature = {"dev": meta["dev"], "arc": arc, "rel": rel, "dev_metrics": on_dev}
-        log(f"temperatures fitted on dev in {meta['temperature_seconds']:.1f} s: arc T = {arc['temperature']:.3f}"
-            + (f", relation T = {rel['temperature']:.3f}" if rel else ""))
-        report.calibrated = evaluate(gold, test_scores, arc_temperature=arc["temperature"],
-                                     rel_temperature=rel_t, options=options)
+        log(
+            f"temperatures fitted on dev in {meta['temperature_seconds']:.1f} s: arc T = {arc['temperature']:.3f}"
+            + (f", relation T = {rel['temperature']:.3f}" if rel else "")
+        )
+        report.calibrated = evaluate(
+            gold, test_scores, arc_temperature=arc["temperature"], rel_temperature=rel_t, options=options
+        )
         report.targets["calibrated"] = targets(report.calibrated)
     if config.timing:
         t0 = time.perf_counter()
-        report.timing = timing_table(test_scores, repeats=config.timing_repeats,
-                                     max_sentences_per_bucket=config.timing_max_per_bucket, seed=config.seed)
+        report.timing = timing_table(
+            test_scores,
+            repeats=config.timing_repeats,
+            max_sentences_per_bucket=config.timing_max_per_bucket,
+            seed=config.seed,
+        )
         meta["timing_seconds"] = time.perf_counter() - t0
         log(f"timing table in {meta['timing_seconds']:.1f} s")
     meta["seconds"] = time.perf_counter() - start

@@ -9,6 +9,7 @@ sentence, parsing on gold tokenization and gold sentences:
 * :func:`stanza_scores` -- a Stanza pipeline with graph-based depparse, through the scores
   that ``spacy_treexp.stanza`` captures during depparse's own pass.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, List, Optional, Sequence
@@ -53,8 +54,12 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
 
     def docs() -> Iterable[Doc]:
         for sentence in gold:
-            yield Doc(nlp.vocab, words=sentence.words, spaces=sentence.spaces or None,
-                      sent_starts=[True, *([False] * (sentence.n - 1))])
+            yield Doc(
+                nlp.vocab,
+                words=sentence.words,
+                spaces=sentence.spaces or None,
+                sent_starts=[True, *([False] * (sentence.n - 1))],
+            )
 
     out: List[SentenceScores] = []
     with nlp.select_pipes(disable=skipped):
@@ -73,8 +78,9 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
     return out
 
 
-def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], gold_tags: Optional[bool] = None,
-                  **options: Any) -> List[SentenceScores]:
+def stanza_scores(
+    pipeline_dir: str, gold: Sequence[GoldSentence], gold_tags: Optional[bool] = None, **options: Any
+) -> List[SentenceScores]:
     """Parse the gold sentences with the Stanza pipeline saved in ``pipeline_dir``.
 
     The scores are the ones ``spacy_treexp.stanza`` captures during depparse's own pass
@@ -99,21 +105,40 @@ def stanza_scores(pipeline_dir: str, gold: Sequence[GoldSentence], gold_tags: Op
 
         if not os.path.isfile(depparse):
             raise ValueError(f"{pipeline_dir!r} has no depparse.pt")
-        kwargs: dict = dict(dir=pipeline_dir, download_method=None, allow_unknown_language=True,
-                            depparse_model_path=depparse, depparse_pretagged=True, logging_level="WARN")
+        kwargs: dict = dict(
+            dir=pipeline_dir,
+            download_method=None,
+            allow_unknown_language=True,
+            depparse_model_path=depparse,
+            depparse_pretagged=True,
+            logging_level="WARN",
+        )
         pretrain = os.path.join(pipeline_dir, "pretrain.pt")
         if os.path.isfile(pretrain):
             kwargs["depparse_pretrain_path"] = pretrain
         kwargs.update(options)
         nlp = stanza.Pipeline("en", processors="depparse,tree_expectations", **kwargs)
-        rows = [[{"id": i + 1, "text": word, "lemma": word,
-                  "upos": _tag(sentence.upos, i), "xpos": _tag(sentence.xpos, i), "feats": _tag(sentence.feats, i)}
-                 for i, word in enumerate(sentence.words)] for sentence in gold]
+        rows = [
+            [
+                {
+                    "id": i + 1,
+                    "text": word,
+                    "lemma": word,
+                    "upos": _tag(sentence.upos, i),
+                    "xpos": _tag(sentence.xpos, i),
+                    "feats": _tag(sentence.feats, i),
+                }
+                for i, word in enumerate(sentence.words)
+            ]
+            for sentence in gold
+        ]
         doc = nlp(Document(rows))
     else:
         make = getattr(treexp_stanza, "pipeline_from_dir", None)
         if make is None:
-            raise RuntimeError("spacy_treexp.stanza.pipeline_from_dir is missing: cannot load a Stanza pipeline directory")
+            raise RuntimeError(
+                "spacy_treexp.stanza.pipeline_from_dir is missing: cannot load a Stanza pipeline directory"
+            )
         options = {"tokenize_pretokenized": True, "logging_level": "WARN", **options}
         nlp = make(pipeline_dir, **options)
         doc = nlp([list(sentence.words) for sentence in gold])
@@ -139,7 +164,8 @@ def stanza_uses_gold_tags(pipeline_dir: str, gold_tags: Optional[bool] = None) -
         return bool(gold_tags)
     pipeline_dir = str(pipeline_dir)
     return os.path.isfile(os.path.join(pipeline_dir, "depparse.pt")) and not os.path.isfile(
-        os.path.join(pipeline_dir, "pos.pt"))
+        os.path.join(pipeline_dir, "pos.pt")
+    )
 
 
 def _tag(values: Sequence[str], i: int) -> Optional[str]:

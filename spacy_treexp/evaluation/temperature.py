@@ -10,6 +10,7 @@ log-probability at the gold head (a softmax over labels, also convex in β).
 The MAP tree does not change with T (a positive scale); marginals, entropy, MBR and
 samples do.
 """
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,9 @@ def _bisect(gradient, low: float, high: float, iterations: int) -> Tuple[float, 
     return math.exp(0.5 * (a + b)), "ok"
 
 
-def arc_nll(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores], temperature: float = 1.0,
-            max_cells: int = 2_000_000) -> Tuple[float, float]:
+def arc_nll(
+    gold: Sequence[GoldSentence], scores: Sequence[SentenceScores], temperature: float = 1.0, max_cells: int = 2_000_000
+) -> Tuple[float, float]:
     """(NLL of the gold trees per word, its derivative with respect to β = 1/T, per word)."""
     lengths = [sentence.n for sentence in gold]
     total, derivative = 0.0, 0.0
@@ -83,19 +85,27 @@ def arc_nll(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores], temp
     return total / n_words, derivative / n_words
 
 
-def fit_arc_temperature(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores],
-                        iterations: int = 25) -> ArcTemperatureFit:
+def fit_arc_temperature(
+    gold: Sequence[GoldSentence], scores: Sequence[SentenceScores], iterations: int = 25
+) -> ArcTemperatureFit:
     """Fit T for the arc scores on held-out gold trees; returns T and the NLL before/after."""
     if len(gold) != len(scores) or not gold:
         raise ValueError("fit_arc_temperature needs as many scored sentences as gold sentences (and some)")
     beta, status = _bisect(lambda b: arc_nll(gold, scores, 1.0 / b)[1], *BETA_RANGE, iterations)
     before = arc_nll(gold, scores, 1.0)[0]
     after = arc_nll(gold, scores, 1.0 / beta)[0]
-    return {"temperature": 1.0 / beta, "status": status, "nll_per_word_before": before,
-            "nll_per_word_after": after, "n_sentences": len(gold)}
+    return {
+        "temperature": 1.0 / beta,
+        "status": status,
+        "nll_per_word_before": before,
+        "nll_per_word_after": after,
+        "n_sentences": len(gold),
+    }
 
 
-def _gold_label_logits(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores]) -> Optional[Tuple[numpy.ndarray, numpy.ndarray]]:
+def _gold_label_logits(
+    gold: Sequence[GoldSentence], scores: Sequence[SentenceScores]
+) -> Optional[Tuple[numpy.ndarray, numpy.ndarray]]:
     """Relation log-probabilities at the gold head of each word whose gold label the model knows."""
     rows, targets = [], []
     for sentence, score in zip(gold, scores):
@@ -126,14 +136,19 @@ def label_nll(logits: numpy.ndarray, targets: numpy.ndarray, temperature: float)
     return nll, derivative
 
 
-def fit_rel_temperature(gold: Sequence[GoldSentence], scores: Sequence[SentenceScores],
-                        iterations: int = 40) -> Optional[RelTemperatureFit]:
+def fit_rel_temperature(
+    gold: Sequence[GoldSentence], scores: Sequence[SentenceScores], iterations: int = 40
+) -> Optional[RelTemperatureFit]:
     """Fit T for the relation log-probabilities on gold labels at gold heads (None: no labels)."""
     data = _gold_label_logits(gold, scores)
     if data is None:
         return None
     logits, targets = data
     beta, status = _bisect(lambda b: label_nll(logits, targets, 1.0 / b)[1], *BETA_RANGE, iterations)
-    return {"temperature": 1.0 / beta, "status": status,
-            "nll_per_word_before": label_nll(logits, targets, 1.0)[0],
-            "nll_per_word_after": label_nll(logits, targets, 1.0 / beta)[0], "n_words": int(len(targets))}
+    return {
+        "temperature": 1.0 / beta,
+        "status": status,
+        "nll_per_word_before": label_nll(logits, targets, 1.0)[0],
+        "nll_per_word_after": label_nll(logits, targets, 1.0 / beta)[0],
+        "n_words": int(len(targets)),
+    }

@@ -11,6 +11,7 @@ Times are per sentence, float64, on one torch thread, the best of ``repeats`` ru
 sentence at a time (the complexity comparison; Python overhead dominates short sentences),
 and batched (each bucket's sentences padded into one call, how the engine is used).
 """
+
 from __future__ import annotations
 
 import time
@@ -19,8 +20,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy
 import torch
 
-from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.annotate import SentenceScores, torch_threads
+from spacy_treexp.engine import TreeDistribution
 
 #: Length buckets (inclusive bounds); the last is open-ended.
 BUCKETS: Tuple[Tuple[int, int], ...] = ((1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 10_000))
@@ -85,8 +86,9 @@ def _best_time(function, repeats: int) -> float:
     return best
 
 
-def timing_table(scores: Sequence[SentenceScores], repeats: int = 3, max_sentences_per_bucket: int = 0,
-                 seed: int = 0) -> Dict[str, object]:
+def timing_table(
+    scores: Sequence[SentenceScores], repeats: int = 3, max_sentences_per_bucket: int = 0, seed: int = 0
+) -> Dict[str, object]:
     """Per length bucket: sentences, mean length, entropy per word, ms per sentence of the
     engine (T1, O(n³)) and of the O(n⁴) baseline, the speed-up, and the largest |ΔH|.
 
@@ -95,33 +97,43 @@ def timing_table(scores: Sequence[SentenceScores], repeats: int = 3, max_sentenc
     """
     rng = numpy.random.default_rng(seed)
     rows: List[Dict[str, object]] = []
-    totals = {"engine": 0.0, "baseline": 0.0, "timed": 0, "words": 0, "entropy": 0.0, "sentences": 0, "max_diff": 0.0,
-              "engine_batched": 0.0, "baseline_batched": 0.0}
+    totals = {
+        "engine": 0.0,
+        "baseline": 0.0,
+        "timed": 0,
+        "words": 0,
+        "entropy": 0.0,
+        "sentences": 0,
+        "max_diff": 0.0,
+        "engine_batched": 0.0,
+        "baseline_batched": 0.0,
+    }
     with torch.no_grad(), torch_threads(1):
-            for low, high in BUCKETS:
-                members = [s for s in scores if low <= s.n <= high]
-                if not members:
-                    continue
-                tensors = [torch.from_numpy(s.arc.astype(numpy.float64)) for s in members]
-                entropies = numpy.array([float(TreeDistribution(t).entropy()) for t in tensors])
-                lengths = numpy.array([s.n for s in members])
-                timed = list(range(len(members)))
-                if max_sentences_per_bucket and len(timed) > max_sentences_per_bucket:
-                    timed = sorted(rng.choice(len(members), max_sentences_per_bucket, replace=False).tolist())
-                engine = baseline = 0.0
-                max_diff = 0.0
-                for i in timed:
-                    t = tensors[i]
-                    engine += _best_time(lambda: TreeDistribution(t).entropy(), repeats)
-                    baseline += _best_time(lambda: entropy_quartic(t), repeats)
-                    max_diff = max(max_diff, abs(float(entropy_quartic(t)) - entropies[i]))
-                batch = torch.zeros((len(members), int(lengths.max()) + 1, int(lengths.max()) + 1), dtype=torch.float64)
-                for b, t in enumerate(tensors):
-                    batch[b, : t.shape[0], : t.shape[0]] = t
-                batch_lengths = torch.from_numpy(lengths)
-                engine_batched = _best_time(lambda: TreeDistribution(batch, batch_lengths).entropy(), repeats)
-                baseline_batched = _best_time(lambda: entropy_quartic(batch, batch_lengths), repeats)
-                rows.append({
+        for low, high in BUCKETS:
+            members = [s for s in scores if low <= s.n <= high]
+            if not members:
+                continue
+            tensors = [torch.from_numpy(s.arc.astype(numpy.float64)) for s in members]
+            entropies = numpy.array([float(TreeDistribution(t).entropy()) for t in tensors])
+            lengths = numpy.array([s.n for s in members])
+            timed = list(range(len(members)))
+            if max_sentences_per_bucket and len(timed) > max_sentences_per_bucket:
+                timed = sorted(rng.choice(len(members), max_sentences_per_bucket, replace=False).tolist())
+            engine = baseline = 0.0
+            max_diff = 0.0
+            for i in timed:
+                t = tensors[i]
+                engine += _best_time(lambda: TreeDistribution(t).entropy(), repeats)
+                baseline += _best_time(lambda: entropy_quartic(t), repeats)
+                max_diff = max(max_diff, abs(float(entropy_quartic(t)) - entropies[i]))
+            batch = torch.zeros((len(members), int(lengths.max()) + 1, int(lengths.max()) + 1), dtype=torch.float64)
+            for b, t in enumerate(tensors):
+                batch[b, : t.shape[0], : t.shape[0]] = t
+            batch_lengths = torch.from_numpy(lengths)
+            engine_batched = _best_time(lambda: TreeDistribution(batch, batch_lengths).entropy(), repeats)
+            baseline_batched = _best_time(lambda: entropy_quartic(batch, batch_lengths), repeats)
+            rows.append(
+                {
                     "lengths": f"{low}-{high}" if high < 10_000 else f"{low}+",
                     "sentences": len(members),
                     "timed_sentences": len(timed),
@@ -134,16 +146,17 @@ def timing_table(scores: Sequence[SentenceScores], repeats: int = 3, max_sentenc
                     "engine_batched_ms_per_sentence": 1000 * engine_batched / len(members),
                     "baseline_batched_ms_per_sentence": 1000 * baseline_batched / len(members),
                     "batched_speedup": baseline_batched / engine_batched if engine_batched > 0 else float("nan"),
-                })
-                totals["engine_batched"] += engine_batched
-                totals["baseline_batched"] += baseline_batched
-                totals["engine"] += engine
-                totals["baseline"] += baseline
-                totals["timed"] += len(timed)
-                totals["words"] += int(lengths.sum())
-                totals["entropy"] += float(entropies.sum())
-                totals["sentences"] += len(members)
-                totals["max_diff"] = max(totals["max_diff"], max_diff)
+                }
+            )
+            totals["engine_batched"] += engine_batched
+            totals["baseline_batched"] += baseline_batched
+            totals["engine"] += engine
+            totals["baseline"] += baseline
+            totals["timed"] += len(timed)
+            totals["words"] += int(lengths.sum())
+            totals["entropy"] += float(entropies.sum())
+            totals["sentences"] += len(members)
+            totals["max_diff"] = max(totals["max_diff"], max_diff)
     summary = {
         "lengths": "all",
         "sentences": totals["sentences"],
@@ -156,8 +169,15 @@ def timing_table(scores: Sequence[SentenceScores], repeats: int = 3, max_sentenc
         "max_abs_entropy_difference": totals["max_diff"],
         "engine_batched_ms_per_sentence": 1000 * totals["engine_batched"] / max(totals["sentences"], 1),
         "baseline_batched_ms_per_sentence": 1000 * totals["baseline_batched"] / max(totals["sentences"], 1),
-        "batched_speedup": (totals["baseline_batched"] / totals["engine_batched"]
-                            if totals["engine_batched"] > 0 else float("nan")),
+        "batched_speedup": (
+            totals["baseline_batched"] / totals["engine_batched"] if totals["engine_batched"] > 0 else float("nan")
+        ),
     }
-    return {"rows": rows, "all": summary, "repeats": repeats, "threads": 1,
-            "baseline": "per-dependent MTT solves, O(n^4)", "engine": "TreeDistribution.entropy (T1, O(n^3))"}
+    return {
+        "rows": rows,
+        "all": summary,
+        "repeats": repeats,
+        "threads": 1,
+        "baseline": "per-dependent MTT solves, O(n^4)",
+        "engine": "TreeDistribution.entropy (T1, O(n^3))",
+    }

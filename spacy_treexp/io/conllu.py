@@ -245,9 +245,7 @@ class ConlluSentence:
         values: dict[str, Sequence[str]] = {"form": forms, **columns}
         if heads is not None:
             if len(heads) != n + 1:
-                raise ValueError(
-                    f"heads must have length n+1 = {n + 1} (heads[0] is ROOT's), got {len(heads)}"
-                )
+                raise ValueError(f"heads must have length n+1 = {n + 1} (heads[0] is ROOT's), got {len(heads)}")
             values["head"] = ["_" if int(h) < 0 else str(int(h)) for h in heads[1:]]
         if deprels is not None:
             values["deprel"] = deprels
@@ -260,9 +258,7 @@ class ConlluSentence:
             raise ValueError(f"spaces has {len(spaces)} values for {n} words")
         rows = []
         for i in range(n):
-            row = [str(i + 1)] + [
-                _field(name, values[name][i]) if name in values else "_" for name in COLUMNS[1:]
-            ]
+            row = [str(i + 1)] + [_field(name, values[name][i]) if name in values else "_" for name in COLUMNS[1:]]
             if spaces is not None:
                 row[_MISC] = format_misc(row[_MISC], {"SpaceAfter": None if spaces[i] else "No"})
             rows.append(tuple(row))
@@ -383,9 +379,7 @@ def _find_cycle(heads: Sequence[int]) -> list[int]:
 # --- reading ------------------------------------------------------------------------
 
 
-def read_conllu(
-    source: Source, *, on_error: Callable[[ConlluError], None] | None = None
-) -> Iterator[ConlluSentence]:
+def read_conllu(source: Source, *, on_error: Callable[[ConlluError], None] | None = None) -> Iterator[ConlluSentence]:
     """Stream the sentences of a CoNLL-U file (a path, read as UTF-8, or an open file).
 
     A format error raises :class:`ConlluError`; with ``on_error`` the error is passed to
@@ -470,9 +464,7 @@ def _parse_block(block: list[_Line], path: str | None) -> ConlluSentence:
             raise ConlluError(path, number, problem)
         if line.startswith("#"):
             if rows:
-                raise ConlluError(
-                    path, number, "comment after token lines (comments go before the first token)"
-                )
+                raise ConlluError(path, number, "comment after token lines (comments go before the first token)")
             comments.append(line)
             continue
         cols = tuple(line.split("\t"))
@@ -485,9 +477,7 @@ def _parse_block(block: list[_Line], path: str | None) -> ConlluSentence:
         elif match := _RANGE.fullmatch(token_id):
             first, last = int(match[1]), int(match[2])
             if first >= last:
-                raise ConlluError(
-                    path, number, f"multiword token {token_id!r}: the first word must be before the last"
-                )
+                raise ConlluError(path, number, f"multiword token {token_id!r}: the first word must be before the last")
             if first != n + 1:
                 raise ConlluError(path, number, f"multiword token {token_id!r} where word {n + 1} comes next")
             if first <= covered:
@@ -496,9 +486,7 @@ def _parse_block(block: list[_Line], path: str | None) -> ConlluSentence:
         elif match := _EMPTY.fullmatch(token_id):
             word, index = int(match[1]), int(match[2])
             if word != n:
-                raise ConlluError(
-                    path, number, f"empty node {token_id!r} after word {n} (it goes after word {word})"
-                )
+                raise ConlluError(path, number, f"empty node {token_id!r} after word {n} (it goes after word {word})")
             expected = empty[1] + 1 if empty[0] == word else 1
             if index != expected:
                 raise ConlluError(path, number, f"empty node {token_id!r} where {word}.{expected} comes next")

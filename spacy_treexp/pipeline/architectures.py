@@ -21,6 +21,7 @@ the all-pairs tensor dominates the cost); with heads, (B, N+1, L) at the given h
 which is all the training loss needs (zero where the head is unknown).
 Its backward pass takes ``(d_arc, d_rel)``.
 """
+
 from typing import Callable, List, Optional, Tuple, Union, cast
 
 import numpy
@@ -59,12 +60,8 @@ def build_biaffine_parser(
         raise ValueError("biaffine parser: need lstm_depth >= 0 and lstm_width >= 1")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"biaffine parser: dropout must be in [0, 1), got {dropout}")
-    scorer = BiaffineScorer(
-        tok2vec.get_dim("nO"), arc_width, rel_width, lstm_depth, lstm_width, dropout
-    )
-    wrapped = PyTorchWrapper_v2(
-        scorer, convert_inputs=_convert_inputs, convert_outputs=_convert_outputs
-    )
+    scorer = BiaffineScorer(tok2vec.get_dim("nO"), arc_width, rel_width, lstm_depth, lstm_width, dropout)
+    wrapped = PyTorchWrapper_v2(scorer, convert_inputs=_convert_inputs, convert_outputs=_convert_outputs)
     return Model(
         "spacy_treexp.biaffine_parser",
         _forward,
@@ -216,9 +213,7 @@ class BiaffineScorer(torch.nn.Module):
                 X, (lengths + 1).cpu(), batch_first=True, enforce_sorted=False
             )
             output, _ = self.lstm(packed)
-            X, _ = torch.nn.utils.rnn.pad_packed_sequence(
-                output, batch_first=True, total_length=n_max + 1
-            )
+            X, _ = torch.nn.utils.rnn.pad_packed_sequence(output, batch_first=True, total_length=n_max + 1)
             X = self.dropout(X)
         ones = X.new_ones(batch, n_max + 1, 1)
         arc_head = torch.cat([self.arc_head(X), ones], dim=-1)
@@ -228,9 +223,7 @@ class BiaffineScorer(torch.nn.Module):
         if heads is not None:
             # Only the tokens with a known head, unpadded: the bilinear form costs L * width².
             sent, dep = torch.nonzero(heads >= 0, as_tuple=True)
-            pairs = torch.einsum(
-                "ti,lij,tj->tl", rel_head[sent, heads[sent, dep]], self.rel_weight, rel_dep[sent, dep]
-            )
+            pairs = torch.einsum("ti,lij,tj->tl", rel_head[sent, heads[sent, dep]], self.rel_weight, rel_dep[sent, dep])
             rel = pairs.new_zeros((batch, n_max + 1, self.n_labels))
             rel = rel.index_put((sent, dep), pairs.log_softmax(dim=-1))
             return arc, rel
@@ -239,13 +232,11 @@ class BiaffineScorer(torch.nn.Module):
         valid = torch.arange(n_max + 1, device=X.device)[None, :] < (lengths + 1)[:, None].to(X.device)
         by_head = torch.einsum("ti,lij->tlj", rel_head[valid], self.rel_weight)
         rels = [
-            torch.einsum("hlj,mj->hml", head_part, rel_dep[b, : size]).log_softmax(dim=-1)
+            torch.einsum("hlj,mj->hml", head_part, rel_dep[b, :size]).log_softmax(dim=-1)
             for b, (head_part, size) in enumerate(zip(by_head.split(sizes), sizes))
         ]
         return arc, rels
 
 
 def _mlp(n_in: int, n_out: int, dropout: float) -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Linear(n_in, n_out), torch.nn.LeakyReLU(0.1), torch.nn.Dropout(dropout)
-    )
+    return torch.nn.Sequential(torch.nn.Linear(n_in, n_out), torch.nn.LeakyReLU(0.1), torch.nn.Dropout(dropout))

@@ -16,6 +16,7 @@ Conventions (README.md: "spaCy: the tree_expectations component" has the full ta
 * ``arc_marginals[h, d]`` is the marginal probability of the arc h -> d
   (Koo et al. 2007, Prop. 1), index 0 = ROOT; each column d >= 1 sums to 1.
 """
+
 from __future__ import annotations
 
 import math

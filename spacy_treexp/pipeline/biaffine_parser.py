@@ -11,7 +11,7 @@ Prediction sets ``token.head`` / ``token.dep_`` from the single-root MAP tree (o
 sentence, and stores the scores in ``Doc._.parser_scores`` (see ``extensions.py``).
 Sentence boundaries must come from an upstream ``senter``, ``sentencizer`` or parser.
 """
-import os
+
 from itertools import islice
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypedDict, cast
 
@@ -28,6 +28,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, set_dropout_rate
 from thinc.types import Ints2d
 
+from spacy_treexp.annotate import install_fork_hook
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import set_n_labels
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
@@ -77,13 +78,8 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 DECODINGS = ("map", "mbr")
 
 
-def _single_torch_thread() -> None:
-    # Forked workers of nlp.pipe(n_process>1) can hang in the parent's OpenMP pool.
-    torch.set_num_threads(1)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_single_torch_thread)
+# Forked workers of nlp.pipe(n_process>1) can hang in the parent's OpenMP pool.
+install_fork_hook()
 
 
 def _log_softmax(values: numpy.ndarray) -> numpy.ndarray:
@@ -294,9 +290,7 @@ class BiaffineParser(TrainablePipe):
     def _decode(self, arc: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
         if len(lengths) == 0:
             return numpy.zeros((0, 1), dtype="int64")
-        dist = TreeDistribution(
-            torch.from_numpy(arc), torch.from_numpy(lengths), single_root=True
-        )
+        dist = TreeDistribution(torch.from_numpy(arc), torch.from_numpy(lengths), single_root=True)
         heads = dist.mode if self.decoding == "map" else dist.mbr()
         return heads.cpu().numpy()
 
@@ -397,9 +391,7 @@ class BiaffineParser(TrainablePipe):
                 b += 1
         return {"sentences": sentences, "heads": heads, "labels": labels, "complete": complete}
 
-    def _loss(
-        self, scores: Tuple[numpy.ndarray, ...], gold: Gold
-    ) -> Tuple[float, Tuple[numpy.ndarray, numpy.ndarray]]:
+    def _loss(self, scores: Tuple[numpy.ndarray, ...], gold: Gold) -> Tuple[float, Tuple[numpy.ndarray, numpy.ndarray]]:
         """Loss and gradients, summed over the batch like spaCy's tagger and parser (so the
         shared tok2vec gets gradients on the same scale from every component):
         ``-log p(gold tree)`` (Koo et al. 2007, gradient marginals - gold) plus
@@ -438,9 +430,7 @@ class BiaffineParser(TrainablePipe):
         """Collect the relation labels (or take ``labels``) and initialise the model."""
         validate_get_examples(get_examples, "BiaffineParser.initialize")
         if labels is None:
-            labels = sorted(
-                {token.dep_ for eg in get_examples() for token in eg.reference if token.dep_}
-            )
+            labels = sorted({token.dep_ for eg in get_examples() for token in eg.reference if token.dep_})
         for label in labels:
             self.add_label(label)
         if not self.labels:

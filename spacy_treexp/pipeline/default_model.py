@@ -4,6 +4,7 @@
 trained on UD English-EWT with ``configs/train_en_ewt.sh``. No download step: the files
 live in ``spacy_treexp/models/en_treexp_ewt``.
 """
+
 from pathlib import Path
 from typing import Any
 

@@ -14,6 +14,7 @@ survives ``Doc.to_bytes``, ``DocBin(store_user_data=True)``, pickle and
 
 DocBin may give lists back as tuples: readers accept both. See docs/CONTRACTS.md.
 """
+
 from spacy.tokens import Doc
 
 PARSER_SCORES = "parser_scores"

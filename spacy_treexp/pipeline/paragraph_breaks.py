@@ -13,6 +13,7 @@ Place it first: ``nlp.add_pipe("paragraph_breaks", first=True)``. Plain text in 
 treebanks (and the CoNLL 2018 shared task's raw-text input) separates paragraphs with a
 blank line, which is the default here.
 """
+
 import numpy
 from spacy.attrs import IS_SPACE
 from spacy.language import Language

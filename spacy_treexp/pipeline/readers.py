@@ -11,6 +11,7 @@ does).
     @readers = "spacy_treexp.GoldTokensCorpus.v1"
     path = ${paths.train}
 """
+
 from typing import Callable, Iterator
 
 from spacy.language import Language

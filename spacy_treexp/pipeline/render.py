@@ -9,6 +9,7 @@ For every sentence of Docs annotated by ``tree_expectations``:
 * a heat map of the arc marginals, heads (rows, ROOT first) × dependents (columns),
   with the predicted arcs outlined.
 """
+
 from __future__ import annotations
 
 import html
@@ -83,7 +84,7 @@ def render(
     if not page:
         return f'<div class="treexp">{_legend()}{body}</div>'
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
         f"<h1>{html.escape(title)}</h1>\n{_legend()}\n{body}\n</body>\n</html>\n"
     )
@@ -102,24 +103,25 @@ def _mix(color: Tuple[int, int, int], amount: float) -> str:
 
 def _legend() -> str:
     ramp = "".join(
-        f'<rect x="{i * 12}" y="0" width="12" height="12" fill="{_mix(_ENTROPY_HOT, i / 9)}"/>'
-        for i in range(10)
+        f'<rect x="{i * 12}" y="0" width="12" height="12" fill="{_mix(_ENTROPY_HOT, i / 9)}"/>' for i in range(10)
     )
-    heat = "".join(
-        f'<rect x="{i * 12}" y="0" width="12" height="12" fill="{_mix(_HEAT, i / 9)}"/>'
-        for i in range(10)
-    )
+    heat = "".join(f'<rect x="{i * 12}" y="0" width="12" height="12" fill="{_mix(_HEAT, i / 9)}"/>' for i in range(10))
     return (
         '<div class="treexp-legend">Arcs above the words: the predicted tree, width and '
-        'opacity = marginal probability. Dashed arcs below: alternative heads. '
+        "opacity = marginal probability. Dashed arcs below: alternative heads. "
         f'Word shading: head entropy 0 <svg width="120" height="12">{ramp}</svg> &ge; 1 nat. '
         f'Heat map: marginal 0 <svg width="120" height="12">{heat}</svg> 1.</div>'
     )
 
 
 def _sentence_html(doc: Doc, record: SentenceAnnotation, number: int, alt_threshold: float, heatmap: bool) -> str:
-    if (record.entropy is None or record.expected_attachment is None or record.log_partition is None
-            or record.marginals is None or record.head_entropy is None):
+    if (
+        record.entropy is None
+        or record.expected_attachment is None
+        or record.log_partition is None
+        or record.marginals is None
+        or record.head_entropy is None
+    ):
         raise ValueError(
             f"render: sentence {number} has no marginals or entropies to draw (e.g. a record read "
             "back from CoNLL-U); run 'tree_expectations' on the Doc first."
@@ -130,10 +132,10 @@ def _sentence_html(doc: Doc, record: SentenceAnnotation, number: int, alt_thresh
     n = len(words)
     summary = (
         f'<div class="treexp-summary"><b>Sentence {number}</b> &middot; {n} words &middot; '
-        f'tree entropy <b>{record.entropy:.3f}</b> nats '
-        f'({record.entropy / max(n, 1):.3f} per word) &middot; expected attachment '
-        f'<b>{100 * record.expected_attachment:.1f}%</b> &middot; log Z '
-        f'{record.log_partition:.2f}</div>'
+        f"tree entropy <b>{record.entropy:.3f}</b> nats "
+        f"({record.entropy / max(n, 1):.3f} per word) &middot; expected attachment "
+        f"<b>{100 * record.expected_attachment:.1f}%</b> &middot; log Z "
+        f"{record.log_partition:.2f}</div>"
     )
     tree = _tree_svg(words, deps, record, alt_threshold)
     out = [f'<section class="treexp-sentence" data-sentence="{number}">', summary]
@@ -182,10 +184,7 @@ def _tree_svg(words: Sequence[str], deps: Sequence[str], record: SentenceAnnotat
 
     predicted = [(heads[d - 1], d) for d in range(1, n + 1)]
     alternatives = [
-        (int(h), d)
-        for d in range(1, n + 1)
-        for h in numpy.nonzero(mu[:, d] >= alt_threshold)[0]
-        if h != heads[d - 1]
+        (int(h), d) for d in range(1, n + 1) for h in numpy.nonzero(mu[:, d] >= alt_threshold)[0] if h != heads[d - 1]
     ]
     up = dict(zip([a for a in predicted if a[0]], _levels([a for a in predicted if a[0]])))
     down = dict(zip([a for a in alternatives if a[0]], _levels([a for a in alternatives if a[0]])))
@@ -201,8 +200,7 @@ def _tree_svg(words: Sequence[str], deps: Sequence[str], record: SentenceAnnotat
     for h, d in predicted:
         p = float(mu[h, d])
         style = (
-            f'stroke="{_rgb(_ARC)}" stroke-opacity="{0.2 + 0.8 * p:.3f}" '
-            f'stroke-width="{0.8 + 4.2 * p:.2f}" fill="none"'
+            f'stroke="{_rgb(_ARC)}" stroke-opacity="{0.2 + 0.8 * p:.3f}" stroke-width="{0.8 + 4.2 * p:.2f}" fill="none"'
         )
         common = f'class="treexp-arc" data-head="{h}" data-dep="{d}" data-prob="{p:.4f}"'
         title = f"<title>{name(h)} &#8594; {name(d)}: {p:.3f}</title>"

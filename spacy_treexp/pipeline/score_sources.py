@@ -19,6 +19,7 @@ plug in another parser, register your own source and name it in the config::
 
     nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "my_scores.v1"}})
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Sequence

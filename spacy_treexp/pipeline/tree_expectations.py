@@ -12,6 +12,7 @@ optionally unbiased samples of alternative trees with their exact log-probabilit
 This module is an adapter: it converts between spaCy objects and the core's records and
 does no maths of its own.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, List, Optional, Sequence
@@ -46,7 +47,7 @@ def make_tree_expectations(
     device: str,
     batch_size: int,
     seed: Optional[int],
-) -> "TreeExpectations":
+) -> TreeExpectations:
     """Create the ``tree_expectations`` component (see :class:`TreeExpectations`)."""
     return TreeExpectations(
         nlp.vocab,

@@ -6,6 +6,8 @@ properties with Stanza (once, however often it is imported or reloaded)::
     import stanza, spacy_treexp.stanza
     nlp = stanza.Pipeline("en", processors="tokenize,pos,lemma,depparse,tree_expectations")
 """
+
+from spacy_treexp.stanza.convert import pipeline_from_dir, to_spacy
 from spacy_treexp.stanza.export import from_conllu, from_dict, to_conllu, to_dict
 from spacy_treexp.stanza.processor import (
     SENTENCE_PROPERTIES,
@@ -14,7 +16,6 @@ from spacy_treexp.stanza.processor import (
     register_processor,
     register_properties,
 )
-from spacy_treexp.stanza.convert import pipeline_from_dir, to_spacy
 
 register_properties()
 register_processor()

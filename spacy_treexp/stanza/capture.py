@@ -27,6 +27,7 @@ The raw unlabeled scores are kept (Stanza's decoder uses a log-softmax over head
 does not mask padding; that only subtracts a constant per dependent, which changes log Z
 but not the tree distribution).
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -96,7 +97,7 @@ class DepparseScoreCapture:
         processor.process = self._capture_process
 
     @classmethod
-    def attach(cls, processor: Any) -> "DepparseScoreCapture":
+    def attach(cls, processor: Any) -> DepparseScoreCapture:
         """The processor's capture, installed once however many times it is asked for."""
         existing = processor.__dict__.get("_treexp_capture")
         if existing is not None:

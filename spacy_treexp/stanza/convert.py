@@ -8,6 +8,7 @@ then runs the spaCy ``tree_expectations`` component on it, so spaCy users get th
 
 :func:`pipeline_from_dir` builds the pipeline the command line's ``--stanza DIR`` uses.
 """
+
 from __future__ import annotations
 
 import json
@@ -82,8 +83,15 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
         doc = Doc(vocab, words=[])
     else:
         doc = Doc(
-            vocab, words=words, spaces=spaces, heads=heads, deps=deps, tags=tags, pos=pos,
-            lemmas=lemmas, sent_starts=sent_starts,
+            vocab,
+            words=words,
+            spaces=spaces,
+            heads=heads,
+            deps=deps,
+            tags=tags,
+            pos=pos,
+            lemmas=lemmas,
+            sent_starts=sent_starts,
         )
     for record in records:
         record["arc"] = numpy.ascontiguousarray(record["arc"], dtype=numpy.float32)
@@ -146,8 +154,7 @@ def pipeline_from_dir(
         with open(resources, encoding="utf-8") as f:
             if lang not in json.load(f):
                 raise ValueError(
-                    f"{path!r} has neither depparse.pt nor models for language {lang!r} in "
-                    "resources.json."
+                    f"{path!r} has neither depparse.pt nor models for language {lang!r} in resources.json."
                 )
     kwargs.update(stanza_kwargs)
     return stanza.Pipeline(lang, processors=STANZA_PROCESSORS, **kwargs)

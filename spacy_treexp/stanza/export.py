@@ -14,6 +14,7 @@ so these functions carry them:
   rounded to ``digits`` decimals. Reading the text back and writing it again gives the
   same text.
 """
+
 from __future__ import annotations
 
 import io
@@ -106,8 +107,7 @@ def _decode_array(key: str, value: Any, n: int) -> numpy.ndarray:
 def from_dict(data: List[Dict[str, Any]]) -> Document:
     """Rebuild a Stanza Document with its annotations from :func:`to_dict`'s output."""
     if not isinstance(data, list) or any(
-        not isinstance(item, dict) or "words" not in item or "tree_expectations" not in item
-        for item in data
+        not isinstance(item, dict) or "words" not in item or "tree_expectations" not in item for item in data
     ):
         raise ValueError("from_dict expects a list of {'words': ..., 'tree_expectations': ...} dicts.")
     doc = Document([item["words"] for item in data])

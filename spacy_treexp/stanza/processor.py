@@ -25,6 +25,7 @@ sentences per engine call) and ``seed`` (0; samples of a sentence come from a ge
 seeded by the seed, the sentence's position in its document and its words, so they do not
 depend on batching; None: fresh samples every call).
 """
+
 from __future__ import annotations
 
 import math
@@ -67,9 +68,7 @@ class TreeExpectationsProcessor(Processor):
         prefix = NAME + "_"
         # Stanza itself adds "<processor>_model_path" (and similar paths) for every processor
         options = {
-            k[len(prefix):]: v
-            for k, v in pipeline.config.items()
-            if k.startswith(prefix) and not k.endswith("_path")
+            k[len(prefix) :]: v for k, v in pipeline.config.items() if k.startswith(prefix) and not k.endswith("_path")
         }
         self.options = parse_options(options)
         depparse = pipeline.processors.get("depparse")
@@ -91,9 +90,7 @@ class TreeExpectationsProcessor(Processor):
 def annotate_documents(docs: Sequence[Document], options: AnnotateOptions) -> None:
     """Compute and attach the annotation of every sentence of ``docs``."""
     sentences = [sentence for doc in docs for sentence in doc.sentences]
-    scores = [
-        _sentence_scores(position, sentence) for doc in docs for position, sentence in enumerate(doc.sentences)
-    ]
+    scores = [_sentence_scores(position, sentence) for doc in docs for position, sentence in enumerate(doc.sentences)]
     for sentence, annotation in zip(sentences, annotate_sentences(scores, options)):
         setattr(sentence, RECORD_ATTR, annotation)
 
@@ -111,8 +108,7 @@ def _sentence_scores(position: int, sentence: Sentence) -> SentenceScores:
     n = len(words)
     if captured.arc.shape != (n + 1, n + 1):
         raise ValueError(
-            f"tree_expectations: captured scores of shape {tuple(captured.arc.shape)} for a "
-            f"sentence of {n} words."
+            f"tree_expectations: captured scores of shape {tuple(captured.arc.shape)} for a sentence of {n} words."
         )
     heads = numpy.array([word.head for word in sentence.words], dtype=numpy.int64)
     if (heads < 0).any() or (heads > n).any():

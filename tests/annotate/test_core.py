@@ -1,12 +1,13 @@
 """The annotation core against brute-force enumeration, and its records, seeds and options."""
+
 import math
 import pickle
 
 import numpy
 import pytest
 import torch
-
 from helpers.enumerate_trees import tree_log_probs
+
 from spacy_treexp import TreeDistribution
 from spacy_treexp.annotate import (
     AnnotateOptions,
@@ -98,8 +99,17 @@ def test_samples_are_trees_with_their_exact_log_probs_and_labels():
 
 def test_seed_names_the_sentence_not_the_process():
     assert sentence_seed(0, 3, "a b") == sentence_seed(0, 3, "a b")
-    assert len({sentence_seed(0, 3, "a b"), sentence_seed(1, 3, "a b"), sentence_seed(0, 4, "a b"),
-                sentence_seed(0, 3, "a c")}) == 4
+    assert (
+        len(
+            {
+                sentence_seed(0, 3, "a b"),
+                sentence_seed(1, 3, "a b"),
+                sentence_seed(0, 4, "a b"),
+                sentence_seed(0, 3, "a c"),
+            }
+        )
+        == 4
+    )
     sentence = random_sentence(6, seed=1)
     first = annotate_sentences([sentence], AnnotateOptions(n_samples=5, seed=9))[0].sampled_heads
     again = annotate_sentences([sentence], AnnotateOptions(n_samples=5, seed=9))[0].sampled_heads
@@ -110,9 +120,11 @@ def test_seed_names_the_sentence_not_the_process():
 def test_annotation_round_trips_through_bytes_dict_and_pickle():
     (annotation,) = annotate_sentences([random_sentence(5, seed=2, start=7)], AnnotateOptions(n_samples=3))
     mbr_heads(annotation)
-    for copy in (SentenceAnnotation.from_bytes(annotation.to_bytes()),
-                 SentenceAnnotation.from_dict(annotation.to_dict()),
-                 pickle.loads(pickle.dumps(annotation))):
+    for copy in (
+        SentenceAnnotation.from_bytes(annotation.to_bytes()),
+        SentenceAnnotation.from_dict(annotation.to_dict()),
+        pickle.loads(pickle.dumps(annotation)),
+    ):
         for key, value in annotation.to_dict().items():
             other = copy.to_dict()[key]
             if isinstance(value, numpy.ndarray):
@@ -126,9 +138,14 @@ def test_annotation_round_trips_through_bytes_dict_and_pickle():
 def test_options_are_validated_with_the_option_name():
     assert AnnotateOptions().sampler == DEFAULT_METHOD == "colbourn"
     assert AnnotateOptions(without_replacement=True).sampler == "sbs"
-    for bad, match in (({"n_samples": -1}, "x_n_samples"), ({"device": "tpu"}, "x_device"),
-                       ({"single_root": "no"}, "x_single_root"), ({"sampler": "trie"}, "x_sampler"),
-                       ({"seed": 1.5}, "x_seed"), ({"colour": 1}, "unknown")):
+    for bad, match in (
+        ({"n_samples": -1}, "x_n_samples"),
+        ({"device": "tpu"}, "x_device"),
+        ({"single_root": "no"}, "x_single_root"),
+        ({"sampler": "trie"}, "x_sampler"),
+        ({"seed": 1.5}, "x_seed"),
+        ({"colour": 1}, "unknown"),
+    ):
         with pytest.raises(ValueError, match=match):
             AnnotateOptions.from_config(bad, prefix="x_")
 

@@ -1,11 +1,15 @@
 """Every link and every repository path named in README.md and docs/ resolves."""
+
 import re
 
 import pytest
-
 from helpers.paths import REPO
 
-DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), REPO / "spacy_treexp" / "models" / "MODEL_CARD.md"]
+DOCUMENTS = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").rglob("*.md")),
+    REPO / "spacy_treexp" / "models" / "MODEL_CARD.md",
+]
 #: Markdown links and images: [text](target) / ![alt](target)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 #: Paths into the repository written out in prose or code spans.
@@ -23,8 +27,9 @@ def _targets(path):
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_links_resolve(document):
-    missing = sorted({str(t.relative_to(REPO)) if t.is_relative_to(REPO) else str(t)
-                      for t in _targets(document) if not t.exists()})
+    missing = sorted(
+        {str(t.relative_to(REPO)) if t.is_relative_to(REPO) else str(t) for t in _targets(document) if not t.exists()}
+    )
     assert not missing, f"{document.name} names paths that do not exist: {missing}"
 
 

@@ -1,4 +1,5 @@
 """The engine's public surface for samplers and its argument checks."""
+
 import pytest
 import torch
 
@@ -18,7 +19,10 @@ def test_default_sampler_is_colbourn_everywhere():
     heads, _ = dist.sample_without_replacement(4, generator=torch.Generator().manual_seed(3))
     sbs, _ = dist.sample_without_replacement(4, method="sbs", generator=torch.Generator().manual_seed(3))
     assert torch.equal(heads, sbs)
-    assert sampling.DEFAULT_METHOD in sampling.SINGLE_ROOT_METHODS and sampling.DEFAULT_METHOD in sampling.MULTI_ROOT_METHODS
+    assert (
+        sampling.DEFAULT_METHOD in sampling.SINGLE_ROOT_METHODS
+        and sampling.DEFAULT_METHOD in sampling.MULTI_ROOT_METHODS
+    )
 
 
 def test_public_sampler_surface():

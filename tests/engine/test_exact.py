@@ -1,4 +1,5 @@
 """Exact inference of TreeDistribution against brute-force enumeration (float64, 1e-8)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Numerical accuracy on peaked and extreme scores, property tests and bad input."""
+
 from __future__ import annotations
 
 import pytest

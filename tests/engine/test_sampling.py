@@ -3,6 +3,7 @@ enumeration, the Wilson-RC counterexample, sampling without replacement, reprodu
 
 Every statistical test uses a fixed seed and rejects at p < 1e-3, so a biased sampler fails.
 """
+
 from __future__ import annotations
 
 import random
@@ -188,8 +189,7 @@ def test_wilson_reject_acceptance_is_z_ratio_and_tries_match():
         sub = scores[b, : n + 1, : n + 1]
         words = torch.arange(1, n + 1)
         log_z = {
-            single: torch.logsumexp(sub[all_trees(n, single)[:, 1:], words].sum(-1), 0)
-            for single in (True, False)
+            single: torch.logsumexp(sub[all_trees(n, single)[:, 1:], words].sum(-1), 0) for single in (True, False)
         }
         assert torch.allclose(acceptance[b], (log_z[True] - log_z[False]).exp(), rtol=1e-6)
     _, tries = wilson_reject(dist, DRAWS, torch.Generator().manual_seed(8))
@@ -288,8 +288,11 @@ def test_trie_rounds_give_the_law_of_three_draws_without_replacement(asked_at_on
     triple = a * b * c / ((1 - a) * (1 - a - b).clamp_min(1e-300))
     count = tree_codes.numel()
     index = torch.arange(count)
-    distinct = (index[:, None, None] != index[None, :, None]) & (index[None, :, None] != index[None, None, :]) & (
-        index[:, None, None] != index[None, None, :])
+    distinct = (
+        (index[:, None, None] != index[None, :, None])
+        & (index[None, :, None] != index[None, None, :])
+        & (index[:, None, None] != index[None, None, :])
+    )
     scale = 10_000
     triple_codes = (tree_codes[:, None, None] * scale + tree_codes[None, :, None]) * scale + tree_codes[None, None, :]
     observed = (drawn[0] * scale + drawn[1]) * scale + drawn[2]
@@ -731,8 +734,9 @@ def test_conditioner_layouts_match_the_per_row_copies(single_root, layout):
     from spacy_treexp.engine.sampling.colbourn import Conditioner, Prepared, draw_positive
 
     gen = torch.Generator().manual_seed(3)
-    dist = TreeDistribution(torch.randn(3, 7, 7, generator=gen, dtype=torch.float64), torch.tensor([6, 4, 2]),
-                            single_root=single_root)
+    dist = TreeDistribution(
+        torch.randn(3, 7, 7, generator=gen, dtype=torch.float64), torch.tensor([6, 4, 2]), single_root=single_root
+    )
     prepared, copies = Prepared.of(dist), 4
     batch = torch.arange(3)
     sentence = batch.repeat_interleave(copies) if layout == "by_sentence" else batch.repeat(copies)

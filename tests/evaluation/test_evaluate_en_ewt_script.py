@@ -1,6 +1,6 @@
 """The EWT evaluation script's sentence scores and paragraph inputs (configs/evaluate_en_ewt.py)."""
+
 import importlib.util
-from pathlib import Path
 
 import pytest
 import spacy
@@ -44,8 +44,7 @@ def test_boundary_prf_skips_whitespace_and_first_word(reference):
 def test_paragraph_flags(tmp_path):
     conllu = tmp_path / "t.conllu"
     conllu.write_text(
-        "# newdoc id = d\n# newpar\n# sent_id = 1\n1\ta\n\n# sent_id = 2\n1\tb\n\n"
-        "# newpar\n# sent_id = 3\n1\tc\n\n",
+        "# newdoc id = d\n# newpar\n# sent_id = 1\n1\ta\n\n# sent_id = 2\n1\tb\n\n# newpar\n# sent_id = 3\n1\tc\n\n",
         encoding="utf8",
     )
     assert evaluate_en_ewt.paragraph_flags(conllu) == [True, False, True]

@@ -1,5 +1,4 @@
 """The evaluator on synthetic scores with known answers (no spaCy pipeline, no ../shared)."""
-from pathlib import Path
 
 import numpy
 import pytest
@@ -108,7 +107,9 @@ def test_temperature_fit_recovers_the_sharpening():
     assert fit["status"] == "ok"
     assert fit["temperature"] == pytest.approx(2.5, rel=0.15)
     assert fit["nll_per_word_after"] < fit["nll_per_word_before"]
-    calibrated = evaluate(gold, scores, arc_temperature=fit["temperature"], options=EvalOptions(samples=False, reject_draws=0))
+    calibrated = evaluate(
+        gold, scores, arc_temperature=fit["temperature"], options=EvalOptions(samples=False, reject_draws=0)
+    )
     raw = evaluate(gold, scores, options=EvalOptions(samples=False, reject_draws=0))
     assert calibrated["calibration"]["arc"]["ece"] < raw["calibration"]["arc"]["ece"]
 
@@ -163,7 +164,8 @@ def test_reject_rate_and_samples_are_consistent():
         assert oracle["1"] <= oracle["5"] <= oracle["20"] <= 1.0
     # one sample's UAS estimates the exact expected UAS of a sample
     assert report["samples"]["with_replacement"]["oracle_uas"]["1"] == pytest.approx(
-        report["attachment"]["expected_uas_of_a_sample"], abs=0.06)
+        report["attachment"]["expected_uas_of_a_sample"], abs=0.06
+    )
     distinct = report["samples"]["without_replacement"]["distinct_trees_mean"]
     assert distinct["20"] == 20  # 6 words have 6^5 trees
 
@@ -175,7 +177,9 @@ def test_quartic_baseline_matches_engine_entropy():
     expected = TreeDistribution(scores, lengths).entropy()
     assert torch.allclose(entropy_quartic(scores, lengths), expected, atol=1e-9)
     assert torch.allclose(entropy_quartic(scores[1, :5, :5]), expected[1], atol=1e-9)
-    table = timing_table([SentenceScores(scores[b, : n + 1, : n + 1].float().numpy()) for b, n in enumerate(lengths.tolist())], repeats=1)
+    table = timing_table(
+        [SentenceScores(scores[b, : n + 1, : n + 1].float().numpy()) for b, n in enumerate(lengths.tolist())], repeats=1
+    )
     assert table["all"]["sentences"] == 4 and table["all"]["max_abs_entropy_difference"] < 1e-5
 
 
@@ -190,7 +194,10 @@ def test_read_conllu_fixture_and_errors(tmp_path):
     bad.write_text("1\ta\t_\t_\t_\t_\t0\troot\t_\t_\n2\tb\t_\t_\t_\t_\t0\troot\t_\t_\n", encoding="utf8")
     with pytest.raises(ConlluError, match="2 roots"):
         read_conllu(bad)
-    bad.write_text("1\ta\t_\t_\t_\t_\t2\tdep\t_\t_\n2\tb\t_\t_\t_\t_\t1\tdep\t_\t_\n3\tc\t_\t_\t_\t_\t0\troot\t_\t_\n", encoding="utf8")
+    bad.write_text(
+        "1\ta\t_\t_\t_\t_\t2\tdep\t_\t_\n2\tb\t_\t_\t_\t_\t1\tdep\t_\t_\n3\tc\t_\t_\t_\t_\t0\troot\t_\t_\n",
+        encoding="utf8",
+    )
     with pytest.raises(ConlluError, match="cycle"):
         read_conllu(bad)
     with pytest.raises(FileNotFoundError):

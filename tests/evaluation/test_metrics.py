@@ -1,4 +1,5 @@
 """Known-answer tests of the evaluation's scalar metrics."""
+
 import math
 
 import numpy
@@ -81,7 +82,10 @@ def test_head_entropy():
 def test_oracle_uas():
     correct = numpy.array([[1, 3], [2, 1], [0, 4]])  # 3 samples of 2 sentences (n = 2, 4)
     assert metrics.oracle_uas(correct, numpy.array([2, 4]), [1, 2, 3]) == {
-        1: pytest.approx(4 / 6), 2: pytest.approx(5 / 6), 3: pytest.approx(6 / 6)}
+        1: pytest.approx(4 / 6),
+        2: pytest.approx(5 / 6),
+        3: pytest.approx(6 / 6),
+    }
     with pytest.raises(ValueError):
         metrics.oracle_uas(correct, numpy.array([2, 4]), [4])
 

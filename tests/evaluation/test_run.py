@@ -1,11 +1,11 @@
 """The evaluation command end to end on the 20-sentence fixture, with a tiny parser
 trained here in seconds (no shipped model, no ../shared data)."""
+
 import json
 import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import spacy
@@ -37,7 +37,9 @@ def pipeline_dir(tmp_path_factory):
             words = sentence.words
             heads = [i if h == 0 else h - 1 for i, h in enumerate(sentence.heads[1:].tolist())]
             deps = ["ROOT" if d == "root" else d for d in sentence.deprels]
-            reference = Doc(nlp.vocab, words=words, heads=heads, deps=deps, sent_starts=[True] + [False] * (len(words) - 1))
+            reference = Doc(
+                nlp.vocab, words=words, heads=heads, deps=deps, sent_starts=[True] + [False] * (len(words) - 1)
+            )
             examples.append(Example(Doc(nlp.vocab, words=words), reference))
         optimizer = nlp.initialize(lambda: examples)
         for _ in range(25):
@@ -53,10 +55,27 @@ def pipeline_dir(tmp_path_factory):
 def test_command_on_fixture_writes_the_report(pipeline_dir, tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "quality.py"), "--model", str(pipeline_dir),
-         "--conllu", str(FIXTURE), "--dev", str(FIXTURE), "--out", str(out), "--ks", "1,5",
-         "--reject-draws", "2", "--timing-repeats", "1"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "quality.py"),
+            "--model",
+            str(pipeline_dir),
+            "--conllu",
+            str(FIXTURE),
+            "--dev",
+            str(FIXTURE),
+            "--out",
+            str(out),
+            "--ks",
+            "1,5",
+            "--reject-draws",
+            "2",
+            "--timing-repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text(encoding="utf8"))
@@ -82,8 +101,9 @@ def test_command_reports_bad_input(tmp_path, capsys):
 
 
 def test_module_entry_point_help():
-    result = subprocess.run([sys.executable, "-m", "spacy_treexp.evaluation", "--help"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy_treexp.evaluation", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0 and "--conllu" in result.stdout
 
 
@@ -93,8 +113,16 @@ STANZA_TINY = FIXTURES / "stanza" / "tiny"
 @pytest.mark.skipif(not (STANZA_TINY / "depparse.pt").is_file(), reason="no tiny Stanza fixture model")
 def test_stanza_pipeline_directory(tmp_path):
     conllu = STANZA_TINY.parent / "tiny_en.dev.conllu"
-    config = EvalConfig(conllu=conllu, out_dir=tmp_path, stanza_dir=STANZA_TINY, limit=8, samples=False,
-                        reject_draws=0, timing=False, plots=False)
+    config = EvalConfig(
+        conllu=conllu,
+        out_dir=tmp_path,
+        stanza_dir=STANZA_TINY,
+        limit=8,
+        samples=False,
+        reject_draws=0,
+        timing=False,
+        plots=False,
+    )
     report = run(config, log=lambda message: None)
     assert report.meta["kind"] == "stanza"
     assert report.raw["n_sentences"] == 8
@@ -105,8 +133,17 @@ def test_stanza_pipeline_directory(tmp_path):
 @pytest.mark.skipif(not (STANZA_TINY / "depparse.pt").is_file(), reason="no tiny Stanza fixture model")
 def test_stanza_with_gold_tags(tmp_path):
     conllu = STANZA_TINY.parent / "tiny_en.dev.conllu"
-    config = EvalConfig(conllu=conllu, out_dir=tmp_path, stanza_dir=STANZA_TINY, stanza_gold_tags=True, limit=8,
-                        samples=False, reject_draws=0, timing=False, plots=False)
+    config = EvalConfig(
+        conllu=conllu,
+        out_dir=tmp_path,
+        stanza_dir=STANZA_TINY,
+        stanza_gold_tags=True,
+        limit=8,
+        samples=False,
+        reject_draws=0,
+        timing=False,
+        plots=False,
+    )
     report = run(config, log=lambda message: None)
     assert report.meta["stanza_tags"] == "gold"
     assert report.raw["n_words"] == sum(s.n for s in read_conllu(conllu)[:8])

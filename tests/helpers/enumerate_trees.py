@@ -1,15 +1,16 @@
 """Brute-force enumeration of all dependency trees of small sentences (test reference)."""
+
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cache
 from typing import Tuple
 
 import torch
 from torch import Tensor
 
 
-@lru_cache(maxsize=None)
+@cache
 def _all_trees(n: int, single_root: bool) -> Tuple[Tuple[int, ...], ...]:
     trees = []
     for heads in itertools.product(range(n + 1), repeat=n):

@@ -3,6 +3,7 @@
 Koo et al. (2007)'s determinant and inverse evaluated with `dps` decimal digits, enough to
 absorb the cancellation that float64 elimination suffers on peaked scores.
 """
+
 from __future__ import annotations
 
 import mpmath
@@ -15,8 +16,13 @@ def reference(scores: Tensor, n: int, single_root: bool, dps: int = 120):
     s = scores[: n + 1, : n + 1].detach().to(torch.float64).tolist()
     with mpmath.workdps(dps):
         shift = [max(s[h][m] for h in range(n + 1) if h != m) if m else 0 for m in range(n + 1)]
-        w = [[mpmath.e ** (mpmath.mpf(s[h][m]) - shift[m]) if (h != m and m > 0) else mpmath.mpf(0)
-              for m in range(n + 1)] for h in range(n + 1)]
+        w = [
+            [
+                mpmath.e ** (mpmath.mpf(s[h][m]) - shift[m]) if (h != m and m > 0) else mpmath.mpf(0)
+                for m in range(n + 1)
+            ]
+            for h in range(n + 1)
+        ]
         lap = mpmath.zeros(n, n)
         for m in range(1, n + 1):
             for h in range(1, n + 1):
@@ -29,7 +35,7 @@ def reference(scores: Tensor, n: int, single_root: bool, dps: int = 120):
             for m in range(1, n + 1):
                 lap[0, m - 1] = w[0][m]
         det = mpmath.det(lap)
-        inv = lap ** -1
+        inv = lap**-1
         mu = [[0.0] * (n + 1) for _ in range(n + 1)]
         for m in range(1, n + 1):
             i = m - 1

@@ -1,4 +1,5 @@
 """Where the test data lives."""
+
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent

@@ -2,6 +2,7 @@
 random arc scores into ``Doc._.parser_scores`` (and the MAP parse), so the component's
 tests do not depend on a trained parser, plus a brute-force tree enumerator used as an
 independent oracle on tiny sentences."""
+
 from __future__ import annotations
 
 import itertools

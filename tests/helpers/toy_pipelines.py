@@ -1,4 +1,5 @@
 """A tiny spaCy pipeline with the biaffine parser, trained in seconds by the tests."""
+
 import random
 
 import spacy

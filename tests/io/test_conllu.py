@@ -17,9 +17,7 @@ EWT = SHARED_DATA / "ud_en_ewt"
 
 def conllu(text: str) -> str:
     """Test data written with spaces between columns; token lines get tabs."""
-    lines = [
-        line if line.startswith("#") or not line else "\t".join(line.split()) for line in text.split("\n")
-    ]
+    lines = [line if line.startswith("#") or not line else "\t".join(line.split()) for line in text.split("\n")]
     return "\n".join(lines)
 
 

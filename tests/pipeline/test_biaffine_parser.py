@@ -1,20 +1,16 @@
 """Tests of the ``biaffine_parser`` component, trained in seconds on a toy treebank."""
+
 import pickle
-import random
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy
 import pytest
 import spacy
 import torch
-from helpers.paths import FIXTURES, REPO
+from helpers.paths import REPO
 from helpers.toy_pipelines import TEXTS, TINY_CONFIG, sentence_heads, train_toy
 from spacy.tokens import Doc, DocBin
-from spacy.training import Example
-from spacy.training.converters import conllu_to_docs
-from thinc.api import Config, fix_random_seed
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.pipeline.default_model import MODEL_PATH

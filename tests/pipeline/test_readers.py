@@ -1,4 +1,5 @@
 """The training reader that keeps the treebank's tokens (spacy_treexp.GoldTokensCorpus.v1)."""
+
 import spacy
 from spacy.tokens import Doc, DocBin
 from spacy.util import registry

@@ -1,4 +1,5 @@
 """spacy_treexp.render: standalone HTML, checked as markup and in headless Chromium."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """The tree_expectations component: values, batching, samples, serialization, bad input."""
+
 from __future__ import annotations
 
 import math
@@ -7,7 +8,6 @@ import pickle
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy
 import pytest
@@ -121,7 +121,11 @@ def test_token_views_and_labelled_probability():
 
 
 def test_getters_are_module_level_functions():
-    for cls, table in ((Doc, attributes.DOC_GETTERS), (Span, attributes.SPAN_GETTERS), (Token, attributes.TOKEN_GETTERS)):
+    for cls, table in (
+        (Doc, attributes.DOC_GETTERS),
+        (Span, attributes.SPAN_GETTERS),
+        (Token, attributes.TOKEN_GETTERS),
+    ):
         for name in table:
             default, method, getter, setter = cls.get_extension(name)
             assert getter is table[name] and getter.__name__ != "<lambda>"
@@ -411,12 +415,12 @@ def test_analyze_pipes_declares_requires_and_assigns():
 def test_pipe_with_two_processes_does_not_hang(tmp_path):
     # Without the fork hook (torch on one thread in workers) this hangs: verified.
     script = textwrap.dedent(
-        f"""
+        """
         import torch
         from helpers.scorer import make_nlp, TEXTS
         torch.set_num_threads(2)
         torch.randn(4_000_000).exp().sum()  # start the parent's OpenMP pool before forking
-        nlp = make_nlp({{"n_samples": 2}})
+        nlp = make_nlp({"n_samples": 2})
         # the long sentence makes the workers enter torch's parallel regions
         texts = [t for t in TEXTS * 4 if t] + [" ".join(["word"] * 300)]
         alone = [nlp(t)._.tree_expectations for t in texts]

@@ -1,11 +1,11 @@
 """End to end: the biaffine parser (trained in seconds on the toy treebank) followed by
 tree_expectations, in process, from disk in a fresh process, and through the CLI."""
+
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy
 import pytest
@@ -77,8 +77,16 @@ def test_cli_annotates_conllu_in_a_fresh_process(pipeline, tmp_path):
     _, path = pipeline
     target = tmp_path / "out.conllu"
     command = [
-        sys.executable, "-m", "spacy_treexp", "annotate", str(FIXTURES / "toy_treebank.conllu"),
-        "-o", str(target), "--model", str(path), "--quiet",
+        sys.executable,
+        "-m",
+        "spacy_treexp",
+        "annotate",
+        str(FIXTURES / "toy_treebank.conllu"),
+        "-o",
+        str(target),
+        "--model",
+        str(path),
+        "--quiet",
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]

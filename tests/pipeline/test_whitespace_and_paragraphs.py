@@ -1,5 +1,6 @@
 """Line breaks in the text: the ``paragraph_breaks`` component and the parser's handling of
 whitespace tokens (fixed head, never a head, probability 1)."""
+
 import numpy
 import pytest
 import spacy
@@ -61,8 +62,7 @@ def test_bad_min_newlines(value):
 def test_attach_whitespace_scores():
     """The helper leaves one allowed head per whitespace token and forbids it as a head."""
     rng = numpy.random.default_rng(0)
-    doc = Doc(spacy.blank("en").vocab, words=["\n", "a", "b", "\n\n", "c", "\n", " ", "\n", " "],
-              spaces=[False] * 9)
+    doc = Doc(spacy.blank("en").vocab, words=["\n", "a", "b", "\n\n", "c", "\n", " ", "\n", " "], spaces=[False] * 9)
     sentences = [(0, 6), (6, 9)]  # the second sentence is whitespace only
     arc = rng.normal(size=(2, 7, 7))
     rel = [rng.normal(size=(7, 7, 3)), rng.normal(size=(4, 4, 3))]

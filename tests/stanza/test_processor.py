@@ -3,12 +3,12 @@
 They use real Stanza models (tagger + graph parser) trained offline on the tiny
 hand-made treebank in tests/fixtures/stanza/ (see its README); no model hub is needed.
 """
+
 from __future__ import annotations
 
 import importlib
 import json
 import math
-from pathlib import Path
 
 import numpy
 import pytest
@@ -124,8 +124,8 @@ def test_properties_on_every_sentence_and_word(parsed):
             probs = [p for _, p in distribution]
             assert probs == sorted(probs, reverse=True)
             # mu(h, m, l) of Stanza's own head and relation
-            l = labels.index(word.deprel)
-            assert word.dep_prob == pytest.approx(float(label_mu[word.head, word.id, l]), rel=1e-5)
+            label = labels.index(word.deprel)
+            assert word.dep_prob == pytest.approx(float(label_mu[word.head, word.id, label]), rel=1e-5)
             assert word.dep_prob <= word.head_prob + 1e-6
 
 
@@ -283,7 +283,7 @@ def test_samples_are_trees_with_exact_log_probs(nlp):
         numpy.testing.assert_allclose(sentence.sample_log_probs, dist.log_prob(full).numpy(), atol=1e-6)
         labels = sentence.deprel_labels
         assert sentence.sampled_deprel_ids.shape == (6, n)
-        assert all(0 <= l < len(labels) for l in sentence.sampled_deprel_ids.ravel())
+        assert all(0 <= i < len(labels) for i in sentence.sampled_deprel_ids.ravel())
     # seeded per sentence: the same samples alone and in a batch
     alone = sampler_nlp(SHORT).sentences[0]
     numpy.testing.assert_array_equal(alone.sampled_heads, doc.sentences[0].sampled_heads)

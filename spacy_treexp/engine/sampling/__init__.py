@@ -28,6 +28,7 @@ cycle with weak exits; they raise ``ValueError`` naming the sentence after
 ``wilson.MAX_ROUNDS`` rounds of cycle popping (Wilson-Reject also after ``wilson.MAX_TRIES``
 tries). ``"colbourn"``, ``"sbs"`` and ``"trie"`` always take O(n^3) per tree.
 """
+
 from __future__ import annotations
 
 import operator
@@ -136,14 +137,17 @@ def sample_without_replacement(
     dist = dist.batched()
     method = DEFAULT_WITHOUT_REPLACEMENT if method is None else method
     if method not in WITHOUT_REPLACEMENT_METHODS:
-        raise ValueError(f"unknown method {method!r} for sampling without replacement; use one of "
-                         f"{WITHOUT_REPLACEMENT_METHODS}")
+        raise ValueError(
+            f"unknown method {method!r} for sampling without replacement; use one of {WITHOUT_REPLACEMENT_METHODS}"
+        )
     streams.check(dist, generator, method)
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     if batch == 0:
         device = dist.scores.device
-        return (torch.full((k, 0, size), -1, dtype=torch.long, device=device),
-                torch.full((k, 0), -torch.inf, dtype=dist.scores.dtype, device=device))
+        return (
+            torch.full((k, 0, size), -1, dtype=torch.long, device=device),
+            torch.full((k, 0), -torch.inf, dtype=dist.scores.dtype, device=device),
+        )
     if method == "sbs":
         return stochastic_beam_search(dist, k, generator)
     return trie_without_replacement(dist, k, streams.shared(generator))

@@ -15,6 +15,7 @@ Two kinds of zero-probability heads are removed exactly, by structure, rather th
 sign of a rounding error: heads closing a cycle with the heads already chosen, and
 (single-root) a second ROOT child.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -139,9 +140,7 @@ class Conditioner:
     that nothing is ruled out for it later.
     """
 
-    def __init__(
-        self, dist, sentence: Tensor, prepared: Prepared | None = None, layout: str | None = None
-    ):
+    def __init__(self, dist, sentence: Tensor, prepared: Prepared | None = None, layout: str | None = None):
         prepared = Prepared.of(dist) if prepared is None else prepared
         self.dist = dist
         self.single_root = dist.single_root
@@ -249,9 +248,12 @@ class Conditioner:
         possible = torch.isfinite(conditioned.log_partition)  # False: the prefix has no tree
         if not bool(possible.all()):
             marginals = torch.zeros_like(scores[:, :, m])
-            marginals[possible] = type(self.dist)(
-                scores[possible], self.lengths[rows][possible], single_root=self.single_root
-            ).marginals[:, :, m].detach().double()
+            marginals[possible] = (
+                type(self.dist)(scores[possible], self.lengths[rows][possible], single_root=self.single_root)
+                .marginals[:, :, m]
+                .detach()
+                .double()
+            )
             return marginals
         return conditioned.marginals[:, :, m].detach().double()
 

@@ -11,6 +11,7 @@ category boundary.) Only samplers that use a fixed number of uniforms per senten
 this: ``colbourn`` (blocks of samples: :func:`block_seeds`) and ``sbs`` (one block per word:
 :func:`per_sentence_uniforms`).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence, Union

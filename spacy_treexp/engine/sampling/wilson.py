@@ -13,6 +13,7 @@ all of them at once is one admissible popping order and the final tree has the s
 the loop-erased random walks. This lets all samples of all sentences advance together:
 one round costs a few gathers over the words that are still on cycles.
 """
+
 from __future__ import annotations
 
 import math

@@ -22,6 +22,7 @@ the *remaining* mass of each prefix as a sum of positive terms (never "total min
 so an exhausted subtree has exactly zero mass and a drawn tree can never come back through
 rounding, however peaked the distribution.
 """
+
 from __future__ import annotations
 
 import itertools
