@@ -16,9 +16,11 @@ The model takes ``(docs, sentences, heads)``: ``sentences[i]`` lists the ``(star
 token offsets of the sentences of ``docs[i]``; ``heads`` is ``None`` or, in training, the
 gold heads (B, N+1) (sentence-internal indices, -1 where unknown). It returns
 ``(arc, rel, lengths)`` for all sentences in order: ``arc`` (B, N+1, N+1), ``lengths`` (B,)
-and ``rel``: without heads, a list of B arrays (n_b+1, n_b+1, L) for all pairs (unpadded:
-the all-pairs tensor dominates the cost); with heads, (B, N+1, L) at the given heads only,
-which is all the training loss needs (zero where the head is unknown).
+and ``rel``: without heads, a list of B entries for all pairs (unpadded: the all-pairs
+tensor dominates the cost), each an array (n_b+1, n_b+1, L), or for a long sentence the
+factors ``(head_part (n_b+1, L, d+1), dep_part (n_b+1, d+1))`` of that array (see
+``spacy_treexp/annotate/relation_scores.py``); with heads, (B, N+1, L) at the given heads only, which is all the
+training loss needs (zero where the head is unknown).
 Its backward pass takes ``(d_arc, d_rel)``.
 """
 
@@ -141,7 +143,10 @@ def _convert_outputs(model: Model, inputs_outputs, is_train: bool):
         return ArgsKwargs(args=((arc, rel),), kwargs={"grad_tensors": grads})
 
     if isinstance(rel, (list, tuple)):
-        return (torch2xp(arc), [torch2xp(r) for r in rel]), reverse
+        return (
+            torch2xp(arc),
+            [tuple(torch2xp(t) for t in r) if isinstance(r, tuple) else torch2xp(r) for r in rel],
+        ), reverse
     return (torch2xp(arc), torch2xp(rel)), reverse
 
 
@@ -202,9 +207,9 @@ class BiaffineScorer(torch.nn.Module):
 
     def forward(
         self, X: torch.Tensor, lengths: torch.Tensor, heads: Optional[torch.Tensor] = None
-    ) -> Tuple[torch.Tensor, Union[torch.Tensor, List[torch.Tensor]]]:
-        """X (B, N, width) token vectors, lengths (B,) -> arc (B, N+1, N+1) and rel: a
-        list of B (n_b+1, n_b+1, L), or (B, N+1, L) at ``heads`` (B, N+1) when given."""
+    ) -> Tuple[torch.Tensor, Union[torch.Tensor, List[Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]]]]:
+        """X (B, N, width) token vectors, lengths (B,) -> arc (B, N+1, N+1) and rel: a list
+        of B (n_b+1, n_b+1, L) or their factors, or (B, N+1, L) at ``heads`` (B, N+1) when given."""
         batch, n_max, _ = X.shape
         X = torch.cat([self.root.expand(batch, 1, -1).to(X.dtype), X], dim=1)
         X = self.dropout(X)
@@ -227,14 +232,18 @@ class BiaffineScorer(torch.nn.Module):
             rel = pairs.new_zeros((batch, n_max + 1, self.n_labels))
             rel = rel.index_put((sent, dep), pairs.log_softmax(dim=-1))
             return arc, rel
-        # Unpadded: the head side of the bilinear form costs L * width² per word.
+        # Unpadded: the head side of the bilinear form costs L * width² per word. A sentence
+        # whose (n+1)² L log-probabilities outnumber the factors (n+1)(L + 1)(width + 1) gets
+        # the factors instead (head_part, dep_part): see spacy_treexp/annotate/relation_scores.py.
         sizes = (lengths + 1).tolist()
         valid = torch.arange(n_max + 1, device=X.device)[None, :] < (lengths + 1)[:, None].to(X.device)
         by_head = torch.einsum("ti,lij->tlj", rel_head[valid], self.rel_weight)
-        rels = [
-            torch.einsum("hlj,mj->hml", head_part, rel_dep[b, :size]).log_softmax(dim=-1)
-            for b, (head_part, size) in enumerate(zip(by_head.split(sizes), sizes))
-        ]
+        rels: List[Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]] = []
+        for b, (head_part, size) in enumerate(zip(by_head.split(sizes), sizes)):
+            if size * self.n_labels <= (self.n_labels + 1) * rel_dep.shape[-1]:
+                rels.append(torch.einsum("hlj,mj->hml", head_part, rel_dep[b, :size]).log_softmax(dim=-1))
+            else:
+                rels.append((head_part, rel_dep[b, :size]))
         return arc, rels
 
 

@@ -13,7 +13,7 @@ Sentence boundaries must come from an upstream ``senter``, ``sentencizer`` or pa
 """
 
 from itertools import islice
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypedDict, cast
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypedDict, Union, cast
 
 import numpy
 import torch
@@ -32,6 +32,10 @@ from spacy_treexp.annotate import install_fork_hook
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import set_n_labels
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
+from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
+
+#: A sentence's relation log-probabilities: the dense (n+1, n+1, L) array or its factors.
+RelationScores = Union[numpy.ndarray, BiaffineRelationScores]
 
 Sentences = List[Tuple[int, int]]
 
@@ -41,7 +45,7 @@ class Predictions(TypedDict):
 
     sentences: List[Sentences]
     arc: numpy.ndarray
-    rel: List[numpy.ndarray]
+    rel: List["RelationScores"]
     lengths: numpy.ndarray
     heads: numpy.ndarray
 
@@ -91,7 +95,7 @@ def _log_softmax(values: numpy.ndarray) -> numpy.ndarray:
 
 def _attach_whitespace(
     arc: numpy.ndarray,
-    rel: List[numpy.ndarray],
+    rel: List[RelationScores],
     docs: List[Doc],
     sentences: List[Sentences],
     dep_label: Optional[int],
@@ -129,8 +133,11 @@ def _attach_whitespace(
             sentence_arc[heads, positions] = kept
             attached = positions[heads != 0]  # not the root of a whitespace-only sentence
             if dep_label is not None and len(attached):
-                sentence_rel[:, attached, :] = -numpy.inf
-                sentence_rel[:, attached, dep_label] = 0.0
+                if isinstance(sentence_rel, BiaffineRelationScores):
+                    sentence_rel.fix_label(attached, dep_label)
+                else:
+                    sentence_rel[:, attached, :] = -numpy.inf
+                    sentence_rel[:, attached, dep_label] = 0.0
 
 
 def biaffine_parser_score(examples: Iterable[Example], **kwargs) -> Dict[str, object]:
@@ -272,11 +279,9 @@ class BiaffineParser(TrainablePipe):
         """Score every sentence and decode its tree. Returns the batch's scores and heads."""
         docs = list(docs)
         sentences = [self._sentences(doc) for doc in docs]
-        arc, rel, lengths = self.model.predict((docs, sentences, None))
+        arc, raw_rel, lengths = self.model.predict((docs, sentences, None))
         arc = self.model.ops.to_numpy(arc) / self.arc_temperature
-        rel = [self.model.ops.to_numpy(r) for r in rel]
-        if self.rel_temperature != 1.0:
-            rel = [_log_softmax(r / self.rel_temperature) for r in rel]
+        rel = [self._relation_scores(r) for r in raw_rel]
         labels = self.labels
         _attach_whitespace(arc, rel, docs, sentences, labels.index("dep") if "dep" in labels else None)
         return {
@@ -286,6 +291,15 @@ class BiaffineParser(TrainablePipe):
             "lengths": lengths,
             "heads": self._decode(arc, lengths),
         }
+
+    def _relation_scores(self, scores: Any) -> RelationScores:
+        """A sentence's relation log-probabilities at ``rel_temperature``: the dense array,
+        or for a long sentence the factors of the biaffine classifier (annotate/relation_scores.py)."""
+        if isinstance(scores, tuple):
+            head_part, dep_part = (numpy.ascontiguousarray(self.model.ops.to_numpy(x), dtype="float32") for x in scores)
+            return BiaffineRelationScores(head_part, dep_part, temperature=self.rel_temperature)
+        dense = self.model.ops.to_numpy(scores)
+        return dense if self.rel_temperature == 1.0 else _log_softmax(dense / self.rel_temperature)
 
     def _decode(self, arc: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
         if len(lengths) == 0:
@@ -319,7 +333,9 @@ class BiaffineParser(TrainablePipe):
                         "start": start,
                         "end": end,
                         "arc": numpy.ascontiguousarray(arc[b, : n + 1, : n + 1], dtype="float32"),
-                        "rel": numpy.ascontiguousarray(rel[b], dtype="float32"),
+                        "rel": rel[b]
+                        if isinstance(rel[b], BiaffineRelationScores)
+                        else numpy.ascontiguousarray(rel[b], dtype="float32"),
                         "labels": labels,
                     }
                 )
