@@ -14,7 +14,7 @@ from spacy_treexp.annotate.core import (
 )
 from spacy_treexp.annotate.options import DEFAULTS, AnnotateOptions
 from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
-from spacy_treexp.annotate.runtime import engine_threads, install_fork_hook, resolve_device, torch_threads
+from spacy_treexp.annotate.runtime import install_fork_hook, resolve_device, threads_for, torch_threads
 
 __all__ = [
     "AnnotateOptions",
@@ -25,7 +25,7 @@ __all__ = [
     "batch_distribution",
     "dep_prob",
     "draw_samples",
-    "engine_threads",
+    "threads_for",
     "install_fork_hook",
     "label_marginals",
     "length_buckets",

@@ -21,7 +21,7 @@ import torch
 from spacy_treexp.annotate.batching import batch_distribution, length_buckets
 from spacy_treexp.annotate.options import AnnotateOptions
 from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
-from spacy_treexp.annotate.runtime import engine_threads, resolve_device
+from spacy_treexp.annotate.runtime import resolve_device, threads_for
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 
@@ -39,7 +39,7 @@ def annotate_sentences(
         sentence.check(f"sentence {i} ({sentence.text[:40]!r})")
     device = resolve_device(options.device)
     out: List[Optional[SentenceAnnotation]] = [None] * len(sentences)
-    with torch.no_grad(), engine_threads(device):
+    with torch.no_grad(), threads_for(device):
         for index in length_buckets([s.n for s in sentences], options.batch_size):
             bucket = [sentences[i] for i in index]
             dist = batch_distribution([s.arc for s in bucket], options.single_root, device)

@@ -1,4 +1,11 @@
-"""Where the engine runs: its device and its CPU threads, decided here for every adapter."""
+"""Where the engine runs: its device and its CPU threads, decided here for every adapter.
+
+Threads: the spaCy parser's forward pass and the engine run with :func:`cpu_threads` torch
+threads, ``SPACY_TREEXP_THREADS`` when set (inherited by worker processes, forked or spawned),
+else :data:`DEFAULT_THREADS`. Measured with ``benchmarks/bench_threads.py`` (README, "Cost"):
+on a small machine more threads than free cores made the parser up to 14x slower, while one
+thread was within a few percent of the best setting idle and loaded.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,22 @@ from typing import Iterator, Optional
 import torch
 
 _fork_hook_installed = False
+
+#: The environment variable that sets our torch threads (a positive integer).
+THREADS_ENV = "SPACY_TREEXP_THREADS"
+#: Torch threads of our CPU work when ``SPACY_TREEXP_THREADS`` is not set.
+DEFAULT_THREADS = 1
+
+
+def cpu_threads() -> int:
+    """Torch threads for the parser's forward pass and the engine on the CPU:
+    ``SPACY_TREEXP_THREADS`` if set, else :data:`DEFAULT_THREADS`."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return DEFAULT_THREADS
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{THREADS_ENV} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -39,13 +62,14 @@ def torch_threads(count: Optional[int]) -> Iterator[None]:
 
 
 @contextmanager
-def engine_threads(device: torch.device) -> Iterator[None]:
-    """Run the engine on one CPU thread (a no-op on other devices).
+def threads_for(device: torch.device) -> Iterator[None]:
+    """Run the block on :func:`cpu_threads` torch threads when ``device`` is the CPU (a
+    no-op on other devices).
 
-    Its batched matrices are tiny (n ~ 20): threads only add synchronisation, and on a busy
-    machine torch's batched ``lu_solve`` measured 1.7 ms on one thread against 417 ms on two
-    (B = 256, n = 20, float64)."""
-    with torch_threads(1 if device.type == "cpu" else None):
+    The engine's batched matrices are tiny (n ~ 20): threads mostly add synchronisation, and
+    on a busy machine torch's batched ``lu_solve`` measured 1.7 ms on one thread against
+    417 ms on two (B = 256, n = 20, float64)."""
+    with torch_threads(cpu_threads() if device.type == "cpu" else None):
         yield
 
 

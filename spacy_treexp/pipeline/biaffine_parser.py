@@ -28,11 +28,11 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, set_dropout_rate
 from thinc.types import Ints2d
 
-from spacy_treexp.annotate import install_fork_hook
+from spacy_treexp.annotate import install_fork_hook, threads_for
+from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import set_n_labels
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
-from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
 
 #: A sentence's relation log-probabilities: the dense (n+1, n+1, L) array or its factors.
 RelationScores = Union[numpy.ndarray, BiaffineRelationScores]
@@ -279,7 +279,9 @@ class BiaffineParser(TrainablePipe):
         """Score every sentence and decode its tree. Returns the batch's scores and heads."""
         docs = list(docs)
         sentences = [self._sentences(doc) for doc in docs]
-        arc, raw_rel, lengths = self.model.predict((docs, sentences, None))
+        device = torch.device("cpu" if self.model.ops.device_type == "cpu" else "cuda")
+        with threads_for(device):
+            arc, raw_rel, lengths = self.model.predict((docs, sentences, None))
         arc = self.model.ops.to_numpy(arc) / self.arc_temperature
         rel = [self._relation_scores(r) for r in raw_rel]
         labels = self.labels

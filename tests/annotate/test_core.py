@@ -14,10 +14,10 @@ from spacy_treexp.annotate import (
     SentenceAnnotation,
     SentenceScores,
     annotate_sentences,
-    engine_threads,
     length_buckets,
     mbr_heads,
     sentence_seed,
+    threads_for,
     torch_threads,
 )
 from spacy_treexp.engine.sampling import DEFAULT_METHOD
@@ -171,9 +171,19 @@ def test_length_buckets_group_similar_lengths_and_respect_limits():
 
 def test_threads_are_set_for_the_engine_and_restored():
     before = torch.get_num_threads()
-    with engine_threads(torch.device("cpu")):
-        assert torch.get_num_threads() == 1
+    with threads_for(torch.device("cpu")):
+        assert torch.get_num_threads() == 1  # SPACY_TREEXP_THREADS unset: the default
     assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="threads must be >= 1"):
         with torch_threads(0):
+            pass
+
+
+def test_threads_can_be_set_by_the_environment(monkeypatch):
+    monkeypatch.setenv("SPACY_TREEXP_THREADS", "2")
+    with threads_for(torch.device("cpu")):
+        assert torch.get_num_threads() == 2
+    monkeypatch.setenv("SPACY_TREEXP_THREADS", "two")
+    with pytest.raises(ValueError, match="SPACY_TREEXP_THREADS must be a positive integer"):
+        with threads_for(torch.device("cpu")):
             pass

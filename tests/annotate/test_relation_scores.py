@@ -1,4 +1,5 @@
 """Factored biaffine relation scores read exactly like the dense array they stand for."""
+
 import pickle
 
 import numpy
@@ -11,8 +12,10 @@ from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
 def dense_reference(head_part, dep_part, temperature, fixed):
     logits = numpy.einsum("hlj,mj->hml", head_part.astype(numpy.float64), dep_part.astype(numpy.float64))
     logits /= temperature
-    log_p = logits - numpy.log(numpy.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(
-        -1, keepdims=True
+    log_p = (
+        logits
+        - numpy.log(numpy.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - logits.max(-1, keepdims=True)
     )
     for m, label in fixed.items():
         log_p[:, m, :] = -numpy.inf
@@ -57,8 +60,9 @@ def test_round_trips_through_msgpack_and_pickle(scores):
 
 
 def test_long_sentences_keep_factors_short_ones_stay_dense():
-    import spacy_treexp
     from spacy.tokens import Doc
+
+    import spacy_treexp
 
     nlp = spacy_treexp.load()
     for n, lazy in ((12, False), (150, True)):
