@@ -40,6 +40,23 @@ from spacy_treexp.annotate import SentenceScores
 SCORES_ATTR = "_treexp_scores"
 
 
+#: The Stanza versions whose depparse internals the capture was tested against ([low, high)).
+SUPPORTED_STANZA = ((1, 15), (1, 16))
+
+
+def check_stanza_version(version: str) -> None:
+    """Raise ``RuntimeError`` naming ``version`` when it is outside :data:`SUPPORTED_STANZA`:
+    the capture wraps private methods of Stanza's depparse, which other versions may change."""
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    low, high = SUPPORTED_STANZA
+    if not low <= parts < high:
+        raise RuntimeError(
+            f"spacy_treexp's Stanza processor supports stanza >= {'.'.join(map(str, low))}, < "
+            f"{'.'.join(map(str, high))} (it captures depparse's scores from its internals); "
+            f"installed: stanza {version}. Install a supported version: pip install 'stanza>=1.15,<1.16'."
+        )
+
+
 def _check_graph_model(processor: Any) -> Any:
     """Return the depparse trainer after checking it holds a graph-based model."""
     from stanza.models.depparse.model import GraphParser
@@ -79,6 +96,9 @@ class DepparseScoreCapture:
     """Keeps the scores of one depparse processor's own parser pass (see module doc)."""
 
     def __init__(self, processor: Any) -> None:
+        import stanza
+
+        check_stanza_version(stanza.__version__)
         self.trainer = _check_graph_model(processor)
         self.model = self.trainer.model
         self.labels = _relation_labels(self.trainer, self.model.num_relations)

@@ -351,3 +351,13 @@ def test_pipeline_from_dir_reports_bad_folders(tmp_path):
     (tmp_path / "depparse.pt").write_bytes((MODEL_DIR / "depparse.pt").read_bytes())
     with pytest.raises(ValueError, match="no pos.pt"):
         treexp_stanza.pipeline_from_dir(str(tmp_path))
+
+
+def test_unsupported_stanza_versions_are_named():
+    from spacy_treexp.stanza.capture import check_stanza_version
+
+    check_stanza_version(stanza.__version__)  # the installed one is supported
+    check_stanza_version("1.15.3")
+    for version in ("1.14.0", "1.16.0", "2.0"):
+        with pytest.raises(RuntimeError, match=f"installed: stanza {version}"):
+            check_stanza_version(version)
