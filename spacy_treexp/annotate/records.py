@@ -54,11 +54,41 @@ class SentenceScores:
         return int(self.arc.shape[-1]) - 1
 
     def check(self, where: str = "sentence") -> None:
-        """Raise ``ValueError`` naming ``where`` if the arrays do not fit together."""
+        """Raise ``ValueError`` naming ``where`` if the arrays do not fit together or hold
+        values the engine cannot use.
+
+        ``arc`` must hold numbers, finite or -inf (a forbidden arc), in every cell that
+        counts (column 0 and the diagonal are ignored); NaN and +inf are refused with the
+        (head, dependent) that holds them. ``rel`` given as an array is held to the same
+        rule per label (-inf: an impossible label) and needs at least one label; ``rel``
+        given as another object with a ``shape`` and numpy indexing (relation scores
+        computed when indexed) is checked by shape only, so that checking does not build
+        its dense array. That relation scores are normalised log-probabilities and that
+        the allowed arcs leave a tree is the adapters' concern (the spaCy component checks
+        both, docs/CONTRACTS.md)."""
         arc = numpy.asarray(self.arc)
         if arc.ndim != 2 or arc.shape[0] != arc.shape[1] or arc.shape[0] < 2:
             raise ValueError(f"{where}: arc scores must be an (n+1, n+1) matrix with n >= 1, got shape {arc.shape}")
+        if arc.dtype.kind not in "fiu":
+            raise ValueError(f"{where}: arc scores must be numbers, got an array of dtype {arc.dtype}")
         n = self.n
+
+        def counted() -> numpy.ndarray:
+            """The cells the engine reads: not ROOT's column, not the diagonal."""
+            cells = numpy.ones((n + 1, n + 1), dtype=bool)
+            cells[:, 0] = False
+            numpy.fill_diagonal(cells, False)
+            return cells
+
+        # one reduction settles the usual case: max is NaN if any value is, +inf if any is
+        if not arc.max() < numpy.inf:
+            bad = numpy.argwhere(~(arc < numpy.inf) & counted())
+            if len(bad):
+                h, d = (int(i) for i in bad[0])
+                raise ValueError(
+                    f"{where}: arc scores hold {arc[h, d]} for the arc (head {h}, dependent {d}); arc scores "
+                    "must be finite log-potentials, or -inf for a forbidden arc"
+                )
         if self.rel is not None:
             n_labels = None if self.labels is None else len(self.labels)
             if n_labels is None or numpy.shape(self.rel) != (n + 1, n + 1, n_labels):
@@ -66,6 +96,22 @@ class SentenceScores:
                     f"{where}: relation scores of shape {numpy.shape(self.rel)} do not match {n} words "
                     f"and {n_labels} labels"
                 )
+            if n_labels == 0:
+                raise ValueError(f"{where}: relation scores have no labels (L = 0)")
+            if isinstance(self.rel, numpy.ndarray):
+                rel = self.rel
+                if rel.dtype.kind not in "fiu":
+                    raise ValueError(f"{where}: relation scores must be numbers, got an array of dtype {rel.dtype}")
+                if not rel.max() < numpy.inf:
+                    bad = numpy.argwhere(~(rel < numpy.inf) & counted()[:, :, None])
+                    if len(bad):
+                        h, d, label = (int(i) for i in bad[0])
+                        name = self.labels[label]  # type: ignore[index]  # n_labels is not None here
+                        raise ValueError(
+                            f"{where}: relation scores hold {rel[h, d, label]} for label {label} ({name!r}) "
+                            f"of the arc (head {h}, dependent {d}); relation scores must be finite "
+                            "log-probabilities, or -inf for an impossible label"
+                        )
         if self.heads is not None and numpy.shape(self.heads) != (n,):
             raise ValueError(f"{where}: {numpy.shape(self.heads)} heads for a sentence of {n} words")
         if self.heads is not None and ((self.heads < 0) | (self.heads > n)).any():

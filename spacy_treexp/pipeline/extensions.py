@@ -9,10 +9,17 @@ survives ``Doc.to_bytes``, ``DocBin(store_user_data=True)``, pickle and
 - ``"arc"``: float32 ndarray ``(n+1, n+1)``; ``arc[h, d]`` is the log-potential of the arc
   head ``h`` -> dependent ``d``; index 0 is ROOT, index ``i`` is token ``start + i - 1``;
   -inf is a forbidden arc (``biaffine_parser`` uses it to fix whitespace tokens' heads).
-- ``"rel"``: float32 ndarray ``(n+1, n+1, L)`` of log p(label | h, d), or ``None``.
+- ``"rel"``: float32 ndarray ``(n+1, n+1, L)`` of log p(label | h, d), or an object with
+  that ``shape`` and numpy indexing that computes them when indexed; or ``None``.
 - ``"labels"``: list of the L label strings of the ``rel`` axis, or ``None``.
 
-DocBin may give lists back as tuples: readers accept both. See docs/CONTRACTS.md.
+DocBin may give lists back as tuples: readers accept both. See docs/CONTRACTS.md, and
+:mod:`spacy_treexp.pipeline.score_sources` for the values ``tree_expectations`` accepts.
+
+The scores are raw material: ``tree_expectations`` sets the extension back to ``None``
+once it has annotated the Doc, unless its ``keep_scores`` setting is true (they are
+tens of times larger than the annotations, and would travel in every pickle and
+``DocBin(store_user_data=True)``).
 """
 
 from spacy.tokens import Doc

@@ -1,4 +1,5 @@
-"""Swappable sources of arc scores for the ``tree_expectations`` component.
+"""Swappable sources of arc scores for the ``tree_expectations`` component, and the
+contract their records are held to.
 
 A score source is a callable ``Doc -> list of records`` registered in spaCy's ``misc``
 registry, following the record format of ``Doc._.parser_scores`` (docs/CONTRACTS.md): one
@@ -18,13 +19,44 @@ plug in another parser, register your own source and name it in the config::
         return get_scores
 
     nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "my_scores.v1"}})
+
+The contract, checked for every sentence before the engine runs. A breach raises
+:class:`ScoreSourceError` (a ``ValueError``) naming the component, the score source (its
+registered name when it can be found, else its ``repr``), the sentence and what is wrong,
+with the (head, dependent) of a bad value:
+
+* The source returns a list (or tuple, or another iterable that is not a ``str`` or a
+  dict) of one dict per sentence. Whatever the source raises reaches the component's error
+  handler as a :class:`ScoreSourceError` whose ``__cause__`` is the original exception: a
+  bare ``KeyError`` would otherwise be reported by spaCy as E109 ("did you forget to call
+  initialize()?"), since ``Language.__call__`` turns every ``KeyError`` of a component
+  into that message.
+* ``"start"``, ``"end"``: the sentence's token offsets, ``sent.start`` and ``sent.end``.
+* ``"arc"``: an array (or nested lists, or a torch tensor) of numbers of shape
+  ``(n+1, n+1)``, ``arc[h, d]`` the log-potential of the arc h -> d; ROOT's column and the
+  diagonal are ignored. Every other cell is finite, or ``-inf`` for a forbidden arc; NaN
+  and ``+inf`` are refused. The allowed arcs must leave a tree (with ``single_root``, a
+  tree with one child of ROOT): every ROOT arc forbidden, a word with no allowed head, or
+  words that ROOT cannot reach are refused.
+* ``"rel"``: ``None``, or numbers of shape ``(n+1, n+1, L)`` with ``"labels"`` the L
+  distinct label strings of the last axis. ``rel[h, d, l]`` is log p(l | h, d): finite, or
+  ``-inf`` for an impossible label; NaN and ``+inf`` are refused, and so is an allowed arc
+  whose labels are all ``-inf``. Finite scores that are not normalised over the labels
+  (``|log sum_l exp rel[h, d, l]| > 1e-3`` for an allowed arc) are taken as logits and
+  normalised (log-softmax over the label axis), so that ``token._.dep_prob`` is a
+  probability; normalised scores are used as given. ``rel`` may also be an object that is
+  not an array but has a ``shape`` and numpy indexing (``rel[h, d]``, ``rel[heads,
+  arange(1, n+1)]``), such as relation scores computed when indexed: it is checked by
+  shape only (checking its values would build the dense array it avoids) and its values
+  are its provider's responsibility.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy
+import torch
 from spacy.tokens import Doc, Span
 from spacy.util import registry
 
@@ -33,8 +65,87 @@ from spacy_treexp.annotate import SentenceScores
 
 ScoreSource = Callable[[Doc], Sequence[Dict[str, Any]]]
 
+#: The registered name of the default source.
+PARSER_SCORES_SOURCE = "spacy_treexp.parser_scores.v1"
 
-class MissingScoresError(ValueError):
+#: Relation scores whose log-sum over labels is further than this from 0 for an allowed arc
+#: are logits, and are normalised (float32 log-softmax is exact to about 1e-6).
+LOG_NORMALISED_TOLERANCE = 1e-3
+
+#: Label scores the normalisation check reads at once (bounds its temporary memory).
+_CHUNK_CELLS = 1 << 22
+
+
+class Errors:
+    """The component's messages about score sources and settings, in one place (codes
+    after spaCy's ``Errors`` table, prefixed ``TX`` so as not to be taken for spaCy's)."""
+
+    TXE001 = (
+        "[TXE001] {where}: the score source returned None; it must return a list with one record (dict) per sentence."
+    )
+    TXE002 = (
+        "[TXE002] {where}: the score source returned {kind}; it must return a list with one record (dict) per sentence."
+    )
+    TXE003 = "[TXE003] {where}: the score source failed with {error}"
+    TXE004 = "[TXE004] {where}: the score source gave {got} sentence records, but the Doc has {sents} sentences."
+    TXE005 = "[TXE005] {where}: the record is {kind}, not a dict with 'start', 'end' and 'arc'."
+    TXE006 = "[TXE006] {where}: the record has no {key!r} (its keys: {keys})."
+    TXE007 = (
+        "[TXE007] {where}: the record spans tokens ({start}, {end}), but the sentence spans ({sent_start}, {sent_end})."
+    )
+    TXE008 = "[TXE008] {where}: {what} are not an array of numbers: {error}"
+    TXE009 = "[TXE009] {where}: {what} must be numbers, got {kind}."
+    TXE010 = "[TXE010] {where}: arc scores of shape {shape} for a sentence of {n} words (expected {expected})."
+    TXE011 = (
+        "[TXE011] {where}: relation scores must be an array of shape (n+1, n+1, L), nested lists, or an object "
+        "with a 'shape' and numpy indexing; got {kind}."
+    )
+    TXE012 = (
+        "[TXE012] {where}: relation scores come without 'labels' (the names of their last axis); give "
+        "'labels' or set 'rel' to None."
+    )
+    TXE013 = "[TXE013] {where}: 'labels' must be a list of strings, got {got}."
+    TXE014 = "[TXE014] {where}: 'labels' names {label!r} twice; labels must be distinct."
+    TXE015 = (
+        "[TXE015] {where}: relation scores of shape {shape} do not match {n} words and {n_labels} labels "
+        "(expected {expected})."
+    )
+    TXE016 = "[TXE016] {message}"
+    TXE017 = "[TXE017] {where}: the scores admit no dependency tree: {problem}. -inf forbids an arc."
+    TXE018 = (
+        "[TXE018] {where}: every label of the allowed arc (head {head}, dependent {dep}) is -inf; an arc that "
+        "may be chosen needs a label with a finite log-probability."
+    )
+    TXE019 = (
+        "[TXE019] {name}: 'scores' must be a score source, a callable Doc -> list of records (e.g. "
+        "{{'@misc': '{default}'}}), got {got!r}."
+    )
+    TXE020 = "[TXE020] {name}: keep_scores must be True or False, got {got!r}."
+    TXE021 = (
+        "[TXE021] {where}: the Doc has no arc scores (Doc._.parser_scores is None): 'tree_expectations' "
+        "needs an upstream parser that writes them, e.g. add 'biaffine_parser' before 'tree_expectations' "
+        "in the pipeline (spaCy's built-in transition-based 'parser' has no arc scores). Text: {text!r}"
+    )
+    TXE022 = (
+        "[TXE022] {where}: the Doc has no arc scores (Doc._.parser_scores is None) but already has "
+        "tree_expectations annotations: a tree_expectations component dropped the parser's scores after "
+        "annotating it. To run the component again on the same Doc, set keep_scores = true. Text: {text!r}"
+    )
+    TXE023 = (
+        "[TXE023] {where}: the Doc has no sentence boundaries; add a 'senter' or 'sentencizer' (and a parser "
+        "writing arc scores) before it."
+    )
+    TXE024 = (
+        "[TXE024] {where}: token {i} ({text!r}) has its head outside its sentence; the Doc's sentence "
+        "boundaries and parse disagree."
+    )
+
+
+class ScoreSourceError(ValueError):
+    """A score source failed, or its records break the contract (see the module doc)."""
+
+
+class MissingScoresError(ScoreSourceError):
     """A Doc reached ``tree_expectations`` without arc scores."""
 
 
@@ -42,86 +153,279 @@ def read_parser_scores(doc: Doc) -> Sequence[Dict[str, Any]]:
     """Return ``doc._.parser_scores``, or raise naming the missing upstream component."""
     records = doc._.get("parser_scores")
     if records is None:
-        raise MissingScoresError(
-            "Doc has no arc scores (Doc._.parser_scores is None): 'tree_expectations' "
-            "needs an upstream parser that writes them, e.g. add 'biaffine_parser' "
-            "before 'tree_expectations' in the pipeline (spaCy's built-in transition-"
-            "based 'parser' has no arc scores). Text: "
-            f"{doc.text[:60]!r}"
-        )
+        annotated = Doc.has_extension("tree_expectations") and doc._.get("tree_expectations") is not None
+        message = Errors.TXE022 if annotated else Errors.TXE021
+        raise MissingScoresError(message.format(where=f"score source {PARSER_SCORES_SOURCE!r}", text=doc.text[:60]))
     return list(records)
 
 
-@registry.misc("spacy_treexp.parser_scores.v1")
+@registry.misc(PARSER_SCORES_SOURCE)
 def make_parser_scores() -> ScoreSource:
     """The default source: the scores stored in ``Doc._.parser_scores``."""
     return read_parser_scores
 
 
-def sentence_scores(doc: Doc, records: Sequence[Dict[str, Any]]) -> List[SentenceScores]:
-    """The core's records of ``doc``'s sentences from a score source's records, checked
-    against ``doc.sents``; each carries the Doc's tree (if parsed) and relations."""
+def source_name(source: Any) -> str:
+    """The score source as messages name it: its registered name in quotes when it is
+    found in spaCy's ``misc`` registry (the registered function itself, a function defined
+    inside it, or an instance of a registered class), else its ``repr``."""
+    if source is read_parser_scores:
+        return repr(PARSER_SCORES_SOURCE)
+    try:
+        registered = registry.misc.get_all()
+    except Exception:  # a broken third-party entry point must not hide the real error
+        registered = {}
+    qualname = getattr(source, "__qualname__", "")
+    module = getattr(source, "__module__", None)
+    for name, func in registered.items():
+        inner = getattr(func, "__qualname__", None)
+        if (
+            source is func
+            or (isinstance(func, type) and isinstance(source, func))
+            or (inner and module == getattr(func, "__module__", None) and qualname.startswith(f"{inner}.<locals>."))
+        ):
+            return repr(name)
+    return repr(source)
+
+
+def call_source(source: ScoreSource, doc: Doc, where: str) -> List[Any]:
+    """The records ``source`` gives for ``doc`` as a list; anything the source raises comes
+    back as :class:`ScoreSourceError` (see the module doc on ``KeyError``). ``where`` names
+    the component and the source in messages."""
+    try:
+        records = source(doc)
+    except ScoreSourceError:
+        raise
+    except Exception as error:
+        raise ScoreSourceError(Errors.TXE003.format(where=_on(where, doc), error=_error(error))) from error
+    if records is None:
+        raise ScoreSourceError(Errors.TXE001.format(where=_on(where, doc)))
+    if isinstance(records, (str, bytes, Mapping)) or not hasattr(records, "__iter__"):
+        raise ScoreSourceError(Errors.TXE002.format(where=_on(where, doc), kind=_kind(records)))
+    try:
+        return list(records)
+    except Exception as error:  # a generator that fails part way
+        raise ScoreSourceError(Errors.TXE003.format(where=_on(where, doc), error=_error(error))) from error
+
+
+def _on(where: str, doc: Doc) -> str:
+    """``where`` and the Doc, for a message about the Doc as a whole."""
+    return f"{where}, Doc {doc.text[:60]!r}"
+
+
+def _error(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def sentence_scores(
+    doc: Doc, records: Sequence[Any], where: str = "tree_expectations", *, single_root: bool = True
+) -> List[SentenceScores]:
+    """The core's records of ``doc``'s sentences from a score source's records, held to the
+    contract of the module doc (``where`` names the component and the source in messages);
+    each carries the Doc's tree (if parsed) and relations."""
     records = list(records)
     if not doc.has_annotation("SENT_START"):
-        raise ValueError(
-            "tree_expectations: the Doc has no sentence boundaries; add a 'senter' or "
-            "'sentencizer' (and a parser writing arc scores) before it."
-        )
+        raise ScoreSourceError(Errors.TXE023.format(where=_on(where, doc)))
     sents = list(doc.sents)
     if len(records) != len(sents):
-        raise ValueError(
-            f"tree_expectations: the score source gave {len(records)} sentence records "
-            f"but the Doc has {len(sents)} sentences ({doc.text[:60]!r})."
-        )
-    has_parse = doc.has_annotation("DEP")
-    return [_sentence(sent, record, has_parse) for sent, record in zip(sents, records)]
+        raise ScoreSourceError(Errors.TXE004.format(where=_on(where, doc), got=len(records), sents=len(sents)))
+    heads = _doc_heads(doc) if doc.has_annotation("DEP") else None
+    strings = doc.vocab.strings
+    deprels = [strings[dep] for dep in doc.to_array("DEP").tolist()]
+    doc_text = doc.text
+    out = []
+    for k, (sent, record) in enumerate(zip(sents, records)):
+        text = doc_text[sent.start_char : sent.end_char]  # sent.text, without a Token per word
+        here = f"{where}, sentence {k} (tokens {sent.start}-{sent.end}, {text[:40]!r})"
+        scores = _sentence(sent, record, here, single_root)
+        scores.text = text
+        scores.deprels = deprels[sent.start : sent.end]
+        scores.heads = None if heads is None else _sentence_heads(sent, heads, here)
+        out.append(scores)
+    return out
 
 
-def _sentence(sent: Span, record: Dict[str, Any], has_parse: bool) -> SentenceScores:
+def _sentence(sent: Span, record: Any, where: str, single_root: bool) -> SentenceScores:
+    """One sentence's scores checked and converted (see the module doc)."""
     n = len(sent)
-    if record.get("start") != sent.start or record.get("end") != sent.end:
-        raise ValueError(
-            f"tree_expectations: score record ({record.get('start')}, {record.get('end')}) "
-            f"does not match the sentence ({sent.start}, {sent.end}) {sent.text[:40]!r}."
+    if not isinstance(record, Mapping):
+        raise ScoreSourceError(Errors.TXE005.format(where=where, kind=_kind(record)))
+    for key in ("start", "end", "arc"):
+        if key not in record:
+            raise ScoreSourceError(Errors.TXE006.format(where=where, key=key, keys=sorted(map(str, record))))
+    if record["start"] != sent.start or record["end"] != sent.end:
+        raise ScoreSourceError(
+            Errors.TXE007.format(
+                where=where, start=record["start"], end=record["end"], sent_start=sent.start, sent_end=sent.end
+            )
         )
-    arc = numpy.asarray(record["arc"])
+    arc = _numbers(record["arc"], "arc scores", where)
     if arc.shape != (n + 1, n + 1):
-        raise ValueError(
-            f"tree_expectations: arc scores of shape {arc.shape} for a sentence of {n} "
-            f"words (expected {(n + 1, n + 1)}): {sent.text[:40]!r}."
+        raise ScoreSourceError(Errors.TXE010.format(where=where, shape=arc.shape, n=n, expected=(n + 1, n + 1)))
+    rel = _relation_scores(record.get("rel"), where)
+    labels = None if rel is None else _labels(record.get("labels"), where)
+    if rel is not None and labels is not None and tuple(rel.shape) != (n + 1, n + 1, len(labels)):
+        expected = (n + 1, n + 1, len(labels))
+        raise ScoreSourceError(
+            Errors.TXE015.format(where=where, shape=tuple(rel.shape), n=n, n_labels=len(labels), expected=expected)
         )
-    rel = record.get("rel")
-    labels = record.get("labels")
-    if rel is not None:
-        rel = numpy.asarray(rel)
-        if labels is None or rel.shape != (n + 1, n + 1, len(labels)):
-            raise ValueError(
-                f"tree_expectations: relation scores of shape {rel.shape} do not match "
-                f"{n} words and {None if labels is None else len(labels)} labels: "
-                f"{sent.text[:40]!r}."
-            )
-    return SentenceScores(
-        arc=arc,
-        rel=rel,
-        labels=None if labels is None else list(labels),
-        start=sent.start,
-        text=sent.text,
-        heads=_doc_heads(sent) if has_parse else None,
-        deprels=[token.dep_ for token in sent],
-    )
+    scores = SentenceScores(arc=arc, rel=rel, labels=labels, start=sent.start)
+    try:
+        scores.check(where)
+    except ValueError as error:
+        raise ScoreSourceError(Errors.TXE016.format(message=error)) from error
+    allowed = arc > -numpy.inf
+    allowed[:, 0] = False
+    numpy.fill_diagonal(allowed, False)
+    problem = _no_tree(allowed, sent, single_root)
+    if problem is not None:
+        raise ScoreSourceError(Errors.TXE017.format(where=where, problem=problem))
+    if isinstance(rel, numpy.ndarray):
+        scores.rel = _log_probabilities(rel, allowed, where)
+    return scores
 
 
-def _doc_heads(sent: Span) -> numpy.ndarray:
-    """The sentence's parse as heads ``(n,)``, 0 = ROOT."""
-    heads = numpy.empty(len(sent), dtype=numpy.int64)
-    for m, token in enumerate(sent, start=1):
-        if token.head.i == token.i:
-            heads[m - 1] = 0
-        elif sent.start <= token.head.i < sent.end:
-            heads[m - 1] = token.head.i - sent.start + 1
-        else:
-            raise ValueError(
-                f"tree_expectations: token {token.i} ({token.text!r}) has its head "
-                "outside its sentence; sentence boundaries and parse disagree."
-            )
-    return heads
+def _kind(value: Any) -> str:
+    """How a message names what a source gave instead of what it should."""
+    if isinstance(value, numpy.ndarray):
+        return f"a numpy array of dtype {value.dtype}"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({value!r:.60})"
+
+
+def _numbers(value: Any, what: str, where: str) -> numpy.ndarray:
+    """``value`` (an array, nested lists or a torch tensor) as a numpy array of numbers."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    try:
+        array = numpy.asarray(value)
+    except (TypeError, ValueError) as error:
+        raise ScoreSourceError(Errors.TXE008.format(where=where, what=what, error=error)) from error
+    if array.dtype.kind not in "fiu":
+        kind = _kind(value) if array.dtype.kind == "O" else f"an array of dtype {array.dtype}"
+        raise ScoreSourceError(Errors.TXE009.format(where=where, what=what, kind=kind))
+    return array
+
+
+def _relation_scores(value: Any, where: str) -> Any:
+    """``None``, an array of numbers, or an object that computes the scores when indexed
+    (kept as it is: ``numpy.asarray`` would build its dense array)."""
+    if value is None:
+        return None
+    if isinstance(value, (numpy.ndarray, list, tuple, torch.Tensor)):
+        return _numbers(value, "relation scores", where)
+    if hasattr(value, "shape") and hasattr(value, "__getitem__"):
+        return value
+    raise ScoreSourceError(Errors.TXE011.format(where=where, kind=_kind(value)))
+
+
+def _labels(value: Any, where: str) -> List[str]:
+    """The relation names of the ``rel`` axis: a list of distinct strings."""
+    if value is None:
+        raise ScoreSourceError(Errors.TXE012.format(where=where))
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ScoreSourceError(Errors.TXE013.format(where=where, got=_kind(value)))
+    labels = list(value)
+    if set(map(type, labels)) - {str}:
+        other = next(label for label in labels if not isinstance(label, str))
+        raise ScoreSourceError(Errors.TXE013.format(where=where, got=f"a list holding {_kind(other)}"))
+    if len(set(labels)) < len(labels):
+        twice = next(label for k, label in enumerate(labels) if label in labels[:k])
+        raise ScoreSourceError(Errors.TXE014.format(where=where, label=twice))
+    return labels
+
+
+def _no_tree(allowed: numpy.ndarray, sent: Span, single_root: bool) -> Optional[str]:
+    """Why the ``allowed`` arcs ``(n+1, n+1)`` leave no tree (with ``single_root``, no tree
+    with one child of ROOT), or None. Only looked into when an arc is forbidden."""
+    n = allowed.shape[0] - 1
+    if int(allowed.sum()) == n * n:  # every arc the engine reads is allowed
+        return None
+
+    def word(d: int) -> str:
+        return f"word {d} ({sent[d - 1].text!r}, token {sent.start + d - 1})"
+
+    if not allowed[0].any():
+        return "every ROOT arc is forbidden"
+    no_head = numpy.flatnonzero(~allowed[:, 1:].any(axis=0)) + 1
+    if len(no_head):
+        return f"{word(int(no_head[0]))} has no allowed head"
+    unreached = numpy.flatnonzero(~_reachable(allowed, 0)[1:]) + 1
+    if len(unreached):
+        return f"{word(int(unreached[0]))} cannot be reached from ROOT through allowed arcs"
+    if single_root:
+        between_words = allowed.copy()
+        between_words[0] = False
+        candidates = allowed[0].copy()
+        while candidates.any():
+            child = int(numpy.flatnonzero(candidates)[0])
+            reached = _reachable(between_words, child)
+            if reached[1:].all():
+                return None
+            candidates &= ~reached  # a word this one reaches reaches no more than it
+        return "no word that ROOT may govern reaches every other word, so there is no single-root tree"
+    return None
+
+
+def _reachable(allowed: numpy.ndarray, start: int) -> numpy.ndarray:
+    """Which nodes ``start`` reaches through ``allowed`` arcs (breadth first), bool ``(n+1,)``."""
+    reached = numpy.zeros(allowed.shape[0], dtype=bool)
+    reached[start] = True
+    frontier = numpy.array([start])
+    while frontier.size:
+        new = allowed[frontier].any(axis=0) & ~reached
+        reached |= new
+        frontier = numpy.flatnonzero(new)
+    return reached
+
+
+def _log_probabilities(rel: numpy.ndarray, allowed: numpy.ndarray, where: str) -> numpy.ndarray:
+    """``rel`` itself when it holds log-probabilities over labels for every allowed arc,
+    else its log-softmax over labels; refuses an allowed arc with no possible label."""
+    log_sums = _log_sum_exp(rel)
+    dead = numpy.argwhere(allowed & numpy.isneginf(log_sums))
+    if len(dead):
+        raise ScoreSourceError(Errors.TXE018.format(where=where, head=int(dead[0, 0]), dep=int(dead[0, 1])))
+    if not (numpy.abs(log_sums[allowed]) > LOG_NORMALISED_TOLERANCE).any():
+        return rel
+    with numpy.errstate(invalid="ignore"):
+        shift = numpy.where(numpy.isfinite(log_sums), log_sums, 0)
+        return rel - shift[..., None].astype(log_sums.dtype)
+
+
+def _log_sum_exp(rel: numpy.ndarray) -> numpy.ndarray:
+    """log Σ_l exp rel[h, d, l], ``(n+1, n+1)``, in at least float32 (-inf where every label
+    is -inf). Without the usual shift by the maximum (half the time), which matters only
+    where a sum overflows or underflows: those cells are summed again with it."""
+    dtype = numpy.result_type(rel.dtype, numpy.float32)
+    size, _, n_labels = rel.shape
+    log_sums = numpy.empty((size, size), dtype=dtype)
+    rows = max(1, _CHUNK_CELLS // max(1, size * n_labels))
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        for begin in range(0, size, rows):
+            block = rel[begin : begin + rows].astype(dtype, copy=False)
+            log_sums[begin : begin + rows] = numpy.log(numpy.exp(block).sum(axis=-1))
+        again = numpy.nonzero(~numpy.isfinite(log_sums))
+        if len(again[0]):
+            block = rel[again].astype(dtype, copy=False)
+            top = block.max(axis=-1)
+            top = numpy.where(numpy.isfinite(top), top, 0)
+            log_sums[again] = top + numpy.log(numpy.exp(block - top[..., None]).sum(axis=-1))
+    return log_sums
+
+
+def _doc_heads(doc: Doc) -> numpy.ndarray:
+    """The token index of every token's head, ``(len(doc),)`` (a root is its own head)."""
+    offsets = doc.to_array("HEAD").astype(numpy.int64)  # signed offsets stored as uint64
+    return numpy.arange(len(doc), dtype=numpy.int64) + offsets
+
+
+def _sentence_heads(sent: Span, heads: numpy.ndarray, where: str) -> numpy.ndarray:
+    """The sentence's parse as heads ``(n,)``, 0 = ROOT, from the Doc's head indices."""
+    own = heads[sent.start : sent.end]
+    outside = (own < sent.start) | (own >= sent.end)
+    if outside.any():
+        i = sent.start + int(numpy.flatnonzero(outside)[0])
+        raise ValueError(Errors.TXE024.format(where=where, i=i, text=sent.doc[i].text))
+    root = own == numpy.arange(sent.start, sent.end)
+    return numpy.where(root, 0, own - sent.start + 1)

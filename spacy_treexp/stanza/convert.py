@@ -1,10 +1,11 @@
 """Stanza -> spaCy, and loading a Stanza pipeline with ``tree_expectations`` from a folder.
 
 :func:`to_spacy` turns a Stanza Document parsed with ``tree_expectations`` into a spaCy
-``Doc`` with words, heads, relations, tags, lemmas and sentence starts, and the
-sentences' captured depparse scores in ``doc._.parser_scores`` (docs/CONTRACTS.md); it
-then runs the spaCy ``tree_expectations`` component on it, so spaCy users get the same
-``doc._`` / ``span._`` / ``token._`` attributes from Stanza's parser.
+``Doc`` with words, heads, relations, tags, lemmas and sentence starts; it runs the spaCy
+``tree_expectations`` component on the sentences' captured depparse scores, so spaCy users
+get the same ``doc._`` / ``span._`` / ``token._`` attributes from Stanza's parser. The
+scores themselves stay in ``doc._.parser_scores`` (docs/CONTRACTS.md) only with
+``keep_scores=True``, as for the component.
 
 :func:`pipeline_from_dir` builds the pipeline the command line's ``--stanza DIR`` uses.
 """

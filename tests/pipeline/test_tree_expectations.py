@@ -27,6 +27,7 @@ from spacy.tokens import Doc, DocBin, Span, Token
 from spacy_treexp import TreeDistribution
 from spacy_treexp.annotate import SentenceAnnotation, length_buckets
 from spacy_treexp.pipeline import attributes
+from spacy_treexp.pipeline.tree_expectations import TreeExpectations
 
 FLOAT_KEYS = ("marginals", "head_prob", "head_entropy", "dep_prob", "sample_log_probs")
 EXACT_KEYS = ("start", "end", "heads", "single_root", "sampled_heads", "sampled_labels", "labels", "top_k_heads")
@@ -73,7 +74,7 @@ def tree_prob_table(arc, single_root=True):
 @pytest.mark.parametrize("single_root", [True, False])
 def test_values_match_brute_force_enumeration(single_root):
     doc = score_doc(blank_doc(["a", "b", "c", "d", "e", "f", "g"], [True, False, False, True, False, False, False]))
-    component(single_root=single_root)(doc)
+    component(single_root=single_root, keep_scores=True)(doc)
     for sent, scores in zip(doc.sents, doc._.parser_scores):
         arc = numpy.asarray(scores["arc"], dtype=numpy.float64)
         trees, probs, logz = tree_prob_table(arc, single_root)
@@ -102,7 +103,7 @@ def test_values_match_brute_force_enumeration(single_root):
 
 def test_token_views_and_labelled_probability():
     doc = score_doc(blank_doc("the quick brown fox jumps over dogs".split()))
-    component(top_k_heads=2)(doc)
+    component(top_k_heads=2, keep_scores=True)(doc)
     record = doc._.parser_scores[0]
     for m, token in enumerate(doc, start=1):
         dist = token._.head_distribution
@@ -155,7 +156,7 @@ def test_user_data_holds_only_numpy_and_plain_python():
 def test_no_parse_in_doc_uses_the_map_tree():
     doc = score_doc(blank_doc("a b c d e".split()), set_parse=False)
     assert not doc.has_annotation("DEP")
-    component()(doc)
+    component(keep_scores=True)(doc)
     arc = torch.from_numpy(doc._.parser_scores[0]["arc"]).double()
     mode = TreeDistribution(arc).mode.reshape(-1)[1:].numpy()
     assert list(doc._.tree_expectations[0].heads) == list(mode)
@@ -199,7 +200,7 @@ def _is_tree(heads, single_root=True):
 @pytest.mark.parametrize("seed", [0, None])  # per-sentence generators / whole batches
 @pytest.mark.parametrize("sampler", ["wilson_marginal", "wilson_reject", "colbourn"])
 def test_samples_are_trees_with_exact_log_probs(sampler, seed):
-    nlp = make_nlp({"n_samples": 6, "sampler": sampler, "seed": seed})
+    nlp = make_nlp({"n_samples": 6, "sampler": sampler, "seed": seed, "keep_scores": True})
     doc = nlp(TEXTS[4])
     for sent in doc.sents:
         heads = sent._.sampled_heads
@@ -214,7 +215,7 @@ def test_samples_are_trees_with_exact_log_probs(sampler, seed):
 def test_samples_follow_the_tree_distribution():
     # 4 words: 64 trees; 3,000 draws; chi-square against the exact probabilities.
     doc = score_doc(blank_doc("a b c d".split()), scale=1.0)
-    component(n_samples=3000)(doc)
+    component(n_samples=3000, keep_scores=True)(doc)
     trees, probs, _ = tree_prob_table(doc._.parser_scores[0]["arc"].astype(numpy.float64))
     index = {tuple(t): k for k, t in enumerate(trees)}
     counts = numpy.zeros(len(trees))
@@ -255,7 +256,7 @@ def test_without_replacement_gives_distinct_trees_and_pads_small_sentences():
 
 
 def test_sampled_doc_is_a_parse_of_the_sample():
-    nlp = make_nlp({"n_samples": 3})
+    nlp = make_nlp({"n_samples": 3, "keep_scores": True})
     doc = nlp(TEXTS[0])
     for i in range(3):
         sample = doc._.sampled_doc(i)
@@ -291,7 +292,7 @@ def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError, match="relation scores"):
         component()(doc)
     doc._.parser_scores = [{"start": 0, "end": 2, "arc": arc, "rel": None, "labels": None}]
-    with pytest.raises(ValueError, match="does not match the sentence"):
+    with pytest.raises(ValueError, match=r"record spans tokens \(0, 2\), but the sentence spans \(0, 3\)"):
         component()(doc)
     doc._.parser_scores = []
     with pytest.raises(ValueError, match="0 sentence records"):
@@ -363,14 +364,103 @@ def test_bad_config(config, message):
         component(**config)
 
 
+BAD_OPTIONS = [
+    ("single_root", "yes"),
+    ("single_root", 1),
+    ("n_samples", -1),
+    ("n_samples", 1.5),
+    ("n_samples", "3"),
+    ("n_samples", True),
+    ("sampler", 5),
+    ("sampler", "no_such_sampler"),
+    ("without_replacement", "no"),
+    ("top_k_heads", 0),
+    ("top_k_heads", 2.0),
+    ("device", "tpu"),
+    ("device", 3),
+    ("batch_size", 0),
+    ("batch_size", None),
+    ("seed", 1.5),
+    ("seed", True),
+    ("seed", "x"),
+    ("keep_scores", "no"),
+    ("keep_scores", 0),
+    ("keep_scores", None),
+    ("scores", 5),
+]
+
+
+@pytest.mark.parametrize("option, value", BAD_OPTIONS)
+def test_every_bad_option_is_named_in_the_config(option, value):
+    # spaCy's config validation or the component's own: either names the option
+    with pytest.raises(ValueError, match=rf"\b{option}\b"):
+        component(**{option: value})
+
+
+@pytest.mark.parametrize("option, value", BAD_OPTIONS)
+def test_every_bad_option_is_named_by_the_constructor(option, value):
+    # the constructor (used by spacy_treexp.stanza.to_spacy) has no spaCy config validation
+    with pytest.raises(ValueError, match=rf"^(\[TXE0\d\d\] )?te: (')?{option}\b"):
+        TreeExpectations(spacy.blank("en").vocab, name="te", **{option: value})
+
+
 def test_error_handler_skips_failing_docs_in_pipe():
-    nlp = make_nlp()
+    nlp = make_nlp({"keep_scores": True})  # the component runs on `good` a second time
     te = nlp.get_pipe("tree_expectations")
     seen = []
     te.set_error_handler(lambda name, proc, docs, e: seen.append((name, len(docs), str(e))))
     good, bad = nlp("Fine here."), blank_doc(["No", "scores"])
     assert list(te.pipe([good, bad], batch_size=1)) == [good]
     assert len(seen) == 1 and seen[0][:2] == ("tree_expectations", 1) and "biaffine_parser" in seen[0][2]
+
+
+# --- the parser's raw scores ---------------------------------------------------------
+
+
+def test_raw_scores_are_dropped_after_annotating_unless_kept():
+    text = TEXTS[4]
+    dropped = make_nlp({"n_samples": 2})(text)
+    kept = make_nlp({"n_samples": 2, "keep_scores": True})(text)
+    assert dropped._.parser_scores is None
+    assert len(kept._.parser_scores) == len(list(kept.sents))
+    assert_same_records(dropped._.tree_expectations, kept._.tree_expectations, atol=0)
+    # the annotations are what remains in pickles and DocBins
+    assert len(pickle.dumps(dropped)) < len(pickle.dumps(kept))
+    docbin = DocBin(store_user_data=True, docs=[dropped])
+    copy = next(DocBin(store_user_data=True).from_bytes(docbin.to_bytes()).get_docs(spacy.blank("en").vocab))
+    assert copy._.parser_scores is None
+    assert_same_records(copy._.tree_expectations, dropped._.tree_expectations, atol=0)
+
+
+def test_a_second_run_on_a_doc_without_its_scores_says_why():
+    nlp = make_nlp()
+    doc = nlp("Dogs bark.")
+    with pytest.raises(ValueError, match=r"dropped the parser's scores .* set keep_scores = true"):
+        nlp.get_pipe("tree_expectations")(doc)
+    kept = make_nlp({"keep_scores": True})
+    doc = kept("Dogs bark.")
+    kept.get_pipe("tree_expectations")(doc)  # runs again on the kept scores
+    assert doc._.parser_scores is not None
+
+
+def test_a_failing_doc_keeps_its_scores():
+    nlp = make_nlp()
+    te = nlp.get_pipe("tree_expectations")
+    te.set_error_handler(lambda name, proc, docs, e: None)
+    doc = nlp.make_doc("Dogs bark.")
+    for name, proc in nlp.pipeline[:-1]:
+        doc = proc(doc)
+    doc._.parser_scores[0]["arc"][0, :] = -numpy.inf  # no tree: refused
+    te(doc)
+    assert doc._.tree_expectations is None and doc._.parser_scores is not None
+
+
+def test_keep_scores_survives_to_disk(tmp_path):
+    nlp = make_nlp({"keep_scores": True})
+    nlp.to_disk(tmp_path / "pipe")
+    loaded = spacy.load(tmp_path / "pipe")
+    assert loaded.get_pipe("tree_expectations").keep_scores is True
+    assert loaded(TEXTS[0])._.parser_scores is not None
 
 
 # --- spaCy integration --------------------------------------------------------------

@@ -24,7 +24,7 @@ def pipeline(tmp_path_factory):
     torch.set_num_threads(1)
     nlp, _, _ = train_toy(TINY_CONFIG, 60)
     torch.set_num_threads(previous)
-    nlp.add_pipe("tree_expectations", config={"n_samples": 3})
+    nlp.add_pipe("tree_expectations", config={"n_samples": 3, "keep_scores": True})
     path = tmp_path_factory.mktemp("e2e") / "pipeline"
     nlp.to_disk(path)
     return nlp, path

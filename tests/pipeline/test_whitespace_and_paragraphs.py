@@ -92,7 +92,7 @@ def test_attach_whitespace_scores():
 def paragraph_parser():
     nlp, _, _ = train_toy(tiny_parser_config(), 60)
     nlp.add_pipe("paragraph_breaks", first=True)
-    nlp.add_pipe("tree_expectations", config={"n_samples": 4, "seed": 0})
+    nlp.add_pipe("tree_expectations", config={"n_samples": 4, "seed": 0, "keep_scores": True})
     return nlp
 
 

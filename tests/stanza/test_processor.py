@@ -301,7 +301,8 @@ def test_samples_without_replacement_are_distinct():
 def test_to_spacy_carries_parse_scores_and_annotations(parsed):
     spacy = pytest.importorskip("spacy")
     vocab = spacy.blank("en").vocab
-    doc = treexp_stanza.to_spacy(parsed, vocab)
+    assert treexp_stanza.to_spacy(parsed, vocab)._.parser_scores is None  # dropped by default
+    doc = treexp_stanza.to_spacy(parsed, vocab, keep_scores=True)
     sentences = list(doc.sents)
     assert len(sentences) == len(parsed.sentences)
     records = doc._.parser_scores
