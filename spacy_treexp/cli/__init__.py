@@ -2,7 +2,13 @@
 
 Exit status: 0 done; 1 the run failed (``--strict`` at a bad input, an evaluation error);
 2 a mistake in the command line or its files, shown as one line ``spacy-treexp: ...``
-on stderr; 130 interrupted (Ctrl-C or SIGTERM).
+on stderr (a missing input or ``--model``, an output in a folder that does not exist, is
+a file or is not writable, an output that is the input or a link to it); 130 interrupted
+(Ctrl-C or SIGTERM, which every command takes as Ctrl-C).
+
+Outputs are never written in place: ``annotate`` writes ``OUTPUT.partial`` and a
+manifest, renamed to OUTPUT when complete, and ``--resume`` finishes an interrupted run
+(:mod:`spacy_treexp.cli.partial`); ``render`` renames a whole page into place.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import typer
 
 from spacy_treexp import __version__
 from spacy_treexp.cli import annotate, evaluate, parse, render
-from spacy_treexp.cli.common import PROG, StopRun, UserError
+from spacy_treexp.cli.common import PROG, StopRun, UserError, sigterm_as_interrupt
 
 _LINE_BREAKS = re.compile(r"\s*[\r\n]+\s*")
 
@@ -61,7 +67,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(app)
     try:
-        status = command.main(args=args, prog_name=PROG, standalone_mode=False, obj={"argv": args})
+        with sigterm_as_interrupt():
+            status = command.main(args=args, prog_name=PROG, standalone_mode=False, obj={"argv": args})
     except UserError as e:
         return _fail(str(e))
     except click_exceptions.NoArgsIsHelpError as e:

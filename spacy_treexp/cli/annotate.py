@@ -2,8 +2,16 @@
 
 .txt (one document per line), .jsonl (``{"text": ...}``) or .conllu (gold tokens and
 sentences kept) in; .jsonl, .conllu (HeadProb and HeadEntropy in MISC) or .spacy (a folder
-of DocBin shards) out; ``-`` for stdin or stdout. Each finished document is written at
-once; a bad line is reported with its line number and skipped (``--strict`` stops).
+of DocBin shards) out; ``-`` for stdin or stdout. A bad line is reported with its line
+number and skipped (``--strict`` stops).
+
+Nothing lost: each finished document is written at once to ``OUTPUT.partial`` (a file, or
+a folder of shards for .spacy) with a manifest ``OUTPUT.partial.manifest``, and only a
+complete run renames the partial to OUTPUT (an existing OUTPUT is replaced whole, never
+truncated). Ctrl-C or SIGTERM stop with exit status 130 and leave the partial holding
+complete records; ``--resume`` finishes such a run, or one that was killed, with no
+duplicate and no gap. The layout and the resume rule: :mod:`spacy_treexp.cli.partial`.
+Standard output gets each record at once and cannot be resumed.
 """
 
 from __future__ import annotations
@@ -16,8 +24,9 @@ from typing import Annotated, Optional
 import typer
 from tqdm import tqdm
 
-from spacy_treexp.cli import outputs
+from spacy_treexp.cli import outputs, partial
 from spacy_treexp.cli.common import (
+    PROG,
     BatchSize,
     Gpu,
     InputFormatOption,
@@ -28,7 +37,7 @@ from spacy_treexp.cli.common import (
     check_output_path,
     is_stdio,
     open_reader,
-    sigterm_as_interrupt,
+    same_file,
     warn,
 )
 from spacy_treexp.cli.pipelines import make_runner
@@ -56,7 +65,18 @@ def annotate(
     samples: Annotated[int, typer.Option("--samples", min=0, help="Trees to sample per sentence.")] = 0,
     n_process: Annotated[int, typer.Option("--n-process", min=1, help="Worker processes (spaCy only).")] = 1,
     strict: Annotated[bool, typer.Option("--strict", help="Stop at the first bad input (exit status 1).")] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Finish the interrupted run whose OUTPUT.partial is there (same INPUT and options); "
+            "without one, just run.",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    shard_size: Annotated[
+        int, typer.Option("--shard-size", min=1, help="Docs per DocBin shard of a .spacy OUTPUT.")
+    ] = outputs.SHARD_SIZE,
     model: Model = None,
     stanza: Stanza = None,
     batch_size: BatchSize = 64,
@@ -64,8 +84,9 @@ def annotate(
 ) -> int:
     """Annotate a .txt, .jsonl or .conllu file into .jsonl, .conllu or .spacy.
 
-    Streams, and writes each document as soon as it is done; a bad input line is reported
-    with its number and skipped (--strict: stop there, exit status 1).
+    Streams, and writes each document as soon as it is done to OUTPUT.partial, renamed to
+    OUTPUT when the run is complete; --resume finishes an interrupted run. A bad input
+    line is reported with its number and skipped (--strict: stop there, exit status 1).
     """
     if n_process > 1 and gpu >= 0:
         raise UserError("use --n-process 1 with --gpu")
@@ -80,6 +101,26 @@ def annotate(
 
     reader = open_reader(input, input_format, report)
     fmt = _output_format(output, output_format, input)
+    kept: Optional[partial.Kept] = None
+    header = None
+    if is_stdio(output):
+        if resume:
+            raise UserError("--resume: standard output cannot be resumed; give --output a file")
+    else:
+        paths = partial.OutputPaths.of(output)
+        for path in (paths.partial, paths.manifest):
+            if same_file(path, input):
+                raise UserError(f"--output {output}: {path} is the input file; write to another path")
+        folder = fmt == "spacy"
+        if resume and partial.is_complete(paths, folder):
+            warn(f"--output {output} is complete (no {paths.partial} to resume); nothing to do")
+            return 0
+        if folder:
+            outputs.check_docbin_target(paths.target)
+        header = partial.run_header(
+            fmt=fmt, input=input, input_format=reader.format, model=model, stanza=stanza, samples=samples
+        )
+        kept = partial.prepare(paths, header, resume=resume, folder=folder)
     run = make_runner(
         model=model,
         stanza=stanza,
@@ -90,29 +131,44 @@ def annotate(
         n_process=n_process,
         on_error=lambda context, e: report(context["line"], f"{type(e).__name__}: {e}"),
     )
-    target = "<stdout>" if is_stdio(output) else str(output)
-    written = 0
-    with sigterm_as_interrupt():
-        writer = outputs.make_writer(output, fmt)  # after every check: a mistake never clobbers
-        progress = tqdm(total=reader.count(), unit="doc", disable=quiet or None, file=sys.stderr)
-        try:
-            for doc, context in run(reader):
-                writer.write(doc, context)
-                written += 1
-                progress.update(1)
-        except KeyboardInterrupt:
-            progress.close()
-            warn(f"interrupted: {written} documents written to {target}")
-            return 130
-        except StopRun:
-            progress.close()
-            warn(f"stopped at the first bad input (--strict): {written} documents written to {target}")
-            raise
-        finally:
-            progress.close()
-            writer.close()
+    if kept is not None:
+        reader.start_after = kept.line
+        warn(f"resuming: {kept.docs} documents kept, going on after input line {kept.line}")
+    total = reader.count()
+    writer = outputs.make_writer(output, fmt, header=header, kept=kept, shard_size=shard_size)
+    progress = tqdm(
+        total=total,
+        initial=min(writer.docs, total or writer.docs),
+        unit="doc",
+        disable=quiet or None,
+        file=sys.stderr,
+    )
+    try:
+        for doc, context in run(reader):
+            writer.write(doc, context)
+            progress.update(1)
+        writer.finish()
+    except KeyboardInterrupt:
+        progress.close()
+        writer.close()
+        how = "" if is_stdio(output) else "; run the same command with --resume to finish it"
+        warn(f"interrupted: {writer.docs} documents written to {writer.where}{how}")
+        return 130
+    except StopRun:
+        progress.close()
+        writer.close()
+        warn(f"stopped at the first bad input (--strict): {writer.docs} documents written to {writer.where}")
+        raise
+    except OSError as e:
+        progress.close()
+        writer.close()
+        warn(f"{PROG}: {e.strerror or e}: {e.filename or output}; {writer.docs} documents written to {writer.where}")
+        return 1
+    finally:
+        progress.close()
+        writer.close()
     if problems:
-        warn(f"{problems} bad input(s) skipped; {written} documents written.")
+        warn(f"{problems} bad input(s) skipped; {writer.docs} documents written to {writer.where}.")
     return 0
 
 
@@ -128,6 +184,4 @@ def _output_format(output: Path, given: Optional[OutputFormat], source: Path) ->
     if fmt is None:
         raise UserError(f"--output {output}: expected a .jsonl, .conllu or .spacy path (or give --output-format)")
     check_output_path(output, [source], folder=fmt == "spacy")
-    if fmt == "spacy":
-        outputs.check_docbin_target(output)
     return fmt

@@ -75,7 +75,8 @@ def check_input_file(path: Path, what: str) -> None:
 
 
 def check_output_path(path: Path, sources: Iterable[Path], what: str = "--output", folder: bool = False) -> None:
-    """An output path whose folder exists and that is none of ``sources``; checked before
+    """An output path in an existing, writable folder that is none of ``sources`` (a
+    symlink, a hard link or another spelling of an input is refused too); checked before
     anything is written, so a mistake never clobbers a file. ``folder``: the output is a
     directory the command makes, else a file."""
     if not folder and path.is_dir():
@@ -83,15 +84,30 @@ def check_output_path(path: Path, sources: Iterable[Path], what: str = "--output
     if folder and path.exists() and not path.is_dir():
         raise UserError(f"{what} {path}: is a file; give a directory path")
     parent = path.parent
-    if not parent.exists():
-        raise UserError(f"{what} {path}: no such folder {parent}")
     if not parent.is_dir():
-        raise UserError(f"{what} {path}: {parent} is a file, not a folder")
+        above = next((p for p in parent.parents if p.exists() or p.is_symlink()), None)
+        if parent.exists() or (above is not None and not above.is_dir()):
+            raise UserError(f"{what} {path}: {parent if parent.exists() else above} is a file, not a folder")
+        raise UserError(f"{what} {path}: no such folder {parent}")
     for source in sources:
-        if is_stdio(source) or not source.exists():
-            continue
-        if path.resolve() == source.resolve() or (path.exists() and os.path.samefile(path, source)):
+        if same_file(path, source):
             raise UserError(f"{what} {path} is the input file; write to another path")
+    for folder_written in (parent, path) if folder and path.is_dir() else (parent,):
+        if not os.access(folder_written, os.W_OK | os.X_OK):
+            raise UserError(f"{what} {path}: folder {folder_written} is not writable")
+
+
+def same_file(path: Path, source: Path) -> bool:
+    """Whether ``path`` names the existing input ``source``: the same path once symlinks,
+    ``.`` and ``..`` are resolved, or another link (hard or symbolic) to the same file."""
+    if is_stdio(source) or is_stdio(path) or not source.exists():
+        return False
+    if path.resolve() == source.resolve():
+        return True
+    try:
+        return os.path.samefile(path, source)
+    except OSError:  # path does not exist (yet)
+        return False
 
 
 def open_reader(path: Path, fmt: Optional[InputFormat], on_bad: OnBad) -> Reader:

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from spacy_treexp.cli.common import PROG, BatchSize, Model, Stanza, UserError, check_output_path, warn
+from spacy_treexp.cli.pipelines import check_model
 from spacy_treexp.engine.sampling import DEFAULT_METHOD, SINGLE_ROOT_METHODS
 
 
@@ -95,7 +96,9 @@ def evaluate(
             raise UserError(f"{what} file not found: {path}")
     if stanza is not None and not stanza.is_dir():
         raise UserError(f"--stanza {stanza}: no such directory")
-    check_output_path(out, [], what="--out", folder=True)
+    if model is not None:
+        check_model(model)
+    check_output_path(out, [p for p in (conllu, dev) if p is not None], what="--out", folder=True)
     argv = (ctx.obj or {}).get("argv")
     try:
         config = EvalConfig(

@@ -1,25 +1,31 @@
 """Annotated Docs out: JSONL, CoNLL-U (through :mod:`spacy_treexp.io.conllu`) or DocBin shards.
 
 A writer takes each ``(Doc, context)`` pair as soon as it is done (the context is the
-reader's, see :mod:`spacy_treexp.io.inputs`) and flushes, so an interrupted run keeps
-every finished document.
+reader's, see :mod:`spacy_treexp.io.inputs`). To standard output a record is written and
+flushed at once; to a file or a ``.spacy`` directory, everything goes to
+``OUTPUT.partial`` with a manifest, and ``finish`` renames it to OUTPUT when the run is
+complete (the layout and the resume rule: :mod:`spacy_treexp.cli.partial`). ``close``
+after an interrupt or an error leaves the partial holding complete records only.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Optional, TextIO, Union, cast
+from typing import Any, Optional, Protocol, Union, cast
 
 import numpy
 from spacy.tokens import Doc, DocBin, Span, Token
 from spacy.vocab import Vocab
 
 from spacy_treexp.cli.common import UserError, is_stdio
+from spacy_treexp.cli.partial import Kept, Manifest, OutputPaths, PartialFile, clear_unlisted_shards, settle
 from spacy_treexp.io.conllu import ConlluSentence, format_misc, write_conllu
 from spacy_treexp.io.inputs import Context
 
@@ -41,6 +47,72 @@ def check_docbin_target(path: Path) -> None:
     """A .spacy target is a directory of shards: new, or empty."""
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UserError(f"--output {path} exists and is not an empty directory")
+
+
+# --- where records go ---------------------------------------------------------------
+
+
+class Sink(Protocol):
+    """Where a record writer's text goes: standard output or a :class:`PartialFile`."""
+
+    docs: int
+    where: str
+
+    def add(self, text: str, line: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StdoutSink:
+    """Standard output: each record written and flushed at once (no partial, no resume)."""
+
+    where = "<stdout>"
+
+    def __init__(self) -> None:
+        self.docs = 0
+
+    def add(self, text: str, line: int) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        self.docs += 1
+
+    def finish(self) -> None:
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        sys.stdout.flush()
+
+
+class RecordWriter:
+    """One text record per document (:meth:`record`), written whole to ``sink``."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    @property
+    def docs(self) -> int:
+        """Documents in the output so far, those a resumed run kept included."""
+        return self.sink.docs
+
+    @property
+    def where(self) -> str:
+        return self.sink.where
+
+    def record(self, doc: Doc, context: Context) -> str:
+        raise NotImplementedError
+
+    def write(self, doc: Doc, context: Context) -> None:
+        self.sink.add(self.record(doc, context), context["line"])
+
+    def finish(self) -> None:
+        """The run is complete: the output goes into place."""
+        self.sink.finish()
+
+    def close(self) -> None:
+        """Release the output; after ``finish`` a no-op, else the partial stays."""
+        self.sink.close()
 
 
 # --- JSONL --------------------------------------------------------------------------
@@ -88,26 +160,15 @@ def doc_to_json(doc: Doc) -> dict[str, Any]:
     return {"text": doc.text, "tree_entropy": _float(doc._.tree_entropy), "sentences": sentences}
 
 
-class JsonlWriter:
+class JsonlWriter(RecordWriter):
     """One JSON object per document and line: the input's metadata, ``line``, then
     :func:`doc_to_json`."""
 
-    def __init__(self, file: TextIO, owned: bool = True) -> None:
-        self.file = file
-        self.owned = owned
-
-    def write(self, doc: Doc, context: Context) -> None:
+    def record(self, doc: Doc, context: Context) -> str:
         record = dict(context.get("meta", {}))
         record["line"] = context["line"]
         record.update(doc_to_json(doc))
-        self.file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self.file.flush()
-
-    def close(self) -> None:
-        if self.owned:
-            self.file.close()
-        else:
-            self.file.flush()
+        return json.dumps(record, ensure_ascii=False) + "\n"
 
 
 # --- CoNLL-U ------------------------------------------------------------------------
@@ -139,7 +200,7 @@ def word_heads(heads: Sequence[int], space: Sequence[bool]) -> list[int]:
     return out
 
 
-class ConlluWriter:
+class ConlluWriter(RecordWriter):
     """CoNLL-U with HeadProb and HeadEntropy in MISC; sentence values in comments.
 
     From CoNLL-U input, each sentence is the input's :class:`ConlluSentence` with only the
@@ -151,13 +212,10 @@ class ConlluWriter:
     over the words (see :func:`word_heads`), a sentence of whitespace only is not written,
     and line breaks in ``# text`` become spaces."""
 
-    def __init__(self, file: TextIO, owned: bool = True) -> None:
-        self.file = file
-        self.owned = owned
-
-    def write(self, doc: Doc, context: Context) -> None:
-        write_conllu(self.sentences(doc, context), self.file)
-        self.file.flush()
+    def record(self, doc: Doc, context: Context) -> str:
+        out = io.StringIO(newline="")
+        write_conllu(self.sentences(doc, context), out)
+        return out.getvalue()
 
     def sentences(self, doc: Doc, context: Context) -> Iterator[ConlluSentence]:
         """The CoNLL-U sentences of an annotated Doc."""
@@ -182,12 +240,6 @@ class ConlluWriter:
                 continue
             written += 1
             yield _annotated(_from_text(sent, space, context, written, predicted), sent, space)
-
-    def close(self) -> None:
-        if self.owned:
-            self.file.close()
-        else:
-            self.file.flush()
 
 
 def _tree(sent: Span) -> list[int]:
@@ -284,52 +336,100 @@ def _annotated(sentence: ConlluSentence, sent: Span, space: list[bool]) -> Conll
 
 
 class DocBinWriter:
-    """A directory of DocBin shards (``00000.spacy``, ...), ``store_user_data=True``.
+    """A directory of DocBin shards (``00000.spacy``, ...), ``store_user_data=True``,
+    made as ``OUTPUT.partial`` and renamed to OUTPUT by ``finish``.
 
     Shards keep memory constant; spaCy's ``Corpus`` and ``spacy train`` read such a
-    directory directly. The parser's raw scores (``Doc._.parser_scores``) are left out
-    to keep files small; the tree_expectations records are kept."""
+    directory directly. Each shard is written under a temporary name, renamed, and then
+    listed in the manifest; ``close`` after an interrupt writes the documents held as one
+    more shard. The parser's raw scores (``Doc._.parser_scores``) are left out to keep
+    files small; the tree_expectations records are kept."""
 
-    def __init__(self, path: Path) -> None:
-        check_docbin_target(path)
-        path.mkdir(exist_ok=True)
-        self.path = path
-        self.shard = 0
-        self.docbin = DocBin(store_user_data=True)
+    def __init__(
+        self, paths: OutputPaths, header: dict[str, Any], kept: Optional[Kept], shard_size: int = SHARD_SIZE
+    ) -> None:
+        self.paths = paths
+        if kept is None:
+            paths.partial.mkdir()
+        else:
+            clear_unlisted_shards(paths.partial, kept)
+        self.manifest = Manifest(paths.manifest, header, kept)
+        self.shard_size = shard_size
+        self.shard = len(kept.shards) if kept else 0
+        self.docs = kept.docs if kept else 0
+        self.pending: list[tuple[Doc, int]] = []  # finished Docs, not yet in a shard
+        self.where = str(paths.partial)
+        self.done = False
 
     def write(self, doc: Doc, context: Context) -> None:
         if doc.has_extension("parser_scores"):
             doc._.parser_scores = None
-        self.docbin.add(doc)
-        if len(self.docbin) >= SHARD_SIZE:
+        self.pending.append((doc, context["line"]))
+        if len(self.pending) >= self.shard_size:
             self._flush()
 
     def _flush(self) -> None:
-        if len(self.docbin):
-            target = self.path / f"{self.shard:05d}.spacy"
-            partial = target.with_suffix(".partial")
-            self.docbin.to_disk(partial)
-            partial.replace(target)
-            self.shard += 1
-            self.docbin = DocBin(store_user_data=True)
+        """Write the Docs held as the next shard; they are let go only once it is listed,
+        so a flush cut short by an interrupt is simply done again by ``close``."""
+        if not self.pending:
+            return
+        name, count = f"{self.shard:05d}.spacy", len(self.pending)
+        temporary = self.paths.partial / f"{name}.tmp"
+        DocBin(store_user_data=True, docs=[doc for doc, _ in self.pending]).to_disk(temporary)
+        os.replace(temporary, self.paths.partial / name)
+        self.manifest.append({"shard": name, "docs": count, "line": self.pending[-1][1]})
+        self.shard, self.docs, self.pending = self.shard + 1, self.docs + count, []
+
+    def finish(self) -> None:
+        self._flush()
+        self.manifest.close()
+        self.done = True
+        os.replace(self.paths.partial, self.paths.target)
+        self.manifest.remove()
+        self.where = str(self.paths.target)
 
     def close(self) -> None:
-        self._flush()
+        if self.done:
+            return
+        self.done = True
+        try:
+            self._flush()
+        finally:
+            self.manifest.close()
+            kept = settle(self.paths, folder=True)
+            if kept is not None:
+                self.docs = kept.docs
 
 
 Writer = Union[JsonlWriter, ConlluWriter, DocBinWriter]
 
 
-def make_writer(path: Path, fmt: str) -> Writer:
-    """The writer of ``fmt`` to ``path`` (``-``: stdout, not for ``spacy``); the path is
-    expected checked (``check_output_path``): this opens it, truncating a file."""
-    if fmt == "spacy":
-        return DocBinWriter(path)
-    stdout = is_stdio(path)
-    file: TextIO = sys.stdout if stdout else path.open("w", encoding="utf-8", newline="")
+def make_writer(
+    path: Path,
+    fmt: str,
+    *,
+    header: Optional[dict[str, Any]] = None,
+    kept: Optional[Kept] = None,
+    shard_size: int = SHARD_SIZE,
+) -> Writer:
+    """The writer of ``fmt`` to ``path`` (``-``: stdout, not for ``spacy``), after every
+    check (``check_output_path``, :func:`~spacy_treexp.cli.partial.prepare`): this
+    creates ``OUTPUT.partial`` and its manifest with ``header``, or takes up ``kept``."""
+    if is_stdio(path):
+        sink: Sink = StdoutSink()
+    else:
+        paths = OutputPaths.of(path)
+        if header is None:
+            raise ValueError("a file output needs the run's header")
+        try:
+            if fmt == "spacy":
+                return DocBinWriter(paths, header, kept, shard_size)
+            sink = PartialFile(paths, header, kept)
+        except OSError as e:
+            raise UserError(f"--output {path}: cannot write {paths.partial} ({e.strerror or e})") from e
     if fmt == "jsonl":
-        return JsonlWriter(file, owned=not stdout)
-    return ConlluWriter(file, owned=not stdout)
+        return JsonlWriter(sink)
+    return ConlluWriter(sink)
 
 
 def read_docbin(path: Path, vocab: Vocab) -> Iterator[Doc]:

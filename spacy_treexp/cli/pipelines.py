@@ -1,8 +1,9 @@
 """The pipeline a command runs (spaCy, or a Stanza directory) and the streaming runner.
 
 The pipeline is the shipped default model (``spacy_treexp.load()``) unless ``--model``
-names another spaCy pipeline; a ``tree_expectations`` component is added when it has
-none. ``--stanza DIR`` runs a Stanza pipeline directory instead and converts its parses
+names another spaCy pipeline (an installed package, a folder, or ``blank:LANG``; anything
+else is refused before any work, :func:`check_model`); a ``tree_expectations`` component
+is added when it has none. ``--stanza DIR`` runs a Stanza pipeline directory instead and converts its parses
 to spaCy Docs with the same attributes.
 """
 
@@ -28,8 +29,18 @@ OnError = Callable[[Context, Exception], None]
 Runner = Callable[[Iterable[tuple[Item, Context]]], Iterator[tuple[Doc, Context]]]
 
 
+def check_model(model: str) -> None:
+    """A ``--model`` spaCy can load from (an installed package, a folder, ``blank:LANG``),
+    or a UserError naming it: checked before the pipeline is loaded or anything written."""
+    if model.startswith("blank:") or Path(model).exists() or spacy.util.is_package(model):
+        return
+    raise UserError(f"--model {model}: no such spaCy pipeline (neither an installed package nor a folder)")
+
+
 def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> Language:
     """The spaCy pipeline to run, with a ``tree_expectations`` drawing ``n_samples`` samples."""
+    if model is not None:
+        check_model(model)
     if gpu >= 0:
         try:
             spacy.require_gpu(gpu)
@@ -52,6 +63,8 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
             nlp = spacy.load(model)
         except (ImportError, OSError, ValueError) as e:
             raise UserError(f"--model {model}: {e}") from e
+        except Exception as e:  # a package that is not a spaCy pipeline, a broken one
+            raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
     settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
     if "tree_expectations" in nlp.pipe_names:
         config = dict(nlp.get_pipe_config("tree_expectations"))

@@ -1,4 +1,8 @@
-"""``spacy-treexp render INPUT -o page.html``: the standalone HTML view of a file's parses."""
+"""``spacy-treexp render INPUT -o page.html``: the standalone HTML view of a file's parses.
+
+The page is written to a temporary file beside OUTPUT and renamed into place once whole
+(:func:`spacy_treexp.cli.partial.write_atomic`): an interrupted run leaves OUTPUT as it
+was. OUTPUT may not be INPUT (nor a link to it); ``-`` writes to standard output."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from spacy_treexp.cli.common import (
     warn,
 )
 from spacy_treexp.cli.outputs import read_docbin
+from spacy_treexp.cli.partial import write_atomic
 from spacy_treexp.cli.pipelines import make_runner
 from spacy_treexp.pipeline.render import render as render_html
 
@@ -77,6 +82,9 @@ def render(
         sys.stdout.write(html)
         sys.stdout.flush()
     else:
-        output.write_text(html, encoding="utf-8")
+        try:
+            write_atomic(output, html)
+        except OSError as e:
+            raise UserError(f"--output {output}: cannot write ({e.strerror or e})") from e
     warn(f"wrote {len(docs)} document(s) to {'<stdout>' if is_stdio(output) else output}")
     return 0

@@ -7,6 +7,10 @@ of a document (.txt: one document per non-empty line; .jsonl: an object's ``"tex
 it starts on), ``"meta"`` (.jsonl: the object's other fields) and ``"sentence"`` (.conllu:
 the :class:`~spacy_treexp.io.conllu.ConlluSentence`, verbatim). A line that cannot be read
 is reported to ``on_bad(line, message)`` and skipped; ``on_bad`` may raise to stop.
+
+``start_after`` (a resumed run, see ``annotate --resume``) skips, without reporting them,
+the documents and bad lines that start on that line or before: documents are identified
+by the input line they start on, never by their text.
 """
 
 from __future__ import annotations
@@ -38,9 +42,13 @@ class Reader:
 
     ``fmt`` is one of :data:`FORMATS`; None takes it from the path's suffix (a stream needs
     it). A missing file raises FileNotFoundError, an unknown format ValueError, both here.
+    Documents and bad lines that start on line ``start_after`` or before are skipped
+    unreported.
     """
 
-    def __init__(self, source: Union[str, Path, IO[bytes]], on_bad: OnBad, fmt: str | None = None) -> None:
+    def __init__(
+        self, source: Union[str, Path, IO[bytes]], on_bad: OnBad, fmt: str | None = None, start_after: int = 0
+    ) -> None:
         self.path: Path | None = None
         self.stream: IO[bytes] | None = None
         if isinstance(source, (str, Path)):
@@ -56,6 +64,7 @@ class Reader:
             raise ValueError(f"input must be one of {', '.join(FORMATS)}, got {fmt or self.name!r}")
         self.format = fmt
         self.on_bad = on_bad
+        self.start_after = start_after
 
     @property
     def gold_sentences(self) -> bool:
@@ -87,11 +96,26 @@ class Reader:
             yield from self._read(handle)
 
     def _read(self, handle: IO[bytes]) -> Iterator[tuple[Item, Context]]:
+        start_after = self.start_after
+
+        def on_bad(line: int, message: str) -> None:
+            if line > start_after:
+                self.on_bad(line, message)
+
         if self.format == "conllu":
-            return read_conllu_items(handle, self.on_bad)
-        if self.format == "jsonl":
-            return read_jsonl_items(handle, self.on_bad)
-        return read_txt_items(handle, self.on_bad)
+            items = read_conllu_items(handle, on_bad)
+        elif self.format == "jsonl":
+            items = read_jsonl_items(_after(handle, start_after), on_bad)
+        else:
+            items = read_txt_items(_after(handle, start_after), on_bad)
+        return (pair for pair in items if pair[1]["line"] > start_after)
+
+
+def _after(handle: Iterable[bytes], start_after: int) -> Iterator[bytes]:
+    """The lines of ``handle``, those up to ``start_after`` replaced by empty ones (line
+    numbers stay; a skipped line is neither decoded nor parsed)."""
+    for number, raw in enumerate(handle, start=1):
+        yield raw if number > start_after else b""
 
 
 def _lines(handle: Iterable[bytes], on_bad: OnBad) -> Iterator[tuple[int, str]]:

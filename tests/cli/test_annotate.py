@@ -43,7 +43,8 @@ def test_strict_stops_at_the_first_bad_line_keeping_finished_documents(model, tm
     status, _, err = run_cli(*args)
     assert status == 1
     assert f'{source}:3: expected an object with a string "text" field' in err
-    lines = [json.loads(line) for line in target.read_text().splitlines()]
+    assert not target.exists()  # an incomplete run stays OUTPUT.partial
+    lines = [json.loads(line) for line in (tmp_path / "out.jsonl.partial").read_text().splitlines()]
     assert [r["text"] for r in lines] == ["One.", "Two."]
     assert lines[0]["id"] == 7
 
@@ -64,8 +65,9 @@ def test_each_document_is_written_before_an_interrupt(model, tmp_path, monkeypat
     monkeypatch.setattr(outputs.ConlluWriter, "write", write_then_interrupt)
     status, _, err = run_cli("annotate", str(source), "-o", str(target), "--model", model)
     assert status == 130
-    assert "interrupted: 2 documents written" in err
-    text = target.read_text()
+    assert f"interrupted: 2 documents written to {target}.partial; run the same command with --resume" in err
+    assert not target.exists()
+    text = (tmp_path / "out.conllu.partial").read_text()
     assert text.count("# text = ") == 2 and text.endswith("\n\n")
 
 
@@ -86,7 +88,7 @@ def test_sigterm_ends_like_an_interrupt(model, tmp_path, monkeypatch, run_cli):
     before = signal.getsignal(signal.SIGTERM)
     status, _, err = run_cli("annotate", str(source), "-o", str(target), "--model", model)
     assert status == 130 and "interrupted: 1 documents written" in err
-    assert len(target.read_text().splitlines()) == 1
+    assert len((tmp_path / "out.jsonl.partial").read_text().splitlines()) == 1
     assert signal.getsignal(signal.SIGTERM) == before  # the handler is the command's only
 
 

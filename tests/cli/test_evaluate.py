@@ -32,14 +32,14 @@ def calls(monkeypatch):
     return seen
 
 
-def test_options_become_one_config(gold, tmp_path, calls, run_cli):
+def test_options_become_one_config(gold, model, tmp_path, calls, run_cli):
     out = tmp_path / "out"
-    args = ["evaluate", "--conllu", str(gold), "--out", str(out), "--model", "some_model", "--ks", "1,5"]
+    args = ["evaluate", "--conllu", str(gold), "--out", str(out), "--model", model, "--ks", "1,5"]
     args += ["--no-samples", "--sampler", "wilson_marginal", "--no-timing", "--no-plots", "--limit", "3"]
     status, _, err = run_cli(*args)
     assert status == 0, err
     [config] = calls
-    assert (Path(config.conllu), Path(config.out_dir), config.model) == (gold, out, "some_model")
+    assert (Path(config.conllu), Path(config.out_dir), config.model) == (gold, out, model)
     assert config.dev is None and config.stanza_dir is None and config.stanza_gold_tags is None
     assert tuple(config.ks) == (1, 5) and config.samples is False and config.sampler == "wilson_marginal"
     assert (config.timing, config.plots, config.limit, config.threads) == (False, False, 3, 1)
