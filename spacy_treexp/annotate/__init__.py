@@ -5,6 +5,7 @@ and the evaluation: typed :class:`SentenceScores` in, typed, serialisable
 from spacy_treexp.annotate.batching import batch_distribution, length_buckets, pad_scores
 from spacy_treexp.annotate.core import (
     annotate_sentences,
+    check_length,
     dep_prob,
     draw_samples,
     label_marginals,
@@ -22,6 +23,7 @@ __all__ = [
     "SentenceAnnotation",
     "SentenceScores",
     "annotate_sentences",
+    "check_length",
     "batch_distribution",
     "dep_prob",
     "draw_samples",

@@ -37,6 +37,7 @@ def annotate_sentences(
     options = options or AnnotateOptions()
     for i, sentence in enumerate(sentences):
         sentence.check(f"sentence {i} ({sentence.text[:40]!r})")
+        check_length(sentence.n, options.max_sentence_length, f"sentence {i} ({sentence.text[:40]!r})")
     device = resolve_device(options.device)
     out: List[Optional[SentenceAnnotation]] = [None] * len(sentences)
     with torch.no_grad(), threads_for(device):
@@ -49,6 +50,16 @@ def annotate_sentences(
             for i, annotation in zip(index, annotations):
                 out[i] = annotation
     return [annotation for annotation in out if annotation is not None]
+
+
+def check_length(n: int, limit: int, where: str) -> None:
+    """Raise ``ValueError`` when a sentence of ``n`` words is longer than ``limit`` (0: none)."""
+    if limit and n > limit:
+        raise ValueError(
+            f"{where} has {n} words, more than max_sentence_length = {limit}: exact inference costs "
+            "O(n^2) memory and O(n^3) time. Split the text into shorter sentences, or raise "
+            "max_sentence_length (0: no limit)."
+        )
 
 
 def _infer(

@@ -15,6 +15,8 @@ from spacy_treexp.engine.sampling import (
 )
 
 DEVICES = ("cpu", "cuda", "auto")
+#: The longest sentence (words) the components accept by default (0 would mean no limit).
+DEFAULT_MAX_SENTENCE_LENGTH = 5000
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,11 @@ class AnnotateOptions:
         top_k_heads: candidate heads listed per word.
         device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
         batch_size: the most sentences per engine call.
+        max_sentence_length: the longest sentence accepted, in words (0: no limit). Exact
+            inference costs O(n²) memory and O(n³) time (a 3,000-word sentence: 1.2 GB peak
+            and a few seconds in the engine; ``benchmarks/bench_long_sentences.py``); a longer
+            sentence raises ``ValueError`` naming it and this option instead of exhausting
+            the machine. Split such text, or raise the limit.
         seed: samples of a sentence come from a generator seeded from ``seed``, the
             sentence's offset and its text (:func:`spacy_treexp.annotate.sentence_seed`), so
             they do not depend on batching or worker processes; None draws fresh samples
@@ -46,6 +53,7 @@ class AnnotateOptions:
     top_k_heads: int = 3
     device: str = "cpu"
     batch_size: int = 256
+    max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH
     seed: Optional[int] = 0
 
     def __post_init__(self) -> None:
@@ -71,7 +79,7 @@ DEFAULTS: Dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Annota
 
 def check_fields(values: Mapping[str, Any], prefix: str = "") -> None:
     """Raise ``ValueError`` naming the first option of ``values`` that is invalid."""
-    for name, minimum in (("n_samples", 0), ("top_k_heads", 1), ("batch_size", 1)):
+    for name, minimum in (("n_samples", 0), ("top_k_heads", 1), ("batch_size", 1), ("max_sentence_length", 0)):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{prefix}{name} must be an integer >= {minimum}, got {value!r}.")

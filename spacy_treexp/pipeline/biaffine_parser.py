@@ -28,7 +28,8 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, set_dropout_rate
 from thinc.types import Ints2d
 
-from spacy_treexp.annotate import install_fork_hook, threads_for
+from spacy_treexp.annotate import check_length, install_fork_hook, threads_for
+from spacy_treexp.annotate.options import DEFAULT_MAX_SENTENCE_LENGTH
 from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import set_n_labels
@@ -166,6 +167,7 @@ def make_biaffine_parser_scorer() -> Callable:
         "decoding": "map",
         "arc_temperature": 1.0,
         "rel_temperature": 1.0,
+        "max_sentence_length": DEFAULT_MAX_SENTENCE_LENGTH,
         "scorer": {"@scorers": "spacy_treexp.biaffine_parser_scorer.v1"},
     },
     default_score_weights={"dep_uas": 0.5, "dep_las": 0.5, "dep_las_per_type": None},
@@ -178,6 +180,7 @@ def make_biaffine_parser(
     scorer: Optional[Callable],
     arc_temperature: float = 1.0,
     rel_temperature: float = 1.0,
+    max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH,
 ) -> "BiaffineParser":
     """Create a ``biaffine_parser`` component (see ``BiaffineParser``)."""
     return BiaffineParser(
@@ -188,6 +191,7 @@ def make_biaffine_parser(
         scorer=scorer,
         arc_temperature=arc_temperature,
         rel_temperature=rel_temperature,
+        max_sentence_length=max_sentence_length,
     )
 
 
@@ -204,6 +208,7 @@ class BiaffineParser(TrainablePipe):
         scorer: Optional[Callable] = biaffine_parser_score,
         arc_temperature: float = 1.0,
         rel_temperature: float = 1.0,
+        max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH,
     ) -> None:
         """``arc_temperature`` / ``rel_temperature``: post-hoc temperature scaling (Guo et
         al. 2017) of the predicted scores — arc scores are divided by T before decoding
@@ -217,6 +222,11 @@ class BiaffineParser(TrainablePipe):
                 raise ValueError(f"biaffine_parser: {label} must be a positive number, got {value!r}")
         self.arc_temperature = float(arc_temperature)
         self.rel_temperature = float(rel_temperature)
+        if isinstance(max_sentence_length, bool) or not isinstance(max_sentence_length, int) or max_sentence_length < 0:
+            raise ValueError(
+                f"biaffine_parser: max_sentence_length must be an integer >= 0, got {max_sentence_length!r}"
+            )
+        self.max_sentence_length = max_sentence_length
         register_extensions()
         self.vocab = vocab
         self.model = model
@@ -279,6 +289,13 @@ class BiaffineParser(TrainablePipe):
         """Score every sentence and decode its tree. Returns the batch's scores and heads."""
         docs = list(docs)
         sentences = [self._sentences(doc) for doc in docs]
+        for doc, spans in zip(docs, sentences):
+            for start, end in spans:
+                check_length(
+                    end - start,
+                    self.max_sentence_length,
+                    f"biaffine_parser: the sentence at token {start} ({doc[start:end].text[:40]!r})",
+                )
         device = torch.device("cpu" if self.model.ops.device_type == "cpu" else "cuda")
         with threads_for(device):
             arc, raw_rel, lengths = self.model.predict((docs, sentences, None))

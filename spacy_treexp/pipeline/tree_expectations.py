@@ -61,6 +61,7 @@ def make_tree_expectations(
     top_k_heads: int,
     device: str,
     batch_size: int,
+    max_sentence_length: int,
     seed: Optional[int],
     keep_scores: bool,
 ) -> TreeExpectations:
@@ -76,6 +77,7 @@ def make_tree_expectations(
         top_k_heads=top_k_heads,
         device=device,
         batch_size=batch_size,
+        max_sentence_length=max_sentence_length,
         seed=seed,
         keep_scores=keep_scores,
     )

@@ -187,3 +187,10 @@ def test_threads_can_be_set_by_the_environment(monkeypatch):
     with pytest.raises(ValueError, match="SPACY_TREEXP_THREADS must be a positive integer"):
         with threads_for(torch.device("cpu")):
             pass
+
+
+def test_sentences_longer_than_the_limit_are_refused_by_name():
+    sentence = random_sentence(6, seed=4)
+    with pytest.raises(ValueError, match="has 6 words, more than max_sentence_length = 5"):
+        annotate_sentences([sentence], AnnotateOptions(max_sentence_length=5))
+    assert annotate_sentences([sentence], AnnotateOptions(max_sentence_length=0))[0].n == 6  # 0: no limit

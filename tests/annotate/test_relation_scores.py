@@ -77,3 +77,17 @@ def test_long_sentences_keep_factors_short_ones_stay_dense():
         best = numpy.asarray(rel[heads, numpy.arange(1, n + 1)]).argmax(-1)
         assert [t.dep_ for t in doc] == [nlp.get_pipe("biaffine_parser").labels[i] for i in best]
         assert rel.nbytes < 200 * 1024 * n  # linear in n, not quadratic
+
+
+def test_the_parser_refuses_sentences_over_its_limit_by_name():
+    import spacy_treexp
+    from spacy.tokens import Doc
+
+    nlp = spacy_treexp.load()
+    nlp.get_pipe("biaffine_parser").max_sentence_length = 10
+    doc = Doc(nlp.vocab, words=["word"] * 12, sent_starts=[True] + [False] * 11)
+    with (
+        nlp.select_pipes(disable=["senter"]),
+        pytest.raises(ValueError, match="has 12 words, more than max_sentence_length = 10"),
+    ):
+        nlp(doc)
