@@ -69,24 +69,59 @@ def prepare_scores(scores: Tensor, lengths: Optional[Tensor]) -> Tuple[Tensor, T
                 f"lengths[{b}] = {int(lengths[b])} is out of range: each sentence needs 1 <= n <= N = {n_max} words"
             )
     mask = arc_mask(lengths, n_max)
-    allowed = _allowed_arcs(arc_scores, mask)
+    allowed = _allowed_arcs(arc_scores, mask, lengths)
     if label_scores is not None:
         _check_finite(label_scores, mask.unsqueeze(-1).expand_as(label_scores), "label scores")
     return arc_scores, lengths, label_scores, unbatched, allowed
 
 
-def _allowed_arcs(scores: Tensor, mask: Tensor) -> Tensor:
-    """The arcs of ``mask`` whose score is not -inf, after checking that none is NaN or +inf.
+def _allowed_arcs(scores: Tensor, mask: Tensor, lengths: Tensor) -> Tensor:
+    """The arcs of ``mask`` whose score is not -inf, after checking that none is NaN or +inf
+    and that no sentence's scores are too large (:func:`score_limit`).
 
-    One sum over the sentences' scores settles the common case (finite: every arc is
-    allowed); only otherwise are the values looked at one by one.
+    One pass for the smallest and largest score settles the common case (both finite and
+    within the limit: every arc is allowed); only otherwise are the values looked at one by
+    one.
     """
     with torch.no_grad():
-        zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
-        if bool(torch.isfinite(torch.where(mask, scores, zero).sum())):
+        if not scores.numel():
             return mask
-        _check_finite(scores, mask, "scores")
-        return mask & (scores > float("-inf"))
+        zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
+        low, high = torch.aminmax(torch.where(mask, scores, zero))
+        allowed = mask
+        if not bool(torch.isfinite(low) & torch.isfinite(high)):
+            _check_finite(scores, mask, "scores")
+            allowed = mask & (scores > float("-inf"))
+            low, high = torch.aminmax(torch.where(allowed, scores, zero))
+        if max(-float(low), float(high)) > score_limit(scores.dtype, int(lengths.max())):
+            _check_magnitude(scores, allowed, lengths)
+        return allowed
+
+
+def score_limit(dtype: torch.dtype, n: int) -> float:
+    """The largest |score| a sentence of n words may hold in ``dtype``.
+
+    A tree's score, log Z and the column shifts sum up to n scores, and the decoder's
+    single-root penalty and contractions reach a few times n of them in float64; below this
+    limit none of these overflows (e.g. about 5.5e305 for 80 words in float64, 404 in float16).
+    """
+    return min(torch.finfo(dtype).max / (2 * (n + 1)), torch.finfo(torch.float64).max / (4 * (n + 1)))
+
+
+def _check_magnitude(scores: Tensor, allowed: Tensor, lengths: Tensor) -> None:
+    """Reject the first sentence whose scores are above :func:`score_limit`, rather than let
+    an overflow turn into a wrong number."""
+    zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
+    largest = torch.where(allowed, scores.abs(), zero).amax(dim=(-2, -1))
+    for b in range(lengths.shape[0]):
+        n = int(lengths[b])
+        limit = score_limit(scores.dtype, n)
+        if float(largest[b]) > limit:
+            raise ValueError(
+                f"scores of sentence {b} reach magnitude {float(largest[b]):.3g}, above {limit:.3g}, "
+                f"the largest for {n} words in {scores.dtype} (sums of them would overflow); "
+                "rescale the scores"
+            )
 
 
 def _check_finite(values: Tensor, mask: Tensor, what: str) -> None:

@@ -15,7 +15,7 @@ from torch.distributions import Distribution, register_kl
 
 from spacy_treexp.engine import laplacian
 from spacy_treexp.engine.checks import check_heads, prepare_scores, word_mask
-from spacy_treexp.engine.decoding import max_spanning_trees
+from spacy_treexp.engine.decoding import dominant_trees, max_spanning_trees
 
 if TYPE_CHECKING:
     from spacy_treexp.engine.sampling.streams import Randomness
@@ -44,6 +44,34 @@ class TreeDistribution(Distribution):
     A sentence that admits no tree (e.g. every ROOT arc forbidden) has ``log_partition``
     ``-inf`` and ``log_prob`` ``-inf``; asking it for marginals, entropy, samples or the
     best tree raises ``ValueError`` naming the sentence.
+
+    Range and accuracy. Each word's scores are shifted by their maximum (every tree has one
+    head per word, so no probability changes) and log Z' = log Z − Σ shifts is kept apart
+    from the shifts: the entropy (log Z' − Σ μ s'), cross-entropy, KL, Rényi entropies and
+    log-probabilities are formed from it in float64 and never cancel the shifts, whatever
+    the scores' magnitude. Results:
+
+    * Scores above :func:`~spacy_treexp.engine.checks.score_limit` (about 1.8e308 / 4(n+1)
+      in float64 and 65504 / 2(n+1) in float16, where sums of n scores could overflow)
+      raise ``ValueError`` naming the sentence.
+    * Where float64 resolves a sentence's trees (its rounding error on log Z',
+      eps · (n+1) · |log Z'|, is at most 1e-6; |log Z'| is about what the best tree gives up
+      against every word's best head, so this holds for |scores| up to about 1e6, and
+      beyond where the best heads form few cycles), results carry at most that error:
+      against mpmath, float64 log Z to 1e-15 relative, marginals and entropy to 1e-9 for
+      |scores| up to 1e4 and 1e-7 up to 1e8. float32 scores (and half precision, before the
+      results are rounded to it) give an entropy within 1e-3 · max(1, H), marginals within
+      1e-4 and log Z within 1e-6 relative of float64 on the same scores, at any scale: a
+      sentence the float32 fast path does not take is computed, and keeps its marginals, in
+      float64. The entropy is ≥ 0.
+    * Beyond that (|scores| around 1e7 and up, e.g. 1e200): a sentence whose best tree beats
+      every other by more than 760 + log(number of trees) nats, after rounding, is that tree
+      exactly in float64 (checked by n + 1 Chu–Liu–Edmonds runs): marginals 1 on its arcs
+      and 0 elsewhere, entropy, Rényi entropies (α > 0) and its ``log_prob`` 0, log Z its
+      score. Any other such sentence (trees within a few hundred nats of each other, which
+      float64 cannot tell apart at that scale) has its finite log Z and its best tree, but
+      its marginals, entropy, log-probabilities, samples and the quantities made of them
+      raise ``ValueError`` naming it and the magnitude: rescale such scores.
 
     Batch shape is ``(B,)`` (``()`` for a single ``(N+1, N+1)`` sentence); an event is a
     head vector of shape ``(N+1,)`` with -1 at ROOT and padding.
@@ -112,76 +140,160 @@ class TreeDistribution(Distribution):
         return value
 
     def _require_trees(self, what: str) -> None:
+        """Raise ``ValueError`` for a sentence with no tree, or whose trees float64 cannot
+        resolve (:meth:`_require_resolved`)."""
         empty = ~torch.isfinite(self._log_partition().detach())
         if empty.any():
             b = int(empty.nonzero()[0, 0])
             raise ValueError(f"sentence {b} admits no dependency tree (log Z = -inf): its {what} is undefined")
+        self._require_resolved(what)
+
+    def _require_resolved(self, what: str) -> None:
+        """Raise ``ValueError`` for a sentence whose scores are too large for float64 to tell
+        its best trees apart while no single tree carries all the probability."""
+        self._inference()
+        unresolved = self._cache.get("unresolved")
+        if unresolved is not None and bool(unresolved.any()):
+            b = int(unresolved.nonzero()[0, 0])
+            scores = self.scores[b].detach().masked_fill(~self.arc_mask[b], 0.0)
+            error = float(_rounding(self._cache["log_z_shifted"][b], self.lengths[b]))
+            raise ValueError(
+                f"sentence {b}: its scores (magnitude up to {float(scores.abs().max()):.3g}) are too large for "
+                f"float64 to resolve the differences between its best trees (log Z carries a rounding error of "
+                f"about {error:.2g} nats) and no single tree carries all the probability: its {what} cannot be "
+                "computed accurately; rescale the scores (e.g. divide them by a temperature)"
+            )
 
     # --------------------------------------------------------- exact inference
     def _inference(self) -> Tuple[Tensor, Tensor]:
         """Compute (log Z, marginals) once, escalating per sentence until accurate.
 
         The fast path runs in the scores' dtype; sentences whose error estimate exceeds the
-        dtype's tolerance are recomputed by the fast path in float64, and those still above
-        float64's tolerance (or with no tree) by the stable path. ``stable=True`` goes to the
-        stable path directly, ``stable=False`` keeps the first fast result.
+        dtype's tolerance, or whose marginals fail to sum to 1, are recomputed by the fast
+        path in float64, and those still above float64's tolerance (or with no tree) by the
+        stable path. ``stable=True`` goes to the stable path directly, ``stable=False`` keeps
+        the first fast result. A sentence whose log Z' (see :meth:`_log_z_shifted`) is so
+        large that float64 cannot resolve its trees is settled by :meth:`_certify`.
         """
         if "log_z" in self._cache:
             return self._cache["log_z"], self._cache["marginals"]
         scores, mask, lengths = self.scores, self.arc_mask, self.lengths
-        log_z = marginals = None  # per sentence, once a pass leaves some sentences to the next
-        todo = torch.ones_like(lengths, dtype=torch.bool)
-        if not self.stable:
-            # Half precision has no LU kernels: its fast path runs in float32.
-            first = scores.dtype if scores.dtype in (torch.float32, torch.float64) else torch.float32
-            dtypes = [first] if (self.stable is False or first == torch.float64) else [first, torch.float64]
-            for dtype in dtypes:
-                everything = log_z is None  # the first pass takes every sentence
-                index = None if everything else todo.nonzero().squeeze(-1)
-                if index is not None and index.numel() == 0:
-                    break
-                sub = (scores if everything else scores[index]).to(dtype)
-                sub_mask, sub_lengths = (mask, lengths) if everything else (mask[index], lengths[index])
-                weights, shift = laplacian.shifted_weights(sub, sub_mask)
-                log_det, sub_marginals, error = laplacian.fast_partition_and_marginals(
-                    weights, sub_lengths, self.single_root
-                )
-                sub_log_z = _log_partition_with_gradient(sub, log_det + shift.sum(-1), sub_marginals)
-                sub_log_z, sub_marginals = sub_log_z.to(scores.dtype), sub_marginals.to(scores.dtype)
-                if self.stable is False:
-                    accepted = torch.isfinite(log_det)
-                else:
-                    accepted = laplacian.fast_accepted(log_det, error, dtype)
-                if everything:
-                    if bool(accepted.all()):
-                        log_z, marginals = sub_log_z, sub_marginals
-                        todo = torch.zeros_like(todo)
-                        break
-                    index = torch.arange(lengths.shape[0], device=lengths.device)
-                    log_z = torch.zeros(lengths.shape, dtype=scores.dtype, device=scores.device)
-                    marginals = torch.zeros_like(scores)
-                # set by the first pass (index: above, or the sentences still to do)
-                assert index is not None and log_z is not None and marginals is not None
-                keep = index[accepted]
-                log_z = log_z.index_put((keep,), sub_log_z[accepted])
-                marginals = marginals.index_put((keep,), sub_marginals[accepted])
-                todo = todo.index_put((keep,), torch.zeros_like(keep, dtype=torch.bool))
-        use_stable = todo
-        if bool(use_stable.all()):
-            log_z, marginals = _stable_inference(scores, mask, lengths, self.single_root)
-            log_z, marginals = log_z.to(scores.dtype), marginals.to(scores.dtype)
+        inner = _inner_dtype(scores.dtype)
+        first = None if self.stable else self._fast_pass(scores, mask, lengths, inner)
+        if first is not None and bool(first[3].all()):  # the common case: one pass, no copies
+            shifted, shift_total, marginals, _, shift, log_weights = first
+            # the column maxima (the same in any dtype) and s' (-inf off the arcs), for the entropy
+            self._cache.update(shift=shift, log_weights=log_weights, used_stable=torch.zeros_like(first[3]))
         else:
-            assert log_z is not None and marginals is not None  # the fast path took some sentences
-            if use_stable.any():
-                index = use_stable.nonzero().squeeze(-1)
-                stable_log_z, stable_marginals = _stable_inference(
-                    scores[index], mask[index], lengths[index], self.single_root
-                )
-                log_z = log_z.index_put((index,), stable_log_z.to(log_z.dtype))
-                marginals = marginals.index_put((index,), stable_marginals.to(marginals.dtype))
-        self._cache["log_z"], self._cache["marginals"] = log_z, marginals
-        self._cache["used_stable"] = use_stable
-        return log_z, marginals
+            shifted, shift_total, marginals = self._escalate(first)
+        log_z = _log_partition_with_gradient(scores, (shift_total + shifted).to(scores.dtype), marginals)
+        self._cache.update(log_z=log_z, marginals_inner=marginals, log_z_shifted=shifted)
+        self._cache["marginals"] = marginals.to(scores.dtype)
+        return log_z, self._cache["marginals"]
+
+    def _fast_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> Tuple[Tensor, ...]:
+        """One fast-path pass in ``dtype``: ``(log Z' float64, Σ shift float64, marginals,
+        accepted (B,), shift, s')``."""
+        log_weights, shift = laplacian.shifted_log_weights(scores.to(dtype), mask)
+        log_det, marginals, error = laplacian.fast_partition_and_marginals(
+            torch.exp(log_weights), lengths, self.single_root
+        )
+        if self.stable is False:
+            accepted = torch.isfinite(log_det)
+        else:
+            accepted = laplacian.fast_accepted(log_det, error, dtype) & laplacian.marginals_normalised(
+                marginals, lengths, self.single_root, dtype
+            )
+        total = shift.to(torch.float64).sum(-1)
+        return log_det.to(torch.float64), total, marginals, accepted, shift, log_weights
+
+    def _escalate(self, first: Optional[Tuple[Tensor, ...]]) -> Tuple[Tensor, Tensor, Tensor]:
+        """``(log Z', Σ shift, marginals)`` where the first fast pass (if any) did not settle every
+        sentence: float64 fast pass, stable path, and the sentences float64 cannot resolve.
+
+        The marginals are kept in float64 (the scores' dtype is for the caller): the sentences
+        that get here may have scores so peaked that rounding μ to float32 would move Σ μ s'
+        (the entropy) by more than its own size."""
+        scores, mask, lengths = self.scores, self.arc_mask, self.lengths
+        shifted = torch.zeros(lengths.shape, dtype=torch.float64, device=scores.device)
+        shift_total = torch.zeros_like(shifted)
+        parts = []  # (sentences, their marginals), put together at the end
+        todo = torch.ones_like(lengths, dtype=torch.bool)
+        passes: List[Optional[Tuple[Tensor, ...]]] = [] if first is None else [first]
+        if first is not None and self.stable is None and first[2].dtype != torch.float64:
+            passes.append(None)  # the float64 pass, on the sentences the first one left
+        for result in passes:
+            index = todo.nonzero().squeeze(-1)
+            if index.numel() == 0:
+                break
+            if result is None:
+                result = self._fast_pass(scores[index], mask[index], lengths[index], torch.float64)
+            sub_shifted, sub_total, sub_marginals, accepted = result[:4]
+            keep = index[accepted]
+            shifted = shifted.index_put((keep,), sub_shifted[accepted].detach())
+            shift_total = shift_total.index_put((keep,), sub_total[accepted])
+            if sub_marginals.requires_grad and keep.numel():
+                # The rejected sentences' inverse may hold inf: even a zero gradient through it
+                # is NaN, so the kept ones are computed again on their own.
+                sub_marginals = self._fast_pass(scores[keep], mask[keep], lengths[keep], sub_marginals.dtype)[2]
+                parts.append((keep, sub_marginals))
+            elif keep.numel():
+                parts.append((keep, sub_marginals[accepted]))
+            todo = todo.index_put((keep,), torch.zeros_like(keep, dtype=torch.bool))
+        stable = todo.nonzero().squeeze(-1)
+        stable_marginals = None
+        if stable.numel():
+            sub_shifted, sub_total, stable_marginals = _stable_inference(
+                scores[stable], mask[stable], lengths[stable], self.single_root
+            )
+            shifted = shifted.index_put((stable,), sub_shifted.to(torch.float64))
+            shift_total = shift_total.index_put((stable,), sub_total.to(torch.float64))
+        self._cache["used_stable"] = todo
+        # Only the stable path reaches sentences whose trees float64 may not resolve: the
+        # fast path rejects any whose determinant is far below its columns' scale.
+        unresolved = todo & torch.isfinite(shifted) & (_rounding(shifted, lengths) > _RESOLUTION)
+        if bool(unresolved.any()):
+            dominant = self._certify(unresolved)
+            if bool(dominant.any()):
+                index = dominant.nonzero().squeeze(-1)
+                best = self._cache["best"]
+                parts.append((index, _tree_arcs(best[index], lengths[index], self.n_max)))
+                shifted = shifted.index_put((index,), self._tree_score(best)[index].detach())
+                if stable_marginals is not None and stable_marginals.requires_grad:
+                    # A one-tree sentence's marginals are constants; the second derivatives of
+                    # its elimination may be NaN, and a zero gradient does not stop a NaN.
+                    stable = (todo & ~dominant).nonzero().squeeze(-1)
+                    stable_marginals = None
+                    if stable.numel():
+                        sub_scores = scores[stable]
+                        stable_marginals = _stable_inference(
+                            sub_scores, mask[stable], lengths[stable], self.single_root
+                        )[2]
+            self._cache["unresolved"] = unresolved & ~dominant
+        if stable_marginals is not None:
+            parts.append((stable, stable_marginals))
+        marginals = torch.zeros_like(scores, dtype=torch.float64)
+        for index, values in parts:
+            marginals = marginals.index_put((index,), values.to(torch.float64))
+        return shifted, shift_total, marginals
+
+    def _certify(self, which: Tensor) -> Tensor:
+        """Whether the best tree of each sentence in ``which`` certainly carries all of its
+        probability that float64 can represent (:func:`decoding.dominant_trees`), ``(B,)``.
+
+        For the sentences whose log Z' is too large to resolve their trees; the best trees
+        and the answers are cached (``best``, ``dominant``).
+        """
+        weights = self.scores[which].detach().to(torch.float64).masked_fill(~self.arc_mask[which], NEG_INF)
+        best, dominant = dominant_trees(weights, self.lengths[which], self.single_root)
+        self._cache["best"] = torch.full(self.scores.shape[:2], -1, dtype=torch.long, device=self.scores.device)
+        self._cache["best"][which] = best
+        self._cache["dominant"] = torch.zeros_like(which).index_put((which.nonzero().squeeze(-1),), dominant)
+        return self._cache["dominant"]
+
+    def _dominant(self) -> Optional[Tensor]:
+        """``(B,)`` the sentences known to be one tree (:meth:`_certify`), None if none was checked."""
+        return self._cache.get("dominant")
 
     def _log_partition(self) -> Tensor:
         return self._inference()[0]
@@ -202,9 +314,43 @@ class TreeDistribution(Distribution):
         self._inference()
         return self._out(self._cache["used_stable"])
 
+    def _log_z_shifted(self) -> Tensor:
+        """log Z' = log Z − Σ_m shift[m] in float64, ``(B,)``, differentiable (its gradient is μ).
+
+        The column shifts (:func:`laplacian.shifted_log_weights`) leave every tree's
+        probability unchanged, and with them log Z' and the shifted tree scores stay small
+        wherever the distribution does not hinge on trees of huge score differences: the
+        entropy and log-probabilities are formed from them without cancelling the shifts.
+        """
+        self._inference()
+        return _log_partition_with_gradient(self.scores, self._cache["log_z_shifted"], self._cache["marginals_inner"])
+
+    def _shifted_scores(self) -> Tuple[Tensor, Tensor]:
+        """``(s' (B, N+1, N+1), shift (B, N+1))`` in float64: s' = score − shift of its column
+        (≤ 0, the best arc into each word at 0), 0 on arcs that are not allowed."""
+        if "shifted_scores" not in self._cache:
+            scores = self.scores.to(torch.float64)
+            if "shift" in self._cache:
+                shift = self._cache["shift"].to(torch.float64)
+            else:
+                shift = laplacian.shifted_log_weights(scores, self.arc_mask)[1]
+            if torch.is_grad_enabled() and scores.requires_grad:
+                values = torch.where(self.arc_mask, scores - shift.unsqueeze(-2), 0.0)
+            else:  # one new tensor, not three
+                values = scores.detach().clone() if scores is self.scores else scores
+                values.sub_(shift.unsqueeze(-2)).masked_fill_(~self.arc_mask, 0.0)
+            self._cache["shifted_scores"] = (values, shift)
+        return self._cache["shifted_scores"]
+
     def _marginals(self) -> Tensor:
         self._require_trees("marginals")
         return self._inference()[1]
+
+    def _marginals_inner(self, what: str = "marginals") -> Tensor:
+        """The marginals as computed: float32 or float64 for half-precision or float32 scores."""
+        self._require_trees(what)
+        self._inference()
+        return self._cache["marginals_inner"]
 
     @property
     def marginals(self) -> Tensor:
@@ -237,7 +383,6 @@ class TreeDistribution(Distribution):
         heads = self._expand_input(torch.as_tensor(heads, device=self.scores.device), 1)
         valid = check_heads(heads, self.lengths, self.n_max, self.single_root)
         score = self._tree_score(heads, labels)
-        log_z = self._log_partition()
         allowed = torch.isfinite(score)
         if self._validate_trees and not bool((valid & allowed).all()):
             position = (~(valid & allowed)).nonzero()[0].tolist()
@@ -245,8 +390,19 @@ class TreeDistribution(Distribution):
                 f"heads at index {tuple(position)} (sample..., sentence) are not a "
                 f"{'single-root ' if self.single_root else ''}tree of the sentence's allowed arcs"
             )
-        value = torch.where(valid & allowed, score - log_z, torch.full_like(score, NEG_INF))
-        return self._out(value, batch_dim=-1)
+        value = self._tree_log_prob(heads, score, valid & allowed)
+        return self._out(value.to(self.scores.dtype), batch_dim=-1)
+
+    def _tree_log_prob(self, heads: Tensor, score: Tensor, trees: Tensor) -> Tensor:
+        """log p = shifted tree score − log Z' in float64 ``(..., B)``, -inf where not ``trees``;
+        exactly 0 for a tree that carries all the probability, and never above 0."""
+        self._require_resolved("log-probabilities")
+        value = torch.where(trees, score - self._log_z_shifted(), torch.full_like(score, NEG_INF)).clamp(max=0.0)
+        dominant = self._dominant()
+        if dominant is not None and bool(dominant.any()):
+            sole = dominant & (heads == self._cache["best"]).all(-1)
+            value = torch.where(sole, torch.zeros_like(value), value)
+        return value
 
     def _sum_at_heads(self, matrix: Tensor, heads: Tensor) -> Tensor:
         """Σ_m matrix[heads[m], m] over the words of each sentence, ``(..., B)``.
@@ -260,11 +416,20 @@ class TreeDistribution(Distribution):
         return torch.where(words, picked, torch.zeros_like(picked)).sum(-1)
 
     def _tree_score(self, heads: Tensor, labels: Optional[Tensor] = None) -> Tensor:
-        """Σ_m scores[heads[m], m], or with ``labels`` Σ_m label_scores[heads[m], m, labels[m]], ``(..., B)``."""
-        if labels is None:
-            return self._sum_at_heads(self.scores, heads)
+        """The shifted score of each tree in float64, ``(..., B)``: Σ_m s'(heads[m], m) with
+        s' = score − shift[m] (:meth:`_shifted_scores`), so that log p = it − log Z'; with
+        ``labels``, Σ_m (label_scores[heads[m], m, labels[m]] − shift[m]). -inf where a word's
+        arc is not allowed."""
+        shifted, shift = self._shifted_scores()
         words = word_mask(self.lengths, self.n_max)
         safe_heads = torch.where(words, heads, torch.zeros_like(heads)).clamp(0, self.n_max)
+        allowed = torch.gather(
+            self.arc_mask.expand(heads.shape[:-2] + self.arc_mask.shape), -2, safe_heads.unsqueeze(-2)
+        ).squeeze(-2)
+        forbidden = (words & ~allowed).any(-1)
+        if labels is None:
+            score = self._sum_at_heads(shifted, heads)
+            return score.masked_fill(forbidden, NEG_INF)
         if self.label_scores is None:
             raise ValueError("labels were given but the scores are unlabeled")
         labels = self._expand_input(torch.as_tensor(labels, device=self.scores.device), 1)
@@ -278,8 +443,8 @@ class TreeDistribution(Distribution):
         per_head = torch.gather(
             label_expanded, -3, safe_heads[..., None, :, None].expand(heads.shape[:-1] + (1, self.n_max + 1, n_labels))
         ).squeeze(-3)
-        arc = torch.gather(per_head, -1, safe_labels.unsqueeze(-1)).squeeze(-1)
-        return torch.where(words, arc, torch.zeros_like(arc)).sum(-1)
+        arc = torch.gather(per_head, -1, safe_labels.unsqueeze(-1)).squeeze(-1).to(torch.float64) - shift
+        return torch.where(words, arc, torch.zeros_like(arc)).sum(-1).masked_fill(forbidden, NEG_INF)
 
     def expected_attachment(self, heads: Tensor) -> Tensor:
         """Expected number of correct heads of the given trees, Σ_m μ(heads[m], m), ``(..., B)``."""
@@ -296,25 +461,56 @@ class TreeDistribution(Distribution):
 
     def mbr(self) -> Tensor:
         """The tree with the highest expected attachment score Σ_m μ(h_m, m), ``(B, N+1)``."""
+        self._require_trees("MBR tree")
         marginals = self._marginals().detach()
         weights = marginals.masked_fill(~self.arc_mask, NEG_INF)
         return self._out(max_spanning_trees(weights, self.lengths, self.single_root))
 
     # ------------------------------------------------------------ expectations
     def entropy(self) -> Tensor:
-        """Shannon entropy H(p) = log Z − Σ μ(h, m) s(h, m), in O(n³) (Zmigrod et al. 2021)."""
-        marginals = self._marginals()
-        return self._out(self._log_partition() - self._arc_sum(marginals * self.scores))
+        """Shannon entropy H(p) = log Z − Σ μ(h, m) s(h, m), in O(n³) (Zmigrod et al. 2021).
+
+        Formed as log Z' − Σ μ s' from the column-shifted scores, in float64, so that the
+        shifts never cancel; ≥ 0, and exactly 0 for a sentence found to be a single tree
+        (see the class docstring).
+        """
+        return self._out(self._entropy().to(self.scores.dtype))
+
+    def _entropy(self) -> Tensor:
+        """H(p) in float64, ``(B,)``."""
+        value = _non_negative(self._cross_entropy(self, "entropy"))  # below 0: rounding
+        dominant = self._dominant()
+        return value if dominant is None else torch.where(dominant, torch.zeros_like(value), value)
 
     def cross_entropy(self, other: TreeDistribution) -> Tensor:
-        """H(p, q) = −E_p[log q(d)] = log Z_q − Σ μ_p(h, m) s_q(h, m); +inf if q forbids a tree of p."""
+        """H(p, q) = −E_p[log q(d)] = log Z_q − Σ μ_p(h, m) s_q(h, m); +inf if q forbids a tree of p.
+
+        Formed as log Z_q' − Σ μ_p s_q' from q's column-shifted scores, in float64 (see
+        :meth:`entropy`)."""
         self._check_compatible(other)
-        marginals = self._marginals()
-        other_scores = torch.where(other.arc_mask, other.scores, torch.zeros_like(other.scores))
-        expected = self._arc_sum(marginals * other_scores)
+        return self._out(self._cross_entropy(other).to(self.scores.dtype))
+
+    def _cross_entropy(self, other: TreeDistribution, what: str = "cross-entropy") -> Tensor:
+        """H(p, q) in float64, ``(B,)``."""
+        marginals = self._marginals_inner(what)
+        other._require_trees(what)
+        log_weights = self._cache.get("log_weights")
+        if other is self and log_weights is not None and not (torch.is_grad_enabled() and log_weights.requires_grad):
+            # the fast path's s', -inf off the allowed arcs where μ = w · (...) is 0: 0 · -inf is
+            # the only NaN, and no copy of the scores is made
+            expected = (marginals * log_weights).nan_to_num_(nan=0.0).sum((1, 2), dtype=torch.float64)
+        else:
+            shifted, _ = other._shifted_scores()
+            expected = (marginals * shifted).sum((1, 2))  # both are 0 off the allowed arcs
+        value = other._log_z_shifted() - expected
+        sole = self._dominant()
+        if sole is not None and bool(sole.any()):  # p is one tree: −log q(it), 0 if q is the same one
+            best = self._cache["best"]
+            value = torch.where(sole, -other._tree_log_prob(best, other._tree_score(best), sole), value)
+        if other.arc_mask is self.arc_mask:
+            return value
         escapes = ((marginals > 0) & self.arc_mask & ~other.arc_mask).any(-1).any(-1)
-        value = other._log_partition() - expected
-        return self._out(torch.where(escapes, torch.full_like(value, float("inf")), value))
+        return torch.where(escapes, torch.full_like(value, float("inf")), value)
 
     def _check_compatible(self, other: TreeDistribution) -> None:
         if not isinstance(other, TreeDistribution):
@@ -342,15 +538,21 @@ class TreeDistribution(Distribution):
             return self.entropy()
         if alpha == float("inf"):
             best = self.batched().mode
-            return self._out(self._log_partition() - self._tree_score(best))
-        if alpha == 0.0:
-            tilted = torch.where(self.arc_mask, torch.zeros_like(self.scores), torch.full_like(self.scores, NEG_INF))
-        else:
-            tilted = torch.where(self.arc_mask, alpha * self.scores, torch.full_like(self.scores, NEG_INF))
-        log_z_alpha = TreeDistribution(
-            tilted, self.lengths, single_root=self.single_root, stable=self.stable
-        )._log_partition()
-        return self._out((log_z_alpha - alpha * self._log_partition()) / (1.0 - alpha))
+            value = -self._tree_log_prob(best, self._tree_score(best), torch.ones_like(self.lengths, dtype=torch.bool))
+            return self._out(_non_negative(value).to(self.scores.dtype))
+        # Z(α s) = exp(α Σ shift) Z(α s'): the shifts drop out of the difference exactly.
+        shifted, _ = self._shifted_scores()
+        tilted = alpha * shifted
+        if bool((torch.isinf(tilted) & self.arc_mask).any()):
+            raise ValueError(f"alpha = {alpha} times the scores overflows float64")
+        tilted = torch.where(self.arc_mask, tilted, torch.full_like(tilted, NEG_INF))
+        other = TreeDistribution(tilted, self.lengths, single_root=self.single_root, stable=self.stable)
+        other._require_trees("Rényi entropy")
+        value = (other._log_z_shifted() - alpha * self._log_z_shifted()) / (1.0 - alpha)
+        mine, theirs = self._dominant(), other._dominant()
+        if alpha > 0 and mine is not None and theirs is not None:  # one tree each, the same one
+            value = torch.where(mine & theirs, torch.zeros_like(value), value)
+        return self._out(_non_negative(value).to(self.scores.dtype))
 
     def expectation(self, values: Tensor) -> Tensor:
         """T1: E_p[Σ_{(h→m)∈d} r(h, m)] = Σ μ(h, m) r(h, m) for additively decomposable r.
@@ -472,17 +674,51 @@ class TreeDistribution(Distribution):
         return self._out(heads, batch_dim=-2), self._out(log_probs, batch_dim=-1)
 
 
-def _stable_inference(scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
-    """log Z by GTH state reduction and marginals as its gradient (differentiable: by
-    autograd through the elimination, so that second derivatives flow through μ)."""
+#: Largest rounding error (nats) of the stable path's log Z' under which a sentence's results
+#: are taken as they are; above it (|log Z'| beyond about 1e8 for 80 words, from scores
+#: around 1e7 and up) only a tree that carries all the probability is a defined answer.
+_RESOLUTION = 1e-6
+
+
+def _rounding(log_z_shifted: Tensor, lengths: Tensor) -> Tensor:
+    """What float64 rounding may move log Z' (and what is computed from it) by: the stable
+    path sums n log-pivots, each accurate to eps relative to |log Z'|."""
+    return torch.finfo(torch.float64).eps * (lengths + 1) * log_z_shifted.abs()
+
+
+def _non_negative(value: Tensor) -> Tensor:
+    """``value`` with what rounding left below 0 (or -0.0) set to 0."""
+    return value.clamp(min=0.0) + 0.0
+
+
+def _inner_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype inference runs and keeps its marginals in: half precision has no LU kernels."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _tree_arcs(heads: Tensor, lengths: Tensor, n_max: int) -> Tensor:
+    """``(B, N+1, N+1)`` float64 indicator of the arcs heads[m] -> m of the words."""
+    words = word_mask(lengths, n_max)
+    safe_heads = torch.where(words, heads, torch.zeros_like(heads))
+    arcs = torch.zeros(heads.shape + (n_max + 1,), dtype=torch.float64, device=heads.device)
+    arcs.scatter_(-2, safe_heads.unsqueeze(-2), words.unsqueeze(-2).to(torch.float64))
+    return arcs
+
+
+def _stable_inference(
+    scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(log Z', Σ shift, marginals)`` by GTH state reduction, the marginals as the gradient
+    of log Z' (differentiable: by autograd through the elimination, so that second
+    derivatives flow through μ)."""
     if not (torch.is_grad_enabled() and scores.requires_grad):
         return laplacian.stable_partition_and_marginals(scores, mask, lengths, single_root)
-    log_z = laplacian.stable_log_partition(scores, mask, lengths, single_root)
-    finite = torch.isfinite(log_z)
-    objective = torch.where(finite, log_z, torch.zeros_like(log_z)).sum()
+    shifted, shift_total = laplacian.stable_log_partition(scores, mask, lengths, single_root)
+    finite = torch.isfinite(shifted)
+    objective = torch.where(finite, shifted, torch.zeros_like(shifted)).sum()
     (marginals,) = torch.autograd.grad(objective, scores, create_graph=True)
     marginals = torch.where(mask & finite.view(-1, 1, 1), marginals, torch.zeros_like(marginals))
-    return _log_partition_with_gradient(scores, log_z, marginals), marginals
+    return shifted.detach(), shift_total, marginals
 
 
 class _PartitionGradient(torch.autograd.Function):
@@ -496,12 +732,13 @@ class _PartitionGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores: Tensor, log_z: Tensor, marginals: Tensor) -> Tensor:
         ctx.save_for_backward(marginals)
+        ctx.scores_dtype = scores.dtype
         return log_z.clone()
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         (marginals,) = ctx.saved_tensors
-        return grad.unsqueeze(-1).unsqueeze(-1) * marginals, None, None
+        return (grad.unsqueeze(-1).unsqueeze(-1) * marginals).to(ctx.scores_dtype), None, None
 
 
 def _log_partition_with_gradient(scores: Tensor, log_z: Tensor, marginals: Tensor) -> Tensor:
@@ -513,5 +750,6 @@ def _log_partition_with_gradient(scores: Tensor, log_z: Tensor, marginals: Tenso
 
 @register_kl(TreeDistribution, TreeDistribution)
 def _kl_tree_tree(p: TreeDistribution, q: TreeDistribution) -> Tensor:
-    """KL(p ‖ q) = H(p, q) − H(p), in O(n³) (Zmigrod et al. 2021, §6.3)."""
-    return p.cross_entropy(q) - p.entropy()
+    """KL(p ‖ q) = H(p, q) − H(p) ≥ 0, in O(n³) (Zmigrod et al. 2021, §6.3), in float64."""
+    p._check_compatible(q)
+    return p._out(_non_negative(p._cross_entropy(q, "KL divergence") - p._entropy()).to(p.scores.dtype))

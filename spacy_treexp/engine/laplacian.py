@@ -15,8 +15,8 @@ Two exact algorithms compute the same quantities:
 Both shift the scores of each dependent column by their maximum (every tree has exactly one
 head per word, so log Z shifts by the sum of those maxima and the marginals are unchanged).
 The fast path's own pivots tell how much cancellation it suffered; a sentence whose error
-estimate is above the dtype's tolerance is recomputed on the stable path, so callers never
-need to choose.
+estimate is above the dtype's tolerance, or whose marginals do not sum to 1, is recomputed
+on the stable path, so callers never need to choose.
 """
 
 from __future__ import annotations
@@ -43,6 +43,23 @@ def fast_accepted(log_det: Tensor, error: Tensor, dtype: torch.dtype) -> Tensor:
     """(B,) where the fast path's result is kept: a finite log det and an error estimate
     within :func:`fast_tolerance` for ``dtype``."""
     return (error <= fast_tolerance(dtype)) & torch.isfinite(log_det)
+
+
+#: Largest deviation from 1 of a word's marginals summed over its heads that the fast path may
+#: leave: its error estimate bounds the determinant's error, not the inverse's.
+_NORMALISATION_TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+
+def marginals_normalised(marginals: Tensor, lengths: Tensor, single_root: bool, dtype: torch.dtype) -> Tensor:
+    """(B,) whether every word's marginals sum to 1 over its heads (and, single-root, ROOT's
+    over its children) within the tolerance for ``dtype``: an a-posteriori check of the fast
+    path, which costs one sum."""
+    marginals = marginals.detach()
+    words = torch.arange(1, marginals.shape[-1], device=lengths.device) <= lengths.unsqueeze(-1)
+    deviation = (marginals.sum(-2)[..., 1:] - words.to(marginals.dtype)).abs_().amax(-1)  # padding: 0 - 0
+    if single_root:
+        deviation = torch.maximum(deviation, (marginals[..., 0, :].sum(-1) - 1).abs_())
+    return deviation <= _NORMALISATION_TOLERANCE.get(dtype, 1e-5)
 
 
 def shifted_weights(scores: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
@@ -178,8 +195,13 @@ def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
 _LINEAR_GTH_MIN_LOG_WEIGHT = -300.0
 
 
-def stable_log_partition(scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
-    """Stable path: log Z by GTH state reduction, subtraction-free.
+def stable_log_partition(scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
+    """Stable path: ``(log Z', Σ shift)`` by GTH state reduction, subtraction-free, where
+    log Z = log Z' + Σ shift and log Z' is that of the column-shifted scores.
+
+    The two are returned apart because scores of huge magnitude make Σ shift and log Z'
+    huge and opposite while the quantities derived from log Z (entropy, log-probabilities)
+    are small: only log Z' keeps them free of cancellation.
 
     Markov-chain tree theorem: in the chain where word m jumps to head h with probability
     ∝ w(h→m), eliminating a state k (the Schur complement of the Laplacian) gives the new
@@ -205,13 +227,14 @@ def stable_log_partition(scores: Tensor, mask: Tensor, lengths: Tensor, single_r
             else:
                 part = _gth_eliminate(logw[index], lengths[index], single_root)
             result = result.index_put((index,), part)
-    return shift.sum(-1) + result
+    return result, shift.sum(-1)
 
 
 def stable_partition_and_marginals(
     scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool
-) -> Tuple[Tensor, Tensor]:
-    """Stable path without an autograd graph: ``(log Z, marginals)`` in the working dtype.
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """Stable path without an autograd graph: ``(log Z', Σ shift, marginals)`` in the working
+    dtype (log Z = log Z' + Σ shift, see :func:`stable_log_partition`).
 
     Marginals are the gradient of :func:`stable_log_partition`: by running the plain
     elimination backwards by hand (:func:`_gth_linear_with_gradient`), and by autograd for
@@ -219,11 +242,12 @@ def stable_partition_and_marginals(
     """
     with torch.no_grad():
         logw, shift, linear = _stable_setup(scores.detach(), mask, lengths)
-    log_z = shift.sum(-1)
+    shift_total = shift.sum(-1)
     if bool(linear.all()):  # the common case: no copies in and out of the batch
         weights = torch.exp(logw)
         part, gradient = _gth_linear_with_gradient(weights, lengths, single_root)
-        return log_z + part, (weights * gradient).masked_fill_(~mask, 0.0)
+        return part, shift_total, (weights * gradient).masked_fill_(~mask, 0.0)
+    log_z = torch.zeros_like(shift_total)
     marginals = torch.zeros_like(logw)
     index = linear.nonzero().squeeze(-1)
     if index.numel():
@@ -241,7 +265,7 @@ def stable_partition_and_marginals(
         log_z = log_z.index_add(0, index, part.detach())
         marginals = marginals.index_put((index,), gradient)
     possible = torch.isfinite(log_z).view(-1, 1, 1)
-    return log_z, torch.where(mask & possible, marginals, torch.zeros_like(marginals))
+    return log_z, shift_total, torch.where(mask & possible, marginals, torch.zeros_like(marginals))
 
 
 def _stable_setup(scores: Tensor, mask: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
