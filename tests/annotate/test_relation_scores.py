@@ -80,8 +80,9 @@ def test_long_sentences_keep_factors_short_ones_stay_dense():
 
 
 def test_the_parser_refuses_sentences_over_its_limit_by_name():
-    import spacy_treexp
     from spacy.tokens import Doc
+
+    import spacy_treexp
 
     nlp = spacy_treexp.load()
     nlp.get_pipe("biaffine_parser").max_sentence_length = 10
