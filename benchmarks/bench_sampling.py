@@ -2,7 +2,8 @@
 
     python benchmarks/bench_sampling.py            # CPU, 2 threads, about 2-3 minutes
     python benchmarks/bench_sampling.py --quick    # smaller, for a smoke test
-    python benchmarks/bench_sampling.py --section swor   # one table (throughput, swor, acceptance, cuda)
+    python benchmarks/bench_sampling.py --section swor   # one table (throughput, swor, acceptance, cuda, scale)
+    python benchmarks/bench_sampling.py --section scale --threads 1   # cost against the score scale
 
 On a shared, busy machine spinning OpenMP threads that compete for cores make every
 2-thread timing several times slower; there ``--threads 1 --cpu-time`` measures the
@@ -22,7 +23,13 @@ Prints these tables:
 4. Wilson-Reject's expected tries Z_multi / Z_single (exact) and measured, against the
    (1 + 1/n)^(n-1) <= e bound of Stanojević (2022), for random scores and for
    "parser-like" scores (a random gold tree's arcs +10 over N(0, 2^2) noise);
-5. on CUDA (if present), SBS at n = 100.
+5. on CUDA (if present), SBS at n = 100;
+6. (``--section scale``, not in ``all``) every sampler's time per call at scores x1, x30, x100
+   and x1000 of the same N(0, 1) draw, and its ratio to x1: n = 30 and 60 with B = 64 (20
+   trees per sentence) and B = 1 (100 trees), and Colbourn at n = 200, B = 4 (20 trees). The
+   engine's inference (log Z, marginals) is computed before timing: it is the engine's cost,
+   not the sampler's. Beside the ratios, the sampler's counted work at x1000
+   (:mod:`spacy_treexp.engine.sampling.work`): L-hat factorisations and engine refactorisations.
 Scores are i.i.d. N(0, 1) log-potentials (fixed seed) unless said otherwise.
 """
 
@@ -37,7 +44,7 @@ import time
 import torch
 
 from spacy_treexp import TreeDistribution
-from spacy_treexp.engine.sampling import sample, sample_without_replacement, wilson_reject_acceptance
+from spacy_treexp.engine.sampling import sample, sample_without_replacement, wilson_reject_acceptance, work
 from spacy_treexp.engine.sampling.wilson import wilson_reject
 
 
@@ -288,12 +295,73 @@ def cuda_table(n: int, batch: int, k: int) -> None:
     )
 
 
+SCALES = (1.0, 30.0, 100.0, 1000.0)
+#: (method, single-root) of every sampler; sbs / trie draw k distinct trees
+SCALE_METHODS = (
+    ("colbourn", True),
+    ("sbs", True),
+    ("trie", True),
+    ("wilson_marginal", True),
+    ("wilson_reject", True),
+    ("wilson", False),
+)
+
+
+def scale_table(repeats: int, configs=((30, 64, 20), (30, 1, 100), (60, 64, 20), (60, 1, 100))) -> None:
+    print(
+        "\n6. Cost against the score scale: ms per call at N(0,1) scores x1 / x30 / x100 / x1000 "
+        "(ratio to x1); at x1000 the counted L-hat factorisations and engine refactorisations"
+    )
+    print(
+        f"{'method':>16} {'n':>4} {'B':>3} {'S/k':>4} "
+        + "".join(f" {'x' + format(scale, 'g'):>16}" for scale in SCALES)
+        + f" {'LU':>6} {'engine':>7}"
+    )
+    runs = [(n, batch, samples, SCALE_METHODS) for n, batch, samples in configs]
+    runs.append((200, 4, 20, (("colbourn", True),)))
+    for n, batch, samples, methods in runs:
+        base = torch.randn(batch, n + 1, n + 1, generator=torch.Generator().manual_seed(n + batch))
+        dists = {}
+        for scale in SCALES:
+            for single_root in {single for _, single in methods}:
+                dist = TreeDistribution(base * scale, single_root=single_root)
+                dist.marginals  # the engine's inference, shared by every sampler: not timed
+                dists[scale, single_root] = dist
+        for method, single_root in methods:
+            row = f"{method + ('' if single_root else ' (multi)'):>16} {n:>4} {batch:>3} {samples:>4}"
+            reference = None
+            counted: dict = {}
+            for scale in SCALES:
+                dist = dists[scale, single_root]
+                gen = torch.Generator().manual_seed(3)
+                if method in ("sbs", "trie"):
+
+                    def run():
+                        return sample_without_replacement(dist, samples, method=method, generator=gen)
+                else:
+
+                    def run():
+                        return sample(dist, (samples,), method=method, generator=gen)
+
+                seconds = timed(run, repeats)
+                reference = reference or seconds
+                row += f" {seconds * 1e3:>8.1f} ({seconds / reference:>4.1f}x)"
+                if scale == SCALES[-1]:
+                    with work.counting() as done:
+                        run()
+                    counted = dict(done)
+            row += f" {counted.get('factorisations', 0):>6} {counted.get('refactorisations', 0):>7}"
+            print(row, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cpu-time", action="store_true", help="time by process CPU time (use with --threads 1)")
-    parser.add_argument("--section", choices=["all", "throughput", "swor", "acceptance", "cuda"], default="all")
+    parser.add_argument(
+        "--section", choices=["all", "throughput", "swor", "acceptance", "cuda", "scale"], default="all"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     global CLOCK
@@ -313,8 +381,9 @@ def main() -> None:
         ),
         "acceptance": lambda: acceptance_table([10, 30, 60], batch=64, samples=200),
         "cuda": lambda: cuda_table(n=100, batch=64, k=100),
+        "scale": lambda: scale_table(repeats=3),
     }
-    for name in sections if args.section == "all" else [args.section]:
+    for name in [name for name in sections if name != "scale"] if args.section == "all" else [args.section]:
         sections[name]()
 
 

@@ -15,18 +15,46 @@ here):
   sentence per step.
 * :func:`wilson_reject_acceptance` -- Wilson-Reject's exact acceptance rate
   Z_single / Z_multi per sentence (expected tries = its inverse);
-  :func:`spacy_treexp.engine.sampling.wilson.wilson_reject` also returns the tries of each draw.
+  :func:`spacy_treexp.engine.sampling.wilson.wilson_reject` also returns the tries of each draw,
+  and :func:`spacy_treexp.engine.sampling.wilson.expected_walk_steps` each method's expected
+  number of head draws per tree.
 
 Heads are ``(..., B, N+1)`` long tensors with -1 at ROOT (index 0) and at padding. The same
 seeded ``torch.Generator`` gives the same trees on the same device. ``"colbourn"`` and
 ``"sbs"`` also take a sequence of B generators, one per sentence: each sentence's trees then
 depend on its own generator only, not on the batch it is in (see :mod:`.streams`).
 
-Run time: Wilson's methods take the walks' hitting time, short for random and for confident
-(parser-like) scores, but growing like exp(score gap) when some words form a strongly scored
-cycle with weak exits; they raise ``ValueError`` naming the sentence after
-``wilson.MAX_ROUNDS`` rounds of cycle popping (Wilson-Reject also after ``wilson.MAX_TRIES``
-tries). ``"colbourn"``, ``"sbs"`` and ``"trie"`` always take O(n^3) per tree.
+Cost: a function of n (the longest sentence's words), k (samples, or trees, per sentence) and B
+(sentences) alone, whatever the scale of the scores. Counted by :mod:`.work` and checked on
+scores x1 to x1e4 by ``tests/engine/test_sampling_peaked.py`` (the engine's own inference,
+log Z and marginals, is not counted):
+
+* ``"colbourn"``: one L-hat LU per sentence, O(n^3), then per tree n rank-one updates of the
+  rows of L-hat^{-1} still needed, about n^3 / 2 float64 multiply-adds: O(B k n^3). A sentence
+  whose L-hat Sherman-Morrison cannot follow (peaked scores: words trapped in strongly bound
+  sets, :mod:`.trapped`) adds an O(n^3) setup per distinct (sentence, root child) pair drawn
+  (at most B min(k, n); usually one or two per sentence) and one LU per distinct sentence
+  conditioned on its trapped words' heads (at most B k): at most B + B n + 2 B k LU
+  factorisations in all, so O(B k n^3) with a constant about twice as large; its trapped
+  words cost O(n) per tree each, and O(u e n) when u of them took a later one as head (e
+  trapped words; O(n^4) per tree in the worst case, B k n^3 node updates in all our tests).
+  The engine's refactorisation of a word's conditionals (O(n^3) in log space) is left for
+  Sherman-Morrison updates that still drift: none in our tests, at most one per row and word,
+  after which the row's inverse is refactorised by one LU.
+* ``"sbs"``, ``"trie"``: the same per tree (the trie: per candidate, at most 8 per tree
+  found). On peaked scores their beams also hold prefixes of negligible probability, some of
+  whose conditioned L-hat stays ill-conditioned: those take the engine's refactorisation, at
+  most once per prefix and word (B k n of them).
+* Wilson's methods: a sentence walks only if the expected number of heads its walks draw per
+  tree (exact, O(n^3): :func:`.wilson.expected_walk_steps`) is at most
+  :data:`.wilson.WALK_BUDGET` n^2 = 4 n^2; a round of cycle popping costs O(n log n) per
+  sample, so the walks cost O(B k n^3 log n) in expectation. The other sentences are sampled
+  by ``"colbourn"``; the choice depends on the scores only, never on a draw, so the mixture is
+  exact. (Random and parser-like scores draw O(n) heads per tree; from scores x10 on, strongly
+  bound cycles make the expected draws grow like e^(score gap).)
+
+Measured (``benchmarks/bench_sampling.py --section scale``): Colbourn at scores x1000 within
+about 2x its time at x1 for n = 30, 60, 200 (see README, Benchmarks).
 """
 
 from __future__ import annotations
@@ -40,7 +68,7 @@ from torch import Tensor
 from spacy_treexp.engine.sampling import streams
 from spacy_treexp.engine.sampling.colbourn import colbourn_sample
 from spacy_treexp.engine.sampling.streams import Randomness
-from spacy_treexp.engine.sampling.wilson import wilson_marginal, wilson_multi_root, wilson_reject
+from spacy_treexp.engine.sampling.wilson import walkable, wilson_marginal, wilson_multi_root, wilson_reject
 from spacy_treexp.engine.sampling.without_replacement import (
     stochastic_beam_search,
     trie_draws,
@@ -66,7 +94,7 @@ MULTI_ROOT_METHODS = ("wilson", "colbourn")
 WITH_REPLACEMENT_METHODS = ("wilson_marginal", "wilson_reject", "colbourn", "wilson")
 WITHOUT_REPLACEMENT_METHODS = ("sbs", "trie")
 #: The default samplers everywhere (engine, spaCy component, Stanza processor, CLI): their
-#: cost is O(n^3) per tree whatever the scores, while Wilson's walks can stall on peaked ones.
+#: cost is O(n^3) per tree whatever the scores (see the module docstring).
 DEFAULT_METHOD = "colbourn"
 DEFAULT_WITHOUT_REPLACEMENT = "sbs"
 
@@ -101,15 +129,37 @@ def sample(
     count = shape.numel()
     if count == 0 or batch == 0:
         return torch.full((*shape, batch, size), -1, dtype=torch.long, device=dist.scores.device)
-    if method == "wilson_marginal":
-        heads = wilson_marginal(dist, count, streams.shared(generator))
-    elif method == "wilson_reject":
-        heads, _ = wilson_reject(dist, count, streams.shared(generator))
-    elif method == "wilson":
-        heads = wilson_multi_root(dist, count, streams.shared(generator))
-    else:
+    if method == "colbourn":
         heads, _ = colbourn_sample(dist, count, generator)
+    else:
+        heads = _walk_or_colbourn(dist, count, method, streams.shared(generator))
     return heads.reshape(*shape, batch, size)
+
+
+def _walk_or_colbourn(dist, count: int, method: str, generator: torch.Generator | None) -> Tensor:
+    """Wilson's ``method`` for the sentences whose walks are short enough
+    (:func:`.wilson.walkable`, decided from the scores alone), Colbourn's sampler for the
+    others: heads (S, B, N+1). Both are exact, and which one a sentence gets does not depend on
+    any draw, so the mixture is exact too."""
+    walk = walkable(dist, method)
+    heads = torch.full((count, *dist.scores.shape[:2]), -1, dtype=torch.long, device=dist.scores.device)
+    index = walk.nonzero().squeeze(-1)
+    if index.numel():
+        part = dist
+        if index.numel() < walk.numel():
+            scores = dist.scores.detach()[index]
+            part = type(dist)(scores, dist.lengths[index], single_root=dist.single_root, stable=dist.stable)
+        if method == "wilson_marginal":
+            root = dist.marginals[:, 0, :].index_select(0, index)
+            heads[:, index] = wilson_marginal(part, count, generator, root_marginals=root)
+        elif method == "wilson_reject":
+            heads[:, index] = wilson_reject(part, count, generator)[0]
+        else:
+            heads[:, index] = wilson_multi_root(part, count, generator)
+    rest = (~walk).nonzero().squeeze(-1)
+    if rest.numel():
+        heads[:, rest] = colbourn_sample(dist, count, generator, sentences=rest)[0]
+    return heads
 
 
 def _check_k(k: int) -> int:

@@ -8,9 +8,12 @@ update in O(n^2) per word and O(n^3) per tree.
 
 Accuracy: the inverse and every update are kept in float64 whatever the input dtype
 (Sherman-Morrison drifts in float32); the first word's conditional is the engine's stable
-marginal column. Every later conditional is checked (it must sum to 1); a sentence whose
-L-hat is singular in float64 or whose updates drift is refactorised: its conditionals come
-from the engine's marginals of the conditioned scores (see :data:`SUM_TOLERANCE`).
+marginal column. A sentence whose L-hat's LU error estimate exceeds :data:`TRAPPED_ERROR`
+(peaked scores) is sampled through :class:`TrappedModel` (:mod:`.trapped`): the words trapped in
+strongly bound sets first, exactly, in log space, then Sherman-Morrison on the rest, whose
+L-hat is well conditioned. Every conditional is checked (it must sum to 1); a row whose
+updates drift gets that word's conditionals from the engine's marginals of the conditioned
+scores, and its inverse is then refactorised (see :data:`SUM_TOLERANCE`).
 Two kinds of zero-probability heads are removed exactly, by structure, rather than by the
 sign of a rounding error: heads closing a cycle with the heads already chosen, and
 (single-root) a second ROOT child.
@@ -18,6 +21,7 @@ sign of a rounding error: heads closing a cycle with the heads already chosen, a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -25,14 +29,35 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.laplacian import closed_form_marginals, fast_accepted, fast_inverse, shifted_weights
+from spacy_treexp.engine.sampling import work
 from spacy_treexp.engine.sampling.streams import Randomness, block_seeds, per_sentence, sample_block_uniforms
+from spacy_treexp.engine.sampling.trapped import NEG_INF, Groups, StrongSets, unsettled_conditionals
 from spacy_treexp.engine.sampling.wilson import draw_categorical
 
 #: Sherman-Morrison's conditionals of a word must sum to 1 within this (a residual check of
-#: row j of L-hat^{-1} against column j of L-hat); a row that does not, or whose L-hat is
-#: singular in float64, is *refactorised*: its conditionals come from the engine's exact
-#: marginals of the conditioned scores (stable path where needed), O(n^3) per word.
+#: row j of L-hat^{-1} against column j of L-hat); a row that does not is *refactorised*: that
+#: word's conditionals come from the engine's exact marginals of the conditioned scores
+#: (O(n^3), stable path where needed), and the row's inverse is computed anew by one LU
+#: (:meth:`Conditioner._refactorise`).
 SUM_TOLERANCE = 1e-6
+
+#: L-hat's LU error estimate (eps n max_k scale_k / |U_kk|, :func:`.laplacian.fast_inverse`)
+#: above which a sentence is sampled through :class:`TrappedModel`: its words first fixed
+#: where a walk would be trapped, then Sherman-Morrison on a well-conditioned L-hat. Below it,
+#: Sherman-Morrison's conditionals stay within :data:`SUM_TOLERANCE` word after word.
+TRAPPED_ERROR = 1e-9
+
+#: The same bound for phase 2 of :class:`TrappedModel` (a sentence conditioned on its trapped
+#: words' heads): no strongly bound set is left there, and conditionals this far from exact
+#: stay well within :data:`SUM_TOLERANCE` (measured: no drift at x1..x1000).
+CONDITIONED_ERROR = 1e-7
+
+#: A fixed trapped word counts as settled (:func:`.trapped._settled_conditionals`) when its
+#: next step reaches ROOT or earlier trapped words with all but at most this probability: the
+#: conditionals it is then given are off by at most this relative amount (a walk that meets a
+#: settled word leaks away at most this much each time, and meets one again only after not
+#: leaking), far below float64's resolution of a uniform (2^-53).
+SETTLED_LEAK = 1e-20
 
 
 @dataclass
@@ -45,7 +70,10 @@ class Prepared:
     first (B, N+1): word 1's head marginals in float64, >= +0, as the engine computes them for
     the float64 scores (also for lower-precision inputs, so that no tree whose probability is
     representable in float64 is lost to float32 underflow): from the same LU as ``inverse``
-    where its error estimate is within the engine's tolerance, else the engine's stable path;
+    where its error estimate is within ``tolerance`` (the engine's for float64 by default),
+    else the engine's stable path (by default not for the sentences :meth:`trapped` sends to
+    :class:`TrappedModel`, which never read it);
+    error (B,): the LU's error estimate (:func:`.laplacian.fast_inverse`; inf where singular);
     update_columns (N+1, N+1, 2), update_coefficients (N+1, N+1): the table of
     :func:`_update_columns`.
     """
@@ -53,14 +81,16 @@ class Prepared:
     weights_by_dep: Tensor
     inverse: Tensor
     first: Tensor
+    error: Tensor
     update_columns: Tensor
     update_coefficients: Tensor
 
     @classmethod
-    def of(cls, dist) -> Prepared:
+    def of(cls, dist, tolerance: float | None = None) -> Prepared:
         scores = dist.scores.detach()
         weights, _ = shifted_weights(scores.double(), dist.arc_mask)
         log_det, inverse, error = fast_inverse(weights, dist.lengths, dist.single_root)
+        work.add("factorisations", scores.shape[0])
         # NaN where L-hat is singular (or its determinant not positive) in float64; row-major,
         # as rows are read and updated
         inverse = torch.where(torch.isinf(error)[:, None, None], torch.nan, inverse).contiguous()
@@ -73,19 +103,40 @@ class Prepared:
             # what the engine computes for float64 scores: its fast path from this same LU where
             # it accepts it, the engine itself (its stable path) elsewhere
             first = closed_form_marginals(weights, inverse, dist.single_root)[:, :, 1]
-            untrusted = ~fast_accepted(log_det, error, torch.float64)
+            if tolerance is None:  # (trapped sentences do not read ``first``)
+                untrusted = ~fast_accepted(log_det, error, torch.float64) & (error <= TRAPPED_ERROR)
+            else:
+                untrusted = ~((error <= tolerance) & torch.isfinite(log_det))
             if bool(untrusted.any()):
                 index = untrusted.nonzero().squeeze(-1)
-                engine = type(dist)(scores.double()[index], dist.lengths[index], single_root=dist.single_root)
-                first = first.index_put((index,), engine.marginals[:, :, 1])
+                engine = engine_marginals(dist, scores.double()[index], dist.lengths[index])
+                first = first.index_put((index,), engine[:, :, 1])
+                work.add("refactorisations", index.numel())
         columns, coefficients = _update_columns(weights.shape[-1], dist.single_root)
         return cls(
             weights.permute(2, 0, 1).contiguous(),
             inverse,
             torch.where(first > 0, first, 0.0),
+            error,
             columns.to(weights.device),
             coefficients.to(weights.device),
         )
+
+    def select(self, index: Tensor) -> Prepared:
+        """The same for the sentences ``index`` only."""
+        return Prepared(
+            self.weights_by_dep.index_select(1, index),
+            self.inverse.index_select(0, index),
+            self.first.index_select(0, index),
+            self.error.index_select(0, index),
+            self.update_columns,
+            self.update_coefficients,
+        )
+
+    def trapped(self) -> Tensor:
+        """(B,) the sentences whose L-hat Sherman-Morrison cannot follow (error estimate above
+        :data:`TRAPPED_ERROR`): they are sampled through :class:`TrappedModel`."""
+        return ~(self.error <= TRAPPED_ERROR)
 
 
 @lru_cache(maxsize=64)  # depends on the size alone; read, never written
@@ -112,6 +163,42 @@ def _update_columns(size: int, single_root: bool) -> tuple[Tensor, Tensor]:
     return torch.stack([first, second], -1), coefficients
 
 
+def engine_marginals(dist, scores: Tensor, lengths: Tensor) -> Tensor:
+    """The engine's exact marginals (float64) of float64 ``scores`` (R, N+1, N+1) with
+    ``dist``'s kind of trees; zero for a sentence with no tree (a dead end of a search)."""
+    engine = type(dist)(scores, lengths, single_root=dist.single_root)
+    possible = torch.isfinite(engine.log_partition)
+    if bool(possible.all()):
+        return engine.marginals.detach().double()
+    marginals = torch.zeros_like(scores)
+    if bool(possible.any()):
+        index = possible.nonzero().squeeze(-1)
+        exact = type(dist)(scores[index], lengths[index], single_root=dist.single_root)
+        marginals[index] = exact.marginals.detach().double()
+    return marginals
+
+
+def branch_plan(parent: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+    """How rows continue as new partial trees: tree i continues row ``parent[i]`` (K,), a row of
+    its own sentence. None where every parent continues once (each tree stays in its row);
+    else ``(rows, free, source)``: the row each tree takes, and the rows ``free`` into which the
+    state of rows ``source`` is copied. The first tree of a parent stays in the parent's row; a
+    parent's further trees take the rows of the parents that were dropped (a beam search
+    mostly keeps its beams: after a few words, little is copied). The rows of a sentence stay
+    its rows: duplicates and free rows pair up in order, sentence by sentence.
+    """
+    kept = torch.zeros_like(parent, dtype=torch.bool).index_fill_(0, parent, True)
+    if bool(kept.all()):  # every parent once (the common case after a few words)
+        return None
+    order = torch.argsort(parent, stable=True)
+    ordered = parent[order]
+    repeated = torch.zeros_like(ordered, dtype=torch.bool)
+    repeated[1:] = ordered[1:] == ordered[:-1]
+    duplicates = order[repeated]
+    free = (~kept).nonzero().squeeze(-1)  # as many as duplicates, in the same sentences
+    return parent.index_put((duplicates,), free), free, parent.index_select(0, duplicates)
+
+
 class Conditioner:
     """Colbourn's state for K partial trees; row i belongs to sentence ``sentence[i]``.
 
@@ -125,9 +212,10 @@ class Conditioner:
     m-1..N-1, so the state shrinks as words are fixed: ``self.inverse[:, r, c]`` is entry
     (m-1+r, c) (None before word 1 with a ``layout``: the sentences' own inverses are read).
     Each partial tree's rows stay one contiguous block, so the rank-one update of all of them
-    runs over long contiguous rows. An inverse that is not trusted (L-hat singular in
-    float64, or its updates drifted) holds NaN, so that its conditionals fail the sum check
-    and are *refactorised* at every later word (see :data:`SUM_TOLERANCE`).
+    runs over long contiguous rows. Conditionals that fail the sum check (the updates
+    drifted) come from the engine for that word, and the row's inverse is then computed anew
+    (:meth:`_refactorise`); an inverse that is not trusted holds NaN, so that its conditionals
+    keep coming from the engine (see :data:`SUM_TOLERANCE`).
 
     Heads of probability zero are ruled out by structure. ``chain_end`` (K, N+1) int32: for
     a word v, the word where the chain of fixed heads from v ends (v itself while v has no
@@ -145,7 +233,7 @@ class Conditioner:
         self.dist = dist
         self.single_root = dist.single_root
         self.prepared = prepared
-        self.sentence = sentence
+        self.sentence = sentence.clone()  # (copied with its row by ``branch``)
         self.lengths = dist.lengths[sentence]
         self.shortest = int(self.lengths.min()) if sentence.numel() else 0  # every row has words 1..shortest
         size = prepared.inverse.shape[-1] + 1
@@ -164,6 +252,7 @@ class Conditioner:
         self.chain_end[:, 0] = size
         self.root_free = torch.ones(sentence.numel(), dtype=torch.bool, device=device) if self.single_root else None
         self._unblocked: Tensor | None = None  # set by probs(m): chain_end != m
+        self._refresh: Tensor | None = None  # set by probs(m): rows whose updates drifted
 
     def _per_row(self, values: Tensor) -> Tensor:
         """Per-sentence ``values`` (B, ...) for every row: (K, ...), or, with a ``layout``, a
@@ -175,26 +264,45 @@ class Conditioner:
     def branch(self, parent: Tensor) -> Tensor:
         """New partial trees: tree i continues row ``parent[i]`` (K,), a row of its own sentence.
 
-        Returns the row each new tree takes (K,). The first tree of a parent stays in the
-        parent's row; a parent's further trees take the rows of the parents that were
-        dropped, and only into those rows is the parent's state copied. (A beam search
-        mostly keeps its beams: after a few words, little is copied.) The rows of a sentence
-        stay its rows: duplicates and free rows pair up in order, sentence by sentence.
+        Returns the row each new tree takes (K,) (see :func:`branch_plan`); only into the rows
+        of dropped parents is a parent's state copied.
         """
-        kept = torch.zeros_like(parent, dtype=torch.bool).index_fill_(0, parent, True)
-        if bool(kept.all()):  # every parent once (the common case after a few words)
+        plan = branch_plan(parent)
+        if plan is None:
             return parent
-        order = torch.argsort(parent, stable=True)
-        ordered = parent[order]
-        repeated = torch.zeros_like(ordered, dtype=torch.bool)
-        repeated[1:] = ordered[1:] == ordered[:-1]
-        duplicates = order[repeated]
-        free = (~kept).nonzero().squeeze(-1)  # as many as duplicates, in the same sentences
-        source = parent.index_select(0, duplicates)
-        for state in (self.inverse, self.heads, self.chain_end, self.root_free, self._unblocked):
+        rows, free, source = plan
+        for state in (
+            self.inverse,
+            self.heads,
+            self.chain_end,
+            self.root_free,
+            self._unblocked,
+            self.sentence,
+            self.lengths,
+        ):
             if state is not None:
                 state.index_copy_(0, free, state.index_select(0, source))
-        return parent.index_put((duplicates,), free)
+        return rows
+
+    #: The steps of :meth:`probs` and :meth:`fix` are the words: ``range(first_step, steps)``.
+    first_step = 1
+
+    @property
+    def steps(self) -> int:
+        return self.heads.shape[-1]
+
+    @property
+    def choices(self) -> int:
+        """N + 1: the heads a step chooses among."""
+        return self.heads.shape[-1]
+
+    def active(self, m: int) -> Tensor:
+        """(K,) the rows that have a word m."""
+        return self.lengths >= m
+
+    def finished(self, m: int) -> Tensor:
+        """(K,) the rows whose tree is complete before word m."""
+        return self.lengths < m
 
     def probs(self, m: int) -> Tensor:
         """(K, N+1) conditional probabilities of each head of word m (Koo et al. 2007)."""
@@ -229,7 +337,7 @@ class Conditioner:
             if self.root_free is not None:  # single-root
                 keep[:, 0] &= self.root_free[rows]
             probs[rows] = torch.where(keep, exact, 0.0)
-            self.inverse[rows] = torch.nan  # refactorise these rows from now on
+            self._refresh = rows  # by fix(m): their inverse anew
         return probs
 
     def _engine_conditionals(self, m: int, rows: Tensor) -> Tensor:
@@ -238,24 +346,14 @@ class Conditioner:
         Each fixed word keeps only the arc from its chosen head; the engine's marginals of
         that distribution are the exact conditionals (refactorisation instead of updates).
         """
+        work.add("refactorisations", rows.numel())
         scores = self.dist.scores.detach().double()[self.sentence[rows]]
         heads = self.heads[rows]
         fixed = heads >= 0  # (R, N+1)
         chosen = torch.zeros_like(scores).scatter_(1, heads.clamp_min(0).unsqueeze(1), 1.0) > 0
         scores = torch.where(fixed.unsqueeze(1) & ~chosen, torch.full_like(scores, -torch.inf), scores)
         scores = torch.where(fixed.unsqueeze(1) & chosen, torch.zeros_like(scores), scores)
-        conditioned = type(self.dist)(scores, self.lengths[rows], single_root=self.single_root)
-        possible = torch.isfinite(conditioned.log_partition)  # False: the prefix has no tree
-        if not bool(possible.all()):
-            marginals = torch.zeros_like(scores[:, :, m])
-            marginals[possible] = (
-                type(self.dist)(scores[possible], self.lengths[rows][possible], single_root=self.single_root)
-                .marginals[:, :, m]
-                .detach()
-                .double()
-            )
-            return marginals
-        return conditioned.marginals[:, :, m].detach().double()
+        return engine_marginals(self.dist, scores, self.lengths[rows])[:, :, m]
 
     def fix(self, m: int, head: Tensor, active: Tensor | None = None) -> None:
         """Condition word m on ``head`` (K,) where ``active`` (K,) (None: every row): the
@@ -296,6 +394,261 @@ class Conditioner:
         if self.root_free is not None:  # single-root: ROOT has a child now, a second one is impossible
             self.root_free.logical_and_(safe_head != 0 if active is None else (head != 0) | ~active)
         self.heads[:, m] = head if active is None else torch.where(active, head, self.heads[:, m])
+        if self._refresh is not None:
+            self._refactorise(m, self._refresh)
+            self._refresh = None
+
+    def _refactorise(self, m: int, rows: Tensor) -> None:
+        """The L-hat^{-1} rows of the words after m, anew, for ``rows`` whose Sherman-Morrison
+        updates drifted: one LU of L-hat conditioned on the heads fixed so far, with the arcs
+        that would close a cycle with them removed (they are in no tree; their weight is what
+        made L-hat ill-conditioned) and ROOT's arcs gone once ROOT has its child. The columns
+        keep their scale, so the weights of :class:`Prepared` still apply. NaN where this LU is
+        not trusted either: those rows' conditionals then come from the engine."""
+        size = self.heads.shape[-1]
+        positions = torch.arange(size, device=rows.device)
+        weights = self.prepared.weights_by_dep[:, self.sentence[rows], :].permute(1, 2, 0)  # (R, heads, words)
+        heads = self.heads[rows]
+        fixed = heads >= 0
+        one_arc = (positions.view(1, -1, 1) == heads.unsqueeze(1)).to(weights.dtype)
+        weights = torch.where(fixed.unsqueeze(1), one_arc, weights)
+        closing = (self.chain_end[rows].unsqueeze(-1) == positions) & ~fixed.unsqueeze(1)  # [x, y]
+        weights = weights.masked_fill(closing, 0.0)
+        if self.root_free is not None:
+            weights[:, 0, :] = torch.where(self.root_free[rows].unsqueeze(-1) | fixed, weights[:, 0, :], 0.0)
+        log_det, inverse, error = fast_inverse(weights, self.lengths[rows], self.single_root)
+        work.add("factorisations", rows.numel())
+        trusted = (error <= CONDITIONED_ERROR) & torch.isfinite(log_det)
+        assert self.inverse is not None  # (set by fix(1))
+        self.inverse[rows] = torch.where(trusted.view(-1, 1, 1), inverse, torch.nan)[:, m:, :].contiguous()
+
+
+def _first_of_each(values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The distinct ``values`` (U,), the position of each one's first occurrence (U,), and
+    which distinct value each position holds (R,)."""
+    distinct, which = torch.unique(values, return_inverse=True)
+    positions = torch.arange(values.numel(), device=values.device)
+    first = torch.full_like(distinct, values.numel()).scatter_reduce_(0, which, positions, "amin")
+    return distinct, first, which
+
+
+class TrappedSetup:
+    """What :class:`TrappedModel` shares across its rows, for the sentences ``index`` of
+    ``dist`` (see :mod:`.trapped`): their log-weights in float64 (-inf off the allowed arcs),
+    lengths, strongly bound sets and (single-root) root child marginals in float64 (the
+    engine's, cached, for float64 scores; for lower precision, those of the float64 scores, so
+    that no tree representable in float64 is lost to underflow), and the
+    :class:`.trapped.Groups` of the (sentence, root child) pairs met so far, computed when
+    first needed.
+    """
+
+    def __init__(self, dist, index: Tensor):
+        self.dist = dist
+        self.single_root = dist.single_root
+        self.scores = dist.scores.detach()[index].double().masked_fill(~dist.arc_mask[index], NEG_INF)
+        self.lengths = dist.lengths[index]
+        self.sets = StrongSets.of(self.scores, self.lengths, with_root=not dist.single_root)
+        batch, size = self.scores.shape[0], self.scores.shape[-1]
+        self.root: Tensor | None = None
+        if self.single_root:
+            if dist.scores.dtype == torch.float64:
+                marginals = dist.marginals.index_select(0, index)
+            else:
+                exact = type(dist)(self.scores, self.lengths, single_root=True, stable=dist.stable)
+                marginals = exact.marginals
+            self.root = marginals[:, 0, :].detach().double().clamp_min(0.0)
+        # the group of each (sentence, root child); multi-root: column 0
+        self.index = torch.full((batch, size), -1, dtype=torch.long, device=self.scores.device)
+        self.groups: Groups | None = None
+        self.group_sentence = torch.zeros(0, dtype=torch.long, device=self.scores.device)
+
+    def group(self, sentence: Tensor, root_child: Tensor) -> Tensor:
+        """(R,) the group of each (sentence, root child) pair (root child 0: multi-root)."""
+        found = self.index[sentence, root_child]
+        missing = found < 0
+        if bool(missing.any()):
+            pairs = torch.unique(torch.stack([sentence[missing], root_child[missing]], -1), dim=0)
+            self._add(pairs[:, 0], pairs[:, 1])
+            found = self.index[sentence, root_child]
+        return found
+
+    def _add(self, sentence: Tensor, root_child: Tensor) -> None:
+        scores = self.scores[sentence].clone()
+        if self.single_root:  # ROOT's only arc is r's, r's only head is ROOT
+            rows = torch.arange(sentence.numel(), device=scores.device)
+            only = torch.zeros_like(scores[:, 0, :], dtype=torch.bool)
+            only[rows, root_child] = True
+            scores[:, 0, :] = scores[:, 0, :].masked_fill(~only, NEG_INF)
+            scores[rows, :, root_child] = NEG_INF
+            scores[rows, 0, root_child] = 0.0
+        trapped = self.sets.trapped(sentence, root_child if self.single_root else None)
+        new = Groups.of(scores, self.lengths[sentence], trapped, root_child)
+        first = 0 if self.groups is None else len(self.groups)
+        self.groups = new if self.groups is None else self.groups.cat(new)
+        self.group_sentence = torch.cat([self.group_sentence, sentence])
+        self.index[sentence, root_child] = torch.arange(first, first + sentence.numel(), device=scores.device)
+
+
+class TrappedModel:
+    """Exact conditionals for rows of sentences whose L-hat is ill-conditioned, step by step
+    (:mod:`.trapped`): ``probs(t)`` (R, N+1) float64 >= +0 and ``fix(t, choice, active)`` for
+    t in ``range(first_step, steps)``, ``branch(parent)`` as :meth:`Conditioner.branch`, and
+    ``heads`` after the last step. Step 0: the root child (single-root); steps 1..N: the
+    trapped words in order; steps N+1..2N: words 1..N, by a :class:`Conditioner` on the
+    sentences conditioned on the root child and the trapped words' heads (built at step N+1).
+    A row that does not take step t (``active(t)`` False) gets choice 0 with probability 1.
+    Row i belongs to sentence ``sentence[i]`` of ``setup``.
+    """
+
+    first_step = 0
+
+    def __init__(self, setup: TrappedSetup, sentence: Tensor):
+        self.setup = setup
+        self.sentence = sentence.clone()
+        self.lengths = setup.lengths[sentence]
+        rows, size = sentence.numel(), setup.scores.shape[-1]
+        self.words = size - 1
+        self.steps = 2 * self.words + 1
+        self.choices = size  # the heads (the root child, at step 0) a step chooses among
+        self.root_child = torch.zeros_like(self.sentence)
+        self.group = torch.full_like(self.sentence, -1)
+        if not setup.single_root:
+            self.group = setup.group(self.sentence, self.root_child)
+        self.fixed = torch.zeros(rows, self.words, dtype=torch.long, device=sentence.device)
+        # rows with the same state (group and heads so far) share their computations; horizon:
+        # the last trapped word that a fixed trapped word's next step may reach (settled states
+        # are those whose horizon is before the current word: :func:`.trapped._settled_conditionals`)
+        self.state = self.group.clone()
+        self.reaches = torch.zeros_like(self.fixed)  # of each fixed trapped word
+        self.horizon = torch.zeros_like(self.sentence)
+        self.inner: Conditioner | None = None
+
+    def active(self, t: int) -> Tensor:
+        if t == 0:
+            return torch.full_like(self.sentence, self.setup.single_root, dtype=torch.bool)
+        if t <= self.words:
+            assert self.setup.groups is not None  # made by step 0 or __init__
+            return (self.group >= 0) & (self.setup.groups.count[self.group.clamp_min(0)] >= t)
+        return self.lengths >= t - self.words
+
+    def finished(self, t: int) -> Tensor:
+        """(R,) the rows whose tree is complete before step t (only ever at the word steps)."""
+        if t <= self.words:
+            return torch.zeros_like(self.sentence, dtype=torch.bool)
+        return self.lengths < t - self.words
+
+    def probs(self, t: int) -> Tensor:
+        active = self.active(t)
+        size = self.words + 1
+        if t == 0:
+            root = self.setup.root
+            probs = (
+                torch.zeros_like(self.fixed[:, :1].double().expand(-1, size)) if root is None else root[self.sentence]
+            )
+        elif t <= self.words:
+            groups = self.setup.groups
+            assert groups is not None
+            group = self.group.clamp_min(0)
+            probs = groups.settled[group, min(t, groups.settled.shape[1]) - 1]
+            index = (active & (self.horizon >= t)).nonzero().squeeze(-1)
+            if index.numel():  # the other states: their own reduction, once per state
+                states, first, which = _first_of_each(self.state[index])
+                rows = index[first]
+                found = unsettled_conditionals(
+                    groups, group[rows], self.fixed[rows], self.reaches[rows], t, SETTLED_LEAK
+                )
+                probs = probs.index_put((index,), found.index_select(0, which))
+        else:
+            if self.inner is None:
+                self._start_words()
+            assert self.inner is not None
+            probs = self.inner.probs(t - self.words)
+        idle = torch.zeros_like(probs)
+        idle[:, 0] = 1.0
+        return torch.where(active.unsqueeze(-1), probs, idle)
+
+    def fix(self, t: int, choice: Tensor, active: Tensor | None = None) -> None:
+        on = self.active(t) if active is None else active & self.active(t)
+        if t == 0:
+            self.root_child = torch.where(on, choice, self.root_child)
+            index = on.nonzero().squeeze(-1)
+            if index.numel():
+                self.group[index] = self.setup.group(self.sentence[index], self.root_child[index])
+            self.state = self.group.clone()
+        elif t <= self.words:
+            groups = self.setup.groups
+            assert groups is not None
+            self.fixed[:, t - 1] = torch.where(on, choice, self.fixed[:, t - 1])
+            exits = groups.exits[self.group.clamp_min(0), choice]  # (R, P+1): the next step's law
+            slots = torch.arange(exits.shape[-1], device=exits.device)
+            # where it may go, leaving out what is below SETTLED_LEAK of it (see SETTLED_LEAK)
+            least = torch.logsumexp(exits, -1, keepdim=True) + math.log(SETTLED_LEAK)
+            reached = torch.where((exits > least) & (slots != t), slots, 0).amax(-1)
+            self.reaches[:, t - 1] = torch.where(on, reached, self.reaches[:, t - 1])
+            self.horizon = torch.where(on, torch.maximum(self.horizon, reached), self.horizon)
+            key = self.state * (self.words + 2) + torch.where(on, choice, self.words + 1)
+            self.state = torch.unique(key, return_inverse=True)[1]
+        else:
+            assert self.inner is not None  # made by probs(t)
+            self.inner.fix(t - self.words, choice, None if bool(on.all()) else on)
+
+    def branch(self, parent: Tensor) -> Tensor:
+        plan = branch_plan(parent)
+        if plan is None:
+            return parent
+        rows, free, source = plan
+        for state in (
+            self.sentence,
+            self.lengths,
+            self.root_child,
+            self.group,
+            self.fixed,
+            self.state,
+            self.reaches,
+            self.horizon,
+        ):
+            state.index_copy_(0, free, state.index_select(0, source))
+        if self.inner is not None:
+            self.inner.branch(parent)  # the same plan
+        return rows
+
+    @property
+    def heads(self) -> Tensor:
+        assert self.inner is not None  # every sentence has a word 1
+        return self.inner.heads
+
+    def _start_words(self) -> None:
+        """Phase 2: one distribution per distinct (group, heads of the trapped words): the
+        fixed words' columns hold their one arc, the arcs that would close a cycle with them are
+        removed (they are in no tree of the conditioned distribution), and each column is
+        shifted anew (by :func:`.laplacian.shifted_weights`); then Colbourn's conditioner."""
+        groups = self.setup.groups
+        assert groups is not None
+        _, first, which = _first_of_each(self.state)
+        group = self.group.clamp_min(0)[first]
+        fixed = self.fixed[first, : groups.order.shape[1]]
+        scores = groups.scores.index_select(0, group).clone()
+        count, order = groups.count[group], groups.order[group]
+        size = scores.shape[-1]
+        positions = torch.arange(size, device=scores.device)
+        heads = torch.full((group.numel(), size), -1, dtype=torch.long, device=scores.device)
+        used = torch.arange(order.shape[1], device=scores.device) < count.unsqueeze(-1)
+        heads.scatter_(1, torch.where(used, order, 0), torch.where(used, fixed, -1))
+        heads[:, 0] = -1
+        if self.setup.single_root:
+            heads.scatter_(1, groups.root_child[group].unsqueeze(-1), 0)
+        fixed_word = heads >= 0
+        one_arc = positions.view(1, -1, 1) == heads.unsqueeze(1)  # [h, m]: h is m's fixed head
+        scores = torch.where(fixed_word.unsqueeze(1), torch.where(one_arc, 0.0, NEG_INF), scores)
+        end = torch.where(fixed_word, heads, positions)  # where each chain of fixed heads ends
+        for _ in range(max(1, math.ceil(math.log2(size)))):
+            end = end.gather(1, end)
+        closing = (end.unsqueeze(-1) == positions) & ~fixed_word.unsqueeze(1)  # [x, y]
+        scores = scores.masked_fill(closing, NEG_INF)
+        lengths = self.setup.lengths[self.setup.group_sentence[group]]
+        dist = type(self.setup.dist)(scores, lengths, single_root=False)
+        prepared = Prepared.of(dist, tolerance=CONDITIONED_ERROR)
+        self.inner = Conditioner(dist, which, prepared)
 
 
 def draw_positive(
@@ -319,18 +672,49 @@ def draw_positive(
 CHUNK_ENTRIES = 2**25
 
 
-def colbourn_sample(dist, num_samples: int, generator: Randomness = None) -> tuple[Tensor, Tensor]:
+def colbourn_sample(
+    dist, num_samples: int, generator: Randomness = None, sentences: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Colbourn's ancestral sampler: heads (S, B, N+1) and their float64 log-probabilities.
 
     The log-probability is the sum of the log conditionals along the draw; it equals
     ``dist.log_prob(heads)`` up to rounding (a check of the sampler's accuracy). O(S n^3),
     vectorised over samples and sentences, one step per word position; samples are drawn
-    in chunks of at most :data:`CHUNK_ENTRIES` inverse entries. With one generator per
-    sentence (see :mod:`.streams`), sentence b's uniforms come in blocks of samples seeded
-    from its own generator (:func:`.streams.block_seeds`), so no chunk boundary moves them.
+    in chunks of at most :data:`CHUNK_ENTRIES` inverse entries. Sentences whose L-hat is
+    ill-conditioned (:meth:`Prepared.trapped`: peaked scores) are drawn through
+    :class:`TrappedModel`, their trapped words first. With one generator per sentence (see
+    :mod:`.streams`), sentence b's uniforms come in blocks of samples seeded from its own
+    generator (:func:`.streams.block_seeds`), so no chunk boundary moves them.
+    ``sentences`` (B',): only those sentences (the result's B axis is theirs; a per-sentence
+    ``generator`` then has one generator per sentence of ``dist``).
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     prepared = Prepared.of(dist)
+    chosen = torch.arange(batch, device=dist.scores.device) if sentences is None else sentences
+    trapped = prepared.trapped().index_select(0, chosen)
+    if sentences is None and not bool(trapped.any()):
+        return _sample(dist, prepared, num_samples, generator)
+    heads = torch.full((num_samples, chosen.numel(), size), -1, dtype=torch.long, device=dist.scores.device)
+    log_prob = torch.zeros((num_samples, chosen.numel()), dtype=torch.float64, device=dist.scores.device)
+    for hard in (False, True):
+        where = (trapped == hard).nonzero().squeeze(-1)
+        if where.numel() == 0:
+            continue
+        index = chosen.index_select(0, where)
+        streams = [generator[i] for i in index.tolist()] if per_sentence(generator) else generator
+        if hard:
+            found = _sample_trapped(TrappedSetup(dist, index), num_samples, streams)
+        else:
+            scores = dist.scores.detach()[index]
+            part = type(dist)(scores, dist.lengths[index], single_root=dist.single_root, stable=dist.stable)
+            found = _sample(part, prepared.select(index), num_samples, streams)
+        heads[:, where], log_prob[:, where] = found
+    return heads, log_prob
+
+
+def _sample(dist, prepared: Prepared, num_samples: int, generator: Randomness) -> tuple[Tensor, Tensor]:
+    """:func:`colbourn_sample` by Sherman-Morrison alone (the sentences' L-hat is well conditioned)."""
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     seeds = None
     if per_sentence(generator):
         seeds, generator = block_seeds(generator, num_samples), None
@@ -346,6 +730,59 @@ def colbourn_sample(dist, num_samples: int, generator: Randomness = None) -> tup
     heads = torch.cat([part[0] for part in parts])
     log_prob = torch.cat([part[1] for part in parts])
     return heads.reshape(num_samples, batch, size), log_prob.reshape(num_samples, batch)
+
+
+def _sample_trapped(setup: TrappedSetup, num_samples: int, generator: Randomness) -> tuple[Tensor, Tensor]:
+    """:func:`colbourn_sample` through :class:`TrappedModel`. With per-sentence generators,
+    sentence b's 2 n_b + 1 uniforms per sample serve step t <= N at index t (the root child,
+    the trapped words) and word m at index n_b + m."""
+    batch, size = setup.scores.shape[0], setup.scores.shape[-1]
+    seeds = None
+    if per_sentence(generator):
+        seeds, generator = block_seeds(generator, num_samples), None
+    widths = [2 * n + 1 for n in setup.lengths.tolist()]
+    per_chunk = max(1, CHUNK_ENTRIES // (2 * batch * size * size))
+    parts = []
+    for start in range(0, num_samples, per_chunk):
+        stop = min(start + per_chunk, num_samples)
+        uniforms = None
+        if seeds is not None:
+            uniforms = sample_block_uniforms(seeds, widths, num_samples, start, stop, 2 * size - 1, setup.scores)
+        parts.append(_trapped_chunk(setup, stop - start, generator, uniforms))
+    heads = torch.cat([part[0] for part in parts])
+    log_prob = torch.cat([part[1] for part in parts])
+    return heads.reshape(num_samples, batch, size), log_prob.reshape(num_samples, batch)
+
+
+def _trapped_chunk(setup: TrappedSetup, num_samples: int, generator: torch.Generator | None, uniforms: Tensor | None):
+    """``num_samples`` draws per sentence through :class:`TrappedModel`: heads (S*B, N+1),
+    log-probs (S*B,). ``uniforms`` (B, S, 2N+1) as :func:`_sample_trapped` lays them out."""
+    batch = setup.scores.shape[0]
+    sentence = torch.arange(batch, device=setup.scores.device).repeat(num_samples)  # row s * B + b
+    state = TrappedModel(setup, sentence)
+    log_prob = torch.zeros(sentence.numel(), dtype=torch.float64, device=sentence.device)
+    for t in range(state.first_step, state.steps):
+        active = state.active(t)
+        if not bool(active.any()):
+            continue
+        probs = state.probs(t)
+        uniform = None
+        if uniforms is not None:
+            column = setup.lengths + (t - state.words) if t > state.words else torch.full_like(setup.lengths, t)
+            picked = uniforms.gather(2, column.view(-1, 1, 1).expand(-1, uniforms.shape[1], 1)).squeeze(-1)
+            uniform = picked.T.reshape(-1)  # row s * B + b
+        head, possible = draw_positive(probs, generator, uniform)
+        dead = active & ~possible
+        if dead.any():
+            stuck = sorted(set(sentence[dead].tolist()))
+            raise ValueError(
+                f"Colbourn's sampler found no possible head at step {t} of sentence(s) {stuck[:10]} "
+                "(the tree distribution has no tree there)."
+            )
+        chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
+        log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
+        state.fix(t, head, active)
+    return state.heads, log_prob
 
 
 def _colbourn_chunk(

@@ -21,15 +21,29 @@ import math
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.laplacian import shifted_weights
+from spacy_treexp.engine.laplacian import fast_inverse, shifted_weights
+from spacy_treexp.engine.sampling import work
 
-#: Rounds of cycle popping after which we give up with an error instead of looping forever.
-#: Wilson's expected time is the walk's mean hitting time of the tree, which grows like
-#: exp(score gap) when words form a strongly scored cycle with weak exits; a walk whose step
-#: to ROOT underflows to 0 cannot finish at all. Colbourn's sampler has no such limit.
+#: Wilson's walks run for a sentence of n words only when the expected number of heads they
+#: draw per tree (:func:`expected_walk_steps`) is at most WALK_BUDGET * n^2; the other
+#: sentences go to Colbourn's sampler. A round of cycle popping costs O(n log n) per sample
+#: (finding the cycles touches every word) and draws at least one head, so the walks then cost
+#: at most O(WALK_BUDGET n^3 log n) per tree in expectation, like Colbourn's O(n^3). Random and
+#: parser-like scores need O(n) draws (measured: at most 0.25 n^2 for n >= 10); scores x10 and
+#: beyond, whose walks circle strongly bound cycles e^(score gap) times, are the ones sent on.
+#: The choice depends on the scores only, never on a draw, so the mixture stays exact.
+WALK_BUDGET = 4.0
+#: The LU error estimate (:func:`.laplacian.fast_inverse`) above which the expected number of
+#: draws is not trusted (taken as infinite: such a sentence's walks are slow anyway).
+STEPS_TOLERANCE = 1e-6
+
+#: Rounds of cycle popping after which we give up with an error instead of looping forever: a
+#: safety net only, since :func:`walkable` keeps the sentences with long walks from walking
+#: (at most WALK_BUDGET n^2 expected draws: far fewer rounds). Colbourn has no such limit.
 MAX_ROUNDS = 10_000
 #: Multi-root draws per accepted tree after which Wilson-Reject gives up (its expected number
-#: of tries is Z_multi / Z_single, at most e for random weights per Stanojević 2022).
+#: of tries is Z_multi / Z_single, at most e for random weights per Stanojević 2022; counted in
+#: :func:`expected_walk_steps`, so a sentence that needs many does not walk).
 MAX_TRIES = 1_000
 #: Most entries of the (samples, B, N+1, N+1) comparison of the first draws held at once.
 CHUNK_ENTRIES = 2**25
@@ -115,6 +129,7 @@ def _redraw(
 ) -> None:
     """Draw fresh heads, in place, for the ``nodes`` (R, N+1) bool of rows ``rows`` (R,) of nxt."""
     local, words = nodes.nonzero(as_tuple=True)
+    work.add("walk_steps", words.numel())
     chosen = rows[local]
     nxt[chosen, words] = draw_categorical(cdf[sentence[chosen], words], generator)
 
@@ -130,11 +145,14 @@ def _start(dist, num_samples: int) -> tuple[Tensor, Tensor]:
     return free, sentence
 
 
-def _first_pointers(cdf: Tensor, free: Tensor, num_samples: int, generator: torch.Generator | None) -> Tensor:
+def _first_pointers(
+    cdf: Tensor, free: Tensor, num_samples: int, generator: torch.Generator | None, allowed: Tensor | None = None
+) -> Tensor:
     """A head for every free word of S*B rows, 0 elsewhere: (S*B, N+1) long.
 
-    Raises ValueError if a free word has no possible head at all (e.g. Wilson-Marginal's
-    ROOT child drawn from a rounding-error marginal leaves a word that only ROOT can head).
+    Raises ValueError if a free word has no possible head at all: none allowed (no tree), or
+    (``allowed`` (B, N+1): which words have an allowed head for this walk) all of weight 0 in
+    float64.
 
     Inverse-CDF draws by broadcasting u * total against the sentence's cumulative weights:
     the count of cumulative weights <= u * total is the drawn index (as in
@@ -144,10 +162,18 @@ def _first_pointers(cdf: Tensor, free: Tensor, num_samples: int, generator: torc
     headless = free & (cdf[..., -1] == 0).repeat(num_samples, 1)
     if headless.any():
         stuck = sorted(set((headless.any(-1).nonzero().squeeze(-1) % batch).tolist()))
+        if allowed is not None and bool(allowed.repeat(num_samples, 1)[headless].all()):
+            raise ValueError(
+                f"Wilson's walk met a word in sentence(s) {stuck[:10]} whose allowed heads all have weight 0 "
+                "in float64 (scores more than ~745 nats below the word's best head, here ROOT, which this walk "
+                "may not take): the sentence has trees, but its walks cannot finish; sample it with "
+                "method='colbourn' (sample() does so by itself for sentences whose expected walk is too long)."
+            )
         raise ValueError(
             f"Wilson's walk found a word with no possible head in sentence(s) {stuck[:10]} "
-            "(the tree distribution has no tree there)."
+            "(no arc into it is allowed: the tree distribution has no tree there)."
         )
+    work.add("walk_steps", int(free.sum()))
     per_chunk = max(1, CHUNK_ENTRIES // (batch * size * size))  # bounds the comparison's memory
     chunks = []
     for start in range(0, num_samples, per_chunk):
@@ -171,30 +197,37 @@ def wilson_multi_root(
     """Multi-root trees by Wilson's algorithm (Stanojević 2022): (S, B, N+1) heads."""
     cdf = _cumulative_weights(dist, with_root=True)
     free, sentence = _start(dist, num_samples)
-    nxt = _first_pointers(cdf, free, num_samples, generator)
+    nxt = _first_pointers(cdf, free, num_samples, generator, dist.arc_mask.any(1))
     _pop_cycles(nxt, free, cdf, sentence, generator, max_rounds)
     return _to_heads(nxt, free, num_samples, dist.scores.shape[0])
 
 
 def wilson_marginal(
-    dist, num_samples: int, generator: torch.Generator | None = None, max_rounds: int = MAX_ROUNDS
+    dist,
+    num_samples: int,
+    generator: torch.Generator | None = None,
+    max_rounds: int = MAX_ROUNDS,
+    root_marginals: Tensor | None = None,
 ) -> Tensor:
     """Single-root trees by Wilson-Marginal (Stanojević 2022): (S, B, N+1) heads.
 
     The ROOT child r is drawn from its exact marginal mu[0, r] (the engine's stable
-    marginals, computed once for all samples); the other words then run Wilson's walks on
-    the graph without ROOT arcs, with r as the root. O(n^3 + S * walk length).
+    marginals, computed once for all samples, or ``root_marginals`` (B, N+1) when the caller
+    has them); the other words then run Wilson's walks on the graph without ROOT arcs, with r
+    as the root. O(n^3 + S * walk length).
     """
     batch = dist.scores.shape[0]
-    root_marginals = dist.marginals[:, 0, :].detach().double()  # (B, N+1), zero at 0 and padding
-    root_cdf = root_marginals.cumsum(-1)
+    if root_marginals is None:
+        root_marginals = dist.marginals[:, 0, :]
+    root_cdf = root_marginals.detach().double().cumsum(-1)  # (B, N+1), zero at 0 and padding
     free, sentence = _start(dist, num_samples)
     root_child = draw_categorical(root_cdf[sentence], generator)  # (S*B,)
     rows = torch.arange(free.shape[0], device=free.device)
     words = free.clone()
     free[rows, root_child] = False  # r keeps pointing at ROOT
     cdf = _cumulative_weights(dist, with_root=False)
-    nxt = _first_pointers(cdf, free, num_samples, generator)
+    allowed = dist.arc_mask[:, 1:, :].any(1)  # a head other than ROOT is allowed
+    nxt = _first_pointers(cdf, free, num_samples, generator, allowed)
     _pop_cycles(nxt, free, cdf, sentence, generator, max_rounds)
     return _to_heads(nxt, words, num_samples, batch)
 
@@ -216,7 +249,7 @@ def wilson_reject(
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     cdf = _cumulative_weights(dist, with_root=True)
     free, sentence = _start(dist, num_samples)
-    nxt = _first_pointers(cdf, free, num_samples, generator)
+    nxt = _first_pointers(cdf, free, num_samples, generator, dist.arc_mask.any(1))
     tries = torch.ones(free.shape[0], dtype=torch.long, device=free.device)
     rounds = torch.zeros_like(tries)  # rounds of cycle popping in the current try
     active = torch.arange(free.shape[0], device=free.device)
@@ -255,3 +288,73 @@ def wilson_reject(
         "zero weight, so the walk's hitting time is astronomical or infinite; use "
         "method='colbourn' for these sentences."
     )
+
+
+def expected_walk_steps(dist, method: str) -> Tensor:
+    """(B,) float64: the expected number of heads Wilson's walks draw per tree of ``method``
+    (``"wilson"``, ``"wilson_marginal"``, ``"wilson_reject"``), exactly (Wilson 1996: cycle
+    popping draws what the loop-erased walks draw, sum_v E[visits to v]); inf where it cannot
+    be computed reliably in float64 (the walks are then long anyway).
+
+    * ``"wilson"``: the walk killed at ROOT visits v G[v, v] times, G = (I - P)^{-1} over the
+      words; with L-hat = (I - P^T) D (multi-root, D the column sums), G[v, v] = D[v] L-hat^{-1}
+      [v, v]: one LU, O(n^3).
+    * ``"wilson_reject"``: that, times the expected number of tries Z_multi / Z_single.
+    * ``"wilson_marginal"``: the ROOT child r (probability mu(ROOT -> r)) is the walk's root, and
+      the walk uses word heads only: sum_r mu(r) tr(G_r) with tr(G_r) = tr(Z) + Z[r, r] / pi_r - 2
+      (Z = (I - P + 1 pi^T)^{-1} the fundamental matrix of the word-only walk, pi its stationary
+      law; Kemeny & Snell 1960, via mean first passage times): O(n^3) for every r at once.
+    """
+    scores = dist.scores.detach().double()
+    weights, shift = shifted_weights(scores, dist.arc_mask)
+    positions = torch.arange(scores.shape[-1], device=scores.device)
+    words = (positions >= 1) & (positions <= dist.lengths.unsqueeze(-1))
+    if method == "wilson_marginal":
+        return _marginal_walk_steps(weights, dist.lengths, dist.marginals[:, 0, :].detach().double())
+    log_det, inverse, error = fast_inverse(weights, dist.lengths, single_root=False)
+    visits = weights.sum(1)[:, 1:] * inverse.diagonal(dim1=-2, dim2=-1)  # G[v, v], words 1..N
+    steps = torch.where(words[:, 1:], visits, 0.0).sum(-1)
+    trusted = (error <= STEPS_TOLERANCE) & torch.isfinite(steps) & (steps > 0)
+    if method == "wilson_reject":
+        log_tries = log_det + shift.sum(-1) - dist.log_partition.detach().double()  # log Z_multi / Z_single
+        steps = steps * torch.exp(log_tries)
+        trusted &= torch.isfinite(steps)
+    return torch.where(trusted, steps, torch.inf)
+
+
+def _marginal_walk_steps(weights: Tensor, lengths: Tensor, root: Tensor) -> Tensor:
+    """:func:`expected_walk_steps` of Wilson-Marginal, for the sentences of each length at once."""
+    steps = torch.full(lengths.shape, torch.inf, dtype=torch.float64, device=weights.device)
+    for n in lengths.unique().tolist():
+        index = (lengths == n).nonzero().squeeze(-1)
+        if n == 1:  # the only word is ROOT's child: no walk
+            steps[index] = 0.0
+            continue
+        heads = weights[index, 1 : n + 1, 1 : n + 1]  # [h, v], word heads only
+        degree = heads.sum(1, keepdim=True)
+        # a word only ROOT may head (degree 0) gives inf: such a sentence is left to Colbourn
+        step = (heads / degree).transpose(1, 2)  # P[v, h]
+        eye = torch.eye(n, dtype=step.dtype, device=step.device)
+        system = (eye - step).transpose(1, 2).clone()
+        system[:, -1] = 1.0  # pi (I - P) = 0, sum(pi) = 1
+        rhs = torch.zeros(index.numel(), n, 1, dtype=step.dtype, device=step.device)
+        rhs[:, -1] = 1.0
+        pi = torch.linalg.solve_ex(system, rhs)[0].squeeze(-1)  # (b, n)
+        fundamental = torch.linalg.inv_ex(eye - step + pi.unsqueeze(1))[0]
+        diagonal = fundamental.diagonal(dim1=-2, dim2=-1)
+        per_root = diagonal.sum(-1, keepdim=True) + diagonal / pi - 2.0  # tr(G_r) for every r
+        mu = root[index, 1 : n + 1]
+        used = mu > 0
+        value = torch.where(used, mu * per_root, 0.0).sum(-1) / mu.sum(-1)
+        good = (
+            torch.where(used, (pi > 0) & torch.isfinite(per_root), True).all(-1) & torch.isfinite(value) & (value >= 0)
+        )
+        steps[index] = torch.where(good, value, torch.inf)
+    return steps
+
+
+def walkable(dist, method: str) -> Tensor:
+    """(B,) bool: the sentences whose expected draws per tree (:func:`expected_walk_steps`)
+    are within :data:`WALK_BUDGET` n^2; the others are sampled by Colbourn's sampler."""
+    budget = WALK_BUDGET * dist.lengths.double() ** 2
+    return expected_walk_steps(dist, method) <= budget

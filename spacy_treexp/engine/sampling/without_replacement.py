@@ -31,7 +31,14 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from spacy_treexp.engine.sampling.colbourn import CHUNK_ENTRIES, Conditioner, Prepared, draw_positive
+from spacy_treexp.engine.sampling.colbourn import (
+    CHUNK_ENTRIES,
+    Conditioner,
+    Prepared,
+    TrappedModel,
+    TrappedSetup,
+    draw_positive,
+)
 from spacy_treexp.engine.sampling.streams import Randomness, per_sentence, per_sentence_uniforms
 
 
@@ -100,60 +107,86 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
     sentence has fewer than k trees the extra rows are -1 heads with -inf log-probability.
     Sentences are searched in chunks of at most :data:`.colbourn.CHUNK_ENTRIES` inverse
     entries, k N^2 per sentence (one sentence is never split: its beams compete with each
-    other; a per-sentence generator keeps each sentence's draws whatever the chunks).
+    other; a per-sentence generator keeps each sentence's draws whatever the chunks). The
+    sentences whose L-hat is ill-conditioned are searched over :class:`.colbourn.TrappedModel`'s
+    steps (root child, trapped words, then the words), apart from the others.
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    prepared = Prepared.of(dist)
+    trapped = prepared.trapped()
     per_chunk = max(1, CHUNK_ENTRIES // (k * (size - 1) ** 2))
-    if batch <= per_chunk:
-        heads = _beam_search(dist, k, generator)
-    else:
-        scores = dist.scores.detach()
-        parts = []
-        for start in range(0, batch, per_chunk):
-            chunk = slice(start, start + per_chunk)
-            part = type(dist)(scores[chunk], dist.lengths[chunk], single_root=dist.single_root, stable=dist.stable)
-            parts.append(_beam_search(part, k, generator[chunk] if per_sentence(generator) else generator))
-        heads = torch.cat(parts, dim=1)
+    if batch <= per_chunk and not bool(trapped.any()):
+        heads = _beam_search(_conditioner(dist, k, prepared), dist.lengths, k, generator)
+        return heads, dist.log_prob(heads)
+    heads = torch.full((k, batch, size), -1, dtype=torch.long, device=dist.scores.device)
+    for hard in (False, True):
+        index = (trapped == hard).nonzero().squeeze(-1)
+        step = max(1, per_chunk // 2) if hard else per_chunk
+        for start in range(0, index.numel(), step):
+            chunk = index[start : start + step]
+            streams = [generator[i] for i in chunk.tolist()] if per_sentence(generator) else generator
+            if hard:
+                rows = torch.arange(chunk.numel(), device=chunk.device).repeat_interleave(k)
+                state: Conditioner | TrappedModel = TrappedModel(TrappedSetup(dist, chunk), rows)
+            elif chunk.numel() == batch:
+                state = _conditioner(dist, k, prepared)
+            else:
+                scores = dist.scores.detach()[chunk]
+                part = type(dist)(scores, dist.lengths[chunk], single_root=dist.single_root, stable=dist.stable)
+                state = _conditioner(part, k, prepared.select(chunk))
+            heads[:, chunk] = _beam_search(state, dist.lengths[chunk], k, streams)
     return heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
 
 
-def _beam_search(dist, k: int, generator: Randomness) -> Tensor:
-    """Stochastic beam search over all of ``dist``'s sentences at once: heads (k, B, N+1).
+def _conditioner(dist, k: int, prepared: Prepared) -> Conditioner:
+    """Colbourn's state for k beams per sentence, sentence b in rows b * k .. b * k + k - 1."""
+    rows = torch.arange(dist.scores.shape[0], device=dist.scores.device).repeat_interleave(k)
+    return Conditioner(dist, rows, prepared, "by_sentence")
+
+
+def _beam_search(state: Conditioner | TrappedModel, lengths: Tensor, k: int, generator: Randomness) -> Tensor:
+    """Stochastic beam search over all sentences of ``state`` at once: heads (k, B, N+1).
 
     Sentence b owns the state rows b * k .. b * k + k - 1 throughout (see
-    :meth:`Conditioner.branch`), so every per-word tensor is a view (B, k, N+1) and the
+    :meth:`Conditioner.branch`), so every per-step tensor is a view (B, k, N+1) and the
     top-k runs over each sentence's k (N+1) children without a copy; a beam's Gumbel and
-    log-probability live in its row. Before word 1 only row 0 (the empty prefix) is alive.
-    With one generator per sentence (see :mod:`.streams`), sentence b draws a
-    (beams, n_b + 1) block of uniforms at each of its words m = 1..n_b (beams = 1 at word 1,
-    then k).
+    log-probability live in its row. Before the first step only row 0 (the empty prefix) is
+    alive. The steps are ``state``'s (the words, or :class:`.colbourn.TrappedModel`'s); a beam
+    whose row does not take a step keeps itself as its only child. With one generator per
+    sentence (see :mod:`.streams`), sentence b draws a (beams, n_b + 1) block of uniforms at
+    each step one of its beams takes (beams = 1 at the first step, then k).
     """
-    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
-    device = dist.scores.device
-    lengths = dist.lengths.tolist()
-    state = Conditioner(dist, torch.arange(batch, device=device).repeat_interleave(k), Prepared.of(dist), "by_sentence")
+    batch = lengths.shape[0]
+    size = state.choices
+    device = lengths.device
+    sentence_lengths = lengths.tolist()
     # by row: the empty prefix (Gumbel 0: a shift, not a bias) in row 0, no prefix elsewhere
     gumbel = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
     gumbel[:, 0] = 0.0
     log_p = gumbel.clone()
     first_row = torch.arange(0, batch * k, k, device=device).unsqueeze(1)
     top = torch.zeros(batch, dtype=torch.float64, device=device)  # each sentence's best beam Gumbel
-    for m in range(1, size):
-        beams = 1 if m == 1 else k  # beams with children (before word 1, only row 0 is alive)
-        probs = state.probs(m).view(batch, k, size)
+    first = True
+    children = torch.empty(0)
+    for t in range(state.first_step, state.steps):
+        active = state.active(t).view(batch, k)
+        if not bool(active.any()):
+            continue
+        beams = 1 if first else k  # beams with children (before the first step, only row 0 is alive)
+        probs = state.probs(t).view(batch, k, size)
         if per_sentence(generator):
-            sizes = [(beams, n + 1) if m <= n else (0,) for n in lengths]
+            takes = active.any(-1).tolist()
+            sizes = [(beams, n + 1) if on else (0,) for n, on in zip(sentence_lengths, takes)]
             uniforms = per_sentence_uniforms(generator, sizes, (beams, size), probs)
         else:
             uniforms = torch.rand((batch, beams, size), dtype=probs.dtype, device=device, generator=generator)
-        if beams == 1:  # word 1: only row 0 has children
+        if beams == 1:  # the first step: only row 0 has children
             children = torch.full_like(probs, -torch.inf)
             children[:, :1] = _child_gumbels(gumbel[:, :1], log_p[:, :1], probs[:, :1], uniforms)
         else:
             children = _child_gumbels(gumbel, log_p, probs, uniforms, out=children)
-        finished = m > state.shortest  # some sentence has no word m
-        if finished:  # a finished sentence keeps each beam as its only child
-            active = (dist.lengths >= m).unsqueeze(-1)
+        partial = not bool(active.all())  # some beam does not take this step (a finished sentence)
+        if partial:  # such a beam keeps itself as its only child
             children[..., 0] = torch.where(active, children[..., 0], gumbel)
         best, index = children.view(batch, k * size).topk(k, dim=-1)  # (B, k) new beams, sorted
         # an overflowed child (-inf, exactly below its parent's Gumbel by > OVERFLOW_GAP) can
@@ -166,24 +199,26 @@ def _beam_search(dist, k: int, generator: Randomness) -> Tensor:
         parent = index.div(size, rounding_mode="floor")
         head = index.remainder(size)
         step = probs.view(batch, k * size).gather(1, index).log_()
-        if finished:
-            step = torch.where(active, step, 0.0)
+        if partial:
+            took = active.gather(1, parent)
+            step = torch.where(took, step, 0.0)
         beam_log_p = log_p.gather(1, parent).add_(step)  # (a dead beam's is never read)
-        if close and not finished:
+        if close and not partial:
             conditioned = None  # every beam
         else:
             alive = best > -torch.inf  # False: no prefix (the sentence has fewer trees)
-            if finished:
-                conditioned = alive & active
+            if partial:
+                conditioned = alive & took
             else:  # (top-k is sorted: the last beam is the weakest)
                 conditioned = None if bool(alive[:, -1].all()) else alive
-        if m == 1:  # every row of a sentence still holds the same state: beam i takes row i
+        if first:  # every row of a sentence still holds the same state: beam i takes row i
             rows = (first_row + torch.arange(k, device=device)).view(-1)
+            first = False
         else:
             rows = state.branch((first_row + parent).view(-1))
         gumbel = _by_row(rows, best)
         log_p = _by_row(rows, beam_log_p)
-        state.fix(m, _by_row(rows, head).view(-1), None if conditioned is None else _by_row(rows, conditioned).view(-1))
+        state.fix(t, _by_row(rows, head).view(-1), None if conditioned is None else _by_row(rows, conditioned).view(-1))
     gumbel, order = gumbel.sort(dim=-1, descending=True, stable=True)  # draw order
     heads = state.heads.view(batch, k, size).gather(1, order.unsqueeze(-1).expand(-1, -1, size)).transpose(0, 1)
     return torch.where((gumbel > -torch.inf).T.unsqueeze(-1), heads, -1)
@@ -260,29 +295,83 @@ MAX_CANDIDATES_PER_TREE = 8.0
 MAX_DEAD_ENDS = 10_000
 
 
-def _descend(dist, prepared: Prepared, trie: _Trie, rows: Tensor, generator: torch.Generator | None):
-    """One ancestral draw per sentence in ``rows`` (R,), renormalised by the trie's masses.
+class _Sentences:
+    """The trie's view of a batch: Colbourn's state for any rows, :class:`.colbourn.TrappedModel`
+    for the rows of sentences whose L-hat is ill-conditioned (set up once, shared by every
+    round), a :class:`.colbourn.Conditioner` for the others."""
 
-    At each word, child h of the current prefix has weight q(h) P(prefix) if no tree was drawn
+    def __init__(self, dist):
+        self.dist = dist
+        self.prepared = Prepared.of(dist)
+        self.trapped = self.prepared.trapped()
+        self.setup: TrappedSetup | None = None
+        if bool(self.trapped.any()):
+            index = self.trapped.nonzero().squeeze(-1)
+            self.setup = TrappedSetup(dist, index)
+            self.local = torch.full_like(self.trapped, -1, dtype=torch.long)
+            self.local[index] = torch.arange(index.numel(), device=index.device)
+
+    def descend(self, trie: _Trie, rows: Tensor, generator: torch.Generator | None):
+        """:func:`_descend` for ``rows`` of either kind, merged in row order (the paths of the
+        shorter kind padded with -1)."""
+        hard = self.trapped[rows]
+        if self.setup is None or not bool(hard.any()):
+            return _descend(Conditioner(self.dist, rows, self.prepared), trie, rows, generator)
+        if bool(hard.all()):
+            return _descend(TrappedModel(self.setup, self.local[rows]), trie, rows, generator)
+        parts = []
+        for easy in (True, False):
+            index = (hard != easy).nonzero().squeeze(-1)
+            sub = rows[index]
+            state = Conditioner(self.dist, sub, self.prepared) if easy else TrappedModel(self.setup, self.local[sub])
+            parts.append((index, _descend(state, trie, sub, generator)))
+        depth = max(part[1][1].shape[1] for part in parts)
+        out = None
+        for index, (heads, path, path_log_p, path_probs, dead) in parts:
+            extra = depth - path.shape[1]
+            found = (
+                heads,
+                torch.nn.functional.pad(path, (0, extra), value=-1),
+                torch.nn.functional.pad(path_log_p, (0, extra)),
+                torch.nn.functional.pad(path_probs, (0, 0, 0, extra)),
+                dead,
+            )
+            if out is None:
+                out = [
+                    torch.zeros((rows.numel(), *value.shape[1:]), dtype=value.dtype, device=value.device)
+                    for value in found
+                ]
+            for target, value in zip(out, found):
+                target[index] = value
+        assert out is not None
+        return tuple(out)
+
+
+def _descend(state: Conditioner | TrappedModel, trie: _Trie, rows: Tensor, generator: torch.Generator | None):
+    """One ancestral draw per row of ``state`` (sentence ``rows`` (R,)), renormalised by the
+    trie's masses, over the state's steps (a trie level per step).
+
+    At each step, child h of the current prefix has weight q(h) P(prefix) if no tree was drawn
     below it yet, else its remaining mass; weights are compared in log space (no underflow).
-    Returns heads (R, N+1), path (R, N+1) of trie nodes by depth, log P of each prefix and
-    the conditionals at each node (for :meth:`_Trie.update`), and which rows hit a dead end.
+    A row moves down the trie until its tree is complete (``state.finished``); a step it does
+    not take has the single child 0. Returns heads (R, N+1), path (R, D+1) of trie nodes by
+    depth, log P of each prefix and the conditionals at each node (for :meth:`_Trie.update`),
+    and which rows hit a dead end.
     """
-    size = dist.scores.shape[-1]
+    size = state.choices
+    depth = state.steps - state.first_step
     count = rows.numel()
     device = rows.device
-    state = Conditioner(dist, rows, prepared)
     node = rows.clone()  # node b is the root of sentence b
-    lengths = dist.lengths[rows]
     log_p = torch.zeros(count, dtype=torch.float64, device=device)
-    path = torch.full((count, size), -1, dtype=torch.long, device=device)
+    path = torch.full((count, depth + 1), -1, dtype=torch.long, device=device)
     path[:, 0] = node
-    path_log_p = torch.zeros(count, size, dtype=torch.float64, device=device)
-    path_probs = torch.zeros(count, size, size, dtype=torch.float64, device=device)
+    path_log_p = torch.zeros(count, depth + 1, dtype=torch.float64, device=device)
+    path_probs = torch.zeros(count, depth + 1, size, dtype=torch.float64, device=device)
     dead = torch.zeros(count, dtype=torch.bool, device=device)
-    for m in range(1, size):
-        active = ~dead & (lengths >= m)
-        probs = state.probs(m)
+    for d, t in enumerate(range(state.first_step, state.steps), start=1):
+        active = ~dead & ~state.finished(t)
+        probs = state.probs(t)
         children = trie.child[node]
         seen = children >= 0
         unseen_log_mass = log_p.unsqueeze(-1) + probs.log()
@@ -299,13 +388,13 @@ def _descend(dist, prepared: Prepared, trie: _Trie, rows: Tensor, generator: tor
             new_ids = trie.allocate(keys.numel())
             chosen[new] = new_ids[shared]
             trie.child[keys // size, keys % size] = new_ids.to(trie.child.dtype)
-        path_probs[:, m] = probs
-        path_log_p[:, m - 1] = log_p
+        path_probs[:, d] = probs
+        path_log_p[:, d - 1] = log_p
         step_log_p = probs.gather(1, head.unsqueeze(-1)).squeeze(-1).log()
         log_p = torch.where(active, log_p + step_log_p, log_p)
         node = torch.where(active, chosen, node)
-        path[:, m] = torch.where(active, node, torch.full_like(node, -1))
-        state.fix(m, head, active)
+        path[:, d] = torch.where(active, node, torch.full_like(node, -1))
+        state.fix(t, head, active)
     return state.heads, path, path_log_p, path_probs, dead
 
 
@@ -335,7 +424,7 @@ def trie_draws(
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     device = dist.scores.device
     sentences = torch.arange(batch, device=device)
-    prepared = Prepared.of(dist)
+    views = _Sentences(dist)
     trie = _Trie(batch, size, device)
     # most candidates in one round: its inverses and conditionals stay within CHUNK_ENTRIES
     most = max(1, CHUNK_ENTRIES // (2 * batch * size * size))
@@ -353,7 +442,7 @@ def trie_draws(
             short = (max(1, wanted - step if wanted is not None else step) - queue.ahead()).clamp_min(0)
             pending = sentences[live & (short > 0)]
             width = (short * per_tree).ceil().long().clamp(1, most)
-            trees, owner = _round(dist, prepared, trie, pending, width[pending], generator)
+            trees, owner = _round(views, trie, pending, width[pending], generator)
             found = queue.extend(trees, owner)
             # repeated candidates (a peaked distribution) ask for more candidates per tree
             rate = (width / found.clamp_min(1)).clamp(1.0, MAX_CANDIDATES_PER_TREE)
@@ -409,13 +498,13 @@ class _Queue:
 
 
 def _round(
-    dist, prepared: Prepared, trie: _Trie, pending: Tensor, width: Tensor, generator: torch.Generator | None
+    sentences: _Sentences, trie: _Trie, pending: Tensor, width: Tensor, generator: torch.Generator | None
 ) -> tuple[Tensor, Tensor]:
     """One round of :func:`trie_draws`: ``width[i]`` candidates for sentence ``pending[i]``,
     their masses removed from the trie. Returns the new trees (T, N+1), first occurrences in
     candidate order grouped by sentence, and each one's sentence (T,)."""
     rows = pending.repeat_interleave(width)
-    drawn, path, path_log_p, path_probs, dead = _descend(dist, prepared, trie, rows, generator)
+    drawn, path, path_log_p, path_probs, dead = sentences.descend(trie, rows, generator)
     leaf = trie.update(path, path_log_p, path_probs)  # a dead end is pruned like a drawn leaf
     alive = (~dead).nonzero().squeeze(-1)
     leaf = leaf[alive]  # a tree's leaf is its own
