@@ -25,8 +25,9 @@ Prints these tables:
    "parser-like" scores (a random gold tree's arcs +10 over N(0, 2^2) noise);
 5. on CUDA (if present), SBS at n = 100;
 6. (``--section scale``, not in ``all``) every sampler's time per call at scores x1, x30, x100
-   and x1000 of the same N(0, 1) draw, and its ratio to x1: n = 30 and 60 with B = 64 (20
-   trees per sentence) and B = 1 (100 trees), and Colbourn at n = 200, B = 4 (20 trees). The
+   and x1000 of the same N(0, 1) draw (float64), and its ratio to x1: n = 30 and 60 with B = 64
+   (100 samples, 20 trees without replacement per sentence) and B = 1 (100), and Colbourn at
+   n = 200, B = 4 (100). The
    engine's inference (log Z, marginals) is computed before timing: it is the engine's cost,
    not the sampler's. Beside the ratios, the sampler's counted work at x1000
    (:mod:`spacy_treexp.engine.sampling.work`): L-hat factorisations and engine refactorisations.
@@ -307,7 +308,9 @@ SCALE_METHODS = (
 )
 
 
-def scale_table(repeats: int, configs=((30, 64, 20), (30, 1, 100), (60, 64, 20), (60, 1, 100))) -> None:
+def scale_table(
+    repeats: int, configs=((30, 64, 100, 20), (30, 1, 100, 100), (60, 64, 100, 20), (60, 1, 100, 100))
+) -> None:
     print(
         "\n6. Cost against the score scale: ms per call at N(0,1) scores x1 / x30 / x100 / x1000 "
         "(ratio to x1); at x1000 the counted L-hat factorisations and engine refactorisations"
@@ -317,10 +320,10 @@ def scale_table(repeats: int, configs=((30, 64, 20), (30, 1, 100), (60, 64, 20),
         + "".join(f" {'x' + format(scale, 'g'):>16}" for scale in SCALES)
         + f" {'LU':>6} {'engine':>7}"
     )
-    runs = [(n, batch, samples, SCALE_METHODS) for n, batch, samples in configs]
-    runs.append((200, 4, 20, (("colbourn", True),)))
-    for n, batch, samples, methods in runs:
-        base = torch.randn(batch, n + 1, n + 1, generator=torch.Generator().manual_seed(n + batch))
+    runs = [(n, batch, samples, trees, SCALE_METHODS) for n, batch, samples, trees in configs]
+    runs.append((200, 4, 100, 100, (("colbourn", True),)))
+    for n, batch, samples, trees, methods in runs:
+        base = torch.randn(batch, n + 1, n + 1, generator=torch.Generator().manual_seed(n + batch), dtype=torch.float64)
         dists = {}
         for scale in SCALES:
             for single_root in {single for _, single in methods}:
@@ -328,7 +331,8 @@ def scale_table(repeats: int, configs=((30, 64, 20), (30, 1, 100), (60, 64, 20),
                 dist.marginals  # the engine's inference, shared by every sampler: not timed
                 dists[scale, single_root] = dist
         for method, single_root in methods:
-            row = f"{method + ('' if single_root else ' (multi)'):>16} {n:>4} {batch:>3} {samples:>4}"
+            count = trees if method in ("sbs", "trie") else samples
+            row = f"{method + ('' if single_root else ' (multi)'):>16} {n:>4} {batch:>3} {count:>4}"
             reference = None
             counted: dict = {}
             for scale in SCALES:
@@ -337,11 +341,11 @@ def scale_table(repeats: int, configs=((30, 64, 20), (30, 1, 100), (60, 64, 20),
                 if method in ("sbs", "trie"):
 
                     def run():
-                        return sample_without_replacement(dist, samples, method=method, generator=gen)
+                        return sample_without_replacement(dist, count, method=method, generator=gen)
                 else:
 
                     def run():
-                        return sample(dist, (samples,), method=method, generator=gen)
+                        return sample(dist, (count,), method=method, generator=gen)
 
                 seconds = timed(run, repeats)
                 reference = reference or seconds

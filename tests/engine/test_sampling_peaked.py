@@ -30,6 +30,7 @@ from spacy_treexp.engine.sampling.wilson import (
     WALK_BUDGET,
     expected_walk_steps,
     walkable,
+    walkable_given_root,
     wilson_marginal,
     wilson_multi_root,
 )
@@ -189,7 +190,7 @@ def strongly_bound(scale: float = 40.0) -> torch.Tensor:
 @pytest.mark.parametrize("method", ["wilson_marginal", "wilson_reject", "wilson"])
 def test_expected_walk_steps_are_the_walks_draws(method):
     """expected_walk_steps is exact: the mean number of heads drawn per tree (counted) matches."""
-    scores = torch.randn(2, 8, 8, generator=torch.Generator().manual_seed(13), dtype=torch.float64) * 2
+    scores = torch.randn(2, 8, 8, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
     lengths = torch.tensor([7, 4])
     single_root = method != "wilson"
     dist = TreeDistribution(scores, lengths, single_root=single_root)
@@ -222,6 +223,25 @@ def test_a_sentence_whose_walks_are_too_long_goes_to_colbourn_and_the_mix_is_exa
     assert done["factorisations"] >= 1  # sentence 1 went to Colbourn
 
 
+def test_an_unlikely_root_child_with_a_long_walk_goes_to_colbourn():
+    """Wilson-Marginal decides per ROOT child drawn: words 1 and 2 are each other's best heads by
+    e^40, and ROOT prefers word 1. Given r = 1 or 2 the pair is broken and the walks are short;
+    given an unlikely r in 3..5 (probability ~1e-3) they would circle the pair ~e^40 times.
+    Those draws go to Colbourn given r: the call finishes and the draws fit."""
+    scores = torch.randn(6, 6, generator=torch.Generator().manual_seed(20), dtype=torch.float64)
+    scores[1, 2] = scores[2, 1] = 40.0
+    scores[0, 1] = 7.0
+    dist = TreeDistribution(scores.unsqueeze(0))
+    walk = walkable_given_root(dist, torch.zeros(5, dtype=torch.long), torch.arange(1, 6))
+    assert walk.tolist() == [True, True, False, False, False]
+    assert not bool(walkable(dist, "wilson_marginal")[0])  # its expected draws, over r, are huge
+    assert 1e-5 < float(dist.marginals[0, 0, 3:].sum()) < 1e-2
+    with work.counting() as done:
+        heads = sample(dist, (DRAWS,), method="wilson_marginal", generator=torch.Generator().manual_seed(21))
+    assert_fits(heads, scores.unsqueeze(0), torch.tensor([5]), True)
+    assert done["walk_steps"] < 2 * WALK_BUDGET * 5 * DRAWS
+
+
 def test_walk_step_underflow_names_the_real_problem():
     """A word whose best head by ~1e4 nats is ROOT: Wilson-Marginal's walks (no ROOT arcs)
     see weight 0 for all its other heads in float64. Called directly, the walk says so (not
@@ -233,6 +253,7 @@ def test_walk_step_underflow_names_the_real_problem():
     with pytest.raises(ValueError, match=r"weight 0 in float64.*colbourn"):
         wilson_marginal(dist, 4, torch.Generator().manual_seed(0))
     assert not bool(walkable(dist, "wilson_marginal")[0])
+    assert not walkable_given_root(dist, torch.zeros(3, dtype=torch.long), torch.arange(1, 4)).any()
     heads = sample(dist, (50,), method="wilson_marginal", generator=torch.Generator().manual_seed(0))
     assert torch.isfinite(dist.log_prob(heads)).all()
     with pytest.raises(ValueError, match=r"no possible head in sentence\(s\) \[0\]"):
@@ -291,13 +312,13 @@ def documented_bound(counted, batch: int, samples: int, n: int, searches: bool =
     sentences, their (sentence, root child) pairs, the conditioned sentences and refactorised
     rows); engine refactorisations none for independent draws, at most B S n for the searches
     (:func:`.sample_without_replacement` on prefixes of negligible probability); trapped-word
-    work at most B S n^3 and setup work B n (n+1)^3; Wilson's draws at most 2 WALK_BUDGET n^2 per
+    work at most B S n^3 and setup work B n (n+1)^3; Wilson's draws at most 2 WALK_BUDGET n per
     tree (twice their expectation's bound: a sum over many trees)."""
     assert counted["refactorisations"] <= (batch * samples * n if searches else 0), dict(counted)
     assert counted["factorisations"] <= batch + batch * n + 2 * batch * samples, dict(counted)
     assert counted["trapped_nodes"] <= batch * samples * n**3, dict(counted)
     assert counted["setup_nodes"] <= batch * n * (n + 1) ** 3, dict(counted)
-    assert counted["walk_steps"] <= 2 * WALK_BUDGET * n**2 * batch * samples, dict(counted)
+    assert counted["walk_steps"] <= 2 * WALK_BUDGET * n * batch * samples, dict(counted)
 
 
 @pytest.mark.parametrize("scale", [1.0, 30.0, 100.0, 1000.0, 1e4])
@@ -328,3 +349,25 @@ def test_multi_root_wilson_does_bounded_work_at_every_scale():
             heads = sample(dist, (samples,), method="wilson", generator=gen)
         documented_bound(done, batch, samples, n)
         assert torch.isfinite(dist.log_prob(heads)).all()
+
+
+@pytest.mark.parametrize("method", ["colbourn", "sbs"])
+def test_per_sentence_generators_keep_a_peaked_sentences_trees_in_any_batch(method):
+    """One generator per sentence: a peaked sentence (trapped-words path) gets the same trees
+    alone as beside a longer, easy sentence (which pads it)."""
+    peaked, _ = peaked_batch(1000.0, (24,))
+    easy = torch.randn(1, 8, 8, generator=torch.Generator().manual_seed(22), dtype=torch.float64)
+    together = torch.full((2, 8, 8), 0.0, dtype=torch.float64)
+    together[0], together[1, :6, :6] = easy[0], peaked[0]
+    batch = TreeDistribution(together, torch.tensor([7, 5]))
+    alone = TreeDistribution(peaked)
+
+    def draw(dist, seeds):
+        generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+        if method == "sbs":
+            return sample_without_replacement(dist, 6, method="sbs", generator=generators)[0]
+        return sample(dist, (40,), method="colbourn", generator=generators)
+
+    mine = draw(alone, [31])[:, 0]
+    in_batch = draw(batch, [30, 31])[:, 1, :6]
+    assert torch.equal(mine, in_batch)

@@ -47,14 +47,19 @@ log Z and marginals, is not counted):
   most once per prefix and word (B k n of them).
 * Wilson's methods: a sentence walks only if the expected number of heads its walks draw per
   tree (exact, O(n^3): :func:`.wilson.expected_walk_steps`) is at most
-  :data:`.wilson.WALK_BUDGET` n^2 = 4 n^2; a round of cycle popping costs O(n log n) per
-  sample, so the walks cost O(B k n^3 log n) in expectation. The other sentences are sampled
-  by ``"colbourn"``; the choice depends on the scores only, never on a draw, so the mixture is
-  exact. (Random and parser-like scores draw O(n) heads per tree; from scores x10 on, strongly
-  bound cycles make the expected draws grow like e^(score gap).)
+  :data:`.wilson.WALK_BUDGET` n = 8 n (Wilson-Marginal: given the ROOT child drawn, so that an
+  unlikely ROOT child with a long walk cannot stall a call); a round of cycle popping costs
+  O(n log n) per sample, so the walks cost O(B k n^2 log n) in expectation. The other
+  sentences (draws) are sampled by ``"colbourn"``; the choice depends on the scores (and the
+  ROOT child) only, never on a walk, so the mixture is exact. Random and parser-like scores
+  draw O(n) heads per tree; from scores x10 on, strongly bound cycles make the expected draws
+  grow like e^(score gap), and those sentences cost what Colbourn's sampler costs.
 
-Measured (``benchmarks/bench_sampling.py --section scale``): Colbourn at scores x1000 within
-about 2x its time at x1 for n = 30, 60, 200 (see README, Benchmarks).
+Measured (``benchmarks/bench_sampling.py --section scale``, 100 samples per sentence):
+Colbourn at scores x1000 within about 2x its time at x1 for n = 30, 60 (B = 1 and 64) and
+n = 200 (B = 4). The searches (``"sbs"``, ``"trie"``) stay within the bounds above but not
+within 2x at peaked scales: their prefixes of negligible probability take the engine's
+refactorisation.
 """
 
 from __future__ import annotations
@@ -66,9 +71,9 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.sampling import streams
-from spacy_treexp.engine.sampling.colbourn import colbourn_sample
+from spacy_treexp.engine.sampling.colbourn import colbourn_given_root, colbourn_sample
 from spacy_treexp.engine.sampling.streams import Randomness
-from spacy_treexp.engine.sampling.wilson import walkable, wilson_marginal, wilson_multi_root, wilson_reject
+from spacy_treexp.engine.sampling.wilson import rooted_walks, walkable, wilson_multi_root, wilson_reject
 from spacy_treexp.engine.sampling.without_replacement import (
     stochastic_beam_search,
     trie_draws,
@@ -137,10 +142,17 @@ def sample(
 
 
 def _walk_or_colbourn(dist, count: int, method: str, generator: torch.Generator | None) -> Tensor:
-    """Wilson's ``method`` for the sentences whose walks are short enough
-    (:func:`.wilson.walkable`, decided from the scores alone), Colbourn's sampler for the
-    others: heads (S, B, N+1). Both are exact, and which one a sentence gets does not depend on
-    any draw, so the mixture is exact too."""
+    """Wilson's ``method`` where its walks are short enough (:func:`.wilson.walkable`, decided
+    from the scores alone; Wilson-Marginal: from the scores and the ROOT child drawn),
+    Colbourn's sampler elsewhere: heads (S, B, N+1). Both are exact, and which one a draw gets
+    does not depend on any walk, so the mixture is exact too."""
+    if method == "wilson_marginal":
+        root = dist.marginals[:, 0, :]
+        heads, root_child, walked = rooted_walks(dist, count, generator, root_marginals=root, decide=True)
+        unwalked = (~walked).nonzero(as_tuple=True)  # (samples, sentences)
+        if unwalked[0].numel():
+            heads[unwalked] = colbourn_given_root(dist, unwalked[1], root_child[unwalked], generator)
+        return heads
     walk = walkable(dist, method)
     heads = torch.full((count, *dist.scores.shape[:2]), -1, dtype=torch.long, device=dist.scores.device)
     index = walk.nonzero().squeeze(-1)
@@ -149,10 +161,7 @@ def _walk_or_colbourn(dist, count: int, method: str, generator: torch.Generator 
         if index.numel() < walk.numel():
             scores = dist.scores.detach()[index]
             part = type(dist)(scores, dist.lengths[index], single_root=dist.single_root, stable=dist.stable)
-        if method == "wilson_marginal":
-            root = dist.marginals[:, 0, :].index_select(0, index)
-            heads[:, index] = wilson_marginal(part, count, generator, root_marginals=root)
-        elif method == "wilson_reject":
+        if method == "wilson_reject":
             heads[:, index] = wilson_reject(part, count, generator)[0]
         else:
             heads[:, index] = wilson_multi_root(part, count, generator)

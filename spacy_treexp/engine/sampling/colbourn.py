@@ -712,6 +712,29 @@ def colbourn_sample(
     return heads, log_prob
 
 
+def colbourn_given_root(dist, sentence: Tensor, root_child: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One tree per row, Colbourn's way, given its ROOT child: heads (R, N+1) for rows of
+    sentences ``sentence`` (R,) of the single-root ``dist`` whose ROOT child is ``root_child``
+    (R,) (drawn from its exact marginal by the caller). Through :class:`TrappedModel`, whose
+    first step is that choice."""
+    index, local = torch.unique(sentence, return_inverse=True)
+    state = TrappedModel(TrappedSetup(dist, index), local)
+    state.fix(0, root_child)
+    for t in range(1, state.steps):
+        active = state.active(t)
+        if not bool(active.any()):
+            continue
+        head, possible = draw_positive(state.probs(t), generator)
+        if bool((active & ~possible).any()):
+            stuck = sorted(set(sentence[active & ~possible].tolist()))
+            raise ValueError(
+                f"Colbourn's sampler found no possible head at step {t} of sentence(s) {stuck[:10]} "
+                "(the tree distribution has no tree there)."
+            )
+        state.fix(t, head, active)
+    return state.heads
+
+
 def _sample(dist, prepared: Prepared, num_samples: int, generator: Randomness) -> tuple[Tensor, Tensor]:
     """:func:`colbourn_sample` by Sherman-Morrison alone (the sentences' L-hat is well conditioned)."""
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]

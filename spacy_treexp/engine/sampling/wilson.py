@@ -17,6 +17,7 @@ one round costs a few gathers over the words that are still on cycles.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 from torch import Tensor
@@ -24,26 +25,33 @@ from torch import Tensor
 from spacy_treexp.engine.laplacian import fast_inverse, shifted_weights
 from spacy_treexp.engine.sampling import work
 
-#: Wilson's walks run for a sentence of n words only when the expected number of heads they
-#: draw per tree (:func:`expected_walk_steps`) is at most WALK_BUDGET * n^2; the other
-#: sentences go to Colbourn's sampler. A round of cycle popping costs O(n log n) per sample
-#: (finding the cycles touches every word) and draws at least one head, so the walks then cost
-#: at most O(WALK_BUDGET n^3 log n) per tree in expectation, like Colbourn's O(n^3). Random and
-#: parser-like scores need O(n) draws (measured: at most 0.25 n^2 for n >= 10); scores x10 and
+#: Wilson's walks run only where the expected number of heads they draw per tree
+#: (:func:`expected_walk_steps`) is at most WALK_BUDGET * n for n words; the rest go to
+#: Colbourn's sampler. A round of cycle popping costs O(n log n) per sample (finding the cycles
+#: touches every word) and draws at least one head, so the walks then cost at most
+#: O(WALK_BUDGET n^2 log n) per tree in expectation, below Colbourn's O(n^3). Random and
+#: parser-like scores draw 1 to 2.5 n heads per tree (measured, n = 10 to 200); scores x10 and
 #: beyond, whose walks circle strongly bound cycles e^(score gap) times, are the ones sent on.
-#: The choice depends on the scores only, never on a draw, so the mixture stays exact.
-WALK_BUDGET = 4.0
+#: The choice depends on the scores only (and, for Wilson-Marginal, on the ROOT child already
+#: drawn from its exact marginal), never on a walk, so the mixture stays exact.
+WALK_BUDGET = 8.0
+#: Rounds of cycle popping allowed per WALK_BUDGET n (see :data:`MAX_ROUNDS`).
+ROUNDS_PER_BUDGET = 128
 #: The LU error estimate (:func:`.laplacian.fast_inverse`) above which the expected number of
 #: draws is not trusted (taken as infinite: such a sentence's walks are slow anyway).
 STEPS_TOLERANCE = 1e-6
 
-#: Rounds of cycle popping after which we give up with an error instead of looping forever: a
-#: safety net only, since :func:`walkable` keeps the sentences with long walks from walking
-#: (at most WALK_BUDGET n^2 expected draws: far fewer rounds). Colbourn has no such limit.
+#: Rounds of cycle popping after which we give up with an error instead of looping forever, at
+#: least (the default is ROUNDS_PER_BUDGET times the budget, :func:`round_limit`): a safety net
+#: only. A walk that is allowed to run draws at most WALK_BUDGET n heads in expectation from
+#: any start (every start's expected walk is at most the sum over words of the expected
+#: visits), so by Markov's inequality, restarted, it outlasts 128 times that with probability
+#: below e^-47; each round draws at least one head. Colbourn has no such limit.
 MAX_ROUNDS = 10_000
 #: Multi-root draws per accepted tree after which Wilson-Reject gives up (its expected number
-#: of tries is Z_multi / Z_single, at most e for random weights per Stanojević 2022; counted in
-#: :func:`expected_walk_steps`, so a sentence that needs many does not walk).
+#: of tries is Z_multi / Z_single, at most e for random weights per Stanojević 2022). A
+#: sentence whose expected tries exceed MAX_TRIES / 48 does not walk (:func:`walkable`): its
+#: tries then exceed MAX_TRIES with probability below e^-47.
 MAX_TRIES = 1_000
 #: Most entries of the (samples, B, N+1, N+1) comparison of the first draws held at once.
 CHUNK_ENTRIES = 2**25
@@ -191,10 +199,16 @@ def _to_heads(nxt: Tensor, free_or_fixed: Tensor, num_samples: int, batch: int) 
     return heads.reshape(num_samples, batch, -1)
 
 
+def round_limit(dist) -> int:
+    """The default limit on rounds of cycle popping for ``dist`` (see :data:`MAX_ROUNDS`)."""
+    return max(MAX_ROUNDS, ROUNDS_PER_BUDGET * math.ceil(WALK_BUDGET * dist.n_max))
+
+
 def wilson_multi_root(
-    dist, num_samples: int, generator: torch.Generator | None = None, max_rounds: int = MAX_ROUNDS
+    dist, num_samples: int, generator: torch.Generator | None = None, max_rounds: int | None = None
 ) -> Tensor:
     """Multi-root trees by Wilson's algorithm (Stanojević 2022): (S, B, N+1) heads."""
+    max_rounds = round_limit(dist) if max_rounds is None else max_rounds
     cdf = _cumulative_weights(dist, with_root=True)
     free, sentence = _start(dist, num_samples)
     nxt = _first_pointers(cdf, free, num_samples, generator, dist.arc_mask.any(1))
@@ -206,7 +220,7 @@ def wilson_marginal(
     dist,
     num_samples: int,
     generator: torch.Generator | None = None,
-    max_rounds: int = MAX_ROUNDS,
+    max_rounds: int | None = None,
     root_marginals: Tensor | None = None,
 ) -> Tensor:
     """Single-root trees by Wilson-Marginal (Stanojević 2022): (S, B, N+1) heads.
@@ -216,7 +230,23 @@ def wilson_marginal(
     has them); the other words then run Wilson's walks on the graph without ROOT arcs, with r
     as the root. O(n^3 + S * walk length).
     """
+    return rooted_walks(dist, num_samples, generator, max_rounds, root_marginals)[0]
+
+
+def rooted_walks(
+    dist,
+    num_samples: int,
+    generator: torch.Generator | None = None,
+    max_rounds: int | None = None,
+    root_marginals: Tensor | None = None,
+    decide: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`wilson_marginal`; with ``decide``, each draw walks only if its walks are short
+    enough given the sentence and the ROOT child drawn (:func:`walkable_given_root`): heads
+    (S, B, N+1), the ROOT child of each draw (S, B), and which draws walked (S, B). A draw that
+    did not walk has only its ROOT child."""
     batch = dist.scores.shape[0]
+    max_rounds = round_limit(dist) if max_rounds is None else max_rounds
     if root_marginals is None:
         root_marginals = dist.marginals[:, 0, :]
     root_cdf = root_marginals.detach().double().cumsum(-1)  # (B, N+1), zero at 0 and padding
@@ -225,18 +255,22 @@ def wilson_marginal(
     rows = torch.arange(free.shape[0], device=free.device)
     words = free.clone()
     free[rows, root_child] = False  # r keeps pointing at ROOT
+    walked = walkable_given_root(dist, sentence, root_child) if decide else torch.ones_like(words[:, 0])
+    free &= walked.unsqueeze(-1)
     cdf = _cumulative_weights(dist, with_root=False)
     allowed = dist.arc_mask[:, 1:, :].any(1)  # a head other than ROOT is allowed
     nxt = _first_pointers(cdf, free, num_samples, generator, allowed)
     _pop_cycles(nxt, free, cdf, sentence, generator, max_rounds)
-    return _to_heads(nxt, words, num_samples, batch)
+    root_only = torch.arange(words.shape[-1], device=rows.device) == root_child.unsqueeze(-1)
+    heads = _to_heads(nxt, words & (walked.unsqueeze(-1) | root_only), num_samples, batch)
+    return heads, root_child.view(num_samples, batch), walked.view(num_samples, batch)
 
 
 def wilson_reject(
     dist,
     num_samples: int,
     generator: torch.Generator | None = None,
-    max_rounds: int = MAX_ROUNDS,
+    max_rounds: int | None = None,
     max_tries: int = MAX_TRIES,
 ) -> tuple[Tensor, Tensor]:
     """Single-root trees by Wilson-Reject (Stanojević 2022).
@@ -247,6 +281,7 @@ def wilson_reject(
     (see :func:`wilson_reject_acceptance`). Gives up after ``max_tries`` tries.
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    max_rounds = round_limit(dist) if max_rounds is None else max_rounds
     cdf = _cumulative_weights(dist, with_root=True)
     free, sentence = _start(dist, num_samples)
     nxt = _first_pointers(cdf, free, num_samples, generator, dist.arc_mask.any(1))
@@ -301,16 +336,18 @@ def expected_walk_steps(dist, method: str) -> Tensor:
       [v, v]: one LU, O(n^3).
     * ``"wilson_reject"``: that, times the expected number of tries Z_multi / Z_single.
     * ``"wilson_marginal"``: the ROOT child r (probability mu(ROOT -> r)) is the walk's root, and
-      the walk uses word heads only: sum_r mu(r) tr(G_r) with tr(G_r) = tr(Z) + Z[r, r] / pi_r - 2
-      (Z = (I - P + 1 pi^T)^{-1} the fundamental matrix of the word-only walk, pi its stationary
-      law; Kemeny & Snell 1960, via mean first passage times): O(n^3) for every r at once.
+      the walk uses word heads only: sum_r mu(r) tr(G_r), each from one LU of the multi-root
+      L-hat whose only ROOT arc is r's (:func:`rooted_walk_steps`): O(n^4) for all r.
     """
     scores = dist.scores.detach().double()
     weights, shift = shifted_weights(scores, dist.arc_mask)
     positions = torch.arange(scores.shape[-1], device=scores.device)
     words = (positions >= 1) & (positions <= dist.lengths.unsqueeze(-1))
     if method == "wilson_marginal":
-        return _marginal_walk_steps(weights, dist.lengths, dist.marginals[:, 0, :].detach().double())
+        mu = dist.marginals[:, 0, :].detach().double()
+        sentence, root_child = (mu > 0).nonzero(as_tuple=True)
+        per_root = torch.zeros_like(mu).index_put((sentence, root_child), rooted_walk_steps(dist, sentence, root_child))
+        return (mu * per_root).sum(-1) / mu.sum(-1)  # (inf where some possible ROOT child's is)
     log_det, inverse, error = fast_inverse(weights, dist.lengths, single_root=False)
     visits = weights.sum(1)[:, 1:] * inverse.diagonal(dim1=-2, dim2=-1)  # G[v, v], words 1..N
     steps = torch.where(words[:, 1:], visits, 0.0).sum(-1)
@@ -322,39 +359,67 @@ def expected_walk_steps(dist, method: str) -> Tensor:
     return torch.where(trusted, steps, torch.inf)
 
 
-def _marginal_walk_steps(weights: Tensor, lengths: Tensor, root: Tensor) -> Tensor:
-    """:func:`expected_walk_steps` of Wilson-Marginal, for the sentences of each length at once."""
-    steps = torch.full(lengths.shape, torch.inf, dtype=torch.float64, device=weights.device)
-    for n in lengths.unique().tolist():
-        index = (lengths == n).nonzero().squeeze(-1)
-        if n == 1:  # the only word is ROOT's child: no walk
-            steps[index] = 0.0
-            continue
-        heads = weights[index, 1 : n + 1, 1 : n + 1]  # [h, v], word heads only
-        degree = heads.sum(1, keepdim=True)
-        # a word only ROOT may head (degree 0) gives inf: such a sentence is left to Colbourn
-        step = (heads / degree).transpose(1, 2)  # P[v, h]
-        eye = torch.eye(n, dtype=step.dtype, device=step.device)
-        system = (eye - step).transpose(1, 2).clone()
-        system[:, -1] = 1.0  # pi (I - P) = 0, sum(pi) = 1
-        rhs = torch.zeros(index.numel(), n, 1, dtype=step.dtype, device=step.device)
-        rhs[:, -1] = 1.0
-        pi = torch.linalg.solve_ex(system, rhs)[0].squeeze(-1)  # (b, n)
-        fundamental = torch.linalg.inv_ex(eye - step + pi.unsqueeze(1))[0]
-        diagonal = fundamental.diagonal(dim1=-2, dim2=-1)
-        per_root = diagonal.sum(-1, keepdim=True) + diagonal / pi - 2.0  # tr(G_r) for every r
-        mu = root[index, 1 : n + 1]
-        used = mu > 0
-        value = torch.where(used, mu * per_root, 0.0).sum(-1) / mu.sum(-1)
-        good = (
-            torch.where(used, (pi > 0) & torch.isfinite(per_root), True).all(-1) & torch.isfinite(value) & (value >= 0)
-        )
-        steps[index] = torch.where(good, value, torch.inf)
-    return steps
+def rooted_walk_steps(dist, sentence: Tensor, root_child: Tensor) -> Tensor:
+    """(P,) float64: the expected number of heads Wilson-Marginal's walks draw per tree of
+    sentence ``sentence`` (P,) given its ROOT child ``root_child`` (P,) (inf where float64
+    cannot tell): tr(G_r) over the other words, from one LU of the multi-root L-hat whose only
+    ROOT arc is r's and whose r has ROOT as only head (r is the walk's root)."""
+    weights, _ = shifted_weights(dist.scores.detach().double()[sentence], dist.arc_mask[sentence])
+    pairs = torch.arange(sentence.numel(), device=sentence.device)
+    root = torch.zeros_like(weights[:, 0, :])
+    root[pairs, root_child] = 1.0
+    weights[:, 0, :] = root
+    weights[pairs, 1:, root_child] = 0.0
+    lengths = dist.lengths[sentence]
+    _, inverse, error = fast_inverse(weights, lengths, single_root=False)
+    visits = weights.sum(1)[:, 1:] * inverse.diagonal(dim1=-2, dim2=-1)  # G[v, v], words 1..N
+    positions = torch.arange(1, weights.shape[-1], device=sentence.device)
+    others = (positions <= lengths.unsqueeze(-1)) & (positions != root_child.unsqueeze(-1))
+    steps = torch.where(others, visits, 0.0).sum(-1)
+    trusted = (error <= STEPS_TOLERANCE) & torch.isfinite(steps) & (steps >= 0)
+    return torch.where(trusted, steps, torch.inf)
+
+
+#: :func:`walkable`'s answers, per distribution object (a function of its scores, like the
+#: engine's cached inference): a distribution sampled again is not analysed again.
+_WALKABLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def walkable(dist, method: str) -> Tensor:
     """(B,) bool: the sentences whose expected draws per tree (:func:`expected_walk_steps`)
-    are within :data:`WALK_BUDGET` n^2; the others are sampled by Colbourn's sampler."""
-    budget = WALK_BUDGET * dist.lengths.double() ** 2
-    return expected_walk_steps(dist, method) <= budget
+    are within :data:`WALK_BUDGET` n (Wilson-Reject: and whose expected tries are within
+    MAX_TRIES / 48); the others are sampled by Colbourn's sampler. (``"wilson_marginal"``
+    decides per ROOT child drawn: :func:`walkable_given_root`; here, for every possible one.)"""
+    known = _WALKABLE.setdefault(dist, {})
+    if method not in known:
+        budget = WALK_BUDGET * dist.lengths.double()
+        fine = expected_walk_steps(dist, method) <= budget
+        if method == "wilson_reject":
+            fine &= 1 / _acceptance(dist) <= MAX_TRIES / 48
+        known[method] = fine
+    return known[method]
+
+
+def walkable_given_root(dist, sentence: Tensor, root_child: Tensor) -> Tensor:
+    """(R,) bool: whether Wilson-Marginal's draws of sentences ``sentence`` (R,) with ROOT
+    children ``root_child`` (R,) walk: their expected draws (:func:`rooted_walk_steps`) within
+    :data:`WALK_BUDGET` n. Each (sentence, root child) pair is analysed once per distribution."""
+    known = _WALKABLE.setdefault(dist, {})
+    if "given_root" not in known:
+        known["given_root"] = torch.full(dist.scores.shape[:2], torch.nan, dtype=torch.float64, device=sentence.device)
+    steps = known["given_root"]
+    unknown = torch.isnan(steps[sentence, root_child])
+    if bool(unknown.any()):
+        pairs = torch.unique(torch.stack([sentence[unknown], root_child[unknown]]), dim=1)
+        steps[pairs[0], pairs[1]] = rooted_walk_steps(dist, pairs[0], pairs[1])
+    budget = WALK_BUDGET * dist.lengths.double()
+    return steps[sentence, root_child] <= budget[sentence]
+
+
+def _acceptance(dist) -> Tensor:
+    """Wilson-Reject's acceptance Z_single / Z_multi (B,), from one LU of the multi-root L-hat
+    (0 where it is not trusted)."""
+    weights, shift = shifted_weights(dist.scores.detach().double(), dist.arc_mask)
+    log_det, _, error = fast_inverse(weights, dist.lengths, single_root=False)
+    ratio = torch.exp(dist.log_partition.detach().double() - log_det - shift.sum(-1))
+    return torch.where((error <= STEPS_TOLERANCE) & torch.isfinite(ratio), ratio, 0.0)
