@@ -38,6 +38,13 @@ class SentenceScores:
         heads: the parser's own tree, ``(n,)`` with 0 = ROOT, to which ``head_prob``,
             ``dep_prob`` and ``expected_attachment`` refer; None: the MAP tree of ``arc``.
         deprels: the parser's relation of each word (for ``dep_prob``), or None.
+        members: ``(K, n+1, n+1)`` arc log-potentials of K members of an ensemble (Stanza's
+            ensemble parsers, checkpoints, MC-dropout passes), in ``arc``'s convention, or
+            None. With members, the annotation also carries the epistemic uncertainty of
+            their mixture (``spacy_treexp.engine.TreeMixture``); ``arc`` stays the scores
+            of the tree the parser reports.
+        member_weights: ``(K,)`` mixture weights of the members (non-negative, normalised
+            when used), or None for equal weights.
     """
 
     arc: numpy.ndarray
@@ -47,6 +54,8 @@ class SentenceScores:
     text: str = ""
     heads: Optional[numpy.ndarray] = None
     deprels: Optional[List[str]] = None
+    members: Optional[numpy.ndarray] = None
+    member_weights: Optional[numpy.ndarray] = None
 
     @property
     def n(self) -> int:
@@ -118,6 +127,35 @@ class SentenceScores:
             raise ValueError(f"{where}: heads outside the sentence: {numpy.asarray(self.heads).tolist()}")
         if self.deprels is not None and len(self.deprels) != n:
             raise ValueError(f"{where}: {len(self.deprels)} relations for a sentence of {n} words")
+        if self.members is not None:
+            members = numpy.asarray(self.members)
+            if members.ndim != 3 or members.shape[1:] != (n + 1, n + 1) or members.shape[0] < 1:
+                raise ValueError(
+                    f"{where}: member arc scores must be a (K, n+1, n+1) array with K >= 1 for {n} words, "
+                    f"got shape {members.shape}"
+                )
+            if members.dtype.kind not in "fiu":
+                raise ValueError(f"{where}: member arc scores must be numbers, got an array of dtype {members.dtype}")
+            if not members.max() < numpy.inf:
+                bad = numpy.argwhere(~(members < numpy.inf) & counted()[None])
+                if len(bad):
+                    k, h, d = (int(i) for i in bad[0])
+                    raise ValueError(
+                        f"{where}: member {k}'s arc scores hold {members[k, h, d]} for the arc (head {h}, "
+                        f"dependent {d}); arc scores must be finite log-potentials, or -inf for a forbidden arc"
+                    )
+            weights = self.member_weights
+            if weights is not None:
+                weights = numpy.asarray(weights, dtype=numpy.float64)
+                if weights.shape != (members.shape[0],) or not (
+                    numpy.isfinite(weights).all() and (weights >= 0).all() and weights.sum() > 0
+                ):
+                    raise ValueError(
+                        f"{where}: member weights must be {members.shape[0]} non-negative numbers with a "
+                        f"positive sum, got {weights.tolist()}"
+                    )
+        elif self.member_weights is not None:
+            raise ValueError(f"{where}: member weights given without member arc scores")
 
 
 def _empty_samples(n: int) -> numpy.ndarray:
