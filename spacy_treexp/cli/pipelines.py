@@ -22,6 +22,7 @@ from spacy.util import raise_error
 from spacy_treexp.cli.common import UserError
 from spacy_treexp.io.inputs import Context, Item
 from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions)
+from spacy_treexp.pipeline.config_checks import check_pipeline_folder
 
 SENTENCE_SETTERS = ("senter", "sentencizer")
 
@@ -60,6 +61,8 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
             ) from e
     else:
         try:
+            if Path(model).is_dir():
+                check_pipeline_folder(Path(model))
             nlp = spacy.load(model)
         except (ImportError, OSError, ValueError) as e:
             raise UserError(f"--model {model}: {e}") from e

@@ -11,6 +11,8 @@ from typing import Any
 import spacy
 from spacy.language import Language
 
+from spacy_treexp.pipeline.config_checks import check_pipeline_folder
+
 MODEL_NAME = "en_treexp_ewt"
 MODEL_PATH = Path(__file__).resolve().parent.parent / "models" / MODEL_NAME
 LOAD_OPTIONS = ("vocab", "disable", "enable", "exclude", "config")
@@ -31,4 +33,5 @@ def load(**overrides: Any) -> Language:
             f"The default pipeline is missing from {MODEL_PATH}: reinstall spacy_treexp or "
             "rebuild it with configs/train_en_ewt.sh"
         )
+    check_pipeline_folder(MODEL_PATH, overrides.get("config"))
     return spacy.load(MODEL_PATH, **overrides)
