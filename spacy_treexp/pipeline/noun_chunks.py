@@ -1,0 +1,163 @@
+"""Noun chunks (base noun phrases) from a Universal Dependencies tree.
+
+spaCy's English ``noun_chunks`` reads ClearNLP relations (``dobj``, ``pobj``, ``attr``...);
+on a UD tree (``obj``, ``obl``, ``nmod``; prepositions hang from their noun as ``case``) it
+drops most chunks. This module defines base noun phrases on UD trees, once, and installs the
+definition as the pipeline's noun-chunk iterator.
+
+**The definition** (applied alike to a predicted tree and to a treebank's gold tree; the
+EWT evaluation in ``benchmarks/bench_shipped_pipeline.py`` scores one against the other):
+
+* A *chunk head* is a nominal word, UPOS ``NOUN``, ``PROPN`` or ``PRON`` (without UPOS: PTB
+  tag ``NN``, ``NNS``, ``NNP``, ``NNPS``, ``PRP`` or ``WP``), whose relation, without its
+  subtype, is one of :data:`CHUNK_RELATIONS` (``nsubj``, ``obj``, ``iobj``, ``obl``,
+  ``nmod``, ``appos``, ``root``, ``xcomp``, ``dislocated``, ``vocative``), except
+  ``nmod:poss`` (a possessor stays inside the chunk of what it possesses, as in spaCy's
+  English chunks); or a nominal ``conj`` whose first conjunct (following ``conj`` up the
+  tree) has one of those relations.
+* The chunk runs from the leftmost word of the subtrees of the head's *left* dependents
+  whose relation is a pre-modifier (:data:`LEFT_MODIFIERS`: ``det``, ``det:predet``,
+  ``amod``, ``nummod``, ``compound``, ``nmod:poss``, ``flat``, ``fixed``) through the head,
+  then on through the subtrees of right dependents ``flat``, ``fixed`` and ``goeswith``
+  that follow without a gap (``Barack Obama``: UD makes ``Obama`` a ``flat`` dependent of
+  ``Barack``). Case markers, conjunctions, punctuation and adverbs at the left edge stay
+  out (``with [the telescope]``, ``and [the dog]``, ``only [the man]``); prepositional
+  modifiers and relative clauses on the right stay out (``[the man] with [the telescope]``).
+* Chunks do not overlap: reading heads left to right, a chunk that would start at or
+  before the end of the previous one is dropped (spaCy's rule).
+
+Every chunk is labelled ``NP``. In a pipeline, :func:`install_ud_noun_chunks` (the
+``spacy_treexp.ud_noun_chunks.v1`` callback, named in ``[nlp] after_creation``) sets
+``nlp.vocab.get_noun_chunks``; it is saved in the config, so it survives
+``nlp.to_disk`` / ``spacy.load`` and pickled vocabularies.
+"""
+
+from typing import Callable, Iterator, List, Sequence, Tuple, Union
+
+from spacy.errors import Errors
+from spacy.language import Language
+from spacy.tokens import Doc, Span
+from spacy.util import registry
+
+#: Relations (without subtype) of a nominal that heads a chunk.
+CHUNK_RELATIONS = frozenset({"nsubj", "obj", "iobj", "obl", "nmod", "appos", "root", "xcomp", "dislocated", "vocative"})
+#: Full relations excluded although their base is in :data:`CHUNK_RELATIONS`.
+EXCLUDED_RELATIONS = frozenset({"nmod:poss"})
+#: Left dependents (full relation, or its base) whose subtrees belong to the chunk.
+LEFT_MODIFIERS = frozenset({"det", "det:predet", "amod", "nummod", "compound", "nmod:poss", "flat", "fixed"})
+#: Right dependents (base relation) whose subtrees extend the chunk when adjacent.
+RIGHT_MODIFIERS = frozenset({"flat", "fixed", "goeswith"})
+NOMINAL_UPOS = frozenset({"NOUN", "PROPN", "PRON"})
+NOMINAL_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS", "PRP", "WP"})
+LABEL = "NP"
+
+
+def _base(relation: str) -> str:
+    return relation.lower().split(":", 1)[0]
+
+
+def _is_nominal(upos: str, tag: str) -> bool:
+    return upos in NOMINAL_UPOS if upos else tag in NOMINAL_TAGS
+
+
+def _is_head_relation(relation: str) -> bool:
+    return _base(relation) in CHUNK_RELATIONS and relation.lower() not in EXCLUDED_RELATIONS
+
+
+def chunk_spans(
+    heads: Sequence[int], relations: Sequence[str], upos: Sequence[str], tags: Sequence[str] = ()
+) -> List[Tuple[int, int]]:
+    """The chunks of one or more trees as ``(start, end)`` word offsets (end exclusive).
+
+    ``heads[i]`` is the offset of word ``i``'s head, ``i`` itself for a root (spaCy's
+    convention, so several sentences can be passed at once); ``relations`` are UD relations
+    (``ROOT`` or ``root`` for the root); ``upos`` UPOS tags (``""`` when unknown, then
+    ``tags``, PTB tags, decide whether a word is nominal).
+    """
+    n = len(heads)
+    tags = list(tags) if len(tags) else [""] * n
+    if not (len(relations) == len(upos) == len(tags) == n):
+        raise ValueError("chunk_spans: heads, relations, upos and tags must have one entry per word")
+    children: List[List[int]] = [[] for _ in range(n)]
+    for i, h in enumerate(heads):
+        if h != i:
+            children[h].append(i)
+    left_edge = list(range(n))
+    right_edge = list(range(n))
+    # subtree edges, children before parents (a tree has no cycles: depth-first order)
+    order: List[int] = []
+    stack = [i for i in range(n) if heads[i] == i]
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        stack.extend(children[i])
+    for i in reversed(order):
+        for c in children[i]:
+            left_edge[i] = min(left_edge[i], left_edge[c])
+            right_edge[i] = max(right_edge[i], right_edge[c])
+
+    def is_chunk_head(i: int) -> bool:
+        if not _is_nominal(upos[i], tags[i]):
+            return False
+        if _is_head_relation(relations[i]):
+            return True
+        if _base(relations[i]) != "conj":
+            return False
+        first = heads[i]
+        while _base(relations[first]) == "conj" and heads[first] != first:
+            first = heads[first]
+        return _is_head_relation(relations[first])
+
+    spans: List[Tuple[int, int]] = []
+    prev_end = -1
+    for i in range(n):
+        if not is_chunk_head(i):
+            continue
+        start = i
+        for c in children[i]:
+            rel = relations[c].lower()
+            if c < i and (rel in LEFT_MODIFIERS or _base(rel) in LEFT_MODIFIERS):
+                start = min(start, left_edge[c])
+        end = i
+        for c in sorted(c for c in children[i] if c > i):
+            if _base(relations[c]) in RIGHT_MODIFIERS and left_edge[c] == end + 1:
+                end = right_edge[c]
+            else:
+                break
+        if start <= prev_end:
+            continue
+        spans.append((start, end + 1))
+        prev_end = end
+    return spans
+
+
+def ud_noun_chunks(doclike: Union[Doc, Span]) -> Iterator[Tuple[int, int, int]]:
+    """spaCy syntax iterator: ``(start, end, label)`` of each chunk of ``doclike``'s trees
+    (token offsets in the Doc), as :func:`chunk_spans` defines them."""
+    doc = doclike.doc
+    if not doc.has_annotation("DEP"):
+        raise ValueError(Errors.E029)
+    first, last = doclike[0].sent.start if len(doclike) else 0, doclike[-1].sent.end if len(doclike) else 0
+    words = doc[first:last]
+    spans = chunk_spans(
+        [t.head.i - first for t in words], [t.dep_ for t in words], [t.pos_ for t in words], [t.tag_ for t in words]
+    )
+    label = doc.vocab.strings.add(LABEL)
+    lo, hi = doclike.start if isinstance(doclike, Span) else 0, doclike.end if isinstance(doclike, Span) else len(doc)
+    for start, end in spans:
+        if start + first >= lo and end + first <= hi:
+            yield start + first, end + first, label
+
+
+def install_ud_noun_chunks(nlp: Language) -> Language:
+    """Make :func:`ud_noun_chunks` the noun-chunk iterator of ``nlp``'s vocabulary (and so
+    of every Doc it makes from now on). spaCy types the attribute as yielding Spans;
+    syntax iterators yield ``(start, end, label)``, hence the ignore."""
+    nlp.vocab.get_noun_chunks = ud_noun_chunks  # type: ignore[assignment]
+    return nlp
+
+
+@registry.callbacks("spacy_treexp.ud_noun_chunks.v1")
+def make_ud_noun_chunks() -> Callable[[Language], Language]:
+    """``[nlp] after_creation = {"@callbacks": "spacy_treexp.ud_noun_chunks.v1"}``."""
+    return install_ud_noun_chunks
