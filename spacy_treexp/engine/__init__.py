@@ -2,5 +2,6 @@
 
 from spacy_treexp.engine.decoding import NoTreeError
 from spacy_treexp.engine.distribution import TreeDistribution
+from spacy_treexp.engine.mixture import TreeMixture
 
-__all__ = ["TreeDistribution", "NoTreeError"]
+__all__ = ["TreeDistribution", "TreeMixture", "NoTreeError"]
