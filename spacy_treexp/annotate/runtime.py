@@ -34,6 +34,16 @@ def cpu_threads() -> int:
     return int(value)
 
 
+def use_cpu_share(cpus: float) -> int:
+    """Run this process's torch work on ``cpus`` threads (at least one), from now on: a
+    worker given a share of a machine's cores (a Ray actor's ``num_cpus``) calls it once,
+    so that its workers together use the cores they were given and no more."""
+    threads = max(1, int(cpus))
+    os.environ[THREADS_ENV] = str(threads)
+    torch.set_num_threads(threads)
+    return threads
+
+
 def resolve_device(name: str) -> torch.device:
     """``cpu``, ``cuda`` or ``auto`` (cuda when available) as a torch device; ``cuda``
     without a CUDA device raises ``ValueError``."""

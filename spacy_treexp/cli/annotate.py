@@ -12,6 +12,10 @@ truncated). Ctrl-C or SIGTERM stop with exit status 130 and leave the partial ho
 complete records; ``--resume`` finishes such a run, or one that was killed, with no
 duplicate and no gap. The layout and the resume rule: :mod:`spacy_treexp.cli.partial`.
 Standard output gets each record at once and cannot be resumed.
+
+``--backend ray`` annotates a file, a folder or a glob on a Ray cluster into a directory
+of shards (Parquet, JSONL, CoNLL-U or .spacy) with a manifest, committed shard by shard:
+:mod:`spacy_treexp.scale.backend`. Ray is imported only then.
 """
 
 from __future__ import annotations
@@ -47,20 +51,40 @@ class OutputFormat(str, Enum):
     jsonl = "jsonl"
     conllu = "conllu"
     spacy = "spacy"
+    parquet = "parquet"
+
+
+class Backend(str, Enum):
+    local = "local"
+    ray = "ray"
 
 
 def annotate(
     input: Annotated[
-        Path, typer.Argument(metavar="INPUT", help="A .txt, .jsonl or .conllu file ('-': stdin).", show_default=False)
+        Path,
+        typer.Argument(
+            metavar="INPUT",
+            help="A .txt, .jsonl or .conllu file ('-': stdin); with --backend ray also a folder or a glob.",
+            show_default=False,
+        ),
     ],
     output: Annotated[
         Path,
-        typer.Option("--output", "-o", help=".jsonl, .conllu, or .spacy (a folder of DocBin shards); '-': stdout."),
+        typer.Option(
+            "--output",
+            "-o",
+            help=".jsonl, .conllu, or .spacy (a folder of DocBin shards); '-': stdout. "
+            "With --backend ray: a folder of shards.",
+        ),
     ],
     input_format: InputFormatOption = None,
     output_format: Annotated[
         Optional[OutputFormat],
-        typer.Option("--output-format", help="Format of OUTPUT (default: from its suffix; needed for '-')."),
+        typer.Option(
+            "--output-format",
+            help="Format of OUTPUT (default: from its suffix; needed for '-'). "
+            "parquet: --backend ray only, and its default.",
+        ),
     ] = None,
     samples: Annotated[int, typer.Option("--samples", min=0, help="Trees to sample per sentence.")] = 0,
     n_process: Annotated[int, typer.Option("--n-process", min=1, help="Worker processes (spaCy only).")] = 1,
@@ -75,8 +99,30 @@ def annotate(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
     shard_size: Annotated[
-        int, typer.Option("--shard-size", min=1, help="Docs per DocBin shard of a .spacy OUTPUT.")
+        int,
+        typer.Option(
+            "--shard-size", min=1, help="Docs per DocBin shard of a .spacy OUTPUT; per shard with --backend ray."
+        ),
     ] = outputs.SHARD_SIZE,
+    backend: Annotated[
+        Backend, typer.Option("--backend", help="local: this process (and --n-process); ray: a Ray cluster.")
+    ] = Backend.local,
+    ray_address: Annotated[
+        Optional[str],
+        typer.Option(
+            "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else Ray started on this machine)."
+        ),
+    ] = None,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            "--workers", min=1, help="Ray actors, each loading the pipeline once (default: CPUs / --worker-cpus)."
+        ),
+    ] = None,
+    worker_cpus: Annotated[
+        float, typer.Option("--worker-cpus", min=0.01, help="CPUs per Ray actor (its torch threads).")
+    ] = 1.0,
+    worker_gpus: Annotated[float, typer.Option("--worker-gpus", min=0, help="GPUs per Ray actor (0: CPU).")] = 0.0,
     model: Model = None,
     stanza: Stanza = None,
     batch_size: BatchSize = 64,
@@ -88,6 +134,32 @@ def annotate(
     OUTPUT when the run is complete; --resume finishes an interrupted run. A bad input
     line is reported with its number and skipped (--strict: stop there, exit status 1).
     """
+    if backend is Backend.ray:
+        return _annotate_ray(
+            input=input,
+            output=output,
+            input_format=input_format.value if input_format is not None else None,
+            output_format=output_format,
+            samples=samples,
+            n_process=n_process,
+            strict=strict,
+            resume=resume,
+            quiet=quiet,
+            shard_size=shard_size,
+            model=model,
+            stanza=stanza,
+            batch_size=batch_size,
+            gpu=gpu,
+            ray_address=ray_address,
+            workers=workers,
+            worker_cpus=worker_cpus,
+            worker_gpus=worker_gpus,
+        )
+    for name, given in (("--ray-address", ray_address), ("--workers", workers)):
+        if given is not None:
+            raise UserError(f"{name} needs --backend ray")
+    if output_format is OutputFormat.parquet:
+        raise UserError("--output-format parquet needs --backend ray (a folder of Parquet shards)")
     if n_process > 1 and gpu >= 0:
         raise UserError("use --n-process 1 with --gpu")
     problems = 0
@@ -170,6 +242,68 @@ def annotate(
     if problems:
         warn(f"{problems} bad input(s) skipped; {writer.docs} documents written to {writer.where}.")
     return 0
+
+
+def _annotate_ray(
+    *,
+    input: Path,
+    output: Path,
+    input_format: Optional[str],
+    output_format: Optional[OutputFormat],
+    samples: int,
+    n_process: int,
+    strict: bool,
+    resume: bool,
+    quiet: bool,
+    shard_size: int,
+    model: Optional[str],
+    stanza: Optional[Path],
+    batch_size: int,
+    gpu: int,
+    ray_address: Optional[str],
+    workers: Optional[int],
+    worker_cpus: float,
+    worker_gpus: float,
+) -> int:
+    """``--backend ray``: the sharded run of :mod:`spacy_treexp.scale.backend`."""
+    from spacy_treexp.scale.backend import FORMATS, annotate_sharded, import_ray, ray_executor
+
+    if is_stdio(input) or is_stdio(output):
+        raise UserError("--backend ray reads files and writes a folder of shards, not '-'")
+    if stanza is not None:
+        raise UserError("--backend ray runs spaCy pipelines (--model), not --stanza")
+    if n_process > 1:
+        raise UserError("--backend ray: give --workers, not --n-process")
+    if gpu >= 0:
+        raise UserError("--backend ray: give --worker-gpus, not --gpu (Ray assigns the GPUs)")
+    suffix = output.suffix.lower().lstrip(".")
+    fmt = output_format.value if output_format is not None else (suffix if suffix in FORMATS else "parquet")
+    import_ray()
+    executor = ray_executor(
+        model=model,
+        samples=samples,
+        batch_size=batch_size,
+        fmt=fmt,
+        address=ray_address,
+        workers=workers,
+        worker_cpus=worker_cpus,
+        worker_gpus=worker_gpus,
+        quiet=quiet,
+    )
+    return annotate_sharded(
+        input=str(input),
+        output=output,
+        fmt=fmt,
+        input_format=input_format,
+        model=model,
+        samples=samples,
+        batch_size=batch_size,
+        shard_size=shard_size,
+        resume=resume,
+        strict=strict,
+        quiet=quiet,
+        executor=executor,
+    )
 
 
 def _output_format(output: Path, given: Optional[OutputFormat], source: Path) -> str:

@@ -1,0 +1,245 @@
+"""``annotate --backend ray``: the driver of a sharded, resumable run on a Ray cluster.
+
+The driver plans the shards (:mod:`~spacy_treexp.scale.plan`), skips those an interrupted
+run committed (:mod:`~spacy_treexp.scale.manifest`), and hands the others to a Ray Data
+pipeline: one row per shard, ``map_batches`` on a fixed pool of ``--workers`` actors
+(:class:`~spacy_treexp.scale.worker.ShardWorker`: the pipeline loaded once per actor,
+torch threads set to its ``--worker-cpus``, a GPU used when ``--worker-gpus`` gives it
+one). Each actor writes its shard's file; the driver commits the shard in the manifest as
+its result arrives, in whatever order. Ray restarts a killed actor and retries its shard;
+a killed driver takes its actors with it, and ``--resume`` runs the uncommitted shards.
+
+Seeds come from each sentence (:func:`spacy_treexp.annotate.core.sentence_seed`), so a
+shard's samples are those of a local run, whatever worker or order made it.
+
+Ray is imported here only, when a run starts; without ``--ray-address`` (or
+``RAY_ADDRESS``) a Ray instance is started on this machine for the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from spacy_treexp.cli.common import UserError, check_output_path, warn
+from spacy_treexp.scale import manifest
+from spacy_treexp.scale.plan import PlanError, Shard, expand_inputs, plan_shards
+
+FORMATS = ("parquet", "jsonl", "conllu", "spacy")
+#: Documents per shard (a shard is what a resumed run keeps or redoes).
+SHARD_SIZE = 1000
+
+#: What runs the pending shards: ``(shards, folder) -> manifest lines`` as shards finish.
+Executor = Callable[[list[Shard], Path], Iterable[dict[str, Any]]]
+
+
+def annotate_sharded(
+    *,
+    input: str,
+    output: Path,
+    fmt: str,
+    input_format: Optional[str],
+    model: Optional[str],
+    samples: int,
+    batch_size: int,
+    shard_size: int,
+    resume: bool,
+    strict: bool,
+    quiet: bool,
+    executor: Executor,
+) -> int:
+    """Annotate INPUT (file, folder or glob) into the shard directory OUTPUT; returns the
+    exit status (0 done, 1 a bad input with ``strict`` or a failed run, 130 interrupted)."""
+    if fmt not in FORMATS:
+        raise UserError(f"--output-format {fmt}: the ray backend writes one of {', '.join(FORMATS)}")
+    try:
+        files = expand_inputs(input, input_format)
+    except PlanError as e:
+        raise UserError(str(e)) from None
+    check_output_path(output, [path for path, _ in files], folder=True)
+    paths = manifest.Paths.of(output)
+    if resume and manifest.is_complete(paths):
+        warn(f"--output {output} is complete (no {paths.partial} to resume); nothing to do")
+        return 0
+    if not paths.partial.exists() and output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise UserError(f"--output {output} exists and is not an empty directory")
+    if model is not None:
+        from spacy_treexp.cli.pipelines import check_model
+
+        check_model(model)
+    head = manifest.header(fmt=fmt, inputs=files, shard_size=shard_size, model=model, samples=samples)
+    run = manifest.Manifest(paths, head, resume)
+    try:
+        return _run(run, files, shard_size, executor, strict=strict, quiet=quiet)
+    finally:
+        run.close()
+
+
+def _run(
+    run: manifest.Manifest,
+    files: list[tuple[Path, str]],
+    shard_size: int,
+    executor: Executor,
+    *,
+    strict: bool,
+    quiet: bool,
+) -> int:
+    from tqdm import tqdm
+
+    shards = list(plan_shards(files, shard_size))
+    pending = [shard for shard in shards if shard.name not in run.committed]
+    if run.committed:
+        warn(f"resuming: {len(run.committed)} of {len(shards)} shards kept, {len(pending)} to go")
+    total = sum(shard.docs for shard in shards)
+    progress = tqdm(total=total, initial=total - sum(s.docs for s in pending), unit="doc", disable=quiet or None)
+    where = run.paths.partial
+    try:
+        for result in executor(pending, where):
+            for problem in result.get("problems", []):
+                warn(problem)
+            if strict and result["bad"]:
+                warn(f"stopped at the first bad input (--strict); {len(run.committed)} shards kept in {where}")
+                return 1
+            run.commit({key: value for key, value in result.items() if key != "problems"})
+            progress.update(next(s.docs for s in pending if s.name == result["shard"]))
+    except KeyboardInterrupt:
+        progress.close()
+        warn(
+            f"interrupted: {len(run.committed)} of {len(shards)} shards committed in {where}; "
+            "run the same command with --resume to finish it"
+        )
+        return 130
+    except UserError:
+        raise
+    except Exception as e:  # a worker that cannot start, a cluster that went away
+        progress.close()
+        first = str(e).strip().splitlines()[-1:] or [""]
+        warn(
+            f"the run failed ({type(e).__name__}: {first[0]}); {len(run.committed)} of {len(shards)} shards "
+            f"committed in {where}; run the same command with --resume to finish it"
+        )
+        return 1
+    finally:
+        progress.close()
+    missing = [shard.name for shard in shards if shard.name not in run.committed]
+    if missing:
+        warn(f"{len(missing)} shards were not done (first: {missing[0]}); run the same command with --resume")
+        return 1
+    done = run.finish()
+    if done["bad"]:
+        warn(f"{done['bad']} bad input(s) skipped; {done['docs']} documents written to {run.paths.target}.")
+    return 0
+
+
+def inline_executor(*, model: Optional[str], samples: int, batch_size: int, fmt: str, gpu: int = -1) -> Executor:
+    """Shards run one after the other in this process (no Ray): the same files as Ray's."""
+
+    def execute(shards: list[Shard], folder: Path) -> Iterator[dict[str, Any]]:
+        from spacy_treexp.cli.pipelines import load_pipeline
+        from spacy_treexp.scale.worker import annotate_shard
+
+        if not shards:
+            return
+        nlp = load_pipeline(model, n_samples=samples, gpu=gpu)
+        for shard in shards:
+            yield annotate_shard(nlp, shard, fmt, folder, batch_size)
+
+    return execute
+
+
+def ray_executor(
+    *,
+    model: Optional[str],
+    samples: int,
+    batch_size: int,
+    fmt: str,
+    address: Optional[str],
+    workers: Optional[int],
+    worker_cpus: float,
+    worker_gpus: float,
+    quiet: bool,
+) -> Executor:
+    """Shards run by a pool of Ray Data actors (see the module doc)."""
+
+    def execute(shards: list[Shard], folder: Path) -> Iterator[dict[str, Any]]:
+        if not shards:
+            return
+        ray = import_ray()
+        from ray.data import ActorPoolStrategy, DataContext
+
+        from spacy_treexp.scale.worker import ShardWorker
+
+        started = start_ray(ray, address, workers, worker_cpus, quiet)
+        try:
+            size = workers or max(1, int(ray.cluster_resources().get("CPU", 1) // max(worker_cpus, 1e-9)))
+            context = DataContext.get_current()
+            context.enable_progress_bars = False
+            context.preserve_order = False
+            rows = [{"shard": json.dumps(shard.to_dict())} for shard in shards]
+            dataset = ray.data.from_items(rows, override_num_blocks=len(rows))
+            results = dataset.map_batches(
+                ShardWorker,
+                fn_constructor_kwargs={
+                    "model": _absolute(model),
+                    "samples": samples,
+                    "batch_size": batch_size,
+                    "fmt": fmt,
+                    "folder": str(folder.resolve()),
+                },
+                batch_size=1,
+                compute=ActorPoolStrategy(size=min(size, len(rows))),
+                num_cpus=worker_cpus,
+                num_gpus=worker_gpus or None,
+            )
+            for row in results.iter_rows():
+                yield json.loads(row["result"])
+        finally:
+            if started:
+                ray.shutdown()
+
+    return execute
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a UserError saying how to install it."""
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as e:
+        raise UserError(
+            f"--backend ray needs Ray Data ({e}); install it with: pip install 'spacy-treexp[ray]'"
+        ) from None
+    return ray
+
+
+def start_ray(ray: Any, address: Optional[str], workers: Optional[int], worker_cpus: float, quiet: bool) -> bool:
+    """Connect to the cluster at ``address`` (or ``RAY_ADDRESS``), or start Ray on this
+    machine; False when this process was connected already (then it stays connected)."""
+    if ray.is_initialized():
+        return False
+    if quiet:
+        logging.getLogger("ray").setLevel(logging.WARNING)
+    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": not quiet}
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None:
+        cpus = os.cpu_count() or 1
+        if workers:
+            cpus = max(cpus, int(workers * max(worker_cpus, 1)))
+        options["num_cpus"] = cpus
+        options["_node_ip_address"] = "127.0.0.1"  # a one-machine instance listens on loopback only
+    try:
+        ray.init(address=address, **options)
+    except (ConnectionError, ValueError) as e:
+        raise UserError(f"--ray-address {address}: cannot connect to a Ray cluster ({e})") from None
+    return True
+
+
+def _absolute(model: Optional[str]) -> Optional[str]:
+    """A --model folder as an absolute path (workers may run in another folder)."""
+    if model is not None and Path(model).exists():
+        return str(Path(model).resolve())
+    return model
