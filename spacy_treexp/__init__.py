@@ -2,7 +2,7 @@
 
 from spacy_treexp.engine import TreeDistribution
 
-__all__ = ["TreeDistribution", "load", "render"]
+__all__ = ["TreeDistribution", "add_uncertainty", "load", "render"]
 __version__ = "0.1.0"
 
 
@@ -11,6 +11,14 @@ def load(**overrides):
     from spacy_treexp.pipeline.default_model import load as _load
 
     return _load(**overrides)
+
+
+def add_uncertainty(nlp, **options):
+    """Add the shipped UD ``biaffine_parser`` and ``tree_expectations`` to a spaCy pipeline
+    such as ``en_core_web_sm`` (see ``spacy_treexp/pipeline/stock.py``); returns ``nlp``."""
+    from spacy_treexp.pipeline.stock import add_uncertainty as _add
+
+    return _add(nlp, **options)
 
 
 def render(doc, **options):

@@ -1,0 +1,101 @@
+"""Uncertainty on a stock spaCy pipeline (``en_core_web_sm`` and the like), in one line.
+
+``add_uncertainty(nlp)`` adds the shipped ``biaffine_parser`` (sourced from
+``spacy_treexp.load()``) and ``tree_expectations`` to ``nlp``. The same works by hand::
+
+    nlp.add_pipe("biaffine_parser", source=spacy_treexp.load())
+    nlp.add_pipe("tree_expectations")
+
+The sourced parser runs its own tok2vec on copies of the Docs in its own vocabulary (see
+``biaffine_parser.py``, "In another pipeline"): the host pipeline's tagger, entities,
+lemmas and sentence boundaries are unchanged (``benchmarks/bench_stock_pipeline.py``).
+
+**Which tree is on ``token.head`` / ``token.dep_``.** The parser's setting ``overwrite``:
+
+* ``True`` (the default): the parser's Universal Dependencies tree replaces the host's
+  tree, so ``token._.head_prob`` and the other views describe ``token.head``. As spaCy's
+  English noun-chunk iterator reads ClearNLP relations (``dobj``, ``pobj``), every Doc the
+  parser writes a UD tree on gets the UD noun-chunk iterator
+  (:func:`spacy_treexp.pipeline.noun_chunks.ud_noun_chunks`); ``add_uncertainty`` also
+  installs it on ``nlp.vocab``, so Docs read back from a ``DocBin`` with that vocabulary
+  chunk alike.
+* ``False``: a tree already on the Doc (the host's ``parser``) stays on ``token.head`` /
+  ``token.dep_`` (its noun chunks, ``displacy`` and ``DependencyMatcher`` patterns unchanged);
+  the parser's UD tree is ``token._.ud_head`` / ``token._.ud_dep`` (and ``doc._.ud_heads``,
+  ``doc._.ud_deps``), and the uncertainty views (``token._.head_prob``,
+  ``sent._.expected_attachment``, ...) describe that UD tree. On a Doc without a parse the
+  tree goes on ``token.head`` as with ``True``.
+"""
+
+from typing import Any, List, Optional
+
+import numpy
+from spacy.language import Language
+from spacy.tokens import Doc, Token
+
+#: Doc extensions: the parser's own tree when it did not overwrite the Doc's parse.
+UD_HEADS = "ud_heads"  # int64 (len(doc),): token index of each token's head (a root is its own head)
+UD_DEPS = "ud_deps"  # list of len(doc) relation strings
+
+
+def _ud_head(token: Token) -> Optional[Token]:
+    """The token's head in the parser's own tree (``doc._.ud_heads``), or None."""
+    heads = token.doc._.get(UD_HEADS)
+    return None if heads is None else token.doc[int(heads[token.i])]
+
+
+def _ud_dep(token: Token) -> Optional[str]:
+    """The token's relation in the parser's own tree (``doc._.ud_deps``), or None."""
+    deps = token.doc._.get(UD_DEPS)
+    return None if deps is None else str(deps[token.i])
+
+
+def register_ud_extensions() -> None:
+    """Register ``doc._.ud_heads``, ``doc._.ud_deps``, ``token._.ud_head`` and
+    ``token._.ud_dep`` once (module-level getters: they survive pickling and workers)."""
+    if not Doc.has_extension(UD_HEADS):
+        Doc.set_extension(UD_HEADS, default=None)
+    if not Doc.has_extension(UD_DEPS):
+        Doc.set_extension(UD_DEPS, default=None)
+    if not Token.has_extension("ud_head"):
+        Token.set_extension("ud_head", getter=_ud_head)
+    if not Token.has_extension("ud_dep"):
+        Token.set_extension("ud_dep", getter=_ud_dep)
+
+
+def set_ud_tree(doc: Doc, heads: numpy.ndarray, deps: List[str]) -> None:
+    """Store the parser's tree beside the Doc's parse (``overwrite = false``)."""
+    doc._.set(UD_HEADS, numpy.asarray(heads, dtype="int64"))
+    doc._.set(UD_DEPS, list(deps))
+
+
+def add_uncertainty(
+    nlp: Language,
+    *,
+    source: Optional[Language] = None,
+    name: str = "biaffine_parser",
+    overwrite: bool = True,
+    **tree_options: Any,
+) -> Language:
+    """Add the UD ``biaffine_parser`` and ``tree_expectations`` to ``nlp`` (returned).
+
+    ``source``: the pipeline to take the parser from (default ``spacy_treexp.load()``);
+    ``overwrite``: see the module doc; ``tree_options``: settings of ``tree_expectations``
+    (``n_samples``, ``seed``, ...). The parser goes last (after the host's parser and
+    sentence boundaries), ``tree_expectations`` after it.
+    """
+    from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
+
+    if not isinstance(overwrite, bool):
+        raise ValueError(f"add_uncertainty: overwrite must be True or False, got {overwrite!r}")
+    if source is None:
+        from spacy_treexp.pipeline.default_model import load
+
+        source = load()
+    parser = nlp.add_pipe("biaffine_parser", name=name, source=source)
+    setattr(parser, "overwrite", overwrite)  # the component is a BiaffineParser (sourced: shared with `source`)
+    nlp.get_pipe_config(name)["overwrite"] = overwrite  # saved with the pipeline's config
+    nlp.add_pipe("tree_expectations", config=tree_options)
+    if overwrite:
+        nlp.vocab.get_noun_chunks = ud_noun_chunks  # type: ignore[assignment]  # yields (start, end, label)
+    return nlp
