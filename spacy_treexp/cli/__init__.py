@@ -21,7 +21,8 @@ from typing import Annotated, Optional
 import typer
 
 from spacy_treexp import __version__
-from spacy_treexp.cli import annotate, evaluate, parse, render
+from spacy_treexp.cli import annotate, calibrate, evaluate, parse, render
+from spacy_treexp.cli import audit as audit_command
 from spacy_treexp.cli.common import PROG, StopRun, UserError, sigterm_as_interrupt
 
 _LINE_BREAKS = re.compile(r"\s*[\r\n]+\s*")
@@ -60,6 +61,8 @@ app.command("parse")(parse.parse)
 app.command("annotate")(annotate.annotate)
 app.command("render")(render.render)
 app.command("evaluate")(evaluate.evaluate)
+app.command("calibrate")(calibrate.calibrate)
+app.command("audit")(audit_command.audit)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

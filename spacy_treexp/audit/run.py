@@ -1,0 +1,153 @@
+"""Audit a gold treebank: stream it, parse its words, audit each sentence, rank the arcs.
+
+:func:`audit_treebank` audits with one model. :func:`audit_cross_fitted` audits a
+*training* treebank with models that never saw the sentence they judge (cross-fitting):
+the sentences are cut into K contiguous folds (documents stay together), a model is trained
+on the other K − 1 folds' valid trees for each fold, and each fold is audited by its own
+model. Training is a :data:`Trainer` (injectable; the default runs ``spacy train`` with the
+shipped pipeline's config, :func:`spacy_trainer`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+from spacy_treexp.audit.arcs import ArcAudit, SentenceAudit, audit_sentence, rank_arcs
+from spacy_treexp.audit.scoring import Scorer, scored, sentence_id
+from spacy_treexp.io import ConlluSentence, write_conllu
+
+#: ``trainer(train_conllu, dev_conllu, output_dir) -> model path``: trains a spaCy pipeline
+#: whose parser writes arc scores on the gold trees of ``train_conllu``.
+Trainer = Callable[[Path, Path, Path], str]
+
+
+@dataclass
+class AuditResult:
+    """The audited sentences (input order), every arc ranked most suspicious first, and how
+    long it took (``seconds``; ``train_seconds`` per fold when cross-fitted)."""
+
+    sentences: List[SentenceAudit]
+    ranked: List[ArcAudit]
+    seconds: float
+    train_seconds: List[float] = field(default_factory=list)
+    folds: int = 0
+
+
+def audit_treebank(
+    sentences: Iterable[ConlluSentence],
+    scorer: Scorer,
+    *,
+    chunk_size: int = 256,
+    progress: Optional[Callable[[int], None]] = None,
+) -> AuditResult:
+    """Audit every sentence with ``scorer`` (parsing ``chunk_size`` at a time) and rank all
+    arcs by ``score``; ``progress(k)`` after each chunk of k sentences."""
+    started = time.perf_counter()
+    audits = [
+        audit_sentence(sentence, scores, sentence_id(sentence))
+        for sentence, scores in scored(sentences, scorer, chunk_size, progress)
+    ]
+    ranked = rank_arcs([arc for audit in audits for arc in audit.arcs])
+    return AuditResult(audits, ranked, time.perf_counter() - started)
+
+
+def fold_slices(count: int, k: int) -> List[range]:
+    """K contiguous, near-equal slices of ``count`` sentences."""
+    if k < 2:
+        raise ValueError(f"cross-fitting needs at least 2 folds, got {k}")
+    if count < k:
+        raise ValueError(f"{count} sentence(s) cannot be cut into {k} folds")
+    bounds = [round(i * count / k) for i in range(k + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(k)]
+
+
+def audit_cross_fitted(
+    sentences: Sequence[ConlluSentence],
+    k: int,
+    trainer: Trainer,
+    scorer_for: Callable[[str], Scorer],
+    *,
+    workdir: Optional[Path] = None,
+    chunk_size: int = 256,
+    progress: Optional[Callable[[int], None]] = None,
+    log: Callable[[str], None] = lambda message: None,
+) -> AuditResult:
+    """Audit each of ``k`` folds with a model trained on the others' valid gold trees (see
+    the module doc); ``scorer_for(model_path)`` makes the fold's :data:`Scorer`. The
+    training files and models go to ``workdir`` (default: a temporary folder, removed)."""
+    slices = fold_slices(len(sentences), k)
+    started = time.perf_counter()
+    audits: List[Optional[SentenceAudit]] = [None] * len(sentences)
+    train_seconds: List[float] = []
+    with tempfile.TemporaryDirectory(prefix="treexp-folds-") as temporary:
+        root = Path(workdir) if workdir is not None else Path(temporary)
+        for fold, held_out in enumerate(slices):
+            folder = root / f"fold{fold}"
+            folder.mkdir(parents=True, exist_ok=True)
+            train = [s for i, s in enumerate(sentences) if i not in held_out and s.tree_problem() is None]
+            dev = [sentences[i] for i in held_out if sentences[i].tree_problem() is None] or train[:1]
+            write_conllu(train, folder / "train.conllu")
+            write_conllu(dev, folder / "dev.conllu")
+            log(f"fold {fold + 1}/{k}: training on {len(train)} sentences, auditing {len(held_out)}")
+            began = time.perf_counter()
+            model = trainer(folder / "train.conllu", folder / "dev.conllu", folder / "model")
+            train_seconds.append(time.perf_counter() - began)
+            log(f"fold {fold + 1}/{k}: trained in {train_seconds[-1]:.0f} s")
+            scorer = scorer_for(model)
+            part = [sentences[i] for i in held_out]
+            for i, (sentence, scores) in zip(held_out, scored(part, scorer, chunk_size, progress)):
+                audits[i] = audit_sentence(sentence, scores, sentence_id(sentence))
+    done = [audit for audit in audits if audit is not None]
+    ranked = rank_arcs([arc for audit in done for arc in audit.arcs])
+    return AuditResult(done, ranked, time.perf_counter() - started, train_seconds, k)
+
+
+def shipped_config() -> Path:
+    """The training config of the shipped English pipeline."""
+    return Path(__file__).resolve().parent.parent / "models" / "en_treexp_ewt" / "config.cfg"
+
+
+def spacy_trainer(
+    config: Optional[Path] = None, overrides: Optional[Dict[str, str]] = None, n_sents: int = 10
+) -> Trainer:
+    """A :data:`Trainer` running ``python -m spacy train`` on ``config`` (default: the shipped
+    pipeline's, with the shipped pipeline's word vectors) after converting the CoNLL-U files
+    to ``.spacy`` (``n_sents`` sentences per Doc, as ``configs/train_en_ewt.sh`` does);
+    ``overrides`` are extra ``--section.key value`` settings (e.g. ``training.max_steps``)."""
+    config = config or shipped_config()
+    settings = {"paths.vectors": str(shipped_config().parent)} if config == shipped_config() else {}
+    settings.update(overrides or {})
+
+    def train(train_conllu: Path, dev_conllu: Path, output: Path) -> str:
+        corpus = {name: _to_docbin(path, n_sents) for name, path in (("train", train_conllu), ("dev", dev_conllu))}
+        command = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(output)]
+        command += ["--paths.train", corpus["train"], "--paths.dev", corpus["dev"]]
+        for key, value in settings.items():
+            command += [f"--{key}", value]
+        environment = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        result = subprocess.run(command, capture_output=True, text=True, env=environment)
+        if result.returncode != 0:
+            tail = " ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
+            raise RuntimeError(f"spacy train failed for {train_conllu} (exit {result.returncode}): {tail}")
+        best = output / "model-best"
+        return str(best if best.is_dir() else output / "model-last")
+
+    return train
+
+
+def _to_docbin(path: Path, n_sents: int) -> str:
+    """``path`` converted to a ``.spacy`` file beside it (spaCy's CoNLL-U converter)."""
+    from spacy.tokens import DocBin
+    from spacy.training.converters import conllu_to_docs
+
+    docs = conllu_to_docs(path.read_text(encoding="utf-8"), n_sents=n_sents, no_print=True)
+    target = path.with_suffix(".spacy")
+    DocBin(docs=docs, store_user_data=False).to_disk(target)
+    return str(target)

@@ -1,0 +1,68 @@
+"""The parser's scores of gold sentences, on the gold words, streamed in chunks.
+
+Sentences are parsed as the evaluation parses them (:func:`spacy_treexp.evaluation.scores.spacy_scores`:
+one Doc per sentence, gold words and spaces, sentence-setting components skipped), whether
+or not their gold heads form a tree: only the words are read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy
+
+from spacy_treexp.annotate import SentenceScores
+from spacy_treexp.io import ConlluSentence
+
+#: A function from gold sentences to the parser's scores of each (same order).
+Scorer = Callable[[Sequence[ConlluSentence]], List[SentenceScores]]
+
+
+def sentence_id(sentence: ConlluSentence) -> str:
+    """``# sent_id``, or ``line-N`` when the sentence has none."""
+    return sentence.sent_id or f"line-{sentence.line}"
+
+
+def spacy_scorer(nlp: Any, batch_size: int = 64) -> Scorer:
+    """A :data:`Scorer` parsing with the spaCy pipeline ``nlp`` (its parser must write
+    ``Doc._.parser_scores``, as ``biaffine_parser`` does)."""
+    from spacy_treexp.evaluation.conllu import GoldSentence
+    from spacy_treexp.evaluation.scores import spacy_scores
+
+    def score(sentences: Sequence[ConlluSentence]) -> List[SentenceScores]:
+        gold = [
+            GoldSentence(sentence_id(s), s.forms, numpy.zeros(s.n + 1, dtype=numpy.int64), s.deprels, s.spaces)
+            for s in sentences
+        ]
+        return spacy_scores(nlp, gold, batch_size=batch_size)
+
+    return score
+
+
+def chunks(items: Iterable[ConlluSentence], size: int) -> Iterator[List[ConlluSentence]]:
+    """Consecutive lists of at most ``size`` items."""
+    chunk: List[ConlluSentence] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def scored(
+    sentences: Iterable[ConlluSentence],
+    scorer: Scorer,
+    chunk_size: int = 256,
+    on_done: Optional[Callable[[int], None]] = None,
+) -> Iterator[Tuple[ConlluSentence, SentenceScores]]:
+    """Each sentence with its scores, parsing ``chunk_size`` sentences at a time (constant
+    memory); ``on_done(k)`` after each chunk of k sentences."""
+    for chunk in chunks(sentences, chunk_size):
+        results = scorer(chunk)
+        if len(results) != len(chunk):
+            raise ValueError(f"the scorer returned {len(results)} results for {len(chunk)} sentences")
+        yield from zip(chunk, results)
+        if on_done is not None:
+            on_done(len(chunk))

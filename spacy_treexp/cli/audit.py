@@ -1,0 +1,152 @@
+"""``spacy-treexp audit GOLD.conllu``: which gold arcs and labels the parser finds unlikely.
+
+Every gold word is scored (:mod:`spacy_treexp.audit.arcs`): the marginal of its gold head,
+the head's probability given the rest of the gold tree, the relation's probability given the
+gold head, the model's preferred head and relation, and per sentence the gold tree's
+log-probability and expected disagreements. Output, most suspicious first: ``-o FILE.jsonl``
+(one arc per line; ``-``: stdout) or ``-o FILE.csv``; ``--html REPORT.html`` draws each
+flagged sentence with its suspicious arcs highlighted. Without either, the top arcs are
+printed. Invalid gold trees are audited and flagged with the reason; a malformed CoNLL-U
+sentence is reported with its line and skipped. ``--folds K`` audits a training treebank
+with K models, each trained without the fold it judges.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+from tqdm import tqdm
+
+from spacy_treexp.cli.common import BatchSize, Model, UserError, check_input_file, check_output_path, is_stdio, warn
+
+
+def audit(
+    gold: Annotated[Path, typer.Argument(metavar="GOLD", help="The gold CoNLL-U file.", show_default=False)],
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help="Ranked arcs: .jsonl or .csv ('-': JSONL on stdout)."),
+    ] = None,
+    html: Annotated[Optional[Path], typer.Option("--html", help="The HTML report of the flagged sentences.")] = None,
+    model: Model = None,
+    folds: Annotated[
+        int,
+        typer.Option(
+            "--folds", min=0, help="Cross-fitted: train K models, each auditing the fold it never saw (0: off)."
+        ),
+    ] = 0,
+    train_steps: Annotated[
+        Optional[int],
+        typer.Option("--train-steps", min=1, help="With --folds: training steps per model (default: the config's)."),
+    ] = None,
+    threshold: Annotated[
+        float, typer.Option("--threshold", min=0.0, max=1.0, help="Flag arcs whose score is at least this (HTML).")
+    ] = 0.5,
+    html_limit: Annotated[int, typer.Option("--html-limit", min=1, help="Most sentences in the HTML report.")] = 100,
+    top: Annotated[int, typer.Option("--top", min=1, help="Arcs printed when neither -o nor --html is given.")] = 20,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    batch_size: BatchSize = 64,
+) -> int:
+    """Rank every gold arc and label of a CoNLL-U treebank by how unlikely the parser finds it."""
+    from spacy_treexp.audit.report import arcs_csv, arcs_jsonl, audit_html
+    from spacy_treexp.audit.run import audit_cross_fitted, audit_treebank, spacy_trainer
+    from spacy_treexp.audit.scoring import spacy_scorer
+    from spacy_treexp.cli.partial import write_atomic
+    from spacy_treexp.cli.pipelines import check_model, load_pipeline
+    from spacy_treexp.io import ConlluError, read_conllu
+
+    check_input_file(gold, "GOLD")
+    kind = None
+    if output is not None:
+        kind = "jsonl" if is_stdio(output) else output.suffix.lower().lstrip(".")
+        if kind not in ("jsonl", "csv"):
+            raise UserError(f"--output {output}: expected a .jsonl or .csv path ('-': JSONL on stdout)")
+        if not is_stdio(output):
+            check_output_path(output, [gold])
+    if html is not None:
+        check_output_path(html, [gold], what="--html")
+        if output is not None and not is_stdio(output) and html.resolve() == output.resolve():
+            raise UserError(f"--html {html}: is also --output; give two paths")
+    if model is not None:
+        check_model(model)
+    if train_steps is not None and not folds:
+        raise UserError("--train-steps needs --folds")
+    if folds == 1:
+        raise UserError("--folds 1: cross-fitting needs at least 2 folds (0: off)")
+    bad: List[str] = []
+
+    def skip(error: ConlluError) -> None:
+        bad.append(str(error))
+        warn(f"{error} (sentence skipped)")
+
+    total = sum(1 for _ in read_conllu(gold, on_error=lambda error: None))
+    progress = tqdm(total=total, unit="sent", disable=quiet or None, file=sys.stderr)
+    started = time.perf_counter()
+    try:
+        if folds:
+            sentences = list(read_conllu(gold, on_error=skip))
+            if len(sentences) < folds:
+                raise UserError(f"--folds {folds}: GOLD has only {len(sentences)} sentence(s)")
+            overrides = {"training.max_steps": str(train_steps)} if train_steps is not None else {}
+            result = audit_cross_fitted(
+                sentences,
+                folds,
+                spacy_trainer(overrides=overrides),
+                lambda path: spacy_scorer(load_pipeline(path), batch_size),
+                progress=progress.update,
+                log=lambda message: progress.write(message, file=sys.stderr),
+            )
+        else:
+            nlp = load_pipeline(model)
+            result = audit_treebank(
+                read_conllu(gold, on_error=skip), spacy_scorer(nlp, batch_size), progress=progress.update
+            )
+    except KeyboardInterrupt:
+        progress.close()
+        warn("interrupted: nothing written")
+        return 130
+    except (ValueError, RuntimeError, OSError) as e:
+        progress.close()
+        warn(f"spacy-treexp: audit: {' '.join(str(e).split())}")
+        return 1
+    finally:
+        progress.close()
+    seconds = time.perf_counter() - started
+    ranked = result.ranked
+    invalid = [s for s in result.sentences if s.tree_problem is not None]
+    if output is not None:
+        text = arcs_csv(ranked) if kind == "csv" else arcs_jsonl(ranked)
+        if is_stdio(output):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            write_atomic(output, text)
+    if html is not None:
+        note = f"Cross-fitted with {result.folds} folds." if result.folds else ""
+        write_atomic(html, audit_html(result.sentences, ranked, threshold=threshold, limit=html_limit, note=note))
+    if output is None and html is None:
+        _print_top(ranked[:top])
+    timing = f" in {seconds:.1f} s"
+    if result.folds:
+        timing += f" (training {sum(result.train_seconds):.0f} s for {result.folds} folds)"
+    warn(
+        f"audited {len(result.sentences)} sentences, {len(ranked)} arcs{timing}; {len(invalid)} invalid gold "
+        f"tree(s), {sum(a.score >= threshold for a in ranked)} arc(s) with score >= {threshold:g}"
+        + (f"; {len(bad)} malformed sentence(s) skipped" if bad else "")
+    )
+    return 0
+
+
+def _print_top(arcs: list) -> None:
+    """The most suspicious arcs as a table on stdout."""
+    print("rank\tsent_id\tid\tform\thead\tdeprel\tscore\tp(head|rest)\tmu(head)\tp(label|head)\tmodel head\tproblem")
+    for a in arcs:
+        conditional = "-" if a.conditional_head_prob is None else f"{a.conditional_head_prob:.3f}"
+        label = "-" if a.label_prob is None else f"{a.label_prob:.3f}"
+        print(
+            f"{a.rank}\t{a.sent_id}\t{a.id}\t{a.form}\t{a.head}\t{a.deprel}\t{a.score:.3f}\t{conditional}\t"
+            f"{a.head_prob:.3f}\t{label}\t{a.best_head} ({a.best_head_prob:.2f})\t{a.tree_problem or ''}"
+        )

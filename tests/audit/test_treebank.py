@@ -1,0 +1,146 @@
+"""Auditing a treebank in chunks, cross-fitted folds with an injected trainer, and the
+JSONL / CSV / HTML outputs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy
+import pytest
+
+from spacy_treexp.annotate import SentenceScores
+from spacy_treexp.audit import ARC_FIELDS
+from spacy_treexp.audit.report import arcs_csv, arcs_jsonl, audit_html, flagged_sentences
+from spacy_treexp.audit.run import audit_cross_fitted, audit_treebank, fold_slices
+from spacy_treexp.io import ConlluSentence, read_conllu
+
+LABELS = ["ROOT", "nsubj", "obj", "det"]
+
+
+def make_sentence(i: int, heads: list) -> ConlluSentence:
+    rows = [
+        (str(m), f"w{i}_{m}", "_", "X", "_", "_", str(h), "root" if h == 0 else "nsubj", "_", "_")
+        for m, h in enumerate(heads, start=1)
+    ]
+    return ConlluSentence([f"# sent_id = s{i}"], rows, 10 * i + 1)
+
+
+TREEBANK = [
+    make_sentence(0, [2, 0, 2]),
+    make_sentence(1, [0, 1, 1, 3]),
+    make_sentence(2, [2, 0, 0]),  # two roots
+    make_sentence(3, [0, 3, 2]),  # cycle
+    make_sentence(4, [0, 9]),  # out of range
+    make_sentence(5, [3, 3, 0, 3, 4]),
+]
+
+
+def random_scorer(seed: int = 0, calls: list | None = None):
+    def score(sentences):
+        if calls is not None:
+            calls.append([s.sent_id for s in sentences])
+        out = []
+        for s in sentences:
+            rng = numpy.random.default_rng([seed, int(s.sent_id[1:])])
+            logits = rng.standard_normal((s.n + 1, s.n + 1, len(LABELS)))
+            rel = logits - numpy.log(numpy.exp(logits).sum(-1, keepdims=True))
+            out.append(SentenceScores(arc=2 * rng.standard_normal((s.n + 1, s.n + 1)), rel=rel, labels=LABELS))
+        return out
+
+    return score
+
+
+def test_audit_treebank_streams_in_chunks_and_ranks_every_arc():
+    calls: list = []
+    done: list = []
+    result = audit_treebank(iter(TREEBANK), random_scorer(calls=calls), chunk_size=4, progress=done.append)
+    assert calls == [["s0", "s1", "s2", "s3"], ["s4", "s5"]] and done == [4, 2]
+    assert [s.sent_id for s in result.sentences] == [f"s{i}" for i in range(6)]
+    assert len(result.ranked) == sum(s.n for s in TREEBANK)
+    assert [a.rank for a in result.ranked] == list(range(1, len(result.ranked) + 1))
+    scores = [a.score for a in result.ranked]
+    assert scores == sorted(scores, reverse=True)
+    problems = {s.sent_id: s.tree_problem for s in result.sentences}
+    assert problems["s0"] is None and "2 roots" in problems["s2"] and "cycle" in problems["s3"]
+    assert result.ranked[0].sent_id == "s4" and result.ranked[0].id == 2  # head 9: probability 0
+
+
+def test_fold_slices_cover_everything_once():
+    slices = fold_slices(10, 3)
+    assert [list(s) for s in slices] == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        fold_slices(10, 1)
+    with pytest.raises(ValueError, match="cannot be cut"):
+        fold_slices(2, 3)
+
+
+def test_cross_fitted_audits_each_fold_with_a_model_that_never_saw_it(tmp_path):
+    trained: dict = {}
+
+    def trainer(train: Path, dev: Path, output: Path) -> str:
+        ids = [s.sent_id for s in read_conllu(train)]
+        trained[str(output)] = ids
+        return str(output)
+
+    scored_by: dict = {}
+
+    def scorer_for(model: str):
+        scorer = random_scorer()
+
+        def score(sentences):
+            for s in sentences:
+                scored_by[s.sent_id] = model
+            return scorer(sentences)
+
+        return score
+
+    result = audit_cross_fitted(TREEBANK, 3, trainer, scorer_for, workdir=tmp_path)
+    assert len(trained) == 3 and result.folds == 3 and len(result.train_seconds) == 3
+    assert [s.sent_id for s in result.sentences] == [f"s{i}" for i in range(6)]
+    valid = {s.sent_id for s in TREEBANK if s.tree_problem() is None}
+    for sent_id, model in scored_by.items():
+        assert sent_id not in trained[model]  # never trained on the sentence it audits
+    for ids in trained.values():
+        assert set(ids) <= valid  # invalid trees are not trained on
+    assert set(scored_by) == {s.sent_id for s in TREEBANK}
+    # the same numbers as a plain audit with the same scores
+    plain = audit_treebank(TREEBANK, random_scorer())
+    assert [(a.sent_id, a.id, a.score) for a in result.ranked] == [(a.sent_id, a.id, a.score) for a in plain.ranked]
+
+
+def test_jsonl_and_csv_hold_every_field_in_rank_order():
+    result = audit_treebank(TREEBANK, random_scorer())
+    rows = [json.loads(line) for line in arcs_jsonl(result.ranked).splitlines()]
+    assert len(rows) == len(result.ranked) and list(rows[0]) == list(ARC_FIELDS)
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    table = list(csv.DictReader(io.StringIO(arcs_csv(result.ranked))))
+    assert [r["sent_id"] for r in table] == [r["sent_id"] for r in rows]
+    for row, arc in zip(table, result.ranked):
+        assert float(row["score"]) == pytest.approx(arc.score, abs=1e-6)
+        assert row["head"] == ("" if arc.head is None else str(arc.head))
+        assert row["conditional_head_prob"] == (
+            "" if arc.conditional_head_prob is None else row["conditional_head_prob"]
+        )
+
+
+def test_html_shows_flagged_sentences_with_the_arc_highlighted():
+    result = audit_treebank(TREEBANK, random_scorer())
+    flagged = flagged_sentences(result.sentences, result.ranked, threshold=0.9, limit=100)
+    for sentence, arcs in flagged:
+        assert all(a.score >= 0.9 or a.in_problem for a in arcs)
+    shown = {s.sent_id for s, _ in flagged}
+    assert {"s2", "s3", "s4"} <= shown  # every invalid tree is flagged
+    page = audit_html(result.sentences, result.ranked, threshold=0.9)
+    assert page.startswith("<!DOCTYPE html>") and page.count('class="audit-sentence"') == len(flagged)
+    assert "invalid tree: cycle" in page and "head 9?" in page
+    top = result.ranked[0]
+    assert f'data-sent-id="{top.sent_id}"' in page
+    red = [a for a in result.ranked if a.score >= 0.9 and a.head is not None and 0 < a.head <= 5 and a.head != a.id]
+    assert red
+    for arc in red:  # drawn in red; a gold arc that is not flagged is grey
+        assert f'data-head="{arc.head}" data-dep="{arc.id}" stroke="rgb(192,57,43)"' in page
+    assert 'stroke="rgb(120,120,120)"' in page
+    assert audit_html(result.sentences, result.ranked, threshold=0.9, limit=1).count('class="audit-sentence"') == 1
