@@ -48,13 +48,14 @@ def build_biaffine_parser(
 ) -> Model[ParserInput, ParserOutput]:
     """Build the biaffine arc scorer and relation classifier on top of ``tok2vec``.
 
-    tok2vec: the token-vector layer; its output width must be known (``nO``).
+    tok2vec: any token-vector layer (``List[Doc] -> List[Floats2d]``): spaCy's ``Tok2Vec``
+        or ``Tok2VecListener``, a ``spacy-transformers.TransformerListener.v1``, ... When its
+        output width (``nO``) is unknown until the pipeline is initialised (a transformer's
+        hidden size), it is read from a forward pass over the initialisation sample.
     arc_width / rel_width: widths of the head/dependent MLPs for arcs / relations.
     lstm_depth / lstm_width: BiLSTM layers (0 for none) and hidden size per direction.
     dropout: dropout rate inside the torch scorer (input, BiLSTM, MLPs).
     """
-    if not tok2vec.has_dim("nO") or tok2vec.get_dim("nO") is None:
-        raise ValueError("biaffine parser: the tok2vec layer must have its width (nO) set")
     for name, value in (("arc_width", arc_width), ("rel_width", rel_width)):
         if value < 1:
             raise ValueError(f"biaffine parser: {name} must be positive, got {value}")
@@ -62,15 +63,23 @@ def build_biaffine_parser(
         raise ValueError("biaffine parser: need lstm_depth >= 0 and lstm_width >= 1")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"biaffine parser: dropout must be in [0, 1), got {dropout}")
-    scorer = BiaffineScorer(tok2vec.get_dim("nO"), arc_width, rel_width, lstm_depth, lstm_width, dropout)
+    width = _known_width(tok2vec)
+    scorer = BiaffineScorer(width, arc_width, rel_width, lstm_depth, lstm_width, dropout)
     wrapped = PyTorchWrapper_v2(scorer, convert_inputs=_convert_inputs, convert_outputs=_convert_outputs)
     return Model(
         "spacy_treexp.biaffine_parser",
         _forward,
         init=_init,
         layers=[tok2vec, wrapped],
-        dims={"nI": tok2vec.get_dim("nO")},
+        dims={"nI": width},
     )
+
+
+def _known_width(tok2vec: Model) -> Optional[int]:
+    """The output width of ``tok2vec`` if it is already known, else None."""
+    if tok2vec.has_dim("nO") is True:
+        return int(tok2vec.get_dim("nO"))
+    return None
 
 
 def get_scorer_module(model: Model) -> "BiaffineScorer":
@@ -85,7 +94,22 @@ def set_n_labels(model: Model, n_labels: int) -> None:
 
 def _init(model: Model, X: Optional[ParserInput] = None, Y=None) -> None:
     docs = X[0] if X is not None else None
-    model.layers[0].initialize(X=docs)
+    tok2vec = model.layers[0]
+    tok2vec.initialize(X=docs)
+    if model.has_dim("nI") is True:
+        return
+    # The width is only known now (a transformer's hidden size): read it from a sample.
+    width = _known_width(tok2vec)
+    if width is None and docs:
+        tokvecs = tok2vec.predict(docs)
+        if len(tokvecs) > 0:
+            width = int(tokvecs[0].shape[-1])
+    if width is None:
+        raise ValueError(
+            "biaffine parser: the width of the tok2vec layer is unknown: initialise the model with sample Docs"
+        )
+    model.set_dim("nI", width)
+    get_scorer_module(model).set_input_width(width)
 
 
 def _forward(model: Model, inputs: ParserInput, is_train: bool) -> Tuple[ParserOutput, Callable]:
@@ -155,34 +179,56 @@ class BiaffineScorer(torch.nn.Module):
 
     def __init__(
         self,
-        width: int,
+        width: Optional[int],
         arc_width: int,
         rel_width: int,
         lstm_depth: int,
         lstm_width: int,
         dropout: float,
     ) -> None:
+        """``width``: the token vectors' width, or None to set it later (``set_input_width``)."""
         super().__init__()
-        self.root = torch.nn.Parameter(torch.empty(width).normal_(0.0, 0.1))
+        self.arc_width, self.rel_width = arc_width, rel_width
+        self.lstm_depth, self.lstm_width = lstm_depth, lstm_width
         self.dropout = torch.nn.Dropout(dropout)
         self.lstm: Optional[torch.nn.LSTM] = None
-        if lstm_depth > 0:
-            self.lstm = torch.nn.LSTM(
-                width,
-                lstm_width,
-                num_layers=lstm_depth,
-                batch_first=True,
-                bidirectional=True,
-                dropout=dropout if lstm_depth > 1 else 0.0,
-            )
-            width = 2 * lstm_width
-        self.arc_head = _mlp(width, arc_width, dropout)
-        self.arc_dep = _mlp(width, arc_width, dropout)
-        self.rel_head = _mlp(width, rel_width, dropout)
-        self.rel_dep = _mlp(width, rel_width, dropout)
         # Zero-initialised biaffine weights (Dozat & Manning 2017): uniform scores at start.
         self.arc_weight = torch.nn.Parameter(torch.zeros(arc_width + 1, arc_width))
         self.rel_weight = torch.nn.Parameter(torch.zeros(0, rel_width + 1, rel_width + 1))
+        # Until the width is known: an empty ROOT vector (its size is the input width).
+        self.root = torch.nn.Parameter(torch.zeros(0))
+        if width is not None:
+            self.set_input_width(width)
+
+    @property
+    def input_width(self) -> Optional[int]:
+        """The token vectors' width, None until set."""
+        return self.root.shape[0] or None
+
+    def set_input_width(self, width: int) -> None:
+        """Build the layers that depend on the input width (ROOT vector, BiLSTM, MLPs)."""
+        if width < 1:
+            raise ValueError(f"biaffine parser: the token vectors' width must be positive, got {width}")
+        if width == self.input_width:
+            return
+        p = self.dropout.p
+        device = self.arc_weight.device
+        self.root = torch.nn.Parameter(torch.empty(width, device=device).normal_(0.0, 0.1))
+        hidden = width
+        if self.lstm_depth > 0:
+            self.lstm = torch.nn.LSTM(
+                width,
+                self.lstm_width,
+                num_layers=self.lstm_depth,
+                batch_first=True,
+                bidirectional=True,
+                dropout=p if self.lstm_depth > 1 else 0.0,
+            ).to(device)
+            hidden = 2 * self.lstm_width
+        self.arc_head = _mlp(hidden, self.arc_width, p).to(device)
+        self.arc_dep = _mlp(hidden, self.arc_width, p).to(device)
+        self.rel_head = _mlp(hidden, self.rel_width, p).to(device)
+        self.rel_dep = _mlp(hidden, self.rel_width, p).to(device)
 
     @property
     def n_labels(self) -> int:
@@ -203,6 +249,10 @@ class BiaffineScorer(torch.nn.Module):
         stored = state_dict.get(prefix + "rel_weight")
         if stored is not None:
             self.set_n_labels(stored.shape[0])
+        # Likewise the input width, when the model was built before the tok2vec knew it.
+        root = state_dict.get(prefix + "root")
+        if root is not None and root.shape[0] > 0:
+            self.set_input_width(root.shape[0])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(

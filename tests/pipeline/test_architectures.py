@@ -1,0 +1,183 @@
+"""``spacy_treexp.BiaffineParser.v1`` on a token-vector layer whose width is only known once
+the pipeline is initialised (a ``TransformerListener``): the width is read from a sample."""
+
+import numpy
+import pytest
+import spacy
+import torch
+from helpers.toy_pipelines import TINY_CONFIG, toy_examples, train_toy
+from spacy.tokens import Doc
+from thinc.api import Config, Model, chain, fix_random_seed
+from thinc.layers import noop
+
+from spacy_treexp.pipeline.architectures import build_biaffine_parser, get_scorer_module
+
+UNSIZED = "spacy_treexp_tests.UnsizedTok2Vec.v1"
+
+
+@spacy.registry.architectures(UNSIZED)
+def unsized_tok2vec(width: int) -> Model:
+    """A tok2vec whose ``nO`` stays unset, like ``spacy-transformers.TransformerListener.v1``."""
+    inner = spacy.registry.architectures.get("spacy.HashEmbedCNN.v2")(
+        width=width,
+        depth=1,
+        embed_size=300,
+        window_size=1,
+        maxout_pieces=2,
+        subword_features=True,
+        pretrained_vectors=None,
+    )
+
+    def forward(model, docs, is_train):
+        return model.layers[0](docs, is_train)
+
+    def init(model, X=None, Y=None):
+        model.layers[0].initialize(X=X)
+
+    return Model("unsized-tok2vec", forward, init=init, layers=[inner], dims={"nO": None})
+
+
+# The parser's own unsized tok2vec, 24 wide (the listener-based TINY_CONFIG is 32 wide).
+UNSIZED_CONFIG = (
+    TINY_CONFIG.replace('"tok2vec", ', "").split("[components.tok2vec]")[0]
+    + f"""
+[components.biaffine_parser]
+factory = "biaffine_parser"
+
+[components.biaffine_parser.model]
+@architectures = "spacy_treexp.BiaffineParser.v1"
+arc_width = 32
+rel_width = 16
+lstm_depth = 1
+lstm_width = 16
+dropout = 0.0
+
+[components.biaffine_parser.model.tok2vec]
+@architectures = "{UNSIZED}"
+width = 24
+"""
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _scores(nlp, words):
+    doc = nlp(Doc(nlp.vocab, words=words))
+    return doc._.parser_scores[0]["arc"]
+
+
+def test_width_is_read_from_the_sample_at_initialize():
+    nlp, _, history = train_toy(UNSIZED_CONFIG, 20)
+    model = nlp.get_pipe("biaffine_parser").model
+    assert model.layers[0].has_dim("nO") is None  # the layer itself never learnt its width
+    assert model.get_dim("nI") == 24
+    assert get_scorer_module(model).root.shape == (24,)
+    assert history[-1] < 0.9 * history[0]  # it trains
+
+
+def test_unsized_parser_round_trips_through_disk(tmp_path):
+    nlp, examples, _ = train_toy(UNSIZED_CONFIG, 5)
+    words = [t.text for t in examples[0].reference]
+    before = _scores(nlp, words)
+    nlp.to_disk(tmp_path / "model")
+    loaded = spacy.load(tmp_path / "model")  # built from the config: the width is unknown until loaded
+    assert loaded.get_pipe("biaffine_parser").model.get_dim("nI") == 24
+    numpy.testing.assert_allclose(_scores(loaded, words), before, rtol=1e-5, atol=1e-5)
+
+
+def test_unsized_parser_round_trips_through_bytes():
+    nlp, examples, _ = train_toy(UNSIZED_CONFIG, 3)
+    words = [t.text for t in examples[0].reference]
+    fresh = spacy.util.load_model_from_config(Config().from_str(UNSIZED_CONFIG), auto_fill=True)
+    fresh.from_bytes(nlp.to_bytes())
+    numpy.testing.assert_allclose(_scores(fresh, words), _scores(nlp, words), rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_width_without_a_sample_is_refused():
+    model = build_biaffine_parser(chain(unsized_tok2vec(8), noop()))
+    assert model.has_dim("nI") is None
+    with pytest.raises(ValueError, match="width of the tok2vec layer is unknown"):
+        model.initialize()
+
+
+def test_known_width_builds_the_scorer_at_once():
+    model = build_biaffine_parser(spacy.registry.architectures.get("spacy.Tok2VecListener.v1")(width=40))
+    assert model.get_dim("nI") == 40
+    assert get_scorer_module(model).input_width == 40
+
+
+def _tiny_bert(path, words):
+    """A 1-layer, 16-wide BERT with a word-level vocabulary, saved in the hub's format."""
+    transformers = pytest.importorskip("transformers")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted({w.lower() for w in words})
+    path.mkdir()
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf8")
+    transformers.BertTokenizerFast(vocab_file=str(path / "vocab.txt")).save_pretrained(str(path))
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
+    transformers.BertModel(config).save_pretrained(str(path))
+
+
+def test_transformer_listener(tmp_path):
+    pytest.importorskip("spacy_transformers")
+    probe = spacy.blank("en")
+    words = [t.text for eg in toy_examples(probe) for t in eg.reference]
+    _tiny_bert(tmp_path / "bert", words)
+    config = f"""
+[nlp]
+lang = "en"
+pipeline = ["transformer", "sentencizer", "biaffine_parser"]
+
+[components]
+
+[components.sentencizer]
+factory = "sentencizer"
+
+[components.transformer]
+factory = "transformer"
+
+[components.transformer.model]
+@architectures = "spacy-transformers.TransformerModel.v3"
+name = "{tmp_path / "bert"}"
+
+[components.transformer.model.get_spans]
+@span_getters = "spacy-transformers.strided_spans.v1"
+window = 32
+stride = 24
+
+[components.biaffine_parser]
+factory = "biaffine_parser"
+
+[components.biaffine_parser.model]
+@architectures = "spacy_treexp.BiaffineParser.v1"
+arc_width = 16
+rel_width = 8
+lstm_depth = 0
+dropout = 0.0
+
+[components.biaffine_parser.model.tok2vec]
+@architectures = "spacy-transformers.TransformerListener.v1"
+upstream = "transformer"
+pooling = {{"@layers":"reduce_mean.v1"}}
+"""
+    fix_random_seed(0)
+    nlp, examples, history = train_toy(config, 8)
+    assert nlp.get_pipe("biaffine_parser").model.get_dim("nI") == 16
+    assert history[-1] < history[0]
+    words = [t.text for t in examples[0].reference]
+    before = _scores(nlp, words)
+    nlp.to_disk(tmp_path / "model")
+    numpy.testing.assert_allclose(_scores(spacy.load(tmp_path / "model"), words), before, rtol=1e-4, atol=1e-4)
