@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -25,19 +25,30 @@ from spacy_treexp.annotate.runtime import resolve_device, threads_for
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 
+if TYPE_CHECKING:
+    from spacy_treexp.calibration import CalibrationMap
+
 
 def annotate_sentences(
-    sentences: Sequence[SentenceScores], options: Optional[AnnotateOptions] = None
+    sentences: Sequence[SentenceScores],
+    options: Optional[AnnotateOptions] = None,
+    calibration: Optional[CalibrationMap] = None,
 ) -> List[SentenceAnnotation]:
     """The annotation of every sentence, in input order (see the module doc).
 
     Sentences are grouped by length into engine batches of at most ``options.batch_size``;
     padding never changes a result, and seeded samples of a sentence depend only on the
-    seed, its ``start`` and its ``text``."""
+    seed, its ``start`` and its ``text``. ``calibration``: a
+    :class:`~spacy_treexp.calibration.CalibrationMap` applied to every sentence's scores
+    first (the one place a map is applied, whatever the adapter)."""
     options = options or AnnotateOptions()
     for i, sentence in enumerate(sentences):
         sentence.check(f"sentence {i} ({sentence.text[:40]!r})")
         check_length(sentence.n, options.max_sentence_length, f"sentence {i} ({sentence.text[:40]!r})")
+    if calibration is not None:
+        from spacy_treexp.calibration.map import calibrate_sentences  # the map's package imports this one
+
+        sentences = calibrate_sentences(sentences, calibration)
     device = resolve_device(options.device)
     out: List[Optional[SentenceAnnotation]] = [None] * len(sentences)
     with torch.no_grad(), threads_for(device):

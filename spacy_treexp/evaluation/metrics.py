@@ -69,6 +69,60 @@ def expected_calibration_error(confidence: ArrayLike, correct: ArrayLike, n_bins
     return float(sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in bins) / conf.size)
 
 
+def equal_width_ece(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 15) -> float:
+    """ECE over ``n_bins`` equal-width bins of [0, 1] (Guo et al. 2017; bin b holds
+    confidences in [b/B, (b+1)/B), the last bin also 1): Σ_b (|b| / N) · |acc_b − conf_b|."""
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    conf, corr = _as_arrays(confidence, correct)
+    if conf.size == 0:
+        return float("nan")
+    index = numpy.clip((conf * n_bins).astype(numpy.int64), 0, n_bins - 1)
+    counts = numpy.bincount(index, minlength=n_bins)
+    gap = numpy.bincount(index, weights=corr - conf, minlength=n_bins)
+    return float(numpy.abs(gap).sum() / conf.size) if counts.sum() else float("nan")
+
+
+def equal_width_bins(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 15) -> List[Dict[str, float]]:
+    """The non-empty bins of :func:`equal_width_ece`: ``count``, mean ``confidence``,
+    ``accuracy``, and the bin's ``low`` and ``high`` edges."""
+    conf, corr = _as_arrays(confidence, correct)
+    index = numpy.clip((conf * n_bins).astype(numpy.int64), 0, n_bins - 1)
+    bins = []
+    for b in range(n_bins):
+        chosen = index == b
+        if chosen.any():
+            bins.append(
+                {
+                    "count": int(chosen.sum()),
+                    "confidence": float(conf[chosen].mean()),
+                    "accuracy": float(corr[chosen].mean()),
+                    "low": b / n_bins,
+                    "high": (b + 1) / n_bins,
+                }
+            )
+    return bins
+
+
+def chance_ece_band(
+    confidence: ArrayLike, n_bins: int = 15, replicates: int = 1000, quantile: float = 0.95, seed: int = 0
+) -> float:
+    """The ``quantile`` of the equal-width ECE that a perfectly calibrated model with these
+    confidences shows by chance: correctness drawn as Bernoulli(confidence), ``replicates``
+    times (seeded). An ECE below it cannot be told from perfect calibration at that level."""
+    conf = numpy.asarray(confidence, dtype=numpy.float64).reshape(-1)
+    if conf.size == 0:
+        return float("nan")
+    rng = numpy.random.default_rng(seed)
+    index = numpy.clip((conf * n_bins).astype(numpy.int64), 0, n_bins - 1)
+    values = numpy.empty(replicates)
+    for r in range(replicates):
+        drawn = rng.random(conf.size) < conf
+        gap = numpy.bincount(index, weights=drawn - conf, minlength=n_bins)
+        values[r] = numpy.abs(gap).sum() / conf.size
+    return float(numpy.quantile(values, quantile))
+
+
 def rankdata(values: ArrayLike) -> FloatArray:
     """1-based ranks with ties given their average rank (as ``scipy.stats.rankdata``)."""
     array = numpy.asarray(values, dtype=numpy.float64).reshape(-1)

@@ -78,6 +78,36 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
     return out
 
 
+def component_scores(
+    nlp: Any, gold: Sequence[GoldSentence], name: str = "tree_expectations", batch_size: int = 64
+) -> List[SentenceScores]:
+    """Scores of the gold sentences from the score source of ``nlp``'s ``tree_expectations``
+    component ``name`` (the parser's, a stock pipeline's, or a custom source): the pipeline
+    runs on gold words and boundaries up to that component, which then reads the scores."""
+    from spacy.tokens import Doc
+
+    component = nlp.get_pipe(name)
+    skipped = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory in SKIPPED_FACTORIES]
+
+    def docs() -> Iterable[Doc]:
+        for sentence in gold:
+            yield Doc(
+                nlp.vocab,
+                words=sentence.words,
+                spaces=sentence.spaces or None,
+                sent_starts=[True, *([False] * (sentence.n - 1))],
+            )
+
+    out: List[SentenceScores] = []
+    with nlp.select_pipes(disable=skipped):
+        for sentence, doc in zip(gold, nlp.pipe(docs(), batch_size=batch_size)):
+            records = component.sentence_scores(doc)
+            if len(records) != 1 or records[0].n != sentence.n:
+                raise ValueError(f"sentence {sentence.sent_id}: the pipeline changed the gold sentence boundaries")
+            out.append(records[0])
+    return out
+
+
 def stanza_scores(
     pipeline_dir: str, gold: Sequence[GoldSentence], gold_tags: Optional[bool] = None, **options: Any
 ) -> List[SentenceScores]:

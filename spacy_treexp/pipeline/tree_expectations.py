@@ -9,6 +9,11 @@ entropy (Zmigrod et al. 2021), the expected attachment score of the predicted tr
 optionally unbiased samples of alternative trees with their exact log-probabilities
 (Stanojević 2022).
 
+``calibration`` (default null) holds a :class:`~spacy_treexp.calibration.CalibrationMap` in
+its dict form (written by ``spacy-treexp calibrate``), which the core applies to the
+scores first; being part of the config, ``nlp.to_disk`` keeps it. ``Doc._.parser_scores``
+stays the parser's own.
+
 After annotating a Doc the component drops the parser's raw scores (``Doc._.parser_scores
 = None``) unless ``keep_scores`` is set: they take tens of times the memory of the
 annotations (on 22,683 tokens of EWT dev with the shipped parser, 126 MB of pickled scores
@@ -21,7 +26,7 @@ does no maths of its own.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -29,6 +34,7 @@ from spacy.tokens import Doc
 from spacy.util import minibatch
 
 from spacy_treexp.annotate import DEFAULTS, AnnotateOptions, SentenceScores, annotate_sentences, install_fork_hook
+from spacy_treexp.calibration.map import CalibrationError, read_map
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.extensions import PARSER_SCORES
 from spacy_treexp.pipeline.score_sources import (
@@ -41,7 +47,7 @@ from spacy_treexp.pipeline.score_sources import (
     source_name,
 )
 
-DEFAULT_CONFIG = {"scores": {"@misc": PARSER_SCORES_SOURCE}, **DEFAULTS, "keep_scores": False}
+DEFAULT_CONFIG = {"scores": {"@misc": PARSER_SCORES_SOURCE}, **DEFAULTS, "keep_scores": False, "calibration": None}
 
 
 @Language.factory(
@@ -64,6 +70,7 @@ def make_tree_expectations(
     max_sentence_length: int,
     seed: Optional[int],
     keep_scores: bool,
+    calibration: Optional[Dict[str, Any]],
 ) -> TreeExpectations:
     """Create the ``tree_expectations`` component (see :class:`TreeExpectations`)."""
     return TreeExpectations(
@@ -80,6 +87,7 @@ def make_tree_expectations(
         max_sentence_length=max_sentence_length,
         seed=seed,
         keep_scores=keep_scores,
+        calibration=calibration,
     )
 
 
@@ -110,6 +118,7 @@ class TreeExpectations(Pipe):
         *,
         scores: Optional[ScoreSource] = None,
         keep_scores: bool = False,
+        calibration: Any = None,
         **options: Any,
     ) -> None:
         self.options = AnnotateOptions.from_config(options, prefix=f"{name}: ")
@@ -121,6 +130,11 @@ class TreeExpectations(Pipe):
         self.name = name
         self.score_source = scores if scores is not None else make_parser_scores()
         self.keep_scores = keep_scores
+        try:
+            #: The :class:`~spacy_treexp.calibration.CalibrationMap` applied first, or None.
+            self.calibration = read_map(calibration, f"{name}: calibration")
+        except CalibrationError as e:
+            raise ValueError(str(e)) from e
         #: How messages name the component and its score source.
         self.where = f"{name}: score source {source_name(self.score_source)}"
         install_fork_hook()
@@ -155,7 +169,8 @@ class TreeExpectations(Pipe):
         """Compute and store the annotations of every sentence of ``docs``, then drop the
         parser's scores unless ``keep_scores``."""
         per_doc: List[List[SentenceScores]] = [[] if len(doc) == 0 else self.sentence_scores(doc) for doc in docs]
-        annotations = annotate_sentences([s for doc_scores in per_doc for s in doc_scores], self.options)
+        sentences = [s for doc_scores in per_doc for s in doc_scores]
+        annotations = annotate_sentences(sentences, self.options, self.calibration)
         offset = 0
         for doc, doc_scores in zip(docs, per_doc):
             doc._.set(attributes.STORE, annotations[offset : offset + len(doc_scores)])

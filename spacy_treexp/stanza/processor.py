@@ -23,12 +23,16 @@ component: ``single_root`` (True), ``n_samples`` (0), ``sampler`` (None: ``colbo
 ``top_k_heads`` (3), ``device`` (``cpu`` | ``cuda`` | ``auto``), ``batch_size`` (256
 sentences per engine call) and ``seed`` (0; samples of a sentence come from a generator
 seeded by the seed, the sentence's position in its document and its words, so they do not
-depend on batching; None: fresh samples every call).
+depend on batching; None: fresh samples every call). ``calibration_path``: a calibration
+map's JSON file applied to depparse's scores first, by the core. Without it, a
+``treexp_calibration.json`` beside the depparse model (where ``spacy-treexp calibrate
+--stanza DIR`` stores it) is read, so a calibrated folder is calibrated wherever it is loaded.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
@@ -43,6 +47,7 @@ from spacy_treexp.annotate import (
     label_marginals,
     mbr_heads,
 )
+from spacy_treexp.calibration.map import CalibrationError, CalibrationMap, read_map
 from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture
 
 NAME = "tree_expectations"
@@ -71,6 +76,11 @@ class TreeExpectationsProcessor(Processor):
             k[len(prefix) :]: v for k, v in pipeline.config.items() if k.startswith(prefix) and not k.endswith("_path")
         }
         self.options = parse_options(options)
+        calibration = pipeline.config.get(prefix + "calibration_path") or beside_depparse(pipeline.config)
+        try:
+            self.calibration = read_map(calibration, NAME + "_calibration_path") if calibration else None
+        except CalibrationError as e:
+            raise ValueError(str(e)) from e
         depparse = pipeline.processors.get("depparse")
         if depparse is None:
             raise ValueError("tree_expectations needs the depparse processor in the same pipeline.")
@@ -78,20 +88,39 @@ class TreeExpectationsProcessor(Processor):
 
     def process(self, doc: Document) -> Document:
         """Annotate every sentence of one document."""
-        annotate_documents([doc], self.options)
+        annotate_documents([doc], self.options, self.calibration)
         return doc
 
     def bulk_process(self, docs: List[Document]) -> List[Document]:
         """Annotate the sentences of many documents in shared engine batches."""
-        annotate_documents(docs, self.options)
+        annotate_documents(docs, self.options, self.calibration)
         return docs
 
 
-def annotate_documents(docs: Sequence[Document], options: AnnotateOptions) -> None:
-    """Compute and attach the annotation of every sentence of ``docs``."""
+#: The calibration map's file name beside a Stanza depparse model.
+CALIBRATION_FILE = "treexp_calibration.json"
+
+
+def beside_depparse(config: Dict[str, Any]) -> Optional[str]:
+    """The :data:`CALIBRATION_FILE` in the depparse model's folder, if there is one."""
+    model = config.get("depparse_model_path")
+    if not model:
+        return None
+    path = os.path.join(os.path.dirname(str(model)), CALIBRATION_FILE)
+    return path if os.path.isfile(path) else None
+
+
+def annotate_documents(
+    docs: Sequence[Document], options: AnnotateOptions, calibration: Optional[CalibrationMap] = None
+) -> None:
+    """Compute and attach the annotation of every sentence of ``docs`` (``calibration``
+    applied first by the core)."""
     sentences = [sentence for doc in docs for sentence in doc.sentences]
     scores = [_sentence_scores(position, sentence) for doc in docs for position, sentence in enumerate(doc.sentences)]
-    for sentence, annotation in zip(sentences, annotate_sentences(scores, options)):
+    annotations = (
+        annotate_sentences(scores, options) if calibration is None else annotate_sentences(scores, options, calibration)
+    )
+    for sentence, annotation in zip(sentences, annotations):
         setattr(sentence, RECORD_ATTR, annotation)
 
 

@@ -1,0 +1,29 @@
+"""Calibration that travels: a map of arc (and relation) scores fitted on a gold dev set,
+stored with the pipeline or processor that reads it, applied by the annotation core.
+
+:class:`CalibrationMap` is the typed, serialisable map (:mod:`.map`); :func:`fit_calibration`
+fits it by the gold trees' likelihood (:mod:`.fit`); :func:`calibrate_sentences` applies it.
+"""
+
+from spacy_treexp.calibration.fit import fit_calibration, fit_rel_temperature
+from spacy_treexp.calibration.map import (
+    DEFAULT_EDGES,
+    DEFAULT_KNOTS,
+    KINDS,
+    CalibrationError,
+    CalibrationMap,
+    calibrate_sentences,
+    read_map,
+)
+
+__all__ = [
+    "DEFAULT_EDGES",
+    "DEFAULT_KNOTS",
+    "KINDS",
+    "CalibrationError",
+    "CalibrationMap",
+    "calibrate_sentences",
+    "fit_calibration",
+    "fit_rel_temperature",
+    "read_map",
+]

@@ -1,0 +1,334 @@
+"""The calibration map: a reweighting of arc log-potentials that keeps an exact tree distribution.
+
+Any new arc score s'(h, m) defines a tree distribution p'(d) ∝ exp Σ_{(h,m) ∈ d} s'(h, m)
+with the same exact marginals, entropy and samplers (Koo et al. 2007). The map reads each
+arc's *local* log-probability ℓ(h, m) = s(h, m) − log Σ_{h'} exp s(h', m) (a per-dependent
+shift, which leaves the tree distribution unchanged, Koo et al. 2007 §3.1; it makes the map
+ignore offsets a score source may add per dependent) and its group g(h, m) — ROOT, or the
+direction of the arc and its length bucket — and returns
+
+    s'(h, m) = a_g · ℓ(h, m) + b_g + Σ_k c_k · max(0, ℓ(h, m) − κ_k),   a_g = exp(θ_g) > 0,
+
+the hinge terms (knots κ_k = log p_k, shared by all groups) bending the map where a
+scale alone leaves mid-range confidences under-confident.
+
+One group with b = 0 is temperature scaling (a = 1/T, Guo et al. 2017): the MAP tree does
+not change. With several groups it may: the fit reports the attachment score before and
+after. Relation log-probabilities are re-normalised at ``rel_temperature``
+(log-softmax(log p / T) = log-softmax(logits / T)).
+
+A map is a frozen record with a dict / JSON / bytes form (``to_dict``, ``to_json``,
+``to_bytes`` and their ``from_*``), stored in a spaCy config, a file or a pipeline folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy
+import torch
+
+#: ``temperature``: one scale, no bias; ``distance``: a scale and a bias per group.
+KINDS = ("temperature", "distance")
+#: Lower bounds of the arc-length buckets |h − m| of the ``distance`` map.
+DEFAULT_EDGES = (1, 2, 3, 4, 6, 9, 15)
+#: Local probabilities p_k whose logs are the knots of the ``distance`` map's hinge terms.
+DEFAULT_KNOTS = (0.05, 0.2, 0.4, 0.6, 0.8, 0.95)
+FORMAT_VERSION = 1
+
+
+class CalibrationError(ValueError):
+    """A calibration map that cannot be read or used."""
+
+
+def group_count(kind: str, edges: Sequence[int]) -> int:
+    """Number of groups: 1 for ``temperature``; ROOT plus two directions per bucket for ``distance``."""
+    return 1 if kind == "temperature" else 1 + 2 * len(edges)
+
+
+def group_index(size: int, kind: str, edges: Sequence[int]) -> torch.Tensor:
+    """Group of every arc (h, m) of a ``(size, size)`` score matrix, as int64 ``(size, size)``.
+
+    ``distance``: 0 for ROOT's arcs (h = 0); 1 + k for a head left of its dependent in
+    bucket k of |h − m|; 1 + K + k for a head to its right."""
+    if kind == "temperature":
+        return torch.zeros((size, size), dtype=torch.long)
+    position = torch.arange(size)
+    head, dep = position.unsqueeze(1), position.unsqueeze(0)
+    distance = (head - dep).abs()
+    bucket = torch.bucketize(distance, torch.tensor(list(edges), dtype=torch.long), right=True) - 1
+    bucket = bucket.clamp(min=0)
+    groups = torch.where(head < dep, 1 + bucket, 1 + len(edges) + bucket)
+    return torch.where(head == 0, torch.zeros_like(groups), groups)
+
+
+def transform_scores(
+    scores: torch.Tensor,
+    lengths: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor,
+    groups: torch.Tensor,
+    knots: Optional[torch.Tensor] = None,
+    hinge: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """The map on a batch: ``scores`` ``(B, N+1, N+1)``, ``lengths`` ``(B,)``, per-group
+    ``scale`` and ``bias`` ``(G,)``, ``groups`` ``(N+1, N+1)``, and optional hinge ``knots``
+    (log-probabilities) with coefficients ``hinge`` ``(K,)`` -> s' (differentiable in
+    ``scale``, ``bias`` and ``hinge``). -inf (forbidden) stays -inf; padding, column 0 and the diagonal
+    become 0 (the engine ignores them)."""
+    size = scores.shape[-1]
+    position = torch.arange(size, device=scores.device)
+    inside = position.unsqueeze(0) <= lengths.unsqueeze(1)  # (B, N+1)
+    counted = inside.unsqueeze(2) & inside.unsqueeze(1)
+    counted = counted & (position.unsqueeze(1) != position.unsqueeze(0)) & (position > 0)
+    allowed = counted & torch.isfinite(scores)
+    safe = torch.where(allowed, scores, torch.full_like(scores, -math.inf))
+    column = torch.logsumexp(safe, dim=-2, keepdim=True)
+    column = torch.where(torch.isfinite(column), column, torch.zeros_like(column))
+    local = torch.where(allowed, scores - column, torch.zeros_like(scores))
+    mapped = scale[groups] * local + bias[groups]
+    if knots is not None and hinge is not None and knots.numel():
+        mapped = mapped + (torch.relu(local.unsqueeze(-1) - knots) * hinge).sum(-1)
+    out = torch.where(allowed, mapped, torch.zeros_like(mapped))
+    forbidden = counted & ~torch.isfinite(scores)
+    return torch.where(forbidden, torch.full_like(out, -math.inf), out)
+
+
+def _floats(values: Any, name: str) -> Tuple[float, ...]:
+    try:
+        out = tuple(float(v) for v in values)
+    except (TypeError, ValueError) as e:
+        raise CalibrationError(f"calibration map: {name} must be a list of numbers, got {values!r}") from e
+    if not all(math.isfinite(v) for v in out):
+        raise CalibrationError(f"calibration map: {name} must be finite, got {list(out)}")
+    return out
+
+
+@dataclass(frozen=True)
+class CalibrationMap:
+    """A fitted calibration (see the module doc).
+
+    Attributes:
+        kind: ``temperature`` or ``distance``.
+        log_scale: θ_g per group (a_g = exp θ_g).
+        bias: b_g per group (all 0 for ``temperature``).
+        edges: lower bounds of the arc-length buckets (``distance``).
+        knots: probabilities p_k of the hinge terms' knots log p_k (``distance``; may be empty).
+        hinge: c_k per knot.
+        rel_temperature: the relation temperature (1: relation scores unchanged).
+        fit: how it was fitted (data size, objective before/after); informative only.
+    """
+
+    kind: str = "temperature"
+    log_scale: Tuple[float, ...] = (0.0,)
+    bias: Tuple[float, ...] = (0.0,)
+    edges: Tuple[int, ...] = DEFAULT_EDGES
+    knots: Tuple[float, ...] = ()
+    hinge: Tuple[float, ...] = ()
+    rel_temperature: float = 1.0
+    fit: Dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise CalibrationError(f"calibration map: kind must be one of {KINDS}, got {self.kind!r}")
+        edges = tuple(int(e) for e in self.edges)
+        if not edges or edges[0] != 1 or any(b <= a for a, b in zip(edges, edges[1:])):
+            raise CalibrationError(f"calibration map: edges must rise strictly from 1, got {list(self.edges)}")
+        object.__setattr__(self, "edges", edges)
+        object.__setattr__(self, "log_scale", _floats(self.log_scale, "log_scale"))
+        object.__setattr__(self, "bias", _floats(self.bias, "bias"))
+        groups = group_count(self.kind, edges)
+        if len(self.log_scale) != groups or len(self.bias) != groups:
+            raise CalibrationError(
+                f"calibration map: a {self.kind} map has {groups} groups, got {len(self.log_scale)} scales "
+                f"and {len(self.bias)} biases"
+            )
+        if self.kind == "temperature" and (self.bias != (0.0,) or self.knots):
+            raise CalibrationError("calibration map: a temperature map has no bias and no knots")
+        object.__setattr__(self, "knots", _floats(self.knots, "knots"))
+        object.__setattr__(self, "hinge", _floats(self.hinge, "hinge"))
+        if len(self.knots) != len(self.hinge) or not all(0 < p < 1 for p in self.knots):
+            raise CalibrationError(
+                f"calibration map: knots must be probabilities in (0, 1), one hinge coefficient each; got "
+                f"{list(self.knots)} and {list(self.hinge)}"
+            )
+        t = float(self.rel_temperature)
+        if not (math.isfinite(t) and t > 0):
+            raise CalibrationError(f"calibration map: rel_temperature must be positive, got {self.rel_temperature!r}")
+        object.__setattr__(self, "rel_temperature", t)
+
+    # --- construction -------------------------------------------------------------
+
+    @classmethod
+    def temperature(cls, arc: float, rel: float = 1.0, fit: Optional[Dict[str, Any]] = None) -> CalibrationMap:
+        """Temperature scaling: arc scores / ``arc``, relation logits / ``rel``."""
+        if not (math.isfinite(arc) and arc > 0):
+            raise CalibrationError(f"calibration map: the arc temperature must be positive, got {arc!r}")
+        return cls("temperature", (-math.log(arc),), (0.0,), rel_temperature=rel, fit=dict(fit or {}))
+
+    @classmethod
+    def identity(cls, kind: str = "temperature", edges: Sequence[int] = DEFAULT_EDGES) -> CalibrationMap:
+        """The map that changes no distribution."""
+        groups = group_count(kind, edges)
+        return cls(kind, (0.0,) * groups, (0.0,) * groups, tuple(edges))
+
+    @property
+    def arc_temperature(self) -> Optional[float]:
+        """1 / a of a ``temperature`` map (None for other kinds)."""
+        return math.exp(-self.log_scale[0]) if self.kind == "temperature" else None
+
+    # --- applying -----------------------------------------------------------------
+
+    def parameters(self, device: Any = None) -> Tuple[torch.Tensor, ...]:
+        """(a_g, b_g, log knots, c_k) as float64 tensors."""
+
+        def tensor(values: Sequence[float]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.float64, device=device).reshape(-1)
+
+        return tensor(self.log_scale).exp(), tensor(self.bias), tensor(self.knots).log(), tensor(self.hinge)
+
+    def apply_batch(self, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """s' of a padded batch ``(B, N+1, N+1)`` (see :func:`transform_scores`), float64."""
+        scale, bias, knots, hinge = self.parameters(scores.device)
+        groups = group_index(scores.shape[-1], self.kind, self.edges).to(scores.device)
+        return transform_scores(scores.to(torch.float64), lengths.to(scores.device), scale, bias, groups, knots, hinge)
+
+    def apply_arc(self, arc: numpy.ndarray) -> numpy.ndarray:
+        """s' of one sentence's ``(n+1, n+1)`` arc scores, float64."""
+        scores = torch.from_numpy(numpy.asarray(arc, dtype=numpy.float64)).unsqueeze(0)
+        lengths = torch.tensor([arc.shape[-1] - 1])
+        return self.apply_batch(scores, lengths)[0].numpy()
+
+    def apply_rel(self, rel: Any) -> Any:
+        """Relation log-probabilities at ``rel_temperature``: a dense ``(n+1, n+1, L)`` array is
+        re-normalised; relation scores computed when read (with a ``temperature`` field, as
+        :class:`~spacy_treexp.annotate.relation_scores.BiaffineRelationScores`) get their
+        temperature multiplied."""
+        if rel is None or self.rel_temperature == 1.0:
+            return rel
+        if isinstance(rel, numpy.ndarray):
+            logits = rel.astype(numpy.float64) / self.rel_temperature
+            peak = numpy.max(logits, axis=-1, keepdims=True)
+            peak = numpy.where(numpy.isfinite(peak), peak, 0.0)
+            with numpy.errstate(divide="ignore"):
+                norm = numpy.log(numpy.exp(logits - peak).sum(-1, keepdims=True)) + peak
+            return (logits - norm).astype(rel.dtype)
+        if dataclasses.is_dataclass(rel) and hasattr(rel, "temperature"):
+            return dataclasses.replace(rel, temperature=rel.temperature * self.rel_temperature)  # type: ignore[type-var]
+        raise CalibrationError(
+            f"calibration map: cannot apply a relation temperature to relation scores of type {type(rel).__name__}"
+        )
+
+    # --- serialisation ------------------------------------------------------------
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON- and config-ready form."""
+        return {
+            "version": FORMAT_VERSION,
+            "kind": self.kind,
+            "log_scale": list(self.log_scale),
+            "bias": list(self.bias),
+            "edges": list(self.edges),
+            "knots": list(self.knots),
+            "hinge": list(self.hinge),
+            "rel_temperature": self.rel_temperature,
+            "fit": dict(self.fit),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CalibrationMap:
+        """The map of :meth:`to_dict`'s form; ``CalibrationError`` naming what is wrong."""
+        if not isinstance(data, Mapping):
+            raise CalibrationError(f"calibration map: expected a mapping, got {type(data).__name__}")
+        version = data.get("version", FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise CalibrationError(f"calibration map: format version {version!r}, this version reads {FORMAT_VERSION}")
+        known = {"version", "kind", "log_scale", "bias", "edges", "knots", "hinge", "rel_temperature", "fit"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise CalibrationError(f"calibration map: unknown field(s) {unknown}")
+        missing = sorted({"kind", "log_scale", "bias"} - set(data))
+        if missing:
+            raise CalibrationError(f"calibration map: missing field(s) {missing}")
+        return cls(
+            kind=data["kind"],
+            log_scale=tuple(data["log_scale"]),
+            bias=tuple(data["bias"]),
+            edges=tuple(data.get("edges", DEFAULT_EDGES)),
+            knots=tuple(data.get("knots", ())),
+            hinge=tuple(data.get("hinge", ())),
+            rel_temperature=data.get("rel_temperature", 1.0),
+            fit=dict(data.get("fit") or {}),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> CalibrationMap:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CalibrationError(f"calibration map: not JSON ({e})") from e
+        return cls.from_dict(data)
+
+    def to_bytes(self) -> bytes:
+        return self.to_json().encode("utf8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CalibrationMap:
+        return cls.from_json(data.decode("utf8"))
+
+    def to_disk(self, path: Union[str, Path]) -> None:
+        """Write the JSON form atomically (a temporary file renamed into place)."""
+        path = Path(path)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_bytes(self.to_bytes())
+        partial.replace(path)
+
+    @classmethod
+    def from_disk(cls, path: Union[str, Path]) -> CalibrationMap:
+        path = Path(path)
+        if not path.is_file():
+            raise CalibrationError(f"calibration map: no such file {path}")
+        try:
+            return cls.from_json(path.read_text(encoding="utf8"))
+        except CalibrationError as e:
+            raise CalibrationError(f"{path}: {e}") from e
+
+
+def read_map(value: Any, where: str = "calibration") -> Optional[CalibrationMap]:
+    """A map from a config value: None, a :class:`CalibrationMap`, its dict form, or a path
+    to its JSON file; ``CalibrationError`` prefixed with ``where`` otherwise."""
+    if value is None or isinstance(value, CalibrationMap):
+        return value
+    try:
+        if isinstance(value, Mapping):
+            return CalibrationMap.from_dict(value)
+        if isinstance(value, (str, Path)):
+            return CalibrationMap.from_disk(value)
+    except CalibrationError as e:
+        raise CalibrationError(f"{where}: {e}") from e
+    raise CalibrationError(f"{where}: expected a calibration map (dict or JSON file path), got {type(value).__name__}")
+
+
+def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[CalibrationMap]) -> List[Any]:
+    """The sentences' :class:`~spacy_treexp.annotate.SentenceScores` with the map applied to
+    their arc and relation scores (the one place a map is applied; the annotation core calls
+    it), and to each ensemble member's arc scores (``members``). ``calibration`` None returns
+    them unchanged."""
+    if calibration is None:
+        return list(sentences)
+    out = []
+    for sentence in sentences:
+        changes = {"arc": calibration.apply_arc(sentence.arc), "rel": calibration.apply_rel(sentence.rel)}
+        members = getattr(sentence, "members", None)
+        if members is not None:  # an ensemble's members: each is a parser's scores
+            changes["members"] = numpy.stack([calibration.apply_arc(member) for member in members])
+        out.append(dataclasses.replace(sentence, **changes))
+    return out

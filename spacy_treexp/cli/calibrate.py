@@ -1,0 +1,238 @@
+"""``spacy-treexp calibrate --dev DEV.conllu (--model PIPELINE | --stanza DIR) [--out PATH]``:
+fit a calibration map on gold trees and store it where the pipeline reads it.
+
+* spaCy (``--model``, default the shipped model): the scores are those the pipeline's
+  ``tree_expectations`` component reads from its score source (one is added, reading
+  ``Doc._.parser_scores``, when the pipeline has none), so the parser may be ours, a stock
+  pipeline with ``biaffine_parser``, or a custom score source. The map goes into that
+  component's ``calibration`` setting and the pipeline is written to ``--out`` (a folder;
+  ``nlp.to_disk`` keeps the map, ``spacy.load(OUT)`` applies it).
+* Stanza (``--stanza DIR``, a folder with a graph-based ``depparse``): the map is written
+  to ``DIR/treexp_calibration.json`` (or ``--out FILE``), which the ``tree_expectations``
+  processor reads beside the depparse model (or through ``tree_expectations_calibration_path``).
+
+A part of DEV (``--held-out-fraction``, by a seeded draw of sentences) or another file
+(``--held-out``) is kept out of the fit; the command prints UAS, arc ECE with its chance
+band, labelled ECE, AUROC and gold-head NLL before and after, on the part fitted and on
+the held-out part. Fitting always starts from the parser's own scores, so a second run
+replaces an earlier map instead of stacking on it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy
+import typer
+
+from spacy_treexp.cli.common import Model, Stanza, UserError, check_output_path, warn
+
+
+class Kind(str, Enum):
+    distance = "distance"
+    temperature = "temperature"
+
+
+class StanzaTags(str, Enum):
+    auto = "auto"
+    gold = "gold"
+    predicted = "predicted"
+
+
+def calibrate(
+    dev: Annotated[Path, typer.Option("--dev", help="Gold CoNLL-U to fit on.", show_default=False)],
+    model: Model = None,
+    stanza: Stanza = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--out",
+            help="spaCy: the folder to write the calibrated pipeline to (required). Stanza: the map's "
+            "file (default: DIR/treexp_calibration.json).",
+        ),
+    ] = None,
+    kind: Annotated[
+        Kind, typer.Option("--kind", help="distance: the richer map; temperature: one scale.")
+    ] = Kind.distance,
+    held_out: Annotated[
+        Optional[Path], typer.Option("--held-out", help="Gold CoNLL-U to report on only (default: part of --dev).")
+    ] = None,
+    held_out_fraction: Annotated[
+        float, typer.Option("--held-out-fraction", help="Part of --dev kept out of the fit when no --held-out.")
+    ] = 0.2,
+    l2: Annotated[float, typer.Option("--l2", help="Ridge strength of the distance map.")] = 1e-3,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the held-out draw and the chance band.")] = 0,
+    stanza_tags: Annotated[
+        StanzaTags, typer.Option("--stanza-tags", help="Stanza: gold tags of the CoNLL-U or the folder's tagger.")
+    ] = StanzaTags.auto,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="Torch threads.")] = 1,
+) -> int:
+    """Fit a calibration map on gold trees and store it with the pipeline (see the module doc)."""
+    from spacy_treexp.annotate import torch_threads
+    from spacy_treexp.calibration import CalibrationError, fit_calibration
+    from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
+
+    if model is not None and stanza is not None:
+        raise UserError("use either --model or --stanza, not both")
+    for path, what in ((dev, "--dev"), (held_out, "--held-out")):
+        if path is not None and not path.is_file():
+            raise UserError(f"{what} {path}: no such file")
+    if held_out is None and not 0 < held_out_fraction < 1:
+        raise UserError(f"--held-out-fraction {held_out_fraction}: expected a number between 0 and 1")
+    if not l2 >= 0:
+        raise UserError(f"--l2 {l2}: expected a number >= 0")
+    if stanza is not None and not stanza.is_dir():
+        raise UserError(f"--stanza {stanza}: no such directory")
+    target = _target(out, stanza, force, [p for p in (dev, held_out) if p is not None])
+    try:
+        fit_gold, report_gold = _split(
+            read_conllu(dev), None if held_out is None else read_conllu(held_out), held_out_fraction, seed
+        )
+    except ConlluError as e:
+        raise UserError(str(e)) from e
+    with torch_threads(threads):
+        if stanza is not None:
+            from spacy_treexp.evaluation.scores import stanza_scores
+
+            tags = {"auto": None, "gold": True, "predicted": False}[stanza_tags.value]
+            try:
+                fit_scores = stanza_scores(str(stanza), fit_gold, gold_tags=tags)
+                report_scores = stanza_scores(str(stanza), report_gold, gold_tags=tags)
+            except (ValueError, RuntimeError, OSError) as e:
+                raise UserError(f"--stanza {stanza}: {e}") from e
+            nlp = None
+        else:
+            nlp = _load(model)
+            fit_scores, report_scores = _spacy_scores(nlp, fit_gold), _spacy_scores(nlp, report_gold)
+        warn(f"fitting a {kind.value} map on {len(fit_gold)} sentences ({sum(g.n for g in fit_gold)} words)")
+        try:
+            calibration = fit_calibration(fit_gold, fit_scores, kind.value, l2=l2)
+        except CalibrationError as e:
+            raise UserError(str(e)) from e
+        typer.echo(
+            _table(calibration, [("fitted", fit_gold, fit_scores), ("held-out", report_gold, report_scores)], seed)
+        )
+    if nlp is None:
+        calibration.to_disk(target)
+        typer.echo(f"stored the map in {target} (read by the Stanza tree_expectations processor)")
+    else:
+        _store_spacy(nlp, calibration, target)
+        typer.echo(f"stored the calibrated pipeline in {target} (spacy.load it; its tree_expectations applies the map)")
+    return 0
+
+
+def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Sequence[Path]) -> Path:
+    """Where the map goes, checked before any work."""
+    if stanza is not None:
+        from spacy_treexp.stanza.processor import CALIBRATION_FILE
+
+        target = out if out is not None else stanza / CALIBRATION_FILE
+        check_output_path(target, inputs, what="--out")
+        if target.exists() and out is not None and not force:
+            raise UserError(f"--out {target}: exists; give --force to replace it")
+        return target
+    if out is None:
+        raise UserError("--out is required with a spaCy pipeline: the folder to write the calibrated pipeline to")
+    check_output_path(out, inputs, what="--out", folder=True)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise UserError(f"--out {out}: is not empty; give --force to replace it")
+    return out
+
+
+def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed: int) -> Tuple[List[Any], List[Any]]:
+    """(sentences to fit on, sentences to report on)."""
+    if not gold:
+        raise UserError("--dev has no sentences")
+    if held_out is not None:
+        if not held_out:
+            raise UserError("--held-out has no sentences")
+        return gold, held_out
+    order = numpy.random.default_rng(seed).permutation(len(gold))
+    cut = int(round(fraction * len(gold)))
+    if cut < 1 or cut >= len(gold):
+        raise UserError(f"--dev has {len(gold)} sentences: too few to keep {fraction} of them out")
+    kept = set(order[:cut].tolist())
+    return [g for i, g in enumerate(gold) if i not in kept], [g for i, g in enumerate(gold) if i in kept]
+
+
+def _load(model: Optional[str]) -> Any:
+    """The pipeline, with a ``tree_expectations`` component (added when it has none)."""
+    import spacy
+
+    from spacy_treexp.cli.pipelines import check_model
+    from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions and factories)
+
+    try:
+        if model is None:
+            import spacy_treexp
+
+            nlp = spacy_treexp.load()
+        else:
+            check_model(model)
+            nlp = spacy.load(model)
+    except UserError:
+        raise
+    except Exception as e:  # a package or folder that is not a loadable spaCy pipeline
+        raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
+    if "tree_expectations" not in nlp.pipe_names:
+        if not any("doc._.parser_scores" in nlp.get_pipe_meta(name).assigns for name in nlp.pipe_names):
+            raise UserError(
+                f"--model {model}: no component of {nlp.pipe_names} writes arc scores (Doc._.parser_scores) "
+                "and it has no tree_expectations with a score source"
+            )
+        nlp.add_pipe("tree_expectations")
+    return nlp
+
+
+def _spacy_scores(nlp: Any, gold: Sequence[Any]) -> List[Any]:
+    from spacy_treexp.evaluation.scores import component_scores
+
+    try:
+        return component_scores(nlp, gold)
+    except ValueError as e:
+        raise UserError(f"the pipeline's scores: {e}") from e
+
+
+def _store_spacy(nlp: Any, calibration: Any, target: Path) -> None:
+    """The pipeline with the map in its ``tree_expectations`` config, written to a temporary
+    folder beside ``target`` and renamed into place."""
+    config = dict(nlp.get_pipe_config("tree_expectations"))
+    config.pop("factory", None)
+    config["calibration"] = calibration.to_dict()
+    nlp.replace_pipe("tree_expectations", "tree_expectations", config=config)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        nlp.to_disk(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def _table(calibration: Any, parts: Sequence[Tuple[str, Sequence[Any], Sequence[Any]]], seed: int) -> str:
+    """Before/after figures of each part as a text table."""
+    from spacy_treexp.evaluation.calibration_report import figures, word_arrays
+
+    lines = [
+        f"{calibration.kind} map: arc NLL/word on the fitted part "
+        f"{calibration.fit['tree_nll_per_word_before']:.4f} -> {calibration.fit['tree_nll_per_word_after']:.4f}, "
+        f"relation temperature {calibration.rel_temperature:.3f}",
+        f"{'part':9s} {'map':7s} {'words':>6s} {'UAS':>6s} {'arc ECE':>8s} {'band95':>7s} {'lab ECE':>8s} "
+        f"{'AUROC':>6s} {'NLL':>6s}",
+    ]
+    for name, gold, scores in parts:
+        for label, used in (("before", None), ("after", calibration)):
+            f: Dict[str, Any] = figures(word_arrays(gold, scores, used), "tree", band_replicates=300, seed=seed)
+            lines.append(
+                f"{name:9s} {label:7s} {f['n_words']:6d} {f['uas']:6.4f} {f['arc_ece']:8.4f} "
+                f"{f['arc_ece_chance_band']:7.4f} {f.get('labeled_ece', float('nan')):8.4f} {f['auroc']:6.4f} "
+                f"{f['gold_head_nll']:6.4f}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""``spacy-treexp calibrate``: fits, stores the map where the pipeline or processor reads it,
+reloads it; bad input is one line and exit status 2. A tiny parser is trained here in
+seconds (no shipped model, no ../shared data)."""
+
+import random
+import shutil
+
+import numpy
+import pytest
+import spacy
+import torch
+from helpers.paths import FIXTURES
+from helpers.toy_pipelines import tiny_parser_config
+from spacy.tokens import Doc
+from spacy.training import Example
+from thinc.api import Config, fix_random_seed
+
+from spacy_treexp.annotate import AnnotateOptions, annotate_sentences
+from spacy_treexp.calibration import CalibrationMap
+from spacy_treexp.cli import main
+from spacy_treexp.evaluation import read_conllu
+from spacy_treexp.evaluation.scores import component_scores
+
+FIXTURE = FIXTURES / "eval_20.conllu"
+
+
+@pytest.fixture(scope="module")
+def pipeline_dir(tmp_path_factory):
+    """A tiny pipeline trained on the first 12 fixture sentences."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fix_random_seed(0)
+        nlp = spacy.util.load_model_from_config(Config().from_str(tiny_parser_config(arc_width=32)), auto_fill=True)
+        examples = []
+        for sentence in read_conllu(FIXTURE)[:12]:
+            words = sentence.words
+            heads = [i if h == 0 else h - 1 for i, h in enumerate(sentence.heads[1:].tolist())]
+            deps = ["ROOT" if d == "root" else d for d in sentence.deprels]
+            reference = Doc(
+                nlp.vocab, words=words, heads=heads, deps=deps, sent_starts=[True] + [False] * (len(words) - 1)
+            )
+            examples.append(Example(Doc(nlp.vocab, words=words), reference))
+        optimizer = nlp.initialize(lambda: examples)
+        for _ in range(15):
+            random.shuffle(examples)
+            nlp.update(examples, sgd=optimizer)
+        path = tmp_path_factory.mktemp("calibrate") / "tiny"
+        nlp.to_disk(path)
+    finally:
+        torch.set_num_threads(previous)
+    return path
+
+
+def test_spacy_pipeline_stores_and_reloads_the_map(pipeline_dir, tmp_path, capsys):
+    out = tmp_path / "calibrated"
+    argv = ["calibrate", "--model", str(pipeline_dir), "--dev", str(FIXTURE), "--out", str(out), "--kind"]
+    assert main(argv + ["temperature", "--held-out-fraction", "0.3"]) == 0
+    printed = capsys.readouterr().out
+    assert "held-out  after" in printed and "fitted    before" in printed
+    nlp = spacy.load(out)
+    calibration = nlp.get_pipe("tree_expectations").calibration
+    assert isinstance(calibration, CalibrationMap) and calibration.kind == "temperature"
+    assert calibration.fit["n_sentences"] == 14  # 20 sentences, 6 held out
+    # the stored pipeline annotates with the map, exactly as the core applies it
+    gold = read_conllu(FIXTURE)[12:14]
+    scores = component_scores(nlp, gold)
+    expected = annotate_sentences(scores, AnnotateOptions(), calibration)
+    docs = [nlp(Doc(nlp.vocab, words=g.words, sent_starts=[True] + [False] * (g.n - 1))) for g in gold]
+    for doc, annotation in zip(docs, expected):
+        numpy.testing.assert_allclose(doc._.tree_expectations[0].marginals, annotation.marginals, atol=1e-6)
+    # a second run replaces the map (fitted from the parser's own scores again)
+    assert main(argv + ["distance", "--out", str(out), "--force", "--held-out-fraction", "0.3"]) == 0
+    assert spacy.load(out).get_pipe("tree_expectations").calibration.kind == "distance"
+
+
+def test_config_carries_the_map_through_to_disk(pipeline_dir, tmp_path):
+    calibration = CalibrationMap.temperature(1.7, rel=1.3)
+    nlp = spacy.load(pipeline_dir)
+    nlp.add_pipe("tree_expectations", config={"calibration": calibration.to_dict()})
+    nlp.to_disk(tmp_path / "p")
+    assert spacy.load(tmp_path / "p").get_pipe("tree_expectations").calibration == calibration
+    with pytest.raises(ValueError, match="tree_expectations: calibration: calibration map: kind"):
+        spacy.load(pipeline_dir).add_pipe(
+            "tree_expectations", config={"calibration": {"kind": "x", "log_scale": [0], "bias": [0]}}
+        )
+
+
+def test_stanza_folder_gets_a_map_the_processor_reads(tmp_path, capsys):
+    pytest.importorskip("stanza")
+    from spacy_treexp.stanza import pipeline_from_dir
+
+    folder = tmp_path / "tiny"
+    shutil.copytree(FIXTURES / "stanza" / "tiny", folder)
+    dev = FIXTURES / "stanza" / "tiny_en.dev.conllu"
+    assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--kind", "temperature"]) == 0
+    assert "Stanza" in capsys.readouterr().out
+    stored = CalibrationMap.from_disk(folder / "treexp_calibration.json")
+    nlp = pipeline_from_dir(str(folder), logging_level="WARN")
+    processor = nlp.processors["tree_expectations"]
+    assert processor.calibration == stored
+    plain = pipeline_from_dir(str(FIXTURES / "stanza" / "tiny"), logging_level="WARN")
+    assert plain.processors["tree_expectations"].calibration is None
+    text = "The dog saw a cat with the telescope ."
+    a, b = nlp(text).sentences[0], plain(text).sentences[0]
+    if abs(stored.arc_temperature - 1.0) > 0.05:
+        assert abs(a.tree_entropy - b.tree_entropy) > 1e-4
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dev", "missing.conllu", "--out", "{tmp}/o"], "--dev missing.conllu: no such file"),
+        (["--dev", "{fixture}"], "--out is required"),
+        (["--dev", "{fixture}", "--out", "{tmp}/o", "--model", "{model}", "--stanza", "{tmp}"], "not both"),
+        (["--dev", "{fixture}", "--out", "{tmp}/o", "--held-out-fraction", "1.5"], "--held-out-fraction"),
+        (["--dev", "{fixture}", "--out", "{tmp}/o", "--model", "{tmp}/nothing"], "no such spaCy pipeline"),
+        (["--dev", "{fixture}", "--out", "{tmp}/o", "--model", "blank:en"], "writes arc scores"),
+        (["--dev", "{tmp}/bad.conllu", "--out", "{tmp}/o", "--model", "{model}"], "bad.conllu"),
+        (["--dev", "{fixture}", "--out", "{tmp}/full", "--model", "{model}"], "not empty"),
+        (["--dev", "{fixture}", "--out", "{tmp}/no/such/o", "--model", "{model}"], "no such folder"),
+        (["--dev", "{fixture}", "--stanza", "{tmp}/nostanza"], "no such directory"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, message, pipeline_dir, tmp_path, capsys):
+    (tmp_path / "bad.conllu").write_text("1\tword\n\n")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    filled = [a.format(tmp=tmp_path, fixture=FIXTURE, model=pipeline_dir) for a in args]
+    assert main(["calibrate", *filled]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err

@@ -1,0 +1,195 @@
+"""The calibration map: an exact tree distribution (checked by brute force), its record
+forms, its single point of application in the core, and its fit by gold-tree likelihood."""
+
+import math
+
+import numpy
+import pytest
+import torch
+from helpers.enumerate_trees import tree_log_probs
+
+from spacy_treexp.annotate import AnnotateOptions, SentenceScores, annotate_sentences
+from spacy_treexp.calibration import CalibrationError, CalibrationMap, calibrate_sentences, fit_calibration
+from spacy_treexp.engine import TreeDistribution
+
+
+def rich_map(rel_temperature=1.0):
+    rng = numpy.random.default_rng(3)
+    groups = 1 + 2 * 3
+    return CalibrationMap(
+        "distance",
+        tuple(rng.normal(0, 0.4, groups)),
+        tuple(rng.normal(0, 0.5, groups)),
+        (1, 2, 4),
+        (0.1, 0.5),
+        (0.7, -0.4),
+        rel_temperature=rel_temperature,
+    )
+
+
+def reference_map(arc, calibration):
+    """s'(h, m) written out by hand, float64 (the test's own reading of the module doc)."""
+    n = arc.shape[0] - 1
+    out = numpy.zeros_like(arc, dtype=numpy.float64)
+    edges = list(calibration.edges)
+    for m in range(1, n + 1):
+        heads = [h for h in range(n + 1) if h != m]
+        column = numpy.array([arc[h, m] for h in heads], dtype=numpy.float64)
+        log_norm = numpy.log(numpy.exp(column - column.max()).sum()) + column.max()
+        for h in heads:
+            local = arc[h, m] - log_norm
+            if calibration.kind == "temperature" or h == 0:
+                group = 0
+            else:
+                bucket = max(k for k, edge in enumerate(edges) if abs(h - m) >= edge)
+                group = 1 + bucket if h < m else 1 + len(edges) + bucket
+            value = math.exp(calibration.log_scale[group]) * local + calibration.bias[group]
+            for p, c in zip(calibration.knots, calibration.hinge):
+                value += c * max(0.0, local - math.log(p))
+            out[h, m] = value
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_recalibrated_marginals_match_brute_force(n):
+    rng = numpy.random.default_rng(n)
+    arc = rng.normal(0, 2.5, (n + 1, n + 1))
+    calibration = rich_map()
+    mapped = reference_map(arc, calibration)
+    trees, log_probs = tree_log_probs(torch.from_numpy(mapped), n, single_root=True)
+    expected = numpy.zeros((n + 1, n + 1))
+    for tree, log_p in zip(trees.numpy(), log_probs.numpy()):
+        expected[tree[1:], numpy.arange(1, n + 1)] += math.exp(log_p)
+    assert expected[:, 1:].sum(0) == pytest.approx(numpy.ones(n))
+    # the map's own output and the core's annotation of the calibrated sentence
+    mu = TreeDistribution(torch.from_numpy(calibration.apply_arc(arc)).unsqueeze(0)).marginals[0].numpy()
+    numpy.testing.assert_allclose(mu[:, 1:], expected[:, 1:], atol=1e-10)
+    sentence = SentenceScores(arc=arc)
+    [annotation] = annotate_sentences([sentence], AnnotateOptions(), calibration)
+    numpy.testing.assert_allclose(annotation.marginals[:, 1:], expected[:, 1:], atol=1e-6)
+    if n > 1:  # one word has one tree: nothing to change
+        [plain] = annotate_sentences([sentence], AnnotateOptions())
+        assert not numpy.allclose(plain.marginals, annotation.marginals, atol=1e-3)
+
+
+def test_map_ignores_per_dependent_offsets_and_padding():
+    rng = numpy.random.default_rng(0)
+    calibration = rich_map()
+    arcs = [rng.normal(0, 2, (k + 1, k + 1)) for k in (3, 6)]
+    shifted = arcs[0] + rng.normal(0, 5, (1, 4))  # a constant per dependent column
+    dist = lambda a: TreeDistribution(torch.from_numpy(calibration.apply_arc(a)).unsqueeze(0)).marginals[0]  # noqa: E731
+    torch.testing.assert_close(dist(arcs[0]), dist(shifted))
+    # batched with a longer sentence: the same scores
+    padded = torch.zeros((2, 7, 7), dtype=torch.float64)
+    padded[0, :4, :4] = torch.from_numpy(arcs[0])
+    padded[1] = torch.from_numpy(arcs[1])
+    batch = calibration.apply_batch(padded, torch.tensor([3, 6]))
+    numpy.testing.assert_allclose(batch[0, :4, 1:4].numpy(), calibration.apply_arc(arcs[0])[:, 1:])
+
+
+def test_forbidden_arcs_stay_forbidden():
+    arc = numpy.random.default_rng(1).normal(0, 1, (5, 5))
+    arc[2, 3] = -numpy.inf
+    mapped = rich_map().apply_arc(arc)
+    assert mapped[2, 3] == -numpy.inf
+    assert numpy.isfinite(mapped[[0, 1, 3], 3]).all()
+
+
+def test_relation_temperature_renormalises():
+    rng = numpy.random.default_rng(2)
+    logits = rng.normal(0, 3, (4, 4, 6))
+    rel = logits - numpy.log(numpy.exp(logits).sum(-1, keepdims=True))
+    out = rich_map(rel_temperature=2.0).apply_rel(rel)
+    expected = logits / 2.0 - numpy.log(numpy.exp(logits / 2.0).sum(-1, keepdims=True))
+    numpy.testing.assert_allclose(out, expected, atol=1e-12)
+    assert CalibrationMap.temperature(1.5).apply_rel(rel) is rel  # relation temperature 1
+
+
+def test_calibrate_sentences_applies_to_ensemble_members():
+    arc = numpy.random.default_rng(4).normal(0, 1, (4, 4))
+    sentence = SentenceScores(arc=arc)
+    if not hasattr(sentence, "members"):
+        pytest.skip("SentenceScores has no members field in this version")
+    sentence.members = numpy.stack([arc, 2 * arc])
+    [out] = calibrate_sentences([sentence], rich_map())
+    numpy.testing.assert_allclose(out.members[1], rich_map().apply_arc(2 * arc))
+
+
+def test_record_round_trips(tmp_path):
+    calibration = rich_map(rel_temperature=1.7)
+    assert CalibrationMap.from_dict(calibration.to_dict()) == calibration
+    assert CalibrationMap.from_bytes(calibration.to_bytes()) == calibration
+    calibration.to_disk(tmp_path / "map.json")
+    assert CalibrationMap.from_disk(tmp_path / "map.json") == calibration
+    assert CalibrationMap.temperature(2.0).arc_temperature == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"kind": "spline"}, "kind"),
+        ({"log_scale": [0.0]}, "groups"),
+        ({"bias": [float("nan")] * 7}, "finite"),
+        ({"knots": [1.5, 0.5]}, "probabilities"),
+        ({"rel_temperature": 0}, "rel_temperature"),
+        ({"edges": [2, 3, 4]}, "edges"),
+        ({"version": 9}, "version"),
+        ({"colour": 1}, "unknown"),
+    ],
+)
+def test_bad_maps_are_named(change, message):
+    data = {**rich_map().to_dict(), **change}
+    with pytest.raises(CalibrationError, match=message):
+        CalibrationMap.from_dict(data)
+
+
+def _sample_corpus(true_map, count, seed):
+    """Sentences with random scores and gold trees drawn from the recalibrated distribution."""
+    rng = numpy.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
+    gold, scores = [], []
+
+    class Gold:
+        def __init__(self, heads):
+            self.heads, self.deprels = heads, []
+
+    for _ in range(count):
+        n = int(rng.integers(2, 9))
+        arc = rng.normal(0, 3.0, (n + 1, n + 1))
+        mapped = torch.from_numpy(true_map.apply_arc(arc)).unsqueeze(0)
+        heads = TreeDistribution(mapped).sample((1,), method="colbourn", generator=generator)[0, 0].numpy()
+        gold.append(Gold(heads))
+        scores.append(SentenceScores(arc=arc))
+    return gold, scores
+
+
+def test_fit_recovers_a_known_temperature():
+    gold, scores = _sample_corpus(CalibrationMap.temperature(2.0), 400, seed=0)
+    fitted = fit_calibration(gold, scores, "temperature")
+    assert fitted.arc_temperature == pytest.approx(2.0, rel=0.08)
+    assert fitted.fit["tree_nll_per_word_after"] < fitted.fit["tree_nll_per_word_before"]
+    # data drawn at temperature 1 give a temperature near 1
+    gold, scores = _sample_corpus(CalibrationMap.temperature(1.0), 400, seed=1)
+    assert fit_calibration(gold, scores, "temperature").arc_temperature == pytest.approx(1.0, rel=0.08)
+
+
+def test_distance_fit_recovers_a_known_map():
+    edges = (1, 2)
+    truth = CalibrationMap("distance", (0.0, -0.7, 0.4, 0.3, -0.2), (0.0, 0.5, -0.5, 0.0, 0.3), edges)
+    gold, scores = _sample_corpus(truth, 600, seed=2)
+    fitted = fit_calibration(gold, scores, "distance", edges=edges, knots=(), l2=0.0)
+    scale_error = numpy.abs(numpy.subtract(fitted.log_scale, truth.log_scale))
+    assert scale_error.max() < 0.25
+    # the ROOT bias is not identified (one ROOT arc per tree); the others are
+    assert numpy.abs(numpy.subtract(fitted.bias, truth.bias))[1:].max() < 0.3
+
+
+def test_fit_refuses_bad_input():
+    gold, scores = _sample_corpus(CalibrationMap.temperature(1.0), 3, seed=3)
+    with pytest.raises(CalibrationError, match="gold trees"):
+        fit_calibration(gold[:2], scores, "temperature")
+    with pytest.raises(CalibrationError, match="kind"):
+        fit_calibration(gold, scores, "isotonic")
+    scores[0].arc[gold[0].heads[1], 1] = -numpy.inf
+    with pytest.raises(CalibrationError, match="forbid"):
+        fit_calibration(gold, scores, "temperature")

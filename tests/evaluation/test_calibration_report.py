@@ -1,0 +1,111 @@
+"""Equal-width ECE, the chance band, and the calibration block (tree vs local softmax, per
+genre) on synthetic corpora whose gold trees are drawn from the scores' own distribution."""
+
+import numpy
+import pytest
+import torch
+
+from spacy_treexp.annotate import AnnotateOptions, SentenceScores, annotate_sentences
+from spacy_treexp.calibration import CalibrationMap
+from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.evaluation import metrics
+from spacy_treexp.evaluation.calibration_report import (
+    calibration_section,
+    fit_local_temperature,
+    genre,
+    word_arrays,
+)
+from spacy_treexp.evaluation.conllu import GoldSentence
+
+
+def test_equal_width_ece_known_answer():
+    confidence = [0.05, 0.05, 0.95, 0.95]
+    correct = [0, 1, 1, 1]
+    # bin 0: |0.5 - 0.05| * 2; bin 14: |1 - 0.95| * 2; over 4 predictions
+    assert metrics.equal_width_ece(confidence, correct, 15) == pytest.approx((0.9 + 0.1) / 4)
+    assert metrics.equal_width_ece([1.0], [1], 15) == 0.0  # 1.0 falls in the last bin
+    bins = metrics.equal_width_bins(confidence, correct, 15)
+    assert [b["count"] for b in bins] == [2, 2] and bins[0]["accuracy"] == 0.5
+
+
+def test_chance_band_covers_perfect_calibration_and_not_a_biased_model():
+    rng = numpy.random.default_rng(0)
+    confidence = rng.beta(5, 1, 3000)
+    band = metrics.chance_ece_band(confidence, 15, replicates=400, seed=1)
+    draws = [metrics.equal_width_ece(confidence, rng.random(3000) < confidence) for _ in range(200)]
+    assert 0.90 <= numpy.mean(numpy.array(draws) < band) <= 0.99
+    over_confident = rng.random(3000) < confidence - 0.08
+    assert metrics.equal_width_ece(confidence, over_confident) > band
+
+
+def _corpus(count, seed, temperature=1.0):
+    """Sentences with random scores; gold trees drawn at ``temperature``; two genres."""
+    rng = numpy.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
+    gold, scores = [], []
+    for i in range(count):
+        n = int(rng.integers(2, 9))
+        arc = rng.normal(0, 3.0, (n + 1, n + 1))
+        dist = TreeDistribution(torch.from_numpy(arc / temperature).unsqueeze(0))
+        heads = dist.sample((1,), method="colbourn", generator=generator)[0, 0].numpy()
+        words = [f"w{k}" for k in range(n)]
+        gold.append(GoldSentence(f"{'ab'[i % 2]}-{i}", words, heads, ["dep"] * n))
+        scores.append(SentenceScores(arc=arc))
+    return gold, scores
+
+
+def test_word_arrays_agree_with_the_core_and_a_softmax():
+    gold, scores = _corpus(6, seed=0)
+    calibration = CalibrationMap.temperature(1.5)
+    words = word_arrays(gold, scores, calibration, local_temperature=2.0)
+    annotations = annotate_sentences(scores, AnnotateOptions(), calibration)
+    offset = 0
+    for sentence, score, annotation in zip(gold, scores, annotations):
+        n = sentence.n
+        predicted = annotation.heads  # the MAP tree of the raw scores: the map keeps it
+        numpy.testing.assert_allclose(words["tree"][offset : offset + n], annotation.head_prob, atol=1e-6)
+        for m in range(1, n + 1):
+            column = numpy.array([score.arc[h, m] / 2.0 for h in range(n + 1) if h != m])
+            p = numpy.exp(score.arc[predicted[m - 1], m] / 2.0) / numpy.exp(column).sum()
+            assert words["local"][offset + m - 1] == pytest.approx(p)
+        assert (words["head_ok"][offset : offset + n] == (predicted == sentence.heads[1:])).all()
+        offset += n
+    assert genre("weblog-juancole.com_x-0001") == "weblog" and genre("noprefix") == "all"
+
+
+def test_local_temperature_recovers_a_known_local_temperature():
+    rng = numpy.random.default_rng(1)
+    gold, scores = [], []
+    for i in range(300):  # heads drawn per word from the softmax at T = 2 (no tree constraint)
+        n = 6
+        arc = rng.normal(0, 3.0, (n + 1, n + 1))
+        heads = [-1]
+        for m in range(1, n + 1):
+            candidates = [h for h in range(n + 1) if h != m]
+            p = numpy.exp(arc[candidates, m] / 2.0)
+            heads.append(candidates[rng.choice(len(candidates), p=p / p.sum())])
+        gold.append(GoldSentence(str(i), ["w"] * n, numpy.array(heads), ["dep"] * n))
+        scores.append(SentenceScores(arc=arc))
+    assert fit_local_temperature(gold, scores) == pytest.approx(2.0, rel=0.1)
+
+
+def test_calibration_section_per_genre_with_targets():
+    dev_gold, dev_scores = _corpus(160, seed=2, temperature=2.0)
+    gold, scores = _corpus(160, seed=3, temperature=2.0)
+    section = calibration_section(gold, scores, dev_gold, dev_scores, bootstrap_replicates=20)
+    test = section["test"]
+    assert set(test) == {
+        "tree, raw",
+        "local softmax, raw",
+        "tree, temperature (dev)",
+        "tree, distance map (dev)",
+        "local softmax, temperature (dev)",
+    }
+    assert set(test["tree, raw"]["genres"]) == {"a", "b"}
+    assert CalibrationMap.from_dict(section["maps"]["temperature"]).arc_temperature == pytest.approx(2.0, rel=0.15)
+    raw, scaled = test["tree, raw"]["overall"], test["tree, temperature (dev)"]["overall"]
+    assert scaled["gold_head_nll"] < raw["gold_head_nll"]  # scores drawn at T = 2: T = 1 is too sharp
+    assert scaled["uas"] == raw["uas"] and section["targets"]["uas_unchanged"]
+    low, high = raw["bootstrap_95"]["arc_ece"]
+    assert low <= high
+    assert set(section["targets"]["arc_ece_below_chance_band_per_genre"]) == {"a", "b"}
