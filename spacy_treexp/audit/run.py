@@ -109,6 +109,25 @@ def audit_cross_fitted(
     return AuditResult(done, ranked, time.perf_counter() - started, train_seconds, k)
 
 
+def default_trainer(max_steps: Optional[int] = None, max_seconds: Optional[float] = None) -> Trainer:
+    """The project's training command (``spacy-treexp train``: :func:`spacy_treexp.training.recipe.train_pipeline`,
+    which also fits a calibration map on the fold's dev part) when it is installed, else
+    :func:`spacy_trainer`; ``max_steps`` / ``max_seconds`` bound each fold's training."""
+
+    def train(train_conllu: Path, dev_conllu: Path, output: Path) -> str:
+        try:
+            from spacy_treexp.training.recipe import TrainOptions, train_pipeline
+        except ImportError:
+            overrides = {"training.max_steps": str(max_steps)} if max_steps is not None else {}
+            return spacy_trainer(overrides=overrides)(train_conllu, dev_conllu, output)
+        options = TrainOptions(
+            train=train_conllu, dev=dev_conllu, out=output, max_steps=max_steps, max_seconds=max_seconds
+        )
+        return str(train_pipeline(options, log=lambda message: None)["model"])
+
+    return train
+
+
 def shipped_config() -> Path:
     """The training config of the shipped English pipeline."""
     return Path(__file__).resolve().parent.parent / "models" / "en_treexp_ewt" / "config.cfg"

@@ -42,6 +42,10 @@ def audit(
         Optional[int],
         typer.Option("--train-steps", min=1, help="With --folds: training steps per model (default: the config's)."),
     ] = None,
+    train_seconds: Annotated[
+        Optional[float],
+        typer.Option("--train-seconds", min=1.0, help="With --folds: wall-clock budget of each model's training."),
+    ] = None,
     threshold: Annotated[
         float, typer.Option("--threshold", min=0.0, max=1.0, help="Flag arcs whose score is at least this (HTML).")
     ] = 0.5,
@@ -52,7 +56,7 @@ def audit(
 ) -> int:
     """Rank every gold arc and label of a CoNLL-U treebank by how unlikely the parser finds it."""
     from spacy_treexp.audit.report import arcs_csv, arcs_jsonl, audit_html
-    from spacy_treexp.audit.run import audit_cross_fitted, audit_treebank, spacy_trainer
+    from spacy_treexp.audit.run import audit_cross_fitted, audit_treebank, default_trainer
     from spacy_treexp.audit.scoring import spacy_scorer
     from spacy_treexp.cli.partial import write_atomic
     from spacy_treexp.cli.pipelines import check_model, load_pipeline
@@ -72,8 +76,8 @@ def audit(
             raise UserError(f"--html {html}: is also --output; give two paths")
     if model is not None:
         check_model(model)
-    if train_steps is not None and not folds:
-        raise UserError("--train-steps needs --folds")
+    if (train_steps is not None or train_seconds is not None) and not folds:
+        raise UserError("--train-steps and --train-seconds need --folds")
     if folds == 1:
         raise UserError("--folds 1: cross-fitting needs at least 2 folds (0: off)")
     bad: List[str] = []
@@ -90,11 +94,10 @@ def audit(
             sentences = list(read_conllu(gold, on_error=skip))
             if len(sentences) < folds:
                 raise UserError(f"--folds {folds}: GOLD has only {len(sentences)} sentence(s)")
-            overrides = {"training.max_steps": str(train_steps)} if train_steps is not None else {}
             result = audit_cross_fitted(
                 sentences,
                 folds,
-                spacy_trainer(overrides=overrides),
+                default_trainer(max_steps=train_steps, max_seconds=train_seconds),
                 lambda path: spacy_scorer(load_pipeline(path), batch_size),
                 progress=progress.update,
                 log=lambda message: progress.write(message, file=sys.stderr),

@@ -144,3 +144,51 @@ def test_html_shows_flagged_sentences_with_the_arc_highlighted():
         assert f'data-head="{arc.head}" data-dep="{arc.id}" stroke="rgb(192,57,43)"' in page
     assert 'stroke="rgb(120,120,120)"' in page
     assert audit_html(result.sentences, result.ranked, threshold=0.9, limit=1).count('class="audit-sentence"') == 1
+
+
+def test_spacy_trainer_converts_the_folds_and_runs_spacy_train(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from spacy.tokens import DocBin
+
+    import spacy_treexp.audit.run as run_module
+    from spacy_treexp.io import write_conllu
+
+    commands: list = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        output = Path(command[command.index("--output") + 1])
+        (output / "model-best").mkdir(parents=True)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(run_module.subprocess, "run", fake_run)
+    train, dev = tmp_path / "train.conllu", tmp_path / "dev.conllu"
+    write_conllu([s for s in TREEBANK if s.tree_problem() is None], train)
+    write_conllu(TREEBANK[:1], dev)
+    monkeypatch.setitem(sys.modules, "spacy_treexp.training.recipe", None)  # the project's trainer absent
+    model = run_module.default_trainer(max_steps=7)(train, dev, tmp_path / "out")
+    assert model == str(tmp_path / "out" / "model-best")
+    (command,) = commands
+    assert command[1:4] == ["-m", "spacy", "train"] and command[4] == str(run_module.shipped_config())
+    assert command[command.index("--training.max_steps") + 1] == "7"
+    assert command[command.index("--paths.vectors") + 1] == str(run_module.shipped_config().parent)
+    import spacy
+
+    docs = list(DocBin().from_disk(command[command.index("--paths.train") + 1]).get_docs(spacy.blank("en").vocab))
+    assert sum(len(list(doc.sents)) for doc in docs) == 3  # the valid trees only
+
+
+def test_a_failing_training_names_the_fold(tmp_path, monkeypatch):
+    import subprocess
+
+    import spacy_treexp.audit.run as run_module
+    from spacy_treexp.io import write_conllu
+
+    monkeypatch.setattr(
+        run_module.subprocess, "run", lambda command, **kwargs: subprocess.CompletedProcess(command, 1, "", "boom\n")
+    )
+    write_conllu(TREEBANK[:2], tmp_path / "train.conllu")
+    with pytest.raises(RuntimeError, match="spacy train failed .*boom"):
+        run_module.spacy_trainer()(tmp_path / "train.conllu", tmp_path / "train.conllu", tmp_path / "out")

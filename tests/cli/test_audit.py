@@ -78,18 +78,31 @@ def test_audit_folds_trains_one_model_per_fold(run_cli, model, gold, tmp_path, m
 
     trained: list = []
 
-    def fake_trainer(overrides=None):
+    def fake_trainer(max_steps=None, max_seconds=None):
         def train(train_conllu, dev_conllu, output):
-            trained.append((train_conllu.read_text(encoding="utf-8"), overrides))
+            trained.append((train_conllu.read_text(encoding="utf-8"), (max_steps, max_seconds)))
             return model
 
         return train
 
-    monkeypatch.setattr(run_module, "spacy_trainer", fake_trainer)
+    monkeypatch.setattr(run_module, "default_trainer", fake_trainer)
     out = tmp_path / "folds.jsonl"
-    status, _, err = run_cli("audit", str(gold), "--model", model, "--folds", "2", "--train-steps", "5", "-o", str(out))
+    status, _, err = run_cli(
+        "audit",
+        str(gold),
+        "--model",
+        model,
+        "--folds",
+        "2",
+        "--train-steps",
+        "5",
+        "--train-seconds",
+        "9",
+        "-o",
+        str(out),
+    )
     assert status == 0, err
-    assert len(trained) == 2 and all(overrides == {"training.max_steps": "5"} for _, overrides in trained)
+    assert len(trained) == 2 and all(limits == (5, 9.0) for _, limits in trained)
     assert "2 folds" in err
     # only the valid tree 'ok' can be trained on, and only by the fold that does not audit it
     assert sum("# sent_id = ok" in text for text, _ in trained) == 1
@@ -104,7 +117,7 @@ def test_audit_folds_trains_one_model_per_fold(run_cli, model, gold, tmp_path, m
         (["{gold}", "--html", "{gold}"], "is the input file"),
         (["{gold}", "--html", "{tmp}/nofolder/r.html"], "no such folder"),
         (["{gold}", "--folds", "1"], "at least 2 folds"),
-        (["{gold}", "--train-steps", "3"], "--train-steps needs --folds"),
+        (["{gold}", "--train-steps", "3"], "--train-steps and --train-seconds need --folds"),
         (["{gold}", "--model", "no-such-model-xyz"], "no such spaCy pipeline"),
     ],
 )
