@@ -26,6 +26,7 @@ from spacy_treexp.calibration.map import (
     KINDS,
     CalibrationError,
     CalibrationMap,
+    dependent_relations,
     group_count,
     group_index,
     transform_scores,
@@ -53,27 +54,42 @@ class _Batch:
     gold: torch.Tensor
     groups: torch.Tensor
     knots: torch.Tensor
+    columns: torch.Tensor  # index of each dependent's relation into γ (the last: none)
 
 
 def _batches(
-    gold: Sequence[GoldTree], scores: Sequence[SentenceScores], kind: str, edges: Sequence[int], knots: torch.Tensor
+    gold: Sequence[GoldTree],
+    scores: Sequence[SentenceScores],
+    kind: str,
+    edges: Sequence[int],
+    knots: torch.Tensor,
+    relations: Sequence[Optional[List[str]]],
+    names: Sequence[str],
 ) -> List[_Batch]:
     lengths = [s.n for s in scores]
+    position = {name: k for k, name in enumerate(names)}
     out = []
     for index in length_buckets(lengths, 512, max_cells=MAX_CELLS):
         raw, batch_lengths = pad_scores([scores[i].arc for i in index])
         heads = torch.full(raw.shape[:2], -1, dtype=torch.long)
+        columns = torch.full(raw.shape[:2], len(names), dtype=torch.long)
         for b, i in enumerate(index):
             heads[b, : lengths[i] + 1] = torch.from_numpy(numpy.asarray(gold[i].heads, dtype=numpy.int64))
-        out.append(_Batch(raw, batch_lengths, heads, group_index(raw.shape[-1], kind, edges), knots))
+            for m, name in enumerate(relations[i] or (), start=1):
+                columns[b, m] = position.get(name, len(names))
+        out.append(_Batch(raw, batch_lengths, heads, group_index(raw.shape[-1], kind, edges), knots, columns))
     return out
 
 
-def tree_nll(batches: Sequence[_Batch], scale: torch.Tensor, bias: torch.Tensor, hinge: torch.Tensor) -> torch.Tensor:
-    """Σ over sentences of −log p'(gold tree) (differentiable in ``scale``, ``bias``, ``hinge``)."""
+def tree_nll(
+    batches: Sequence[_Batch], scale: torch.Tensor, bias: torch.Tensor, hinge: torch.Tensor, gamma: torch.Tensor
+) -> torch.Tensor:
+    """Σ over sentences of −log p'(gold tree) (differentiable in the map's parameters)."""
     total = torch.zeros((), dtype=torch.float64)
+    padded_gamma = torch.cat([gamma, gamma.new_zeros(1)])
     for batch in batches:
-        mapped = transform_scores(batch.scores, batch.lengths, scale, bias, batch.groups, batch.knots, hinge)
+        columns = padded_gamma[batch.columns]
+        mapped = transform_scores(batch.scores, batch.lengths, scale, bias, batch.groups, batch.knots, hinge, columns)
         log_z = TreeDistribution(mapped, batch.lengths, single_root=True).log_partition
         words = batch.gold >= 0
         gold_scores = torch.gather(mapped, 1, batch.gold.clamp(min=0).unsqueeze(1)).squeeze(1)
@@ -104,6 +120,8 @@ def fit_calibration(
     *,
     edges: Sequence[int] = DEFAULT_EDGES,
     knots: Sequence[float] = DEFAULT_KNOTS,
+    by_relation: bool = True,
+    min_relation_words: int = 50,
     l2: float = DEFAULT_L2,
     relations: bool = True,
     max_iter: int = 100,
@@ -112,7 +130,8 @@ def fit_calibration(
     likelihood under ``scores`` (one :class:`SentenceScores` per gold tree), with the
     relation temperature when ``relations`` and the scores have relation scores. ``edges``
     and ``knots`` (the hinge terms' probabilities; empty: none) shape the ``distance`` map;
-    ``l2`` is the ridge strength λ.
+    ``by_relation``: a column scale γ_r for each relation the parser gives at least
+    ``min_relation_words`` words of the data; ``l2`` is the ridge strength λ.
 
     The map's ``fit`` records the words, the per-word NLL before and after (trees and
     labels) and the optimiser's iterations."""
@@ -126,23 +145,32 @@ def fit_calibration(
     if not all(0 < p < 1 for p in knots):
         raise CalibrationError(f"fit_calibration: knots must be probabilities in (0, 1), got {list(knots)}")
     groups = group_count(kind, edges)
-    batches = _batches(gold, scores, kind, edges, torch.tensor(knots, dtype=torch.float64).log())
     rich = kind != "temperature"
+    per_sentence = [dependent_relations(s) if rich and by_relation else None for s in scores]
+    counts: Dict[str, int] = {}
+    for names in per_sentence:
+        for name in names or ():
+            counts[name] = counts.get(name, 0) + 1
+    relation_names = sorted(name for name, count in counts.items() if count >= min_relation_words)
+    knot_logs = torch.tensor(knots, dtype=torch.float64).log()
+    batches = _batches(gold, scores, kind, edges, knot_logs, per_sentence, relation_names)
     log_scale = torch.zeros(groups, dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(groups, dtype=torch.float64, requires_grad=rich)
     hinge = torch.zeros(len(knots), dtype=torch.float64, requires_grad=rich)
-    parameters = [log_scale] + ([bias, hinge] if rich else [])
+    gamma = torch.zeros(len(relation_names), dtype=torch.float64, requires_grad=rich)
+    parameters = [log_scale] + ([bias, hinge, gamma] if rich else [])
 
     def objective() -> torch.Tensor:
-        value = tree_nll(batches, log_scale.exp(), bias, hinge) / n_words
+        value = tree_nll(batches, log_scale.exp(), bias, hinge, gamma) / n_words
         if rich and l2 > 0:
             penalty = ((log_scale - log_scale.mean()) ** 2).sum() + (bias**2).sum() + (hinge**2).sum()
-            value = value + 0.5 * l2 * penalty
+            value = value + 0.5 * l2 * (penalty + (gamma**2).sum())
         return value
 
     with torch.no_grad():
         identity = torch.ones(groups, dtype=torch.float64)
-        before = float(tree_nll(batches, identity, torch.zeros_like(identity), torch.zeros_like(hinge)) / n_words)
+        zero = torch.zeros_like(identity)
+        before = float(tree_nll(batches, identity, zero, torch.zeros_like(hinge), torch.zeros_like(gamma)) / n_words)
     optimiser = torch.optim.LBFGS(parameters, lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe")
     evaluations = 0
 
@@ -156,7 +184,7 @@ def fit_calibration(
 
     optimiser.step(closure)
     with torch.no_grad():
-        after = float(tree_nll(batches, log_scale.exp(), bias, hinge) / n_words)
+        after = float(tree_nll(batches, log_scale.exp(), bias, hinge, gamma) / n_words)
     fit: Dict[str, Any] = {
         "n_sentences": len(scores),
         "n_words": n_words,
@@ -178,6 +206,8 @@ def fit_calibration(
         edges,
         knots,
         tuple(float(v) for v in hinge.detach()),
+        tuple(relation_names),
+        tuple(float(v) for v in gamma.detach()),
         rel_temperature=rel_temperature,
         fit=fit,
     )

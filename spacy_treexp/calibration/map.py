@@ -10,7 +10,11 @@ direction of the arc and its length bucket — and returns
     s'(h, m) = a_g · ℓ(h, m) + b_g + Σ_k c_k · max(0, ℓ(h, m) − κ_k),   a_g = exp(θ_g) > 0,
 
 the hinge terms (knots κ_k = log p_k, shared by all groups) bending the map where a
-scale alone leaves mid-range confidences under-confident.
+scale alone leaves mid-range confidences under-confident. The scale of a dependent's whole
+column is further multiplied by exp(γ_r) for the relation r the parser gives it (its
+``deprels``, else the best label at its head): words of some relations are attached less
+reliably than their scores say. Every term is a function of the parser's output only, so
+s' is again a matrix of arc log-potentials.
 
 One group with b = 0 is temperature scaling (a = 1/T, Guo et al. 2017): the MAP tree does
 not change. With several groups it may: the fit reports the attachment score before and
@@ -75,11 +79,13 @@ def transform_scores(
     groups: torch.Tensor,
     knots: Optional[torch.Tensor] = None,
     hinge: Optional[torch.Tensor] = None,
+    column_log_scale: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """The map on a batch: ``scores`` ``(B, N+1, N+1)``, ``lengths`` ``(B,)``, per-group
     ``scale`` and ``bias`` ``(G,)``, ``groups`` ``(N+1, N+1)``, and optional hinge ``knots``
     (log-probabilities) with coefficients ``hinge`` ``(K,)`` -> s' (differentiable in
-    ``scale``, ``bias`` and ``hinge``). -inf (forbidden) stays -inf; padding, column 0 and the diagonal
+    ``scale``, ``bias`` and ``hinge``); ``column_log_scale`` ``(B, N+1)``: γ of each
+    dependent's relation (0: none). -inf (forbidden) stays -inf; padding, column 0 and the diagonal
     become 0 (the engine ignores them)."""
     size = scores.shape[-1]
     position = torch.arange(size, device=scores.device)
@@ -91,7 +97,10 @@ def transform_scores(
     column = torch.logsumexp(safe, dim=-2, keepdim=True)
     column = torch.where(torch.isfinite(column), column, torch.zeros_like(column))
     local = torch.where(allowed, scores - column, torch.zeros_like(scores))
-    mapped = scale[groups] * local + bias[groups]
+    arc_scale = scale[groups]
+    if column_log_scale is not None:
+        arc_scale = arc_scale * column_log_scale.exp().unsqueeze(1)
+    mapped = arc_scale * local + bias[groups]
     if knots is not None and hinge is not None and knots.numel():
         mapped = mapped + (torch.relu(local.unsqueeze(-1) - knots) * hinge).sum(-1)
     out = torch.where(allowed, mapped, torch.zeros_like(mapped))
@@ -120,6 +129,8 @@ class CalibrationMap:
         edges: lower bounds of the arc-length buckets (``distance``).
         knots: probabilities p_k of the hinge terms' knots log p_k (``distance``; may be empty).
         hinge: c_k per knot.
+        relations: relation names with a column scale of their own (``distance``).
+        relation_scale: γ_r per relation.
         rel_temperature: the relation temperature (1: relation scores unchanged).
         fit: how it was fitted (data size, objective before/after); informative only.
     """
@@ -130,6 +141,8 @@ class CalibrationMap:
     edges: Tuple[int, ...] = DEFAULT_EDGES
     knots: Tuple[float, ...] = ()
     hinge: Tuple[float, ...] = ()
+    relations: Tuple[str, ...] = ()
+    relation_scale: Tuple[float, ...] = ()
     rel_temperature: float = 1.0
     fit: Dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -152,6 +165,13 @@ class CalibrationMap:
             raise CalibrationError("calibration map: a temperature map has no bias and no knots")
         object.__setattr__(self, "knots", _floats(self.knots, "knots"))
         object.__setattr__(self, "hinge", _floats(self.hinge, "hinge"))
+        object.__setattr__(self, "relations", tuple(str(r) for r in self.relations))
+        object.__setattr__(self, "relation_scale", _floats(self.relation_scale, "relation_scale"))
+        if len(self.relations) != len(self.relation_scale) or (self.kind == "temperature" and self.relations):
+            raise CalibrationError(
+                f"calibration map: one relation_scale per relation (and none for a temperature map); got "
+                f"{len(self.relations)} relations and {len(self.relation_scale)} scales"
+            )
         if len(self.knots) != len(self.hinge) or not all(0 < p < 1 for p in self.knots):
             raise CalibrationError(
                 f"calibration map: knots must be probabilities in (0, 1), one hinge coefficient each; got "
@@ -192,17 +212,37 @@ class CalibrationMap:
 
         return tensor(self.log_scale).exp(), tensor(self.bias), tensor(self.knots).log(), tensor(self.hinge)
 
-    def apply_batch(self, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """s' of a padded batch ``(B, N+1, N+1)`` (see :func:`transform_scores`), float64."""
+    def column_scales(self, relations: Sequence[Optional[Sequence[str]]], size: int) -> torch.Tensor:
+        """γ of each dependent's relation, ``(B, size)`` float64 (0 at ROOT, padding and
+        relations without a scale); ``relations[b]``: sentence b's n relations, or None."""
+        out = torch.zeros((len(relations), size), dtype=torch.float64)
+        if not self.relations:
+            return out
+        gamma = dict(zip(self.relations, self.relation_scale))
+        for b, names in enumerate(relations):
+            for m, name in enumerate(names or (), start=1):
+                out[b, m] = gamma.get(normalise_relation(name), 0.0)
+        return out
+
+    def apply_batch(
+        self, scores: torch.Tensor, lengths: torch.Tensor, relations: Optional[Sequence[Optional[Sequence[str]]]] = None
+    ) -> torch.Tensor:
+        """s' of a padded batch ``(B, N+1, N+1)`` (see :func:`transform_scores`), float64;
+        ``relations``: each sentence's dependent relations (see :func:`dependent_relations`)."""
         scale, bias, knots, hinge = self.parameters(scores.device)
         groups = group_index(scores.shape[-1], self.kind, self.edges).to(scores.device)
-        return transform_scores(scores.to(torch.float64), lengths.to(scores.device), scale, bias, groups, knots, hinge)
+        columns = None
+        if self.relations and relations is not None:
+            columns = self.column_scales(relations, scores.shape[-1]).to(scores.device)
+        return transform_scores(
+            scores.to(torch.float64), lengths.to(scores.device), scale, bias, groups, knots, hinge, columns
+        )
 
-    def apply_arc(self, arc: numpy.ndarray) -> numpy.ndarray:
+    def apply_arc(self, arc: numpy.ndarray, relations: Optional[Sequence[str]] = None) -> numpy.ndarray:
         """s' of one sentence's ``(n+1, n+1)`` arc scores, float64."""
         scores = torch.from_numpy(numpy.asarray(arc, dtype=numpy.float64)).unsqueeze(0)
         lengths = torch.tensor([arc.shape[-1] - 1])
-        return self.apply_batch(scores, lengths)[0].numpy()
+        return self.apply_batch(scores, lengths, [relations])[0].numpy()
 
     def apply_rel(self, rel: Any) -> Any:
         """Relation log-probabilities at ``rel_temperature``: a dense ``(n+1, n+1, L)`` array is
@@ -236,6 +276,8 @@ class CalibrationMap:
             "edges": list(self.edges),
             "knots": list(self.knots),
             "hinge": list(self.hinge),
+            "relations": list(self.relations),
+            "relation_scale": list(self.relation_scale),
             "rel_temperature": self.rel_temperature,
             "fit": dict(self.fit),
         }
@@ -248,7 +290,8 @@ class CalibrationMap:
         version = data.get("version", FORMAT_VERSION)
         if version != FORMAT_VERSION:
             raise CalibrationError(f"calibration map: format version {version!r}, this version reads {FORMAT_VERSION}")
-        known = {"version", "kind", "log_scale", "bias", "edges", "knots", "hinge", "rel_temperature", "fit"}
+        known = {"version", "kind", "log_scale", "bias", "edges", "knots", "hinge", "relations", "relation_scale"}
+        known |= {"rel_temperature", "fit"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise CalibrationError(f"calibration map: unknown field(s) {unknown}")
@@ -262,6 +305,8 @@ class CalibrationMap:
             edges=tuple(data.get("edges", DEFAULT_EDGES)),
             knots=tuple(data.get("knots", ())),
             hinge=tuple(data.get("hinge", ())),
+            relations=tuple(data.get("relations", ())),
+            relation_scale=tuple(data.get("relation_scale", ())),
             rel_temperature=data.get("rel_temperature", 1.0),
             fit=dict(data.get("fit") or {}),
         )
@@ -326,9 +371,27 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
         return list(sentences)
     out = []
     for sentence in sentences:
-        changes = {"arc": calibration.apply_arc(sentence.arc), "rel": calibration.apply_rel(sentence.rel)}
+        relations = dependent_relations(sentence) if calibration.relations else None
+        changes = {"arc": calibration.apply_arc(sentence.arc, relations), "rel": calibration.apply_rel(sentence.rel)}
         members = getattr(sentence, "members", None)
         if members is not None:  # an ensemble's members: each is a parser's scores
-            changes["members"] = numpy.stack([calibration.apply_arc(member) for member in members])
+            changes["members"] = numpy.stack([calibration.apply_arc(member, relations) for member in members])
         out.append(dataclasses.replace(sentence, **changes))
     return out
+
+
+def normalise_relation(name: str) -> str:
+    """``ROOT`` (spaCy's name) and ``root`` (UD's) are the same relation."""
+    return "root" if name.lower() == "root" else name
+
+
+def dependent_relations(sentence: Any) -> Optional[List[str]]:
+    """The relation the parser gives each word of a :class:`~spacy_treexp.annotate.SentenceScores`:
+    its ``deprels``, else the best label at its head (``heads``, else none) from ``rel``."""
+    if sentence.deprels is not None:
+        return [normalise_relation(r) for r in sentence.deprels]
+    if sentence.rel is None or sentence.labels is None or sentence.heads is None:
+        return None
+    n = sentence.n
+    rows = numpy.asarray(sentence.rel[numpy.asarray(sentence.heads), numpy.arange(1, n + 1)])
+    return [normalise_relation(sentence.labels[int(k)]) for k in rows.argmax(-1)]

@@ -177,6 +177,51 @@ def timing_lines(timing: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def calibration_lines(section: Dict[str, Any]) -> List[str]:
+    """Markdown of the calibration block: per variant, overall and per genre, each figure
+    with its chance band (the 95th percentile of a perfectly calibrated model's ECE)."""
+    test = section["test"]
+    genres = sorted({g for table in test.values() for g in table["genres"]})
+    lines = [
+        f"Confidence in the parser's own head of each word; ECE over {section['n_bins']} equal-width bins, "
+        "shown as `ECE [band]` where the band is the 95th percentile of the ECE a perfectly calibrated "
+        "model with the same confidences shows by chance (correctness ~ Bernoulli(confidence)); "
+        "bootstrap 95 % intervals resample sentences.",
+        "",
+        "| variant | UAS (%) | arc ECE [band] | 95 % interval | labelled ECE [band] | AUROC | 95 % interval | gold-head NLL |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, table in test.items():
+        o = table["overall"]
+        boot = o.get("bootstrap_95", {})
+        lines.append(
+            f"| {name} | {_pct(o['uas'])} | {_f(o['arc_ece'])} [{_f(o['arc_ece_chance_band'])}] | "
+            f"{_interval(boot.get('arc_ece'))} | {_f(o.get('labeled_ece'))} [{_f(o.get('labeled_ece_chance_band'))}] | "
+            f"{_f(o['auroc'])} | {_interval(boot.get('auroc'))} | {_f(o['gold_head_nll'])} |"
+        )
+    lines += ["", "Per genre, arc ECE [band] / labelled ECE / AUROC:", ""]
+    lines += ["| variant | " + " | ".join(genres) + " |", "|---|" + "---:|" * len(genres)]
+    for name, table in test.items():
+        cells = []
+        for genre in genres:
+            g = table["genres"].get(genre)
+            cells.append(
+                "–"
+                if g is None
+                else f"{_f(g['arc_ece'])} [{_f(g['arc_ece_chance_band'])}] / {_f(g.get('labeled_ece'))} / {_f(g['auroc'], 3)}"
+            )
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    words = {genre: next(iter(test.values()))["genres"][genre]["n_words"] for genre in genres}
+    lines += ["", "Words per genre: " + ", ".join(f"{g} {n}" for g, n in words.items()) + "."]
+    if section.get("targets"):
+        lines += [
+            "",
+            "Targets of the distance map (fitted on dev): "
+            + ", ".join(f"{k}: {v}" for k, v in section["targets"].items()),
+        ]
+    return lines
+
+
 def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None:
     meta = report["meta"]
     blocks = {"raw scores": report["raw"]}
@@ -232,6 +277,9 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
                     f"| {name} | {_pct(m['uas_map'])} | {_pct(m['uas_mbr'])} | {_f(m['arc_ece'])} | "
                     f"{_f(m['labeled_arc_ece'])} | {_f(m['auroc_one_minus_head_prob'])} |"
                 )
+    if report.get("calibration"):
+        lines += ["", "## Calibration: the tree distribution vs the local per-word softmax", ""]
+        lines += calibration_lines(report["calibration"])
     if report.get("timing"):
         lines += [
             "",
@@ -308,6 +356,9 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
         plt.close(fig)
         written.append("oracle_uas.png")
 
+    if report.get("calibration"):
+        written.append(reliability_by_genre(report["calibration"], out_dir, plt))
+
     timing = report.get("timing")
     if timing and timing["rows"]:
         fig, ax = plt.subplots(figsize=(5, 4))
@@ -339,3 +390,35 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
         plt.close(fig)
         written.append("entropy_timing.png")
     return written
+
+
+def reliability_by_genre(section: Dict[str, Any], out_dir: Path, plt: Any) -> str:
+    """One reliability diagram (equal-width bins) per genre and overall, a line per variant."""
+    test = section["test"]
+    genres = ["overall"] + sorted({g for table in test.values() for g in table["genres"]})
+    columns = min(3, len(genres))
+    rows = -(-len(genres) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 4.0 * rows), squeeze=False)
+    for ax, genre in zip(axes.reshape(-1), genres):
+        ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+        for name, table in test.items():
+            block = table["overall"] if genre == "overall" else table["genres"].get(genre)
+            if block is None:
+                continue
+            xs = [b["confidence"] for b in block["bins"]]
+            ys = [b["accuracy"] for b in block["bins"]]
+            style = "-" if name.startswith("tree") else ":"
+            label = f"{name}: ECE {_f(block['arc_ece'], 3)} [{_f(block['arc_ece_chance_band'], 3)}]"
+            ax.plot(xs, ys, style, marker=".", label=label)
+        ax.set_title(f"{genre}: ECE [chance band]", fontsize=10)
+        ax.set_xlabel("head_prob (15 equal-width bins)")
+        ax.set_ylabel("accuracy")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=6, loc="upper left")
+    for ax in axes.reshape(-1)[len(genres) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(out_dir / "reliability_genres.png", dpi=100)
+    plt.close(fig)
+    return "reliability_genres.png"

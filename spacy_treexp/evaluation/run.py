@@ -22,6 +22,7 @@ import torch
 
 from spacy_treexp.annotate import SentenceScores, torch_threads
 from spacy_treexp.engine.sampling import DEFAULT_METHOD
+from spacy_treexp.evaluation.calibration_report import calibration_section
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
 from spacy_treexp.evaluation.evaluator import EvalOptions, evaluate
 from spacy_treexp.evaluation.report import targets, write_json, write_markdown, write_plots
@@ -92,13 +93,17 @@ class EvalReport:
 
     ``raw``: the metrics of the scores as they are; ``calibrated``: the same with the
     temperatures fitted on dev (``temperature``), when a dev file was given; ``targets``:
-    the headline targets met or not; ``timing``: the entropy timing table."""
+    the headline targets met or not; ``calibration``: the tree distribution against the
+    local per-word softmax, raw and calibrated on dev (scalar temperature, the distance
+    map), per genre with chance bands and bootstrap intervals
+    (:mod:`spacy_treexp.evaluation.calibration_report`); ``timing``: the entropy timing table."""
 
     meta: Dict[str, Any]
     raw: Dict[str, Any]
     targets: Dict[str, Any]
     temperature: Optional[Dict[str, Any]] = None
     calibrated: Optional[Dict[str, Any]] = None
+    calibration: Optional[Dict[str, Any]] = None
     timing: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
@@ -193,6 +198,8 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     meta["evaluate_seconds"] = time.perf_counter() - t0
     log(f"evaluated in {meta['evaluate_seconds']:.1f} s")
     report.targets["raw"] = targets(report.raw)
+    dev_gold: Optional[List[GoldSentence]] = None
+    dev_scores: Optional[List[SentenceScores]] = None
     if config.dev:
         dev_gold = read_conllu(config.dev)
         t0 = time.perf_counter()
@@ -221,6 +228,12 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
             gold, test_scores, arc_temperature=arc["temperature"], rel_temperature=rel_t, options=options
         )
         report.targets["calibrated"] = targets(report.calibrated)
+    t0 = time.perf_counter()
+    report.calibration = calibration_section(
+        gold, test_scores, dev_gold, dev_scores, bootstrap_replicates=options.bootstrap, seed=config.seed
+    )
+    meta["calibration_seconds"] = time.perf_counter() - t0
+    log(f"calibration maps and tables in {meta['calibration_seconds']:.1f} s")
     if config.timing:
         t0 = time.perf_counter()
         report.timing = timing_table(

@@ -23,13 +23,19 @@ def rich_map(rel_temperature=1.0):
         (1, 2, 4),
         (0.1, 0.5),
         (0.7, -0.4),
+        ("nsubj", "obj"),
+        (0.6, -0.5),
         rel_temperature=rel_temperature,
     )
 
 
-def reference_map(arc, calibration):
+RELATIONS = ["nsubj", "obj", "det", "obj", "nsubj", "amod"]
+
+
+def reference_map(arc, calibration, relations=None):
     """s'(h, m) written out by hand, float64 (the test's own reading of the module doc)."""
     n = arc.shape[0] - 1
+    gamma = dict(zip(calibration.relations, calibration.relation_scale))
     out = numpy.zeros_like(arc, dtype=numpy.float64)
     edges = list(calibration.edges)
     for m in range(1, n + 1):
@@ -43,7 +49,8 @@ def reference_map(arc, calibration):
             else:
                 bucket = max(k for k, edge in enumerate(edges) if abs(h - m) >= edge)
                 group = 1 + bucket if h < m else 1 + len(edges) + bucket
-            value = math.exp(calibration.log_scale[group]) * local + calibration.bias[group]
+            column = gamma.get(relations[m - 1], 0.0) if relations else 0.0
+            value = math.exp(calibration.log_scale[group] + column) * local + calibration.bias[group]
             for p, c in zip(calibration.knots, calibration.hinge):
                 value += c * max(0.0, local - math.log(p))
             out[h, m] = value
@@ -55,16 +62,17 @@ def test_recalibrated_marginals_match_brute_force(n):
     rng = numpy.random.default_rng(n)
     arc = rng.normal(0, 2.5, (n + 1, n + 1))
     calibration = rich_map()
-    mapped = reference_map(arc, calibration)
+    relations = RELATIONS[:n]
+    mapped = reference_map(arc, calibration, relations)
     trees, log_probs = tree_log_probs(torch.from_numpy(mapped), n, single_root=True)
     expected = numpy.zeros((n + 1, n + 1))
     for tree, log_p in zip(trees.numpy(), log_probs.numpy()):
         expected[tree[1:], numpy.arange(1, n + 1)] += math.exp(log_p)
     assert expected[:, 1:].sum(0) == pytest.approx(numpy.ones(n))
     # the map's own output and the core's annotation of the calibrated sentence
-    mu = TreeDistribution(torch.from_numpy(calibration.apply_arc(arc)).unsqueeze(0)).marginals[0].numpy()
+    mu = TreeDistribution(torch.from_numpy(calibration.apply_arc(arc, relations)).unsqueeze(0)).marginals[0].numpy()
     numpy.testing.assert_allclose(mu[:, 1:], expected[:, 1:], atol=1e-10)
-    sentence = SentenceScores(arc=arc)
+    sentence = SentenceScores(arc=arc, deprels=relations)
     [annotation] = annotate_sentences([sentence], AnnotateOptions(), calibration)
     numpy.testing.assert_allclose(annotation.marginals[:, 1:], expected[:, 1:], atol=1e-6)
     if n > 1:  # one word has one tree: nothing to change
@@ -193,3 +201,19 @@ def test_fit_refuses_bad_input():
     scores[0].arc[gold[0].heads[1], 1] = -numpy.inf
     with pytest.raises(CalibrationError, match="forbid"):
         fit_calibration(gold, scores, "temperature")
+
+
+def test_dependent_relations_from_the_best_label_at_the_parser_head():
+    from spacy_treexp.calibration.map import dependent_relations
+
+    rng = numpy.random.default_rng(5)
+    rel = numpy.log(rng.dirichlet(numpy.ones(3), (4, 4)))
+    heads = numpy.array([2, 0, 2])
+    sentence = SentenceScores(arc=rng.normal(0, 1, (4, 4)), rel=rel, labels=["nsubj", "ROOT", "obj"], heads=heads)
+    expected = [["nsubj", "root", "obj"][int(rel[heads[m - 1], m].argmax())] for m in (1, 2, 3)]
+    assert dependent_relations(sentence) == expected
+    sentence.deprels = ["obj", "ROOT", "det"]
+    assert dependent_relations(sentence) == ["obj", "root", "det"]
+    calibration = rich_map()
+    [out] = calibrate_sentences([sentence], calibration)
+    numpy.testing.assert_allclose(out.arc[:, 1:], calibration.apply_arc(sentence.arc, ["obj", "root", "det"])[:, 1:])
