@@ -22,7 +22,7 @@ from spacy_treexp.annotate.batching import batch_distribution, length_buckets
 from spacy_treexp.annotate.options import AnnotateOptions
 from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
 from spacy_treexp.annotate.runtime import resolve_device, threads_for
-from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.engine import TreeDistribution, TreeMixture
 from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ def annotate_sentences(
             bucket = [sentences[i] for i in index]
             dist = batch_distribution([s.arc for s in bucket], options.single_root, device)
             annotations = _infer(bucket, dist, options)
+            _epistemic(bucket, annotations, options, device)
             if options.n_samples > 0:
                 _sample(bucket, dist, annotations, options)
             for i, annotation in zip(index, annotations):
@@ -91,6 +92,7 @@ def _infer(
     attachment = dist.expected_attachment(torch.from_numpy(padded).to(marginals.device)).cpu().numpy()
     marginals_np = marginals.float().cpu().numpy()
     log_partition = dist.log_partition.cpu().numpy()
+    parse_log_prob = dist.log_prob(torch.from_numpy(padded).to(marginals.device)).double().cpu().numpy()
     entropy = dist.entropy().cpu().numpy()
     annotations = []
     for b, (sentence, sentence_heads) in enumerate(zip(bucket, heads)):
@@ -114,9 +116,59 @@ def _infer(
                 labels=None if sentence.labels is None else list(sentence.labels),
                 single_root=options.single_root,
                 top_k_heads=options.top_k_heads,
+                parse_log_prob=float(parse_log_prob[b]),
             )
         )
     return annotations
+
+
+#: Trees drawn from each ensemble member per sentence for the estimate of I(tree; member).
+MEMBER_SAMPLES = 2
+
+
+def _epistemic(
+    bucket: Sequence[SentenceScores],
+    annotations: Sequence[SentenceAnnotation],
+    options: AnnotateOptions,
+    device: torch.device,
+) -> None:
+    """The epistemic uncertainty of the sentences of a batch that carry ensemble members
+    (``SentenceScores.members``), from the mixture of their tree distributions
+    (:class:`~spacy_treexp.engine.TreeMixture`): exact per-word head mutual information and
+    mean member entropy, and an unbiased estimate of the sentence's I(tree; member) from
+    ``MEMBER_SAMPLES`` trees per member (seeded per sentence like the samples)."""
+    by_size: dict = {}
+    for b, sentence in enumerate(bucket):
+        if sentence.members is not None:
+            by_size.setdefault(int(numpy.shape(sentence.members)[0]), []).append(b)
+    for k, index in by_size.items():
+        size = max(bucket[b].n for b in index) + 1
+        scores = numpy.zeros((len(index), k, size, size), dtype=numpy.float64)
+        weights = numpy.ones((len(index), k), dtype=numpy.float64)
+        for i, b in enumerate(index):
+            n = bucket[b].n
+            scores[i, :, : n + 1, : n + 1] = bucket[b].members
+            if bucket[b].member_weights is not None:
+                weights[i] = bucket[b].member_weights
+        lengths = torch.tensor([bucket[b].n for b in index], dtype=torch.long, device=device)
+        mixture = TreeMixture(
+            torch.from_numpy(scores).to(device),
+            torch.from_numpy(weights).to(device),
+            lengths,
+            single_root=options.single_root,
+        )
+        generators = None
+        if options.seed is not None:
+            seeds = [sentence_seed(options.seed, bucket[b].start, "members\x00" + bucket[b].text) for b in index]
+            generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+        mutual_information, _ = mixture.mutual_information(MEMBER_SAMPLES, generator=generators)
+        head_mi = mixture.head_mutual_information().float().cpu().numpy()
+        expected = mixture.expected_entropy().cpu().numpy()
+        for i, b in enumerate(index):
+            annotation = annotations[b]
+            annotation.head_mutual_information = numpy.ascontiguousarray(head_mi[i, 1 : bucket[b].n + 1])
+            annotation.mutual_information = float(mutual_information[i])
+            annotation.expected_entropy = float(expected[i])
 
 
 def word_head_entropy(marginals: torch.Tensor) -> torch.Tensor:

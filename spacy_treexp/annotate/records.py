@@ -188,6 +188,15 @@ class SentenceAnnotation:
         labels: relation names, or None; single_root: the kind of trees; top_k_heads: how
             many heads ``top_heads`` lists; mbr_heads: int32 ``(n,)``, the minimum-Bayes-risk
             tree once computed (``spacy_treexp.annotate.mbr_heads``), else None.
+        parse_log_prob: log p(heads), the exact log-probability that ``heads`` is the whole
+            tree (1 − its exponential: the probability of at least one attachment error).
+        head_mutual_information: float32 ``(n,)``, with ensemble members
+            (:attr:`SentenceScores.members`): I(head of m; member) = H(Σ_k w_k μ_k(·, m)) −
+            Σ_k w_k H(μ_k(·, m)), exact; else None.
+        mutual_information: with members, an unbiased estimate of I(tree; member) = H(Σ_k
+            w_k p_k) − Σ_k w_k H(p_k) (``spacy_treexp.engine.TreeMixture``); else None.
+        expected_entropy: with members, Σ_k w_k H(p_k), the members' mean tree entropy
+            (exact); else None.
 
     An annotation read back from CoNLL-U has only the values that format keeps; the others
     are None.
@@ -210,6 +219,10 @@ class SentenceAnnotation:
     single_root: bool = True
     top_k_heads: int = 3
     mbr_heads: Optional[numpy.ndarray] = None
+    parse_log_prob: Optional[float] = None
+    head_mutual_information: Optional[numpy.ndarray] = None
+    mutual_information: Optional[float] = None
+    expected_entropy: Optional[float] = None
 
     @property
     def n(self) -> int:

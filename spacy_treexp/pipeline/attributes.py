@@ -190,6 +190,40 @@ def get_span_entropy_per_word(span: Span) -> Optional[float]:
     return None if record is None else record.entropy_per_word
 
 
+def get_span_parse_log_prob(span: Span) -> Optional[float]:
+    """log p of the Doc's parse of the sentence as a whole tree (exact)."""
+    return _span_value(span, "parse_log_prob")
+
+
+def get_span_error_probability(span: Span) -> Optional[float]:
+    """Probability that the Doc's parse of the sentence has at least one wrong head,
+    1 − p(parse) (exact; a sentence-level risk score)."""
+    value = _span_value(span, "parse_log_prob")
+    return None if value is None else -math.expm1(value)
+
+
+def get_span_expected_errors(span: Span) -> Optional[float]:
+    """Expected number of wrong heads in the Doc's parse of the sentence, n (1 − expected
+    attachment) (exact)."""
+    record = _record_for_span(span)
+    if record is None or record.expected_attachment is None:
+        return None
+    return record.n * (1.0 - record.expected_attachment)
+
+
+def get_span_mutual_information(span: Span) -> Optional[float]:
+    """I(tree; member), nats: the epistemic part of the tree entropy, from the parser's
+    ensemble members (unbiased estimate; ``spacy_treexp.engine.TreeMixture``); None without
+    members."""
+    return _span_value(span, "mutual_information")
+
+
+def get_span_expected_entropy(span: Span) -> Optional[float]:
+    """The members' mean tree entropy Σ_k w_k H(p_k), nats (the aleatoric part); None
+    without members."""
+    return _span_value(span, "expected_entropy")
+
+
 # --- Token getters ----------------------------------------------------------------
 
 
@@ -220,6 +254,12 @@ def get_token_dep_prob(token: Token) -> Optional[float]:
     return None if value is None or math.isnan(value) else value
 
 
+def get_token_head_mutual_information(token: Token) -> Optional[float]:
+    """I(head; member), nats: how much the parser's ensemble members disagree about the
+    token's head (exact); None without members."""
+    return _token_value(token, "head_mutual_information")
+
+
 def get_token_head_distribution(token: Token) -> Optional[List[Tuple[Token, float]]]:
     """The ``top_k_heads`` most probable heads with their marginals, best first.
 
@@ -247,12 +287,18 @@ SPAN_GETTERS = {
     "sampled_heads": get_span_sampled_heads,
     "sample_log_probs": get_span_sample_log_probs,
     "entropy_per_word": get_span_entropy_per_word,
+    "parse_log_prob": get_span_parse_log_prob,
+    "error_probability": get_span_error_probability,
+    "expected_errors": get_span_expected_errors,
+    "mutual_information": get_span_mutual_information,
+    "expected_entropy": get_span_expected_entropy,
 }
 TOKEN_GETTERS = {
     "head_prob": get_token_head_prob,
     "head_entropy": get_token_head_entropy,
     "head_distribution": get_token_head_distribution,
     "dep_prob": get_token_dep_prob,
+    "head_mutual_information": get_token_head_mutual_information,
 }
 
 #: Attribute names, in the form spaCy's ``assigns`` declarations use.

@@ -32,8 +32,9 @@ from spacy_treexp.annotate import check_length, install_fork_hook, threads_for
 from spacy_treexp.annotate.options import DEFAULT_MAX_SENTENCE_LENGTH
 from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
 from spacy_treexp.engine import TreeDistribution
-from spacy_treexp.pipeline.architectures import set_n_labels
+from spacy_treexp.pipeline.architectures import get_scorer_module, set_n_labels
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
+from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
 
 #: A sentence's relation log-probabilities: the dense (n+1, n+1, L) array or its factors.
 RelationScores = Union[numpy.ndarray, BiaffineRelationScores]
@@ -49,6 +50,7 @@ class Predictions(TypedDict):
     rel: List["RelationScores"]
     lengths: numpy.ndarray
     heads: numpy.ndarray
+    members: Optional[numpy.ndarray]
 
 
 class Gold(TypedDict):
@@ -168,6 +170,8 @@ def make_biaffine_parser_scorer() -> Callable:
         "arc_temperature": 1.0,
         "rel_temperature": 1.0,
         "max_sentence_length": DEFAULT_MAX_SENTENCE_LENGTH,
+        "members": DEFAULT_MEMBERS,
+        "member_kind": "head",
         "scorer": {"@scorers": "spacy_treexp.biaffine_parser_scorer.v1"},
     },
     default_score_weights={"dep_uas": 0.5, "dep_las": 0.5, "dep_las_per_type": None},
@@ -181,6 +185,8 @@ def make_biaffine_parser(
     arc_temperature: float = 1.0,
     rel_temperature: float = 1.0,
     max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH,
+    members: int = DEFAULT_MEMBERS,
+    member_kind: str = "head",
 ) -> "BiaffineParser":
     """Create a ``biaffine_parser`` component (see ``BiaffineParser``)."""
     return BiaffineParser(
@@ -192,6 +198,8 @@ def make_biaffine_parser(
         arc_temperature=arc_temperature,
         rel_temperature=rel_temperature,
         max_sentence_length=max_sentence_length,
+        members=members,
+        member_kind=member_kind,
     )
 
 
@@ -209,6 +217,8 @@ class BiaffineParser(TrainablePipe):
         arc_temperature: float = 1.0,
         rel_temperature: float = 1.0,
         max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH,
+        members: int = DEFAULT_MEMBERS,
+        member_kind: str = "head",
     ) -> None:
         """``arc_temperature`` / ``rel_temperature``: post-hoc temperature scaling (Guo et
         al. 2017) of the predicted scores — arc scores are divided by T before decoding
@@ -227,6 +237,13 @@ class BiaffineParser(TrainablePipe):
                 f"biaffine_parser: max_sentence_length must be an integer >= 0, got {max_sentence_length!r}"
             )
         self.max_sentence_length = max_sentence_length
+        # Epistemic uncertainty: K MC-dropout members of the arc scorer (pipeline/members.py).
+        if isinstance(members, bool) or not isinstance(members, int) or members < 0 or members == 1:
+            raise ValueError(f"biaffine_parser: members must be 0 (none) or an integer >= 2, got {members!r}")
+        if member_kind not in MEMBER_KINDS:
+            raise ValueError(f"biaffine_parser: member_kind must be one of {MEMBER_KINDS}, got {member_kind!r}")
+        self.members = members
+        self.member_kind = member_kind
         register_extensions()
         self.vocab = vocab
         self.model = model
@@ -297,9 +314,12 @@ class BiaffineParser(TrainablePipe):
                     f"biaffine_parser: the sentence at token {start} ({doc[start:end].text[:40]!r})",
                 )
         device = torch.device("cpu" if self.model.ops.device_type == "cpu" else "cuda")
-        with threads_for(device):
+        capture = ScorerCapture(get_scorer_module(self.model), enabled=self.members > 0)
+        with threads_for(device), capture:
             arc, raw_rel, lengths = self.model.predict((docs, sentences, None))
         arc = self.model.ops.to_numpy(arc) / self.arc_temperature
+        with threads_for(device):
+            members = self._members(capture, docs, sentences)
         rel = [self._relation_scores(r) for r in raw_rel]
         labels = self.labels
         _attach_whitespace(arc, rel, docs, sentences, labels.index("dep") if "dep" in labels else None)
@@ -309,7 +329,24 @@ class BiaffineParser(TrainablePipe):
             "rel": rel,
             "lengths": lengths,
             "heads": self._decode(arc, lengths),
+            "members": members,
         }
+
+    def _members(self, capture: ScorerCapture, docs: List[Doc], sentences: List[Sentences]) -> Optional[numpy.ndarray]:
+        """Arc scores ``(K, B, N+1, N+1)`` of the parser's ``members`` MC-dropout members at
+        ``arc_temperature`` (``spacy_treexp/pipeline/members.py``; masks seeded by each
+        sentence's text), whitespace tokens attached as in the parser's own scores; None
+        when ``members`` is 0 or no sentence was scored."""
+        if self.members == 0 or capture.H is None:
+            return None
+        texts = [doc[start:end].text for doc, spans in zip(docs, sentences) for start, end in spans]
+        generators = [sentence_generator(0, text) for text in texts]
+        scores = arc_members(get_scorer_module(self.model), capture, self.members, self.member_kind, generators)
+        members = scores.cpu().numpy() / self.arc_temperature
+        none: List[RelationScores] = [numpy.zeros(0)] * len(texts)  # relations untouched without a dep label
+        for member in members:
+            _attach_whitespace(member, none, docs, sentences, None)
+        return members
 
     def _relation_scores(self, scores: Any) -> RelationScores:
         """A sentence's relation log-probabilities at ``rel_temperature``: the dense array,
@@ -330,6 +367,7 @@ class BiaffineParser(TrainablePipe):
     def set_annotations(self, docs: Iterable[Doc], predictions: Predictions) -> None:
         """Set heads and labels and store the per-sentence scores in ``doc._.parser_scores``."""
         arc, rel, heads = predictions["arc"], predictions["rel"], predictions["heads"]
+        members = predictions.get("members")
         labels = list(self.labels)
         if not labels:
             raise ValueError(f"biaffine_parser '{self.name}' has no labels: initialize or train it first")
@@ -352,6 +390,9 @@ class BiaffineParser(TrainablePipe):
                         "start": start,
                         "end": end,
                         "arc": numpy.ascontiguousarray(arc[b, : n + 1, : n + 1], dtype="float32"),
+                        "members": None
+                        if members is None
+                        else numpy.ascontiguousarray(members[:, b, : n + 1, : n + 1], dtype="float32"),
                         "rel": rel[b]
                         if isinstance(rel[b], BiaffineRelationScores)
                         else numpy.ascontiguousarray(rel[b], dtype="float32"),

@@ -38,6 +38,11 @@ with the (head, dependent) of a bad value:
   and ``+inf`` are refused. The allowed arcs must leave a tree (with ``single_root``, a
   tree with one child of ROOT): every ROOT arc forbidden, a word with no allowed head, or
   words that ROOT cannot reach are refused.
+* ``"members"`` (optional): ``(K, n+1, n+1)`` arc log-potentials of K ensemble members
+  (``biaffine_parser``'s MC-dropout members, a Stanza ensemble's parsers), held to the rules of
+  ``"arc"`` each; ``"member_weights"`` (optional): their K non-negative mixture weights
+  (default: equal). With members, ``tree_expectations`` adds the epistemic uncertainty of
+  their mixture (``token._.head_mutual_information``, ``sent._.mutual_information``).
 * ``"rel"``: ``None``, or numbers of shape ``(n+1, n+1, L)`` with ``"labels"`` the L
   distinct label strings of the last axis. ``rel[h, d, l]`` is log p(l | h, d): finite, or
   ``-inf`` for an impossible label; NaN and ``+inf`` are refused, and so is an allowed arc
@@ -270,6 +275,10 @@ def _sentence(sent: Span, record: Any, where: str, single_root: bool) -> Sentenc
             Errors.TXE015.format(where=where, shape=tuple(rel.shape), n=n, n_labels=len(labels), expected=expected)
         )
     scores = SentenceScores(arc=arc, rel=rel, labels=labels, start=sent.start)
+    if record.get("members") is not None:
+        scores.members = _numbers(record["members"], "member arc scores", where)
+        if record.get("member_weights") is not None:
+            scores.member_weights = _numbers(record["member_weights"], "member weights", where)
     try:
         scores.check(where)
     except ValueError as error:
@@ -280,6 +289,13 @@ def _sentence(sent: Span, record: Any, where: str, single_root: bool) -> Sentenc
     problem = _no_tree(allowed, sent, single_root)
     if problem is not None:
         raise ScoreSourceError(Errors.TXE017.format(where=where, problem=problem))
+    for k, member in enumerate(() if scores.members is None else scores.members):
+        member_allowed = member > -numpy.inf
+        member_allowed[:, 0] = False
+        numpy.fill_diagonal(member_allowed, False)
+        problem = None if (member_allowed == allowed).all() else _no_tree(member_allowed, sent, single_root)
+        if problem is not None:
+            raise ScoreSourceError(Errors.TXE017.format(where=f"{where}, member {k}", problem=problem))
     if isinstance(rel, numpy.ndarray):
         scores.rel = _log_probabilities(rel, allowed, where)
     return scores

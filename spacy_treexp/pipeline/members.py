@@ -1,0 +1,142 @@
+"""Ensemble members for ``biaffine_parser``: Monte Carlo dropout passes of its arc scorer.
+
+Each member is the arc scorer with its own dropout masks (Gal & Ghahramani 2016, MC
+dropout), at the rate the parser was trained with; the K members' tree distributions form
+the mixture whose mutual information is the parser's epistemic uncertainty
+(``spacy_treexp.engine.TreeMixture``). Two kinds of member:
+
+* ``"head"`` (the default, cheap): one deterministic pass of the encoder (ROOT vector and
+  BiLSTM) shared by all members; each member drops units of the encoder's output and of
+  the arc MLPs' outputs, then applies the biaffine arc form. Costs K arc MLP and biaffine
+  passes (no BiLSTM, no relation classifier).
+* ``"full"`` (stronger, costlier): every member also drops units of the token vectors
+  entering the BiLSTM and runs the BiLSTM itself: K passes of the whole arc scorer (the
+  shared tok2vec runs once). Inter-layer dropout inside a multi-layer BiLSTM is not applied.
+
+Masks come from one generator per sentence, seeded by the sentence's text, so a sentence's
+members do not depend on the batch it is parsed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, List, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+MEMBER_KINDS = ("head", "full")
+#: Members of ``biaffine_parser`` by default (its ``members`` setting; 0: none).
+DEFAULT_MEMBERS = 4
+
+
+def sentence_generator(seed: int, text: str) -> torch.Generator:
+    """A CPU generator seeded by ``seed`` and the sentence's text (stable across processes)."""
+    key = f"{seed}\x00{text}".encode()
+    value = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+    return torch.Generator().manual_seed(value)
+
+
+class ScorerCapture:
+    """What the parser's arc scorer saw in its last forward pass, recorded by torch hooks:
+    its token vectors ``X`` ``(B, N, width)`` and ``lengths`` (for ``"full"`` members) and
+    the encoder's output, the arc MLPs' input ``H`` ``(B, N+1, hidden)`` (for ``"head"``
+    members), so that members cost no second encoder pass. Use as a context manager around
+    the parser's prediction (the scorer must be in eval mode: no dropout); with ``enabled``
+    false it records nothing."""
+
+    def __init__(self, scorer: Any, enabled: bool = True) -> None:
+        self.scorer = scorer
+        self.enabled = enabled
+        self.X: Optional[Tensor] = None
+        self.lengths: Optional[Tensor] = None
+        self.H: Optional[Tensor] = None
+        self._handles: List[Any] = []
+
+    def __enter__(self) -> ScorerCapture:
+        def inputs(module, args):
+            self.X, self.lengths = args[0].detach(), args[1].detach()
+
+        def hidden(module, args):
+            self.H = args[0].detach()
+
+        if self.enabled:
+            self._handles = [
+                self.scorer.register_forward_pre_hook(inputs),
+                self.scorer.arc_head.register_forward_pre_hook(hidden),
+            ]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def _masks(widths: Sequence[int], lengths: Tensor, k: int, p: float, generators: Sequence[torch.Generator], device):
+    """One dropout mask ``(K, B, N+1, width)`` per width, scaled by 1 / (1 - p), drawn per
+    sentence from its generator in one call (positions past a sentence are 1)."""
+    n1 = int(lengths.max()) + 1
+    total = sum(widths)
+    out = torch.ones((k, len(generators), n1, total))
+    if p > 0:
+        for b, generator in enumerate(generators):
+            size = int(lengths[b]) + 1
+            keep = torch.rand((k, size, total), generator=generator) >= p
+            out[:, b, :size] = keep.float() / (1.0 - p)
+    return [part.to(device) for part in out.split(list(widths), dim=-1)]
+
+
+def arc_members(
+    scorer: Any,
+    capture: ScorerCapture,
+    k: int,
+    kind: str,
+    generators: Sequence[torch.Generator],
+) -> Tensor:
+    """Arc scores ``(K, B, N+1, N+1)`` of K MC-dropout members of ``scorer``
+    (``spacy_treexp.pipeline.architectures.BiaffineScorer``) for the sentences of its last
+    pass, recorded by ``capture`` (see the module doc for ``kind``); ``generators``: one per
+    sentence."""
+    if kind not in MEMBER_KINDS:
+        raise ValueError(f"member kind must be one of {MEMBER_KINDS}, got {kind!r}")
+    if capture.X is None or capture.lengths is None or capture.H is None:
+        raise ValueError("no pass of the arc scorer was recorded")
+    p = float(scorer.dropout.p)
+    lengths = capture.lengths
+    batch, n_max, _ = capture.X.shape
+    hidden = scorer.arc_head[0].out_features
+    with torch.no_grad():
+        if kind == "full":
+            X = capture.X
+            X = torch.cat([scorer.root.expand(batch, 1, -1).to(X.dtype), X], dim=1)
+            widths = [X.shape[-1], capture.H.shape[-1], hidden, hidden]
+            x_mask, h_mask, head_mask, dep_mask = _masks(widths, lengths, k, p, generators, X.device)
+            X = (X.unsqueeze(0) * x_mask.to(X.dtype)).reshape(k * batch, n_max + 1, -1)
+            H = _encode(scorer, X, lengths.repeat(k), n_max)
+        else:
+            widths = [capture.H.shape[-1], hidden, hidden]
+            h_mask, head_mask, dep_mask = _masks(widths, lengths, k, p, generators, capture.H.device)
+            H = capture.H.unsqueeze(0).expand(k, -1, -1, -1).reshape(k * batch, n_max + 1, -1)
+        H = H * h_mask.reshape(H.shape).to(H.dtype)
+        head = _mlp(scorer.arc_head, H, head_mask)
+        dep = _mlp(scorer.arc_dep, H, dep_mask)
+        head = torch.cat([head, head.new_ones(head.shape[:-1] + (1,))], dim=-1)
+        arc = torch.einsum("bhi,ij,bmj->bhm", head, scorer.arc_weight, dep)
+    return arc.reshape(k, batch, n_max + 1, n_max + 1)
+
+
+def _encode(scorer: Any, X: Tensor, lengths: Tensor, n_max: int) -> Tensor:
+    """The scorer's BiLSTM over ``X`` ``(B, N+1, width)`` without dropout (identity without one)."""
+    if scorer.lstm is None:
+        return X
+    packed = torch.nn.utils.rnn.pack_padded_sequence(X, (lengths + 1).cpu(), batch_first=True, enforce_sorted=False)
+    output, _ = scorer.lstm(packed)
+    H, _ = torch.nn.utils.rnn.pad_packed_sequence(output, batch_first=True, total_length=n_max + 1)
+    return H
+
+
+def _mlp(mlp: Any, H: Tensor, mask: Tensor) -> Tensor:
+    """The scorer's ``Linear -> LeakyReLU -> Dropout`` with a member mask ``(K, B, N+1, width)``."""
+    hidden = mlp[1](mlp[0](H))
+    return hidden * mask.reshape(hidden.shape).to(hidden.dtype)

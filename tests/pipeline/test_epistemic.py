@@ -1,0 +1,132 @@
+"""Epistemic uncertainty in the spaCy component: the shipped pipeline's MC-dropout members
+reach ``token._.head_mutual_information`` (checked against enumeration of every tree of
+every member), ``sent._.mutual_information`` and the sentence risk attributes; the
+members are reproducible and do not depend on the batch; a custom score source's members
+and weights are used."""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+import pytest
+import spacy
+import torch
+from helpers.enumerate_trees import tree_log_probs
+
+import spacy_treexp
+from spacy_treexp.pipeline.members import DEFAULT_MEMBERS
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    pipeline = spacy_treexp.load()
+    pipeline.add_pipe("tree_expectations", config={"keep_scores": True})
+    return pipeline
+
+
+def enumerated(member_scores: numpy.ndarray):
+    """(member marginals (K, n+1, n+1), member log-probs (K, T)) by enumeration."""
+    n = member_scores.shape[-1] - 1
+    marginals, log_probs = [], []
+    for scores in member_scores:
+        trees, lp = tree_log_probs(torch.from_numpy(scores.astype(numpy.float64)), n, True)
+        mu = torch.zeros(n + 1, n + 1, dtype=torch.float64)
+        for m in range(1, n + 1):
+            mu[:, m].index_add_(0, trees[:, m], lp.exp())
+        marginals.append(mu)
+        log_probs.append(lp)
+    return torch.stack(marginals), torch.stack(log_probs)
+
+
+def entropy(mu: torch.Tensor) -> torch.Tensor:
+    return -torch.special.xlogy(mu, mu).sum(-2)
+
+
+def test_attributes_match_enumeration(nlp):
+    doc = nlp("Old dogs bark loudly.")
+    (sent,) = doc.sents
+    members = doc._.parser_scores[0]["members"]
+    assert members.shape == (DEFAULT_MEMBERS, 6, 6)
+    assert not numpy.allclose(members[0], members[1])  # the members differ
+    mu, log_probs = enumerated(members)
+    head_mi = entropy(mu.mean(0)) - entropy(mu).mean(0)
+    got = [token._.head_mutual_information for token in sent]
+    numpy.testing.assert_allclose(got, head_mi[1:].numpy(), atol=2e-5)
+    mixture = torch.logsumexp(log_probs, 0) - math.log(len(members))
+    member_entropy = -(log_probs.exp() * log_probs).sum(-1)
+    exact_mi = float(-(mixture.exp() * mixture).sum() - member_entropy.mean())
+    assert sent._.expected_entropy == pytest.approx(float(member_entropy.mean()), abs=1e-4)
+    # an unbiased estimate from 2 trees per member; each term is at most log K
+    assert abs(sent._.mutual_information - exact_mi) < math.log(len(members))
+    assert sent._.mutual_information >= -1e-9 or exact_mi < 0.5
+    # sentence risk: the parse's exact probability under the parser's own tree distribution
+    arc = torch.from_numpy(doc._.parser_scores[0]["arc"].astype(numpy.float64))
+    trees, lp = tree_log_probs(arc, 5, True)
+    heads = torch.tensor([-1] + [0 if t.head.i == t.i else t.head.i + 1 for t in sent])
+    exact = float(lp[(trees == heads).all(-1)][0])
+    assert sent._.parse_log_prob == pytest.approx(exact, abs=1e-5)
+    assert sent._.error_probability == pytest.approx(-math.expm1(exact), abs=1e-5)
+    assert sent._.expected_errors == pytest.approx(5 * (1 - sent._.expected_attachment))
+
+
+def test_members_reproducible_and_batch_independent(nlp):
+    texts = ["The cat sat on the mat.", "Colorless green ideas sleep furiously near the old bridge today."]
+    alone = nlp(texts[1])
+    together = list(nlp.pipe(texts))[1]
+    numpy.testing.assert_allclose(alone._.parser_scores[0]["members"], together._.parser_scores[0]["members"], atol=1e-4)
+    again = nlp(texts[1])
+    assert [t._.head_mutual_information for t in again] == [t._.head_mutual_information for t in alone]
+    assert again.sents.__next__()._.mutual_information == next(alone.sents)._.mutual_information
+
+
+def test_member_settings():
+    plain = spacy_treexp.load()
+    parser = plain.get_pipe("biaffine_parser")
+    assert parser.members == DEFAULT_MEMBERS and parser.member_kind == "head"
+    off = spacy_treexp.load(config={"components.biaffine_parser.members": 0})
+    off.add_pipe("tree_expectations")
+    doc = off("Dogs bark.")
+    assert doc[0]._.head_mutual_information is None and next(doc.sents)._.mutual_information is None
+    assert next(doc.sents)._.error_probability is not None
+    full = spacy_treexp.load(config={"components.biaffine_parser.member_kind": "full"})
+    full.add_pipe("tree_expectations")
+    doc = full("Dogs bark at night.")
+    assert all(t._.head_mutual_information >= 0 for t in doc)
+    with pytest.raises(ValueError, match="members"):
+        spacy_treexp.load(config={"components.biaffine_parser.members": 1})
+    with pytest.raises(ValueError, match="member_kind"):
+        spacy_treexp.load(config={"components.biaffine_parser.member_kind": "tails"})
+
+
+@spacy.registry.misc("test_epistemic_members.v1")
+def make_member_source():
+    def get_scores(doc):
+        out = []
+        for sent in doc.sents:
+            n = len(sent)
+            generator = numpy.random.default_rng(n)
+            members = generator.normal(size=(3, n + 1, n + 1))
+            out.append(
+                {
+                    "start": sent.start,
+                    "end": sent.end,
+                    "arc": members.mean(0),
+                    "members": members,
+                    "member_weights": [0.5, 0.5, 0.0],
+                }
+            )
+        return out
+
+    return get_scores
+
+
+def test_custom_source_members_and_weights():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "test_epistemic_members.v1"}})
+    doc = nlp("one two three four")
+    members = numpy.random.default_rng(4).normal(size=(3, 5, 5))
+    mu, _ = enumerated(members[:2])  # the member of weight 0 does not count
+    head_mi = entropy(mu.mean(0)) - entropy(mu).mean(0)
+    numpy.testing.assert_allclose([t._.head_mutual_information for t in doc], head_mi[1:].numpy(), atol=1e-5)
