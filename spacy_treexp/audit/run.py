@@ -10,6 +10,7 @@ shipped pipeline's config, :func:`spacy_trainer`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -97,7 +98,8 @@ def audit_cross_fitted(
             write_conllu(dev, folder / "dev.conllu")
             log(f"fold {fold + 1}/{k}: training on {len(train)} sentences, auditing {len(held_out)}")
             began = time.perf_counter()
-            model = trainer(folder / "train.conllu", folder / "dev.conllu", folder / "model")
+            with contextlib.redirect_stdout(sys.stderr):  # a trainer's log must not mix with output on stdout
+                model = trainer(folder / "train.conllu", folder / "dev.conllu", folder / "model")
             train_seconds.append(time.perf_counter() - began)
             log(f"fold {fold + 1}/{k}: trained in {train_seconds[-1]:.0f} s")
             scorer = scorer_for(model)

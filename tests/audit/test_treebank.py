@@ -77,10 +77,11 @@ def test_fold_slices_cover_everything_once():
         fold_slices(2, 3)
 
 
-def test_cross_fitted_audits_each_fold_with_a_model_that_never_saw_it(tmp_path):
+def test_cross_fitted_audits_each_fold_with_a_model_that_never_saw_it(tmp_path, capsys):
     trained: dict = {}
 
     def trainer(train: Path, dev: Path, output: Path) -> str:
+        print("a training log line")  # goes to stderr: stdout may carry the audit's output
         ids = [s.sent_id for s in read_conllu(train)]
         trained[str(output)] = ids
         return str(output)
@@ -98,6 +99,8 @@ def test_cross_fitted_audits_each_fold_with_a_model_that_never_saw_it(tmp_path):
         return score
 
     result = audit_cross_fitted(TREEBANK, 3, trainer, scorer_for, workdir=tmp_path)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("a training log line") == 3
     assert len(trained) == 3 and result.folds == 3 and len(result.train_seconds) == 3
     assert [s.sent_id for s in result.sentences] == [f"s{i}" for i in range(6)]
     valid = {s.sent_id for s in TREEBANK if s.tree_problem() is None}
