@@ -26,6 +26,19 @@ views of the batch arrays (the reversed-model mapping copies).
 The raw unlabeled scores are kept (Stanza's decoder uses a log-softmax over heads that
 does not mask padding; that only subtracts a constant per dependent, which changes log Z
 but not the tree distribution).
+
+Ensembles: Stanza's ``EnsembleGraphParser`` (same file) calls every member's
+``forward_scores`` and decodes the *sum* of their unlabeled scores (and of their relation
+scores). The capture then wraps each member's ``forward_scores`` instead of the
+ensemble's, and keeps
+
+* ``SentenceScores.arc``: the members' raw arc scores added in Stanza's order and dtype
+  (``0 + s_1 + ... + s_K`` in torch, so bit-identical to the tensor Stanza
+  log-softmaxes and decodes): the distribution of the tree Stanza outputs;
+* ``SentenceScores.members``: ``(K, n+1, n+1)`` each member's own raw arc scores, in the
+  same convention, for the epistemic uncertainty of the ensemble (issue 21);
+* ``SentenceScores.rel``: the ensemble's own relation log-softmax of the summed relation
+  scores (its ``forward``'s third prediction), as for a single model.
 """
 
 from __future__ import annotations
@@ -58,8 +71,9 @@ def check_stanza_version(version: str) -> None:
 
 
 def _check_graph_model(processor: Any) -> Any:
-    """Return the depparse trainer after checking it holds a graph-based model."""
-    from stanza.models.depparse.model import GraphParser
+    """Return the depparse trainer after checking it holds a graph-based model (one
+    ``GraphParser`` or an ``EnsembleGraphParser`` of them)."""
+    from stanza.models.depparse.model import EnsembleGraphParser, GraphParser
 
     if getattr(processor, "_variant", None) is not None:
         raise ValueError(
@@ -68,12 +82,19 @@ def _check_graph_model(processor: Any) -> Any:
         )
     trainer = getattr(processor, "trainer", None)
     model = getattr(trainer, "model", None)
-    if not isinstance(model, GraphParser):
+    if isinstance(model, EnsembleGraphParser):
+        kinds = sorted({type(member).__name__ for member in model.models if not isinstance(member, GraphParser)})
+        if kinds or not len(model.models):
+            raise ValueError(
+                "tree_expectations needs an ensemble of graph-based (biaffine) depparse models; this "
+                f"EnsembleGraphParser holds {', '.join(kinds) or 'no models'}."
+            )
+    elif not isinstance(model, GraphParser):
         kind = type(model).__name__
         raise ValueError(
             "tree_expectations needs a graph-based (biaffine) depparse model, whose arc "
             f"scores define a distribution over trees; this pipeline's depparse model is a "
-            f"{kind} (transition-based and ensemble models are not supported)."
+            f"{kind} (transition-based models are not supported)."
         )
     return trainer
 
@@ -101,17 +122,26 @@ class DepparseScoreCapture:
         check_stanza_version(stanza.__version__)
         self.trainer = _check_graph_model(processor)
         self.model = self.trainer.model
-        self.labels = _relation_labels(self.trainer, self.model.num_relations)
-        self._batch_arc: Optional[numpy.ndarray] = None
+        if "batch_size" not in processor.config:
+            raise ValueError(
+                "tree_expectations: this depparse model stores no batch size (ensembles saved by "
+                "stanza.models.depparse.ensemble do not), so Stanza's depparse cannot run it: pass "
+                "depparse_batch_size=5000 (words a batch) to stanza.Pipeline."
+            )
+        #: The ensemble's member models (Stanza's ``EnsembleGraphParser.models``), or [] for one model.
+        self.members: List[Any] = list(getattr(self.model, "models", []))
+        scorers = self.members or [self.model]
+        self.labels = _relation_labels(self.trainer, scorers[0].num_relations)
+        self._batch_arcs: List[Any] = []
         self._batch_rel: Optional[numpy.ndarray] = None
         self._sorted: List[Tuple[List[str], SentenceScores]] = []
         self._process = processor.process
         self._predict = self.trainer.predict
-        self._forward_scores = self.model.forward_scores
         self._forward = self.model.forward
         self._processor = processor
         # instance attributes shadow the class methods for this processor only
-        self.model.forward_scores = self._capture_forward_scores
+        for scorer in scorers:
+            scorer.forward_scores = self._wrap_forward_scores(scorer.forward_scores)
         self.model.forward = self._capture_forward
         self.trainer.predict = self._capture_predict
         processor.process = self._capture_process
@@ -128,10 +158,14 @@ class DepparseScoreCapture:
 
     # -- wrapped methods ------------------------------------------------------------
 
-    def _capture_forward_scores(self, *args: Any, **kwargs: Any) -> Any:
-        out = self._forward_scores(*args, **kwargs)
-        self._batch_arc = out[0].detach().float().cpu().numpy()
-        return out
+    def _wrap_forward_scores(self, forward_scores: Any) -> Any:
+        def capture_forward_scores(*args: Any, **kwargs: Any) -> Any:
+            out = forward_scores(*args, **kwargs)
+            if not self.model.training:
+                self._batch_arcs.append(out[0].detach())
+            return out
+
+        return capture_forward_scores
 
     def _capture_forward(self, *args: Any, **kwargs: Any) -> Any:
         loss, preds = self._forward(*args, **kwargs)
@@ -140,13 +174,32 @@ class DepparseScoreCapture:
             self._batch_rel = preds[2]
         return loss, preds
 
+    def _batch_scores(self) -> Tuple[numpy.ndarray, Optional[numpy.ndarray]]:
+        """The batch's arc scores (B, L, L) and, for an ensemble, its members' (K, B, L, L)."""
+        arcs, self._batch_arcs = self._batch_arcs, []
+        expected = len(self.members) or 1
+        if len(arcs) != expected:
+            raise RuntimeError(
+                f"tree_expectations: depparse computed {len(arcs)} arc score tensors for a batch, expected "
+                f"{expected}; this Stanza version scores batches differently from the one spacy_treexp supports."
+            )
+        if not self.members:
+            return arcs[0].float().cpu().numpy(), None
+        total: Any = 0
+        for arc in arcs:  # EnsembleGraphParser.forward's own sum, in its order and dtype
+            total = total + arc
+        return total.float().cpu().numpy(), numpy.stack([arc.float().cpu().numpy() for arc in arcs])
+
     def _capture_predict(self, batch: Sequence[Any], unsort: bool = True, **kwargs: Any) -> Any:
-        self._batch_arc = self._batch_rel = None
-        preds = self._predict(batch, unsort=unsort, **kwargs)
-        unlabeled, rel = self._batch_arc, self._batch_rel
-        self._batch_arc = self._batch_rel = None
-        if unlabeled is None or rel is None:
-            raise RuntimeError("tree_expectations: depparse predicted without computing its scores.")
+        self._batch_arcs, self._batch_rel = [], None
+        try:
+            preds = self._predict(batch, unsort=unsort, **kwargs)
+            rel = self._batch_rel
+            if not self._batch_arcs or rel is None:
+                raise RuntimeError("tree_expectations: depparse predicted without computing its scores.")
+            unlabeled, members = self._batch_scores()
+        finally:
+            self._batch_arcs, self._batch_rel = [], None
         orig_idx, sentlens, text = batch[11], batch[13], batch[15]
         # read when predicting, as Trainer.predict does
         reversed_model = bool(self.trainer.args.get("reversed", False))
@@ -154,13 +207,17 @@ class DepparseScoreCapture:
         for i, size in enumerate(sentlens):
             arc = unlabeled[i, :size, :size].T
             rel_i = rel[i, :size, :size].transpose(1, 0, 2)
+            member_arcs = None if members is None else members[:, i, :size, :size].transpose(0, 2, 1)
             words = list(text[i])
             if reversed_model:
                 perm = numpy.array([0] + list(range(size - 1, 0, -1)))
                 arc = arc[numpy.ix_(perm, perm)]
                 rel_i = rel_i[numpy.ix_(perm, perm)]
+                if member_arcs is not None:
+                    member_arcs = member_arcs[:, perm][:, :, perm]
                 words = words[::-1]
-            per_sentence.append((words, SentenceScores(arc=arc, rel=rel_i, labels=self.labels)))
+            scores = SentenceScores(arc=arc, rel=rel_i, labels=self.labels, members=member_arcs)
+            per_sentence.append((words, scores))
         if unsort:
             restored: List[Any] = [None] * len(per_sentence)
             for position, original in enumerate(orig_idx):

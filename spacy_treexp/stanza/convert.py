@@ -115,10 +115,13 @@ def pipeline_from_dir(
 
     * a Stanza model folder (``resources.json`` listing ``lang``, as ``stanza.download``
       makes it): the usual ``tokenize,pos,lemma,depparse`` models are loaded from it;
-    * a folder with ``depparse.pt`` and ``pos.pt`` (optionally ``pretrain.pt`` and
-      ``tokenize.pt``), as ``benchmarks/train_stanza_ewt.sh`` writes: without
-      ``tokenize.pt`` the input is pre-tokenised (words split on spaces, one sentence a
-      line); lemmas are the words themselves.
+    * a folder with ``depparse.pt`` and ``pos.pt`` (optionally ``pretrain.pt``,
+      ``forward_charlm.pt`` with ``backward_charlm.pt``, and ``tokenize.pt``), as
+      ``benchmarks/train_stanza_ewt.sh`` writes: without ``tokenize.pt`` the input is
+      pre-tokenised (words split on spaces, one sentence a line); lemmas are the words
+      themselves. ``depparse.pt`` may be any graph parser Stanza trains (word vectors,
+      character LMs, a transformer named in its config) or an ensemble of them; a
+      ``pos_model_path=`` in ``stanza_kwargs`` stands in for ``pos.pt``.
 
     ``tree_options`` are the processor's options (``n_samples``, ``sampler``, ...);
     ``stanza_kwargs`` go to ``stanza.Pipeline`` unchanged.
@@ -134,7 +137,7 @@ def pipeline_from_dir(
     kwargs.update(download_method=None, dir=path)
     depparse = os.path.join(path, "depparse.pt")
     if os.path.isfile(depparse):
-        pos = os.path.join(path, "pos.pt")
+        pos = stanza_kwargs.get("pos_model_path") or os.path.join(path, "pos.pt")
         if not os.path.isfile(pos):
             raise ValueError(f"{path!r} has depparse.pt but no pos.pt (the parser needs POS tags).")
         kwargs.update(
@@ -146,6 +149,14 @@ def pipeline_from_dir(
         pretrain = os.path.join(path, "pretrain.pt")
         if os.path.isfile(pretrain):
             kwargs.update(pos_pretrain_path=pretrain, depparse_pretrain_path=pretrain)
+        charlms = [os.path.join(path, f"{direction}_charlm.pt") for direction in ("forward", "backward")]
+        if any(os.path.isfile(charlm) for charlm in charlms):
+            if not all(os.path.isfile(charlm) for charlm in charlms):
+                raise ValueError(f"{path!r} needs both forward_charlm.pt and backward_charlm.pt, or neither.")
+            for processor in ("pos", "depparse"):  # as for pretrain.pt: either model may use them
+                kwargs.update(
+                    {f"{processor}_forward_charlm_path": charlms[0], f"{processor}_backward_charlm_path": charlms[1]}
+                )
         tokenize = os.path.join(path, "tokenize.pt")
         if os.path.isfile(tokenize):
             kwargs.update(tokenize_model_path=tokenize)

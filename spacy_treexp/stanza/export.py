@@ -3,7 +3,8 @@
 Stanza's own ``to_dict`` / CoNLL-U writers drop properties added with ``add_property``,
 so these functions carry them:
 
-* :func:`to_dict` / :func:`from_dict`: lossless. One JSON-ready dict per sentence,
+* :func:`to_dict` / :func:`from_dict`: lossless (with ``include_scores``, also the
+  captured scores, an ensemble's ``members`` included). One JSON-ready dict per sentence,
   ``{"words": <Stanza's sentence.to_dict()>, "tree_expectations": <record>}``; arrays
   become nested lists and non-finite floats the strings ``"nan"``, ``"inf"``, ``"-inf"``
   (strict JSON has none). ``from_dict(json.loads(json.dumps(to_dict(doc))))`` gives a
@@ -43,8 +44,9 @@ _ARRAYS = {
     "sampled_labels": numpy.int32,
     "arc": numpy.float32,
     "rel": numpy.float32,
+    "members": numpy.float32,
 }
-_SCORE_FIELDS = ("arc", "rel")
+_SCORE_FIELDS = ("arc", "rel", "members")
 #: MISC keys of per-word values, and the record fields they hold.
 MISC_FIELDS = {"HeadProb": "head_prob", "HeadEntropy": "head_entropy", "DepProb": "dep_prob"}
 #: Comment keys of per-sentence values, and the record fields they hold.
@@ -93,6 +95,8 @@ def to_dict(doc: Document, *, include_scores: bool = False) -> List[Dict[str, An
         scores = getattr(sentence, SCORES_ATTR, None)
         if include_scores and scores is not None:
             fields.update(arc=_encode(scores.arc), rel=_encode(scores.rel))
+            if scores.members is not None:
+                fields.update(members=_encode(scores.members))
         out.append({"words": sentence.to_dict(), "tree_expectations": fields})
     return out
 
@@ -121,10 +125,10 @@ def from_dict(data: List[Dict[str, Any]]) -> Document:
                 record[key] = _decode_floats(value)
             else:
                 record[key] = _decode_array(key, value, n)
-        arc, rel = (record.pop(key, None) for key in _SCORE_FIELDS)
+        arc, rel, members = (record.pop(key, None) for key in _SCORE_FIELDS)
         if arc is not None:
             labels = record.get("labels")
-            setattr(sentence, SCORES_ATTR, SentenceScores(arc=arc, rel=rel, labels=labels))
+            setattr(sentence, SCORES_ATTR, SentenceScores(arc=arc, rel=rel, labels=labels, members=members))
         setattr(sentence, RECORD_ATTR, SentenceAnnotation.from_dict(record))
     return doc
 

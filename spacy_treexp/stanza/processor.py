@@ -150,6 +150,7 @@ def _sentence_scores(position: int, sentence: Sentence) -> SentenceScores:
         text="\x01".join(words),
         heads=heads,
         deprels=[word.deprel for word in sentence.words],
+        members=captured.members,
     )
 
 
