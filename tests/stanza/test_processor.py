@@ -186,9 +186,9 @@ def test_registering_twice_runs_once(monkeypatch):
     calls = []
     original = processor_module.annotate_sentences
 
-    def counting(numbered, options):
+    def counting(numbered, options, *rest):
         calls.append(len(numbered))
-        return original(numbered, options)
+        return original(numbered, options, *rest)
 
     monkeypatch.setattr(processor_module, "annotate_sentences", counting)
     nlp = make_pipeline()
