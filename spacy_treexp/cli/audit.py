@@ -74,6 +74,8 @@ def audit(
         check_output_path(html, [gold], what="--html")
         if output is not None and not is_stdio(output) and html.resolve() == output.resolve():
             raise UserError(f"--html {html}: is also --output; give two paths")
+    if folds and model is not None:
+        raise UserError("--folds trains its own models; leave out --model")
     if model is not None:
         check_model(model)
     if (train_steps is not None or train_seconds is not None) and not folds:

@@ -90,8 +90,6 @@ def test_audit_folds_trains_one_model_per_fold(run_cli, model, gold, tmp_path, m
     status, _, err = run_cli(
         "audit",
         str(gold),
-        "--model",
-        model,
         "--folds",
         "2",
         "--train-steps",
@@ -119,6 +117,7 @@ def test_audit_folds_trains_one_model_per_fold(run_cli, model, gold, tmp_path, m
         (["{gold}", "--folds", "1"], "at least 2 folds"),
         (["{gold}", "--train-steps", "3"], "--train-steps and --train-seconds need --folds"),
         (["{gold}", "--model", "no-such-model-xyz"], "no such spaCy pipeline"),
+        (["{gold}", "--model", "x", "--folds", "2"], "leave out --model"),
     ],
 )
 def test_audit_user_errors_are_one_line(user_error, gold, tmp_path, args, message):
