@@ -61,6 +61,8 @@ def annotate_sharded(
     except PlanError as e:
         raise UserError(str(e)) from None
     check_output_path(output, [path for path, _ in files], folder=True)
+    if Path(input).is_dir() and Path(input).resolve() in output.resolve().parents:
+        raise UserError(f"--output {output} is inside the input folder {input}; write it elsewhere")
     paths = manifest.Paths.of(output)
     if resume and manifest.is_complete(paths):
         warn(f"--output {output} is complete (no {paths.partial} to resume); nothing to do")
@@ -92,6 +94,7 @@ def _run(
 
     shards = list(plan_shards(files, shard_size))
     pending = [shard for shard in shards if shard.name not in run.committed]
+    sizes = {shard.name: shard.docs for shard in pending}
     if run.committed:
         warn(f"resuming: {len(run.committed)} of {len(shards)} shards kept, {len(pending)} to go")
     total = sum(shard.docs for shard in shards)
@@ -105,7 +108,7 @@ def _run(
                 warn(f"stopped at the first bad input (--strict); {len(run.committed)} shards kept in {where}")
                 return 1
             run.commit({key: value for key, value in result.items() if key != "problems"})
-            progress.update(next(s.docs for s in pending if s.name == result["shard"]))
+            progress.update(sizes[result["shard"]])
     except KeyboardInterrupt:
         progress.close()
         warn(

@@ -164,3 +164,5 @@ def test_output_in_the_way_is_refused(run_cli, toy_model, reference, tmp_path: P
     assert status == 2 and "exists and is not an empty directory" in err
     status, _, err = run_cli("annotate", str(tmp_path / "nothing*.txt"), "-o", str(tmp_path / "o2"), "--backend", "ray")
     assert status == 2 and "no .txt, .jsonl or .conllu file there" in err
+    status, _, err = run_cli("annotate", str(source.parent), "-o", str(source.parent / "o3"), "--backend", "ray")
+    assert status == 2 and "is inside the input folder" in err
