@@ -11,8 +11,13 @@ optionally unbiased samples of alternative trees with their exact log-probabilit
 
 ``calibration`` (default null) holds a :class:`~spacy_treexp.calibration.CalibrationMap` in
 its dict form (written by ``spacy-treexp calibrate``), which the core applies to the
-scores first; being part of the config, ``nlp.to_disk`` keeps it. ``Doc._.parser_scores``
-stays the parser's own.
+scores first; being part of the config, ``nlp.to_disk`` keeps it. When it is null and the
+component is added to a pipeline loaded from a folder whose parser folder holds
+``treexp_calibration.json`` (as the shipped model's ``biaffine_parser`` does), that map is
+used, and ``to_disk`` / ``to_bytes`` carry it in the component's own data. Set
+``calibration`` to ``{"kind": "temperature", "log_scale": [0.0], "bias": [0.0]}`` (the
+identity) to use the parser's scores as they are. ``Doc._.parser_scores`` stays the
+parser's own.
 
 After annotating a Doc the component drops the parser's raw scores (``Doc._.parser_scores
 = None``) unless ``keep_scores`` is set: they take tens of times the memory of the
@@ -26,6 +31,7 @@ does no maths of its own.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from spacy.language import Language
@@ -34,7 +40,7 @@ from spacy.tokens import Doc
 from spacy.util import minibatch
 
 from spacy_treexp.annotate import DEFAULTS, AnnotateOptions, SentenceScores, annotate_sentences, install_fork_hook
-from spacy_treexp.calibration.map import CalibrationError, read_map
+from spacy_treexp.calibration.map import CalibrationError, CalibrationMap, read_map
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.extensions import PARSER_SCORES
 from spacy_treexp.pipeline.score_sources import (
@@ -88,7 +94,25 @@ def make_tree_expectations(
         seed=seed,
         keep_scores=keep_scores,
         calibration=calibration,
+        parser_calibration=None if calibration is not None else parser_calibration(nlp),
     )
+
+
+#: The calibration map's file in a parser component's folder (and in this component's).
+CALIBRATION_FILE = "treexp_calibration.json"
+
+
+def parser_calibration(nlp: Language) -> Optional[Path]:
+    """The :data:`CALIBRATION_FILE` in the folder of a component of ``nlp`` that writes
+    ``Doc._.parser_scores``, when ``nlp`` was loaded from a folder that has one."""
+    if nlp.path is None:
+        return None
+    for name in nlp.pipe_names:
+        if "doc._.parser_scores" in nlp.get_pipe_meta(name).assigns:
+            path = Path(nlp.path) / name / CALIBRATION_FILE
+            if path.is_file():
+                return path
+    return None
 
 
 class TreeExpectations(Pipe):
@@ -119,6 +143,7 @@ class TreeExpectations(Pipe):
         scores: Optional[ScoreSource] = None,
         keep_scores: bool = False,
         calibration: Any = None,
+        parser_calibration: Optional[Path] = None,
         **options: Any,
     ) -> None:
         self.options = AnnotateOptions.from_config(options, prefix=f"{name}: ")
@@ -133,8 +158,12 @@ class TreeExpectations(Pipe):
         try:
             #: The :class:`~spacy_treexp.calibration.CalibrationMap` applied first, or None.
             self.calibration = read_map(calibration, f"{name}: calibration")
+            if self.calibration is None and parser_calibration is not None:
+                self.calibration = read_map(parser_calibration, f"{name}: calibration")
         except CalibrationError as e:
             raise ValueError(str(e)) from e
+        #: Whether the map is part of the config (else ``to_disk`` carries it).
+        self.calibration_in_config = calibration is not None
         #: How messages name the component and its score source.
         self.where = f"{name}: score source {source_name(self.score_source)}"
         install_fork_hook()
@@ -162,6 +191,28 @@ class TreeExpectations(Pipe):
 
     def initialize(self, get_examples: Any = None, *, nlp: Any = None) -> None:
         """Nothing to train: the component only reads scores."""
+
+    def to_bytes(self, *, exclude: Sequence[str] = tuple()) -> bytes:
+        """The calibration map that is not in the config (see the module doc), or nothing."""
+        return b"" if self.calibration is None or self.calibration_in_config else self.calibration.to_bytes()
+
+    def from_bytes(self, data: bytes, *, exclude: Sequence[str] = tuple()) -> TreeExpectations:
+        if data and not self.calibration_in_config:
+            self.calibration = CalibrationMap.from_bytes(data)
+        return self
+
+    def to_disk(self, path: Any, *, exclude: Sequence[str] = tuple()) -> None:
+        """Write the calibration map that is not in the config as ``treexp_calibration.json``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        if self.calibration is not None and not self.calibration_in_config:
+            self.calibration.to_disk(path / CALIBRATION_FILE)
+
+    def from_disk(self, path: Any, *, exclude: Sequence[str] = tuple()) -> TreeExpectations:
+        stored = Path(path) / CALIBRATION_FILE
+        if stored.is_file() and not self.calibration_in_config:
+            self.calibration = CalibrationMap.from_disk(stored)
+        return self
 
     # --- the work -----------------------------------------------------------------
 

@@ -130,3 +130,24 @@ def test_bad_input_is_one_line_exit_2(args, message, pipeline_dir, tmp_path, cap
     assert main(["calibrate", *filled]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
+
+
+def test_map_beside_the_parser_is_used_and_carried(pipeline_dir, tmp_path):
+    folder = tmp_path / "pipeline"
+    shutil.copytree(pipeline_dir, folder)
+    shipped = CalibrationMap.temperature(1.3, rel=1.1)
+    shipped.to_disk(folder / "biaffine_parser" / "treexp_calibration.json")
+    nlp = spacy.load(folder)
+    nlp.add_pipe("tree_expectations")
+    assert nlp.get_pipe("tree_expectations").calibration == shipped
+    nlp.to_disk(tmp_path / "saved")  # the map travels in the component's own data
+    assert spacy.load(tmp_path / "saved").get_pipe("tree_expectations").calibration == shipped
+    data = nlp.to_bytes()
+    again = spacy.load(pipeline_dir)
+    again.add_pipe("tree_expectations")
+    assert again.get_pipe("tree_expectations").calibration is None
+    assert again.from_bytes(data).get_pipe("tree_expectations").calibration == shipped
+    # a map in the config wins; the identity map turns calibration off
+    off = spacy.load(folder)
+    off.add_pipe("tree_expectations", config={"calibration": CalibrationMap.identity().to_dict()})
+    assert off.get_pipe("tree_expectations").calibration == CalibrationMap.identity()
