@@ -15,6 +15,7 @@ arrays use the CoNLL-U numbering (0 = ROOT, words 1..n).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -233,6 +234,16 @@ class SentenceAnnotation:
     def entropy_per_word(self) -> Optional[float]:
         """Tree entropy divided by the number of words (nats per word)."""
         return None if self.entropy is None else self.entropy / max(self.n, 1)
+
+    @property
+    def error_probability(self) -> Optional[float]:
+        """1 − p(heads): the probability that ``heads`` has at least one wrong head (exact)."""
+        return None if self.parse_log_prob is None else -math.expm1(self.parse_log_prob)
+
+    @property
+    def expected_errors(self) -> Optional[float]:
+        """Expected number of wrong heads in ``heads``, n (1 − expected attachment) (exact)."""
+        return None if self.expected_attachment is None else self.n * (1.0 - self.expected_attachment)
 
     def top_heads(self, word: int) -> Optional[List[Tuple[int, float]]]:
         """The ``top_k_heads`` most probable heads of word ``word`` (1-based) with their

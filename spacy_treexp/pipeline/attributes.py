@@ -198,17 +198,15 @@ def get_span_parse_log_prob(span: Span) -> Optional[float]:
 def get_span_error_probability(span: Span) -> Optional[float]:
     """Probability that the Doc's parse of the sentence has at least one wrong head,
     1 − p(parse) (exact; a sentence-level risk score)."""
-    value = _span_value(span, "parse_log_prob")
-    return None if value is None else -math.expm1(value)
+    record = _record_for_span(span)
+    return None if record is None else record.error_probability
 
 
 def get_span_expected_errors(span: Span) -> Optional[float]:
     """Expected number of wrong heads in the Doc's parse of the sentence, n (1 − expected
     attachment) (exact)."""
     record = _record_for_span(span)
-    if record is None or record.expected_attachment is None:
-        return None
-    return record.n * (1.0 - record.expected_attachment)
+    return None if record is None else record.expected_errors
 
 
 def get_span_mutual_information(span: Span) -> Optional[float]:

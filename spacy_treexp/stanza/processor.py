@@ -227,6 +227,11 @@ SENTENCE_PROPERTIES = {
     "rel_log_probs": _score_value("rel"),
     "entropy_per_word": _sentence_value("entropy_per_word"),
     "label_marginals": get_label_marginals,
+    "parse_log_prob": _sentence_value("parse_log_prob"),
+    "error_probability": _sentence_value("error_probability"),
+    "expected_errors": _sentence_value("expected_errors"),
+    "mutual_information": _sentence_value("mutual_information"),
+    "expected_entropy": _sentence_value("expected_entropy"),
 }
 #: Word properties: name -> getter.
 WORD_PROPERTIES = {
@@ -234,6 +239,7 @@ WORD_PROPERTIES = {
     "head_entropy": _word_value("head_entropy"),
     "dep_prob": _word_value("dep_prob"),
     "head_distribution": get_head_distribution,
+    "head_mutual_information": _word_value("head_mutual_information"),
 }
 _MARK = "_treexp_properties"
 

@@ -74,7 +74,9 @@ def test_members_reproducible_and_batch_independent(nlp):
     texts = ["The cat sat on the mat.", "Colorless green ideas sleep furiously near the old bridge today."]
     alone = nlp(texts[1])
     together = list(nlp.pipe(texts))[1]
-    numpy.testing.assert_allclose(alone._.parser_scores[0]["members"], together._.parser_scores[0]["members"], atol=1e-4)
+    numpy.testing.assert_allclose(
+        alone._.parser_scores[0]["members"], together._.parser_scores[0]["members"], atol=1e-4
+    )
     again = nlp(texts[1])
     assert [t._.head_mutual_information for t in again] == [t._.head_mutual_information for t in alone]
     assert again.sents.__next__()._.mutual_information == next(alone.sents)._.mutual_information

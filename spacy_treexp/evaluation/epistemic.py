@@ -1,0 +1,121 @@
+"""Sentence-level risk and out-of-domain detection (issue 21, part 4).
+
+Every score is a function of one sentence's annotation (``SentenceAnnotation``, the record
+behind ``sent._``), so the same numbers come from the spaCy component, the Stanza processor
+or the command line:
+
+* ``error_probability`` = 1 − p(parse): the exact probability that the parse has at least
+  one wrong head (``sent._.error_probability``);
+* ``expected_errors`` = Σ_m (1 − μ(head_m, m)) (``sent._.expected_errors``);
+* ``tree_entropy``, ``entropy_per_word`` (``sent._.tree_entropy``, ``sent._.entropy_per_word``);
+* with ensemble members: ``mutual_information`` (``sent._.mutual_information``),
+  ``mutual_information_per_word``, ``head_mutual_information_mean`` (mean of
+  ``token._.head_mutual_information``) and ``expected_entropy``;
+
+and, as baselines that need only a per-word softmax over the same arc scores, the local
+head entropy (mean over words of −Σ_h q(h|m) log q(h|m), q = softmax of the column) and the
+local expected errors Σ_m (1 − q(head_m | m)). Sentence length is reported beside them.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+import numpy
+
+from spacy_treexp.annotate.records import SentenceAnnotation
+from spacy_treexp.evaluation.metrics import auroc
+
+#: The scores a sentence's annotation gives (see the module doc), by name.
+ANNOTATION_SCORES = (
+    "error_probability",
+    "expected_errors",
+    "tree_entropy",
+    "entropy_per_word",
+    "mutual_information",
+    "mutual_information_per_word",
+    "head_mutual_information_mean",
+    "expected_entropy",
+    "length",
+)
+#: Baselines from a per-word softmax over the same arc scores.
+LOCAL_SCORES = ("local_head_entropy", "local_expected_errors")
+
+
+def annotation_scores(record: SentenceAnnotation) -> Dict[str, float]:
+    """The module doc's scores of one sentence (NaN where the annotation lacks a value,
+    e.g. the mutual information without ensemble members)."""
+    n = max(record.n, 1)
+    nan = float("nan")
+
+    def value(x: Optional[float]) -> float:
+        return nan if x is None else float(x)
+
+    mi = value(record.mutual_information)
+    head_mi = record.head_mutual_information
+    return {
+        "error_probability": value(record.error_probability),
+        "expected_errors": value(record.expected_errors),
+        "tree_entropy": value(record.entropy),
+        "entropy_per_word": value(record.entropy_per_word),
+        "mutual_information": mi,
+        "mutual_information_per_word": mi / n,
+        "head_mutual_information_mean": nan if head_mi is None else float(numpy.mean(head_mi)),
+        "expected_entropy": value(record.expected_entropy),
+        "length": float(record.n),
+    }
+
+
+def local_scores(arc: numpy.ndarray, heads: numpy.ndarray) -> Dict[str, float]:
+    """The local baselines of one sentence from its arc scores ``(n+1, n+1)`` and parse
+    ``heads`` ``(n,)`` (0 = ROOT): each word's head distribution is the softmax of its
+    column, without the tree constraint."""
+    scores = numpy.array(arc, dtype=numpy.float64)
+    n = scores.shape[-1] - 1
+    scores[:, 0] = -numpy.inf
+    numpy.fill_diagonal(scores, -numpy.inf)
+    columns = scores[:, 1:]
+    top = columns.max(axis=0, keepdims=True)
+    log_q = columns - (top + numpy.log(numpy.exp(columns - top).sum(axis=0, keepdims=True)))
+    q = numpy.exp(log_q)
+    entropy = -numpy.where(q > 0, q * numpy.where(q > 0, log_q, 0.0), 0.0).sum(axis=0)
+    head_q = q[numpy.asarray(heads), numpy.arange(n)]
+    return {"local_head_entropy": float(entropy.mean()), "local_expected_errors": float((1.0 - head_q).sum())}
+
+
+def score_table(
+    records: Sequence[SentenceAnnotation], arcs: Optional[Sequence[numpy.ndarray]] = None
+) -> Dict[str, numpy.ndarray]:
+    """Every score of every sentence, ``{name: (S,) array}``; with the sentences' arc scores
+    ``arcs``, the local baselines too."""
+    rows: List[Dict[str, float]] = [annotation_scores(record) for record in records]
+    if arcs is not None:
+        for row, record, arc in zip(rows, records, arcs):
+            row.update(local_scores(arc, record.heads))
+    names = list(rows[0]) if rows else list(ANNOTATION_SCORES)
+    return {name: numpy.array([row[name] for row in rows], dtype=numpy.float64) for name in names}
+
+
+def has_attachment_error(predicted: Iterable[numpy.ndarray], gold: Iterable[numpy.ndarray]) -> numpy.ndarray:
+    """Per sentence, whether any predicted head (``(n,)``, 0 = ROOT) differs from gold."""
+    return numpy.array([bool((numpy.asarray(p) != numpy.asarray(g)).any()) for p, g in zip(predicted, gold)])
+
+
+def auroc_table(
+    scores: Mapping[str, numpy.ndarray], positive: numpy.ndarray, n_boot: int = 1000, seed: int = 0
+) -> Dict[str, Dict[str, float]]:
+    """AUROC of each score for ``positive`` (higher score = more likely positive), with a
+    95% percentile bootstrap interval over sentences (``n_boot`` resamples); scores with a
+    NaN are left out."""
+    positive = numpy.asarray(positive, dtype=bool)
+    rng = numpy.random.default_rng(seed)
+    draws = [rng.integers(0, len(positive), len(positive)) for _ in range(n_boot)]
+    out: Dict[str, Dict[str, float]] = {}
+    for name, values in scores.items():
+        values = numpy.asarray(values, dtype=numpy.float64)
+        if numpy.isnan(values).any() or positive.all() or not positive.any():
+            continue
+        boot = [auroc(values[d], positive[d]) for d in draws if 0 < positive[d].sum() < len(d)]
+        low, high = numpy.percentile(boot, [2.5, 97.5]) if boot else (float("nan"), float("nan"))
+        out[name] = {"auroc": auroc(values, positive), "low": float(low), "high": float(high)}
+    return out

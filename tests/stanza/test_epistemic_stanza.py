@@ -1,0 +1,75 @@
+"""Epistemic uncertainty in the Stanza processor: an ``EnsembleGraphParser``'s members give
+``word.head_mutual_information`` (equal to enumeration over every tree of every member),
+``sentence.mutual_information`` and ``sentence.expected_entropy``; a single model gives
+None; the sentence risk properties are there for both."""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+import pytest
+import torch
+
+stanza = pytest.importorskip("stanza")
+
+from helpers.enumerate_trees import tree_log_probs  # noqa: E402
+from helpers.paths import FIXTURES  # noqa: E402
+
+import spacy_treexp.stanza as treexp_stanza  # noqa: E402
+from spacy_treexp.stanza.capture import SCORES_ATTR  # noqa: E402
+
+KINDS = FIXTURES / "stanza" / "kinds"
+POS = FIXTURES / "stanza" / "tiny" / "pos.pt"
+SHORT = ["She ran .", "The dog slept .", "Mary saw the cat .", "John liked the old book ."]
+
+
+def parse(kind: str, **extra):
+    nlp = treexp_stanza.pipeline_from_dir(
+        str(KINDS / kind), pos_model_path=str(POS), logging_level="WARN", depparse_batch_size=1000, **extra
+    )
+    return nlp("\n".join(SHORT))
+
+
+def enumerate_members(members: numpy.ndarray):
+    n = members.shape[-1] - 1
+    marginals, log_probs = [], []
+    for scores in members:
+        trees, lp = tree_log_probs(torch.from_numpy(scores.astype(numpy.float64)), n, True)
+        mu = torch.zeros(n + 1, n + 1, dtype=torch.float64)
+        for m in range(1, n + 1):
+            mu[:, m].index_add_(0, trees[:, m], lp.exp())
+        marginals.append(mu)
+        log_probs.append(lp)
+    return torch.stack(marginals), torch.stack(log_probs)
+
+
+def entropy(mu):
+    return -torch.special.xlogy(mu, mu).sum(-2)
+
+
+def test_ensemble_members_give_mutual_information():
+    doc = parse("ensemble")
+    for sentence in doc.sentences:
+        members = getattr(sentence, SCORES_ATTR).members
+        mu, log_probs = enumerate_members(members)
+        head_mi = entropy(mu.mean(0)) - entropy(mu).mean(0)
+        got = [word.head_mutual_information for word in sentence.words]
+        numpy.testing.assert_allclose(got, head_mi[1:].numpy(), atol=1e-5)
+        member_entropy = -(log_probs.exp() * log_probs).sum(-1)
+        assert sentence.expected_entropy == pytest.approx(float(member_entropy.mean()), abs=1e-5)
+        mixture = torch.logsumexp(log_probs, 0) - math.log(len(members))
+        exact = float(-(mixture.exp() * mixture).sum() - member_entropy.mean())
+        # an unbiased estimate; each of its terms lies in (-inf, log K]
+        assert sentence.mutual_information <= math.log(len(members)) + 1e-9
+        assert abs(sentence.mutual_information - exact) < math.log(len(members))
+        assert 0.0 <= sentence.error_probability <= 1.0
+        assert sentence.expected_errors == pytest.approx(len(sentence.words) * (1 - sentence.expected_attachment))
+
+
+def test_single_model_has_no_mutual_information():
+    doc = parse("pretrain")
+    for sentence in doc.sentences:
+        assert sentence.mutual_information is None and sentence.expected_entropy is None
+        assert all(word.head_mutual_information is None for word in sentence.words)
+        assert sentence.parse_log_prob <= 0.0
