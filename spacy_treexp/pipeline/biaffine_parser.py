@@ -10,19 +10,46 @@ Prediction sets ``token.head`` / ``token.dep_`` from the single-root MAP tree (o
 ``decoding = "mbr"``, the tree with the highest expected attachment score) of each
 sentence, and stores the scores in ``Doc._.parser_scores`` (see ``extensions.py``).
 Sentence boundaries must come from an upstream ``senter``, ``sentencizer`` or parser.
+
+**In another pipeline.** A ``biaffine_parser`` sourced into a pipeline it was not trained in
+(``nlp.add_pipe("biaffine_parser", source=spacy_treexp.load())`` on ``en_core_web_sm``)
+keeps working without ``replace_listeners``: it knows the Docs are not from its own
+pipeline by their vocabulary (``doc.vocab is not parser.vocab``), and then does what
+spaCy's ``replace_listeners`` would, at prediction time and without touching either
+pipeline: it makes a copy of each Doc in its own vocabulary (its own tokenizer when that
+gives the same tokens, so lexical features, word vectors and norms are those it was trained
+on; the Doc's sentence boundaries are kept), runs on the copies the components of its home
+pipeline that its listeners read (``tok2vec``), predicts there, and writes the tree and
+scores on the original Docs. The host pipeline's tok2vec and vocabulary are never read or
+changed, so its tagger, entities, lemmas and sentences stay as they were. spaCy's warning
+W113 (the source pipeline's vectors differ) is silenced for this component: it reads its
+own vectors. (A pipeline saved with such a sourced parser cannot be loaded back with it:
+its parser would listen to the host's tok2vec, which ``remember_home`` refuses by name;
+save the host pipeline without it and call ``spacy_treexp.add_uncertainty`` after loading.)
+
+``overwrite`` (default true): whether the parser's tree replaces a parse already on the Doc
+(from a host pipeline's own parser). With false, that parse stays on ``token.head`` /
+``token.dep_`` and the parser's tree goes to ``doc._.ud_heads`` / ``doc._.ud_deps``
+(``token._.ud_head`` / ``token._.ud_dep``) and, as ``"heads"`` and ``"deps"``, into each record of
+``doc._.parser_scores``, which ``tree_expectations`` then describes. A parser with
+Universal Dependencies labels that writes its tree on ``token.dep_`` also gives the Doc the
+UD noun-chunk iterator (``spacy_treexp.pipeline.noun_chunks``): spaCy's English one reads
+ClearNLP relations. See ``spacy_treexp/pipeline/stock.py``.
 """
 
+import warnings
 from itertools import islice
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypedDict, Union, cast
 
 import numpy
 import torch
-from spacy.attrs import DEP, HEAD, IS_SPACE
+from spacy.attrs import DEP, HEAD, IS_SPACE, ORTH, SENT_START, SPACY
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.scorer import Scorer
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.ty import ListenedToComponent
 from spacy.util import registry
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, set_dropout_rate
@@ -35,6 +62,8 @@ from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import get_scorer_module, set_n_labels
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
+from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
+from spacy_treexp.pipeline.stock import register_ud_extensions, set_ud_tree
 
 #: A sentence's relation log-probabilities: the dense (n+1, n+1, L) array or its factors.
 RelationScores = Union[numpy.ndarray, BiaffineRelationScores]
@@ -83,10 +112,18 @@ subword_features = true
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 DECODINGS = ("map", "mbr")
+_TOKENS = [ORTH, SPACY]
+#: Most padded words per model call when sentences are grouped by length (``_scores``).
+BUCKET_WORDS = 4000
+#: Relations that only Universal Dependencies uses: a parser with them writes UD trees.
+UD_RELATIONS = frozenset({"obj", "obl", "case", "nmod"})
 
 
 # Forked workers of nlp.pipe(n_process>1) can hang in the parent's OpenMP pool.
 install_fork_hook()
+# Sourced into another pipeline, the parser reads its own vocabulary's vectors (see the
+# module doc), so spaCy's warning that the two pipelines' vectors differ does not apply.
+warnings.filterwarnings("ignore", message=r"\[W113\] Sourced component 'biaffine_parser'")
 
 
 def _log_softmax(values: numpy.ndarray) -> numpy.ndarray:
@@ -172,6 +209,7 @@ def make_biaffine_parser_scorer() -> Callable:
         "max_sentence_length": DEFAULT_MAX_SENTENCE_LENGTH,
         "members": DEFAULT_MEMBERS,
         "member_kind": "head",
+        "overwrite": True,
         "scorer": {"@scorers": "spacy_treexp.biaffine_parser_scorer.v1"},
     },
     default_score_weights={"dep_uas": 0.5, "dep_las": 0.5, "dep_las_per_type": None},
@@ -187,9 +225,11 @@ def make_biaffine_parser(
     max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH,
     members: int = DEFAULT_MEMBERS,
     member_kind: str = "head",
+    overwrite: bool = True,
 ) -> "BiaffineParser":
-    """Create a ``biaffine_parser`` component (see ``BiaffineParser``)."""
-    return BiaffineParser(
+    """Create a ``biaffine_parser`` component (see ``BiaffineParser``) and remember the
+    pipeline it is created in (its home, see ``BiaffineParser.remember_home``)."""
+    parser = BiaffineParser(
         nlp.vocab,
         model,
         name,
@@ -200,7 +240,20 @@ def make_biaffine_parser(
         max_sentence_length=max_sentence_length,
         members=members,
         member_kind=member_kind,
+        overwrite=overwrite,
     )
+    parser.remember_home(nlp)
+    return parser
+
+
+def _listeners(model: Model) -> List[Model]:
+    """The layers of ``model`` that read another component's output (spaCy's
+    ``Tok2VecListener``, spacy-transformers' ``TransformerListener``, ...)."""
+    return [node for node in model.walk() if isinstance(getattr(node, "upstream_name", None), str)]
+
+
+def _width(model: Model) -> Optional[int]:
+    return int(model.get_dim("nO")) if model.has_dim("nO") is True else None
 
 
 class BiaffineParser(TrainablePipe):
@@ -219,12 +272,15 @@ class BiaffineParser(TrainablePipe):
         max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH,
         members: int = DEFAULT_MEMBERS,
         member_kind: str = "head",
+        overwrite: bool = True,
     ) -> None:
         """``arc_temperature`` / ``rel_temperature``: post-hoc temperature scaling (Guo et
         al. 2017) of the predicted scores — arc scores are divided by T before decoding
         and storage (the MAP tree is unchanged, the marginals and MBR tree are calibrated),
         relation log-probabilities become log_softmax(log p / T). Training ignores them;
-        fit them on held-out data with ``spacy_treexp.evaluation`` (``benchmarks/quality.py``)."""
+        fit them on held-out data with ``spacy_treexp.evaluation`` (``benchmarks/quality.py``).
+        ``overwrite``: replace a parse already on the Doc, or keep it and store this
+        parser's tree beside it (see the module doc)."""
         if decoding not in DECODINGS:
             raise ValueError(f"biaffine_parser: decoding must be one of {DECODINGS}, got {decoding!r}")
         for label, value in (("arc_temperature", arc_temperature), ("rel_temperature", rel_temperature)):
@@ -244,13 +300,49 @@ class BiaffineParser(TrainablePipe):
             raise ValueError(f"biaffine_parser: member_kind must be one of {MEMBER_KINDS}, got {member_kind!r}")
         self.members = members
         self.member_kind = member_kind
+        if not isinstance(overwrite, bool):
+            raise ValueError(f"biaffine_parser: overwrite must be true or false, got {overwrite!r}")
+        #: Replace a parse already on the Doc (see the module doc).
+        self.overwrite = overwrite
         register_extensions()
+        register_ud_extensions()
         self.vocab = vocab
         self.model = model
         self.name = name
         self.decoding = decoding
         self.scorer = scorer
         self.cfg: Dict[str, Any] = {"labels": []}  # stored as JSON (TrainablePipe.to_bytes / to_disk)
+        # The home pipeline's tokenizer and the components its listeners may read (by name),
+        # to run on copies of Docs from another pipeline (remember_home, _home_docs).
+        self._home_tokenizer: Optional[Callable[[str], Doc]] = None
+        self._home_upstreams: Dict[str, Any] = {}
+
+    def remember_home(self, nlp: Language) -> None:
+        """Remember ``nlp``'s tokenizer and the components before this one that listeners
+        can read (``tok2vec``, ``transformer``): on Docs of another vocabulary, the parser
+        runs them on copies in its own (see the module doc). Refuses a listener whose width
+        is not that of the component it would read (e.g. a pipeline with a sourced
+        ``biaffine_parser`` saved and loaded again: it would read the host's tok2vec)."""
+        self._home_tokenizer = nlp.tokenizer
+        self._home_upstreams = {name: proc for name, proc in nlp.pipeline if isinstance(proc, ListenedToComponent)}
+        for listener in _listeners(self.model):
+            upstream = self._upstream(listener)
+            if upstream is None:
+                continue
+            expected, given = _width(listener), _width(upstream.model)
+            if expected is not None and given is not None and expected != given:
+                raise ValueError(
+                    f"biaffine_parser '{self.name}': its model reads the output of '{upstream.name}' "
+                    f"({given} wide) but expects {expected} values per token: the parser was trained in "
+                    f"another pipeline. Add it by sourcing it from its own pipeline "
+                    f"(nlp.add_pipe('biaffine_parser', source=...)) or with spacy_treexp.add_uncertainty(nlp)."
+                )
+
+    def _upstream(self, listener: Model) -> Any:
+        """The home component that ``listener`` reads (the last one for ``'*'``), or None."""
+        name = getattr(listener, "upstream_name")
+        found = [proc for key, proc in self._home_upstreams.items() if name in ("*", key)]
+        return found[-1] if found else None
 
     @property
     def labels(self) -> Tuple[str, ...]:
@@ -314,12 +406,10 @@ class BiaffineParser(TrainablePipe):
                     f"biaffine_parser: the sentence at token {start} ({doc[start:end].text[:40]!r})",
                 )
         device = torch.device("cpu" if self.model.ops.device_type == "cpu" else "cuda")
-        capture = ScorerCapture(get_scorer_module(self.model), enabled=self.members > 0)
-        with threads_for(device), capture:
-            arc, raw_rel, lengths = self.model.predict((docs, sentences, None))
-        arc = self.model.ops.to_numpy(arc) / self.arc_temperature
         with threads_for(device):
-            members = self._members(capture, docs, sentences)
+            model_docs = self._home_docs(docs) if any(doc.vocab is not self.vocab for doc in docs) else docs
+            arc, raw_rel, lengths, members = self._scores(model_docs, sentences)
+        arc = self.model.ops.to_numpy(arc) / self.arc_temperature
         rel = [self._relation_scores(r) for r in raw_rel]
         labels = self.labels
         _attach_whitespace(arc, rel, docs, sentences, labels.index("dep") if "dep" in labels else None)
@@ -331,6 +421,80 @@ class BiaffineParser(TrainablePipe):
             "heads": self._decode(arc, lengths),
             "members": members,
         }
+
+    def _scores(
+        self, docs: List[Doc], sentences: List[Sentences]
+    ) -> Tuple[Any, List[Any], Any, Optional[numpy.ndarray]]:
+        """The model's ``(arc, rel, lengths)`` and the members' arc scores (``_members``) of
+        every sentence, in order.
+
+        When the model reads its token vectors from another component (a listener, so
+        calling it again costs nothing), the sentences go to it in groups of similar length
+        of at most ``BUCKET_WORDS`` padded words: its MLPs, arc scorer and members run on
+        padded batches, where one long sentence among short ones multiplies the work. A
+        sentence's scores do not depend on its batch (up to float rounding)."""
+        spans = [(end - start, i, start, end) for i, doc_sents in enumerate(sentences) for start, end in doc_sents]
+        if not spans:
+            empty_arc, empty_rel, empty_lengths = self.model.predict((docs, sentences, None))
+            return empty_arc, empty_rel, empty_lengths, None
+        groups: List[List[int]] = [[]]
+        for k in sorted(range(len(spans)), key=lambda k: spans[k][0]):
+            if groups[-1] and (len(groups[-1]) + 1) * spans[k][0] > BUCKET_WORDS:
+                groups.append([])
+            groups[-1].append(k)
+        if len(groups) > 1 and not _listeners(self.model):
+            groups = [list(range(len(spans)))]
+        n_max = max(n for n, _, _, _ in spans)
+        arc = numpy.zeros((len(spans), n_max + 1, n_max + 1), dtype="float32")
+        members = None if self.members == 0 else numpy.zeros((self.members,) + arc.shape, dtype="float32")
+        rel: List[Any] = [None] * len(spans)
+        for group in groups:
+            per_doc: Dict[int, List[int]] = {}
+            for k in sorted(group):  # the model's order: Docs, then their sentences
+                per_doc.setdefault(spans[k][1], []).append(k)
+            group_docs = [docs[i] for i in per_doc]
+            group_sentences = [[(spans[k][2], spans[k][3]) for k in ks] for ks in per_doc.values()]
+            capture = ScorerCapture(get_scorer_module(self.model), enabled=self.members > 0)
+            with capture:
+                group_arc, group_rel, _ = self.model.predict((group_docs, group_sentences, None))
+            group_members = self._members(capture, group_docs, group_sentences)
+            group_arc = self.model.ops.to_numpy(group_arc)
+            for j, k in enumerate(k for ks in per_doc.values() for k in ks):
+                n = spans[k][0]
+                arc[k, : n + 1, : n + 1] = group_arc[j, : n + 1, : n + 1]
+                rel[k] = group_rel[j]
+                if members is not None and group_members is not None:
+                    members[:, k, : n + 1, : n + 1] = group_members[:, j, : n + 1, : n + 1]
+        return arc, rel, numpy.array([n for n, _, _, _ in spans], dtype="int64"), members
+
+    def _home_docs(self, docs: List[Doc]) -> List[Doc]:
+        """Copies of ``docs`` in the parser's own vocabulary, with the output of the home
+        components its listeners read (spaCy's ``replace_listeners``, at prediction time):
+        the home tokenizer's Doc of the same text when it has the same tokens (its norms
+        and lexical features), else a Doc of the same words and spaces; sentence starts
+        copied."""
+        copies = []
+        for doc in docs:
+            if doc.vocab is self.vocab:
+                copies.append(doc)
+                continue
+            copy = self._home_tokenizer(doc.text) if self._home_tokenizer is not None else None
+            # the same tokens: ORTH hashes and trailing spaces (hashes do not depend on the vocabulary)
+            if copy is None or not numpy.array_equal(copy.to_array(_TOKENS), doc.to_array(_TOKENS)):
+                copy = Doc(self.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+            if len(doc) and doc.has_annotation("SENT_START"):
+                copy.from_array([SENT_START], cast(Ints2d, doc.to_array([SENT_START])))
+            copies.append(copy)
+        for listener in _listeners(self.model):
+            upstream = self._upstream(listener)
+            if upstream is None:
+                raise ValueError(
+                    f"biaffine_parser '{self.name}': the Docs come from another pipeline (another "
+                    f"vocabulary) and the component its model reads, '{getattr(listener, 'upstream_name')}', is not "
+                    f"known: create the parser in its own pipeline and source it from there."
+                )
+            copies = list(upstream.pipe(copies, batch_size=max(1, len(copies))))
+        return copies
 
     def _members(self, capture: ScorerCapture, docs: List[Doc], sentences: List[Sentences]) -> Optional[numpy.ndarray]:
         """Arc scores ``(K, B, N+1, N+1)`` of the parser's ``members`` MC-dropout members at
@@ -372,8 +536,14 @@ class BiaffineParser(TrainablePipe):
         if not labels:
             raise ValueError(f"biaffine_parser '{self.name}' has no labels: initialize or train it first")
         label_ids = numpy.array([self.vocab.strings.add(label) for label in labels], dtype="uint64")
+        ud = UD_RELATIONS <= set(labels)
         b = 0
         for doc, sentences in zip(docs, predictions["sentences"]):
+            if doc.vocab is not self.vocab and labels[-1] not in doc.vocab.strings:
+                for label in labels:  # a Doc of another pipeline: its strings must name our labels
+                    doc.vocab.strings.add(label)
+            beside = not self.overwrite and len(doc) > 0 and doc.has_annotation("DEP")
+            deps = [""] * len(doc)
             records = []
             annotation = numpy.zeros((len(doc), 2), dtype="uint64")
             for start, end in sentences:
@@ -385,23 +555,30 @@ class BiaffineParser(TrainablePipe):
                 absolute = numpy.where(sent_heads == 0, dependents, sent_heads) + start - 1
                 annotation[start:end, 0] = (absolute - (dependents + start - 1)).astype("int64").view("uint64")
                 annotation[start:end, 1] = label_ids[best]
-                records.append(
-                    {
-                        "start": start,
-                        "end": end,
-                        "arc": numpy.ascontiguousarray(arc[b, : n + 1, : n + 1], dtype="float32"),
-                        "members": None
-                        if members is None
-                        else numpy.ascontiguousarray(members[:, b, : n + 1, : n + 1], dtype="float32"),
-                        "rel": rel[b]
-                        if isinstance(rel[b], BiaffineRelationScores)
-                        else numpy.ascontiguousarray(rel[b], dtype="float32"),
-                        "labels": labels,
-                    }
-                )
+                record = {
+                    "start": start,
+                    "end": end,
+                    "arc": numpy.ascontiguousarray(arc[b, : n + 1, : n + 1], dtype="float32"),
+                    "members": None
+                    if members is None
+                    else numpy.ascontiguousarray(members[:, b, : n + 1, : n + 1], dtype="float32"),
+                    "rel": rel[b]
+                    if isinstance(rel[b], BiaffineRelationScores)
+                    else numpy.ascontiguousarray(rel[b], dtype="float32"),
+                    "labels": labels,
+                }
+                if beside:  # the tree the annotations describe is not the Doc's parse
+                    record["heads"] = sent_heads.astype("int32")
+                    record["deps"] = deps[start:end] = [labels[i] for i in best]
+                records.append(record)
                 b += 1
-            if len(doc):
+            if beside:
+                offsets = annotation[:, 0].view("int64")
+                set_ud_tree(doc, numpy.arange(len(doc)) + offsets, deps)
+            elif len(doc):
                 doc.from_array([HEAD, DEP], cast(Ints2d, annotation))  # thinc's Ints2d: the numpy array spaCy takes
+                if ud:  # spaCy's English noun chunks read ClearNLP relations (a public cdef attribute)
+                    setattr(doc, "noun_chunks_iterator", ud_noun_chunks)
             doc._.set(PARSER_SCORES, records)
 
     # -- training ----------------------------------------------------------------------

@@ -38,6 +38,9 @@ with the (head, dependent) of a bad value:
   and ``+inf`` are refused. The allowed arcs must leave a tree (with ``single_root``, a
   tree with one child of ROOT): every ROOT arc forbidden, a word with no allowed head, or
   words that ROOT cannot reach are refused.
+* ``"heads"``, ``"deps"`` (optional): the tree the annotations describe, ``(n,)`` heads with
+  0 = ROOT and n relations, when it is not the Doc's parse (``biaffine_parser`` with
+  ``overwrite = false`` keeps a host parser's tree on the Doc); default: the Doc's parse.
 * ``"members"`` (optional): ``(K, n+1, n+1)`` arc log-potentials of K ensemble members
   (``biaffine_parser``'s MC-dropout members, a Stanza ensemble's parsers), held to the rules of
   ``"arc"`` each; ``"member_weights"`` (optional): their K non-negative mixture weights
@@ -144,6 +147,10 @@ class Errors:
         "[TXE024] {where}: token {i} ({text!r}) has its head outside its sentence; the Doc's sentence "
         "boundaries and parse disagree."
     )
+    TXE025 = (
+        "[TXE025] {where}: the record's own tree ('heads', 0 = ROOT, and 'deps') must give one head in 0..{n} "
+        "(and one relation) per word; got {got}."
+    )
 
 
 class ScoreSourceError(ValueError):
@@ -246,6 +253,8 @@ def sentence_scores(
         scores.text = text
         scores.deprels = deprels[sent.start : sent.end]
         scores.heads = None if heads is None else _sentence_heads(sent, heads, here)
+        if isinstance(record, Mapping) and record.get("heads") is not None:
+            _own_tree(scores, record, len(sent), here)
         out.append(scores)
     return out
 
@@ -299,6 +308,19 @@ def _sentence(sent: Span, record: Any, where: str, single_root: bool) -> Sentenc
     if isinstance(rel, numpy.ndarray):
         scores.rel = _log_probabilities(rel, allowed, where)
     return scores
+
+
+def _own_tree(scores: SentenceScores, record: Mapping, n: int, where: str) -> None:
+    """A record's own ``"heads"`` ``(n,)`` (0 = ROOT) and ``"deps"``: the tree the annotations
+    describe when it is not the Doc's parse (``biaffine_parser`` with ``overwrite = false``)."""
+    heads = numpy.asarray(record["heads"])
+    deps = record.get("deps")
+    if heads.shape != (n,) or heads.dtype.kind not in "iu" or ((heads < 0) | (heads > n)).any():
+        raise ScoreSourceError(Errors.TXE025.format(where=where, n=n, got=heads.tolist()))
+    if deps is not None and len(deps) != n:
+        raise ScoreSourceError(Errors.TXE025.format(where=where, n=n, got=list(deps)))
+    scores.heads = heads.astype(numpy.int64)
+    scores.deprels = None if deps is None else [str(d) for d in deps]
 
 
 def _kind(value: Any) -> str:

