@@ -193,12 +193,12 @@ def fit_calibration(
         "l2": l2 if rich else 0.0,
         "evaluations": evaluations,
     }
-    rel_temperature = 1.0
+    rel_temperature, label_scale = 1.0, ()  # type: Tuple[float, Tuple[float, ...]]
     if relations:
-        fitted = fit_rel_temperature(gold, scores)
+        fitted = fit_rel_temperature(gold, scores, relation_names, per_sentence, l2)
         if fitted is not None:
-            rel_temperature = fitted[0]
-            fit.update(label_nll_per_word_before=fitted[1], label_nll_per_word_after=fitted[2])
+            rel_temperature, label_scale = fitted[0], fitted[1] if relation_names else ()
+            fit.update(label_nll_per_word_before=fitted[2], label_nll_per_word_after=fitted[3])
     return CalibrationMap(
         kind,
         tuple(float(v) for v in log_scale.detach()),
@@ -208,30 +208,39 @@ def fit_calibration(
         tuple(float(v) for v in hinge.detach()),
         tuple(relation_names),
         tuple(float(v) for v in gamma.detach()),
+        label_scale,
         rel_temperature=rel_temperature,
         fit=fit,
     )
 
 
 def gold_label_logits(
-    gold: Sequence[GoldTree], scores: Sequence[SentenceScores]
-) -> Optional[Tuple[numpy.ndarray, numpy.ndarray]]:
+    gold: Sequence[GoldTree],
+    scores: Sequence[SentenceScores],
+    relation_names: Sequence[str] = (),
+    per_sentence: Optional[Sequence[Optional[List[str]]]] = None,
+) -> Optional[Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]]:
     """Relation log-probabilities ``(W, L)`` at the gold head of each word whose gold label
-    the parser knows, and that label's index ``(W,)``; None without relation scores."""
-    rows, targets = [], []
-    for tree, score in zip(gold, scores):
+    the parser knows, that label's index ``(W,)``, and the index of the relation the parser
+    gives the word in ``relation_names`` (``len(relation_names)``: none) ``(W,)``; None
+    without relation scores."""
+    rows, targets, groups = [], [], []
+    position = {name: k for k, name in enumerate(relation_names)}
+    for s, (tree, score) in enumerate(zip(gold, scores)):
         if score.rel is None or score.labels is None:
             return None
         index = {_label(label): i for i, label in enumerate(score.labels)}
         heads = numpy.asarray(tree.heads)
+        given = per_sentence[s] if per_sentence is not None else None
         for m, label in enumerate(tree.deprels, start=1):
             k = index.get(_label(label))
             if k is not None:
                 rows.append(numpy.asarray(score.rel[heads[m], m], dtype=numpy.float64))
                 targets.append(k)
+                groups.append(position.get(given[m - 1], len(relation_names)) if given else len(relation_names))
     if not rows:
         return None
-    return numpy.stack(rows), numpy.asarray(targets)
+    return numpy.stack(rows), numpy.asarray(targets), numpy.asarray(groups)
 
 
 def _label(label: str) -> str:
@@ -240,31 +249,41 @@ def _label(label: str) -> str:
 
 
 def fit_rel_temperature(
-    gold: Sequence[GoldTree], scores: Sequence[SentenceScores]
-) -> Optional[Tuple[float, float, float]]:
-    """(T, NLL per word before, after) of the gold labels at the gold heads; None without labels."""
-    data = gold_label_logits(gold, scores)
+    gold: Sequence[GoldTree],
+    scores: Sequence[SentenceScores],
+    relation_names: Sequence[str] = (),
+    per_sentence: Optional[Sequence[Optional[List[str]]]] = None,
+    l2: float = DEFAULT_L2,
+) -> Optional[Tuple[float, Tuple[float, ...], float, float]]:
+    """(T, ρ per relation of ``relation_names``, NLL per word before, after) of the gold
+    labels at the gold heads, the logits of a word whose parser relation is r multiplied by
+    exp(ρ_r) / T (ridge λ = ``l2`` on ρ); None without labels."""
+    data = gold_label_logits(gold, scores, relation_names, per_sentence)
     if data is None:
         return None
     logits = torch.from_numpy(data[0])
     logits = torch.where(torch.isfinite(logits), logits, torch.full_like(logits, -1e30))
-    targets = torch.from_numpy(data[1])
+    targets, groups = torch.from_numpy(data[1]), torch.from_numpy(data[2])
     log_beta = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    rho = torch.zeros(len(relation_names), dtype=torch.float64, requires_grad=True)
 
-    def nll(beta: torch.Tensor) -> torch.Tensor:
-        scaled = logits * beta
+    def nll(log_factor: torch.Tensor) -> torch.Tensor:
+        scaled = logits * log_factor.exp().unsqueeze(1)
         return (torch.logsumexp(scaled, -1) - scaled.gather(1, targets.unsqueeze(1)).squeeze(1)).mean()
 
-    optimiser = torch.optim.LBFGS([log_beta], lr=1.0, max_iter=100, line_search_fn="strong_wolfe")
+    def log_factor() -> torch.Tensor:
+        return log_beta + torch.cat([rho, rho.new_zeros(1)])[groups]
+
+    optimiser = torch.optim.LBFGS([log_beta, rho], lr=1.0, max_iter=100, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
         optimiser.zero_grad()
-        value = nll(log_beta.exp())
+        value = nll(log_factor()) + 0.5 * l2 * (rho**2).sum()
         value.backward()
         return value
 
     optimiser.step(closure)
     with torch.no_grad():
-        before = float(nll(torch.ones((), dtype=torch.float64)))
-        after = float(nll(log_beta.exp()))
-    return float(torch.exp(-log_beta.detach())), before, after
+        before = float(nll(torch.zeros(len(groups), dtype=torch.float64)))
+        after = float(nll(log_factor()))
+    return float(torch.exp(-log_beta.detach())), tuple(float(v) for v in rho.detach()), before, after

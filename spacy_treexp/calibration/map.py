@@ -14,7 +14,9 @@ scale alone leaves mid-range confidences under-confident. The scale of a depende
 column is further multiplied by exp(γ_r) for the relation r the parser gives it (its
 ``deprels``, else the best label at its head): words of some relations are attached less
 reliably than their scores say. Every term is a function of the parser's output only, so
-s' is again a matrix of arc log-potentials.
+s' is again a matrix of arc log-potentials. The relation log-probabilities of dependent m
+are re-normalised from its label logits multiplied by exp(ρ_r) / T_rel (one temperature,
+and a factor per relation the parser gives m).
 
 One group with b = 0 is temperature scaling (a = 1/T, Guo et al. 2017): the MAP tree does
 not change. With several groups it may: the fit reports the attachment score before and
@@ -131,6 +133,7 @@ class CalibrationMap:
         hinge: c_k per knot.
         relations: relation names with a column scale of their own (``distance``).
         relation_scale: γ_r per relation.
+        label_scale: ρ_r per relation (empty: none), the relation scores' factor.
         rel_temperature: the relation temperature (1: relation scores unchanged).
         fit: how it was fitted (data size, objective before/after); informative only.
     """
@@ -143,6 +146,7 @@ class CalibrationMap:
     hinge: Tuple[float, ...] = ()
     relations: Tuple[str, ...] = ()
     relation_scale: Tuple[float, ...] = ()
+    label_scale: Tuple[float, ...] = ()
     rel_temperature: float = 1.0
     fit: Dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -171,6 +175,12 @@ class CalibrationMap:
             raise CalibrationError(
                 f"calibration map: one relation_scale per relation (and none for a temperature map); got "
                 f"{len(self.relations)} relations and {len(self.relation_scale)} scales"
+            )
+        object.__setattr__(self, "label_scale", _floats(self.label_scale, "label_scale"))
+        if self.label_scale and len(self.label_scale) != len(self.relations):
+            raise CalibrationError(
+                f"calibration map: label_scale needs one value per relation ({len(self.relations)}), "
+                f"got {len(self.label_scale)}"
             )
         if len(self.knots) != len(self.hinge) or not all(0 < p < 1 for p in self.knots):
             raise CalibrationError(
@@ -244,25 +254,44 @@ class CalibrationMap:
         lengths = torch.tensor([arc.shape[-1] - 1])
         return self.apply_batch(scores, lengths, [relations])[0].numpy()
 
-    def apply_rel(self, rel: Any) -> Any:
-        """Relation log-probabilities at ``rel_temperature``: a dense ``(n+1, n+1, L)`` array is
-        re-normalised; relation scores computed when read (with a ``temperature`` field, as
-        :class:`~spacy_treexp.annotate.relation_scores.BiaffineRelationScores`) get their
-        temperature multiplied."""
-        if rel is None or self.rel_temperature == 1.0:
+    def label_factors(self, relations: Optional[Sequence[str]], n: int) -> numpy.ndarray:
+        """exp(ρ_r(m)) per dependent m = 0..n (1 at ROOT and without a factor), float64."""
+        out = numpy.ones(n + 1, dtype=numpy.float64)
+        if self.label_scale and relations is not None:
+            rho = dict(zip(self.relations, self.label_scale))
+            for m, name in enumerate(relations, start=1):
+                out[m] = math.exp(rho.get(normalise_relation(name), 0.0))
+        return out
+
+    def apply_rel(self, rel: Any, relations: Optional[Sequence[str]] = None) -> Any:
+        """Relation log-probabilities with dependent m's logits multiplied by exp(ρ_r(m)) /
+        ``rel_temperature`` (``relations``: the parser's relation of each word): a dense
+        ``(n+1, n+1, L)`` array is re-normalised; relation scores computed when read (as
+        :class:`~spacy_treexp.annotate.relation_scores.BiaffineRelationScores`, whose logits
+        are linear in each dependent's ``dep_part``) get their temperature and dependent
+        factors changed."""
+        if rel is None:
+            return rel
+        n = int(rel.shape[0]) - 1
+        factors = self.label_factors(relations, n)
+        if self.rel_temperature == 1.0 and (factors == 1.0).all():
             return rel
         if isinstance(rel, numpy.ndarray):
-            logits = rel.astype(numpy.float64) / self.rel_temperature
-            peak = numpy.max(logits, axis=-1, keepdims=True)
-            peak = numpy.where(numpy.isfinite(peak), peak, 0.0)
-            with numpy.errstate(divide="ignore"):
-                norm = numpy.log(numpy.exp(logits - peak).sum(-1, keepdims=True)) + peak
-            return (logits - norm).astype(rel.dtype)
-        if dataclasses.is_dataclass(rel) and hasattr(rel, "temperature"):
-            return dataclasses.replace(rel, temperature=rel.temperature * self.rel_temperature)  # type: ignore[type-var]
+            return _log_softmax(rel * (factors / self.rel_temperature)[None, :, None]).astype(rel.dtype)
+        if dataclasses.is_dataclass(rel) and hasattr(rel, "temperature") and hasattr(rel, "dep_part"):
+            dep_part = (rel.dep_part * factors[:, None]).astype(rel.dep_part.dtype)
+            return dataclasses.replace(rel, temperature=rel.temperature * self.rel_temperature, dep_part=dep_part)  # type: ignore[type-var]
         raise CalibrationError(
             f"calibration map: cannot apply a relation temperature to relation scores of type {type(rel).__name__}"
         )
+
+    def apply_label_rows(self, rows: numpy.ndarray, relations: Optional[Sequence[str]] = None) -> numpy.ndarray:
+        """:meth:`apply_rel` on the ``(n, L)`` relation log-probabilities of words 1..n at
+        their heads."""
+        factors = self.label_factors(relations, rows.shape[0])[1:]
+        if self.rel_temperature == 1.0 and (factors == 1.0).all():
+            return rows
+        return _log_softmax(rows.astype(numpy.float64) * (factors / self.rel_temperature)[:, None])
 
     # --- serialisation ------------------------------------------------------------
 
@@ -278,6 +307,7 @@ class CalibrationMap:
             "hinge": list(self.hinge),
             "relations": list(self.relations),
             "relation_scale": list(self.relation_scale),
+            "label_scale": list(self.label_scale),
             "rel_temperature": self.rel_temperature,
             "fit": dict(self.fit),
         }
@@ -291,7 +321,7 @@ class CalibrationMap:
         if version != FORMAT_VERSION:
             raise CalibrationError(f"calibration map: format version {version!r}, this version reads {FORMAT_VERSION}")
         known = {"version", "kind", "log_scale", "bias", "edges", "knots", "hinge", "relations", "relation_scale"}
-        known |= {"rel_temperature", "fit"}
+        known |= {"label_scale", "rel_temperature", "fit"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise CalibrationError(f"calibration map: unknown field(s) {unknown}")
@@ -307,6 +337,7 @@ class CalibrationMap:
             hinge=tuple(data.get("hinge", ())),
             relations=tuple(data.get("relations", ())),
             relation_scale=tuple(data.get("relation_scale", ())),
+            label_scale=tuple(data.get("label_scale", ())),
             rel_temperature=data.get("rel_temperature", 1.0),
             fit=dict(data.get("fit") or {}),
         )
@@ -372,12 +403,24 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
     out = []
     for sentence in sentences:
         relations = dependent_relations(sentence) if calibration.relations else None
-        changes = {"arc": calibration.apply_arc(sentence.arc, relations), "rel": calibration.apply_rel(sentence.rel)}
+        changes = {
+            "arc": calibration.apply_arc(sentence.arc, relations),
+            "rel": calibration.apply_rel(sentence.rel, relations),
+        }
         members = getattr(sentence, "members", None)
         if members is not None:  # an ensemble's members: each is a parser's scores
             changes["members"] = numpy.stack([calibration.apply_arc(member, relations) for member in members])
         out.append(dataclasses.replace(sentence, **changes))
     return out
+
+
+def _log_softmax(logits: numpy.ndarray) -> numpy.ndarray:
+    """log-softmax over the last axis, float64; -inf (impossible labels) stays -inf."""
+    logits = logits.astype(numpy.float64)
+    peak = numpy.max(logits, axis=-1, keepdims=True)
+    peak = numpy.where(numpy.isfinite(peak), peak, 0.0)
+    with numpy.errstate(divide="ignore"):
+        return logits - (numpy.log(numpy.exp(logits - peak).sum(-1, keepdims=True)) + peak)
 
 
 def normalise_relation(name: str) -> str:

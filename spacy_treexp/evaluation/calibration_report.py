@@ -104,7 +104,7 @@ def word_arrays(
             words = numpy.arange(1, sentence.n + 1)
             rows = numpy.asarray(score.rel[tree_heads[1:], words], dtype=numpy.float64)  # type: ignore[index]
             if calibration is not None:
-                rows = calibration.apply_rel(rows)
+                rows = calibration.apply_label_rows(rows, dependent_relations(score))
             best = rows.argmax(-1)
             label_prob.append(numpy.exp(rows[numpy.arange(sentence.n), best]))
             names = [_label(score.labels[b]) for b in best]  # type: ignore[index]

@@ -217,3 +217,62 @@ def test_dependent_relations_from_the_best_label_at_the_parser_head():
     calibration = rich_map()
     [out] = calibrate_sentences([sentence], calibration)
     numpy.testing.assert_allclose(out.arc[:, 1:], calibration.apply_arc(sentence.arc, ["obj", "root", "det"])[:, 1:])
+
+
+def test_label_factors_per_relation_dense_and_lazy():
+    from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
+
+    rng = numpy.random.default_rng(6)
+    n, labels, width = 4, 3, 5
+    lazy = BiaffineRelationScores(
+        rng.normal(0, 1, (n + 1, labels, width)).astype(numpy.float32),
+        rng.normal(0, 1, (n + 1, width)).astype(numpy.float32),
+        temperature=1.5,
+    )
+    dense = numpy.asarray(lazy)
+    calibration = CalibrationMap(
+        "distance", (0.0,) * 7, (0.0,) * 7, (1, 2, 4), relations=("nsubj", "obj"),
+        relation_scale=(0.0, 0.0), label_scale=(0.5, -0.7), rel_temperature=1.2,
+    )  # fmt: skip
+    relations = ["obj", "det", "nsubj", "obj"]
+    logits = dense * 1.5  # the classifier's logits, up to a constant per arc
+    factor = numpy.array([1.0, math.exp(-0.7), 1.0, math.exp(0.5), math.exp(-0.7)]) / (1.5 * 1.2)
+    scaled = logits * factor[None, :, None]
+    expected = scaled - numpy.log(numpy.exp(scaled).sum(-1, keepdims=True))
+    numpy.testing.assert_allclose(calibration.apply_rel(dense, relations), expected, atol=1e-5)
+    numpy.testing.assert_allclose(numpy.asarray(calibration.apply_rel(lazy, relations)), expected, atol=1e-5)
+    heads = numpy.array([2, 0, 2, 3])
+    rows = calibration.apply_label_rows(dense[heads, numpy.arange(1, n + 1)], relations)
+    numpy.testing.assert_allclose(rows, expected[heads, numpy.arange(1, n + 1)], atol=1e-5)
+
+
+def test_relation_fit_recovers_label_factors():
+    from spacy_treexp.calibration import fit_rel_temperature
+
+    rng = numpy.random.default_rng(7)
+    true = {"nsubj": 0.6, "obj": -0.5}
+
+    class Gold:
+        def __init__(self, heads, deprels):
+            self.heads, self.deprels = heads, deprels
+
+    gold, scores, per_sentence = [], [], []
+    names = ["nsubj", "obj", "det"]
+    for _ in range(1500):
+        n = 4
+        logits = rng.normal(0, 5.0, (n + 1, n + 1, 3))
+        rel = logits - numpy.log(numpy.exp(logits).sum(-1, keepdims=True))
+        relations = [names[int(k)] for k in rng.integers(0, 3, n)]
+        heads = numpy.array([-1, 0, 1, 1, 2])
+        deprels = []
+        for m in range(1, n + 1):
+            z = logits[heads[m], m] * math.exp(true.get(relations[m - 1], 0.0)) / 2.0
+            p = numpy.exp(z - z.max())
+            deprels.append(names[rng.choice(3, p=p / p.sum())])
+        gold.append(Gold(heads, deprels))
+        scores.append(SentenceScores(arc=numpy.zeros((n + 1, n + 1)), rel=rel, labels=names))
+        per_sentence.append(relations)
+    temperature, rho, before, after = fit_rel_temperature(gold, scores, ["nsubj", "obj"], per_sentence, l2=0.0)
+    assert temperature == pytest.approx(2.0, rel=0.1)
+    assert rho == pytest.approx((0.6, -0.5), abs=0.12)
+    assert after < before
