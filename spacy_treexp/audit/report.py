@@ -94,7 +94,7 @@ def audit_html(
     sentences: Sequence[SentenceAudit],
     ranked: Sequence[ArcAudit],
     *,
-    threshold: float = 0.5,
+    threshold: float = 0.9,
     limit: int = 100,
     title: str = "Treebank audit",
     note: str = "",

@@ -48,7 +48,7 @@ def audit(
     ] = None,
     threshold: Annotated[
         float, typer.Option("--threshold", min=0.0, max=1.0, help="Flag arcs whose score is at least this (HTML).")
-    ] = 0.5,
+    ] = 0.9,
     html_limit: Annotated[int, typer.Option("--html-limit", min=1, help="Most sentences in the HTML report.")] = 100,
     top: Annotated[int, typer.Option("--top", min=1, help="Arcs printed when neither -o nor --html is given.")] = 20,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
