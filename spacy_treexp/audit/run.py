@@ -47,13 +47,15 @@ def audit_treebank(
     *,
     chunk_size: int = 256,
     progress: Optional[Callable[[int], None]] = None,
+    on_error: Optional[Callable[[ConlluSentence, Exception], None]] = None,
 ) -> AuditResult:
     """Audit every sentence with ``scorer`` (parsing ``chunk_size`` at a time) and rank all
-    arcs by ``score``; ``progress(k)`` after each chunk of k sentences."""
+    arcs by ``score``; ``progress(k)`` after each chunk of k sentences; a sentence the
+    scorer fails on goes to ``on_error`` and is left out (without it, the error is raised)."""
     started = time.perf_counter()
     audits = [
         audit_sentence(sentence, scores, sentence_id(sentence))
-        for sentence, scores in scored(sentences, scorer, chunk_size, progress)
+        for sentence, scores in scored(sentences, scorer, chunk_size, progress, on_error)
     ]
     ranked = rank_arcs([arc for audit in audits for arc in audit.arcs])
     return AuditResult(audits, ranked, time.perf_counter() - started)
@@ -79,6 +81,7 @@ def audit_cross_fitted(
     chunk_size: int = 256,
     progress: Optional[Callable[[int], None]] = None,
     log: Callable[[str], None] = lambda message: None,
+    on_error: Optional[Callable[[ConlluSentence, Exception], None]] = None,
 ) -> AuditResult:
     """Audit each of ``k`` folds with a model trained on the others' valid gold trees (see
     the module doc); ``scorer_for(model_path)`` makes the fold's :data:`Scorer`. The
@@ -104,8 +107,9 @@ def audit_cross_fitted(
             log(f"fold {fold + 1}/{k}: trained in {train_seconds[-1]:.0f} s")
             scorer = scorer_for(model)
             part = [sentences[i] for i in held_out]
-            for i, (sentence, scores) in zip(held_out, scored(part, scorer, chunk_size, progress)):
-                audits[i] = audit_sentence(sentence, scores, sentence_id(sentence))
+            position = {id(sentence): i for i, sentence in zip(held_out, part)}
+            for sentence, scores in scored(part, scorer, chunk_size, progress, on_error):
+                audits[position[id(sentence)]] = audit_sentence(sentence, scores, sentence_id(sentence))
     done = [audit for audit in audits if audit is not None]
     ranked = rank_arcs([arc for audit in done for arc in audit.arcs])
     return AuditResult(done, ranked, time.perf_counter() - started, train_seconds, k)

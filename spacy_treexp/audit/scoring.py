@@ -56,13 +56,29 @@ def scored(
     scorer: Scorer,
     chunk_size: int = 256,
     on_done: Optional[Callable[[int], None]] = None,
+    on_error: Optional[Callable[[ConlluSentence, Exception], None]] = None,
 ) -> Iterator[Tuple[ConlluSentence, SentenceScores]]:
     """Each sentence with its scores, parsing ``chunk_size`` sentences at a time (constant
-    memory); ``on_done(k)`` after each chunk of k sentences."""
+    memory); ``on_done(k)`` after each chunk of k sentences. With ``on_error``, a chunk the
+    scorer fails on is scored again one sentence at a time, and each sentence that still
+    fails is passed to ``on_error`` and left out; without it, the error is raised."""
     for chunk in chunks(sentences, chunk_size):
-        results = scorer(chunk)
-        if len(results) != len(chunk):
-            raise ValueError(f"the scorer returned {len(results)} results for {len(chunk)} sentences")
-        yield from zip(chunk, results)
+        try:
+            results = scorer(chunk)
+            if len(results) != len(chunk):
+                raise ValueError(f"the scorer returned {len(results)} results for {len(chunk)} sentences")
+            pairs = list(zip(chunk, results))
+        except (ValueError, RuntimeError) as error:
+            if on_error is None:
+                raise
+            pairs = []
+            for sentence in chunk if len(chunk) > 1 else []:
+                try:
+                    pairs.extend(zip([sentence], scorer([sentence])))
+                except (ValueError, RuntimeError) as single:
+                    on_error(sentence, single)
+            if len(chunk) == 1:
+                on_error(chunk[0], error)
+        yield from pairs
         if on_done is not None:
             on_done(len(chunk))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 from tqdm import tqdm
@@ -88,6 +88,10 @@ def audit(
         bad.append(str(error))
         warn(f"{error} (sentence skipped)")
 
+    def failed(sentence: Any, error: Exception) -> None:
+        bad.append(str(error))
+        warn(f"{gold}:{sentence.line}: sentence {sentence.sent_id or ''}: {' '.join(str(error).split())} (skipped)")
+
     total = sum(1 for _ in read_conllu(gold, on_error=lambda error: None))
     progress = tqdm(total=total, unit="sent", disable=quiet or None, file=sys.stderr)
     started = time.perf_counter()
@@ -103,11 +107,15 @@ def audit(
                 lambda path: spacy_scorer(load_pipeline(path), batch_size),
                 progress=progress.update,
                 log=lambda message: progress.write(message, file=sys.stderr),
+                on_error=failed,
             )
         else:
             nlp = load_pipeline(model)
             result = audit_treebank(
-                read_conllu(gold, on_error=skip), spacy_scorer(nlp, batch_size), progress=progress.update
+                read_conllu(gold, on_error=skip),
+                spacy_scorer(nlp, batch_size),
+                progress=progress.update,
+                on_error=failed,
             )
     except KeyboardInterrupt:
         progress.close()
@@ -140,7 +148,7 @@ def audit(
     warn(
         f"audited {len(result.sentences)} sentences, {len(ranked)} arcs{timing}; {len(invalid)} invalid gold "
         f"tree(s), {sum(a.score >= threshold for a in ranked)} arc(s) with score >= {threshold:g}"
-        + (f"; {len(bad)} malformed sentence(s) skipped" if bad else "")
+        + (f"; {len(bad)} sentence(s) skipped (malformed or not parsed)" if bad else "")
     )
     return 0
 

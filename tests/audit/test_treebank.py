@@ -68,6 +68,22 @@ def test_audit_treebank_streams_in_chunks_and_ranks_every_arc():
     assert result.ranked[0].sent_id == "s4" and result.ranked[0].id == 2  # head 9: probability 0
 
 
+def test_a_sentence_the_scorer_fails_on_is_reported_and_left_out():
+    inner = random_scorer()
+
+    def scorer(sentences):
+        if any(s.sent_id == "s3" for s in sentences):
+            raise ValueError("cannot parse s3")
+        return inner(sentences)
+
+    failed: list = []
+    result = audit_treebank(TREEBANK, scorer, chunk_size=4, on_error=lambda s, e: failed.append((s.sent_id, str(e))))
+    assert failed == [("s3", "cannot parse s3")]
+    assert [s.sent_id for s in result.sentences] == ["s0", "s1", "s2", "s4", "s5"]
+    with pytest.raises(ValueError, match="cannot parse s3"):
+        audit_treebank(TREEBANK, scorer, chunk_size=4)
+
+
 def test_fold_slices_cover_everything_once():
     slices = fold_slices(10, 3)
     assert [list(s) for s in slices] == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]

@@ -27,6 +27,9 @@ GOLD = """# sent_id = ok
 # sent_id = malformed
 1	Bad	bad	ADJ	JJ	_	0	root	_
 
+# sent_id = fails
+1	FAIL	fail	VERB	VB	_	0	root	_	_
+
 # sent_id = out-of-range
 1	Go	go	VERB	VB	_	0	root	_	_
 2	now	now	ADV	RB	_	7	advmod	_	_
@@ -45,7 +48,11 @@ def test_audit_writes_ranked_jsonl_csv_and_html(run_cli, model, gold, tmp_path):
     out, table, page = tmp_path / "arcs.jsonl", tmp_path / "arcs.csv", tmp_path / "report.html"
     status, _, err = run_cli("audit", str(gold), "--model", model, "-o", str(out), "--html", str(page))
     assert status == 0, err
-    assert "gold.conllu:17: expected 10 tab-separated columns" in err and "1 malformed sentence(s) skipped" in err
+    assert (
+        "gold.conllu:17: expected 10 tab-separated columns" in err
+        and "2 sentence(s) skipped (malformed or not parsed)" in err
+    )
+    assert "sentence fails: test scorer refuses 'FAIL' (skipped)" in err
     assert "3 invalid gold tree(s)" in err
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert len(rows) == 3 + 2 + 4 + 2  # every word of every well-formed sentence
