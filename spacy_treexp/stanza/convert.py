@@ -29,7 +29,8 @@ STANZA_PROCESSORS = "tokenize,pos,lemma,depparse,tree_expectations"
 
 
 def _sentence_scores(sentence: Any) -> Dict[str, Any]:
-    """The sentence's arc scores [h, d], relation log-probs and labels (numpy)."""
+    """The sentence's arc scores [h, d], relation log-probs and labels (numpy), and an
+    ensemble's member arc scores."""
     scores = getattr(sentence, SCORES_ATTR, None)
     if scores is None:
         raise ValueError(
@@ -38,7 +39,10 @@ def _sentence_scores(sentence: Any) -> Dict[str, Any]:
             f"output). Missing for {' '.join(w.text for w in sentence.words)[:60]!r}."
         )
     labels = None if scores.rel is None or scores.labels is None else list(scores.labels)
-    return {"arc": scores.arc, "rel": scores.rel, "labels": labels}
+    record = {"arc": scores.arc, "rel": scores.rel, "labels": labels}
+    if scores.members is not None:  # an ensemble's members (docs/CONTRACTS.md, "members")
+        record["members"] = scores.members
+    return record
 
 
 def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **component_options: Any) -> Doc:
@@ -96,6 +100,8 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
         )
     for record in records:
         record["arc"] = numpy.ascontiguousarray(record["arc"], dtype=numpy.float32)
+        if "members" in record:
+            record["members"] = numpy.ascontiguousarray(record["members"], dtype=numpy.float32)
         if record["rel"] is not None:
             record["rel"] = numpy.ascontiguousarray(record["rel"], dtype=numpy.float32)
     doc._.set(PARSER_SCORES, records)

@@ -232,3 +232,16 @@ def test_pipeline_from_dir_needs_both_character_models(tmp_path):
     shutil.copy(KINDS / "charlm" / "forward_charlm.pt", tmp_path / "forward_charlm.pt")
     with pytest.raises(ValueError, match="both forward_charlm.pt and backward_charlm.pt"):
         treexp_stanza.pipeline_from_dir(str(tmp_path), pos_model_path=str(POS))
+
+
+def test_to_spacy_carries_an_ensembles_members(kind):
+    spacy = pytest.importorskip("spacy")
+    name, _, doc = kind
+    if name != "ensemble":
+        pytest.skip("members exist only for ensembles")
+    converted = treexp_stanza.to_spacy(doc, spacy.blank("en").vocab, keep_scores=True)
+    for span, sentence, record in zip(converted.sents, doc.sentences, converted._.parser_scores):
+        numpy.testing.assert_array_equal(record["members"], getattr(sentence, SCORES_ATTR).members)
+        for token, word in zip(span, sentence.words):
+            assert token._.head_prob == pytest.approx(word.head_prob, abs=1e-6)
+            assert token._.head_mutual_information == pytest.approx(word.head_mutual_information, abs=1e-6)
