@@ -27,6 +27,7 @@ lemmas and sentence boundaries are unchanged (``benchmarks/bench_stock_pipeline.
   tree goes on ``token.head`` as with ``True``.
 """
 
+import warnings
 from typing import Any, List, Optional
 
 import numpy
@@ -92,7 +93,9 @@ def add_uncertainty(
         from spacy_treexp.pipeline.default_model import load
 
         source = load()
-    parser = nlp.add_pipe("biaffine_parser", name=name, source=source)
+    with warnings.catch_warnings():  # W113: the parser reads its own vectors (biaffine_parser.py)
+        warnings.filterwarnings("ignore", message=r"\[W113\]")
+        parser = nlp.add_pipe("biaffine_parser", name=name, source=source)
     setattr(parser, "overwrite", overwrite)  # the component is a BiaffineParser (sourced: shared with `source`)
     nlp.get_pipe_config(name)["overwrite"] = overwrite  # saved with the pipeline's config
     nlp.add_pipe("tree_expectations", config=tree_options)
