@@ -93,6 +93,13 @@ def test_command_on_fixture_writes_the_report(pipeline_dir, tmp_path):
     assert {"reliability.png", "oracle_uas.png", "entropy_timing.png"} <= {p.name for p in out.iterdir()}
     summary = (out / "summary.md").read_text(encoding="utf8")
     assert "UAS, MBR tree" in summary and "O(n⁴)" in summary
+    # the tree distribution against the local softmax, raw and calibrated on dev, per genre
+    calibration = report["calibration"]
+    assert "tree, distance map (dev)" in calibration["test"] and "local softmax, raw" in calibration["test"]
+    tree = calibration["test"]["tree, raw"]["overall"]
+    assert tree["uas"] == raw["attachment"]["uas_map"] and tree["arc_ece_chance_band"] > 0
+    assert calibration["targets"]["uas_unchanged"] is True
+    assert "reliability_genres.png" in {p.name for p in out.iterdir()} and "local per-word softmax" in summary
 
 
 def test_command_reports_bad_input(tmp_path, capsys):
