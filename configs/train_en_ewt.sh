@@ -28,7 +28,7 @@ done
 # One torch/BLAS thread: on a shared 2-core machine more threads only contend.
 status=0
 OMP_NUM_THREADS=1 timeout --signal=TERM "$TRAIN_SECONDS" \
-    nice -n 19 "$PYTHON" -m spacy train configs/en_ewt.cfg --output training/ "$@" || status=$?
+    nice -n 19 "$PYTHON" -m spacy train configs/en_ewt.cfg --output training/ --paths.vectors corpus/glove_vectors "$@" || status=$?
 if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then exit "$status"; fi
 
 rm -rf "$MODEL_DIR"

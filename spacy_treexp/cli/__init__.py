@@ -24,6 +24,7 @@ from spacy_treexp import __version__
 from spacy_treexp.cli import annotate, calibrate, evaluate, parse, render
 from spacy_treexp.cli import audit as audit_command
 from spacy_treexp.cli import select as select_command
+from spacy_treexp.cli import train as train_command
 from spacy_treexp.cli.common import PROG, StopRun, UserError, sigterm_as_interrupt
 
 _LINE_BREAKS = re.compile(r"\s*[\r\n]+\s*")
@@ -65,6 +66,7 @@ app.command("evaluate")(evaluate.evaluate)
 app.command("calibrate")(calibrate.calibrate)
 app.command("audit")(audit_command.audit)
 app.command("select")(select_command.select)
+app.command("train")(train_command.train)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

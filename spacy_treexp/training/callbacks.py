@@ -1,0 +1,47 @@
+"""Registered functions that the training configs name (entry points in pyproject.toml).
+
+* ``spacy_treexp.has_vectors.v1`` (``@misc``): ``true`` when a vectors path is given.
+  ``include_static_vectors = {"@misc": "spacy_treexp.has_vectors.v1", "vectors": ${paths.vectors}}``
+  makes one config train with pretrained static vectors (``--paths.vectors PATH``) or
+  without them (``null``, the default): spaCy's ``include_static_vectors = true`` with no
+  vectors ends in an ``IndexError``. The saved pipeline keeps the path in its config, so it
+  is rebuilt with the same layers when loaded.
+* ``spacy_treexp.time_budget.v1`` (``@callbacks``): a ``[training.before_update]`` callback
+  that stops training once ``max_seconds`` of wall-clock time have passed since the first
+  update, by raising :class:`TimeBudgetReached`. spaCy's training loop then saves
+  ``model-last``; ``model-best`` holds the best evaluated checkpoint.
+"""
+
+import time
+from typing import Any, Callable, Dict, Optional
+
+from spacy.util import registry
+
+
+class TimeBudgetReached(Exception):
+    """Raised by ``spacy_treexp.time_budget.v1`` once training has used its time."""
+
+
+@registry.misc("spacy_treexp.has_vectors.v1")
+def has_vectors(vectors: Optional[str] = None) -> bool:
+    """Whether a pretrained vectors path (or package name) is given."""
+    return vectors is not None and str(vectors) != ""
+
+
+@registry.callbacks("spacy_treexp.time_budget.v1")
+def time_budget(max_seconds: float) -> Callable[[Any, Dict[str, Any]], None]:
+    """A ``before_update`` callback that raises :class:`TimeBudgetReached` after
+    ``max_seconds`` (counted from the first update)."""
+    if not max_seconds > 0:
+        raise ValueError(f"spacy_treexp.time_budget.v1: max_seconds must be positive, got {max_seconds!r}")
+    start: Optional[float] = None
+
+    def before_update(nlp: Any, info: Dict[str, Any]) -> None:
+        nonlocal start
+        now = time.monotonic()
+        if start is None:
+            start = now
+        elif now - start >= max_seconds:
+            raise TimeBudgetReached(f"the training budget of {max_seconds:g} s is spent (step {info.get('step')})")
+
+    return before_update

@@ -1,0 +1,439 @@
+"""From a train/dev CoNLL-U pair to a packaged, calibrated pipeline, in five steps:
+
+1. **convert** both files to spaCy's binary format (``OUT/corpus``), 10 sentences per Doc,
+   on the treebank's syntactic words (multiword-token ranges and empty nodes are not words,
+   as in :mod:`spacy_treexp.io`);
+2. **train** with a config template shipped in the package (``templates/parser.cfg``, or
+   ``templates/transformer.cfg`` with a transformer), written filled in to
+   ``OUT/config.cfg`` so that ``spacy train OUT/config.cfg`` repeats it; spaCy's own
+   training loop writes ``OUT/training/model-best``, stopped early by a time budget if asked
+   (``spacy_treexp.time_budget.v1``);
+3. **calibrate**: fit a calibration map (:mod:`spacy_treexp.calibration`, by gold-tree
+   likelihood on dev) and store it in a ``tree_expectations`` component appended to the
+   pipeline, which applies it to every parse;
+4. **evaluate** on a test file (or on dev, which the map was fitted on): UAS, LAS, arc ECE,
+   labelled ECE, AUROC before and after the map (``OUT/evaluation.json``);
+5. **package**: ``OUT/model`` is a loadable pipeline folder (``spacy.load``) with its meta
+   (sources, accuracy, requirements); ``package=True`` also builds an installable archive
+   with ``spacy package`` in ``OUT/package``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+SENTENCES_PER_DOC = 10
+TEMPLATES = ("parser.cfg", "transformer.cfg")
+CALIBRATION_KINDS = ("distance", "temperature")
+_UD_NAME = re.compile(r"^([a-z]{2,3})_[a-z0-9]+-ud-(train|dev|test)\.conllu$")
+
+
+class TrainingError(ValueError):
+    """A problem with the inputs or settings of a training run, in one line."""
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """What to train. ``lang``: a spaCy language code (None: from a UD file name such as
+    ``de_gsd-ud-train.conllu``, else ``xx``, spaCy's multi-language tokenizer).
+    ``vectors``: pretrained static vectors for the tok2vec (a spaCy vectors folder or
+    package, see ``spacy init vectors``). ``transformer``: a model hub name or local folder;
+    trains on the transformer template instead (needs spacy-transformers). ``max_seconds``:
+    wall-clock budget of the training step (None: none). ``max_steps``: overrides the
+    template's. ``overrides``: any config settings, ``{"training.dropout": 0.2}``.
+    ``calibration``: ``distance`` (richer map) or ``temperature``. ``test``: a CoNLL-U file
+    for the final evaluation (None: dev). ``gpu``: GPU id, -1 for the CPU."""
+
+    train: Path
+    dev: Path
+    out: Path
+    lang: Optional[str] = None
+    vectors: Optional[str] = None
+    transformer: Optional[str] = None
+    max_seconds: Optional[float] = None
+    max_steps: Optional[int] = None
+    overrides: Dict[str, Any] = field(default_factory=dict)
+    calibration: str = "distance"
+    test: Optional[Path] = None
+    name: str = "treexp_parser"
+    version: str = "0.0.1"
+    package: bool = False
+    gpu: int = -1
+    force: bool = False
+
+
+def template_text(name: str) -> str:
+    """The text of a shipped config template (``parser.cfg`` or ``transformer.cfg``)."""
+    if name not in TEMPLATES:
+        raise TrainingError(f"no config template {name!r}; the templates are {TEMPLATES}")
+    return resources.files("spacy_treexp.training").joinpath("templates", name).read_text(encoding="utf8")
+
+
+def infer_lang(path: Path) -> str:
+    """The language code of a UD file name (``en_ewt-ud-train.conllu`` -> ``en``) when spaCy
+    has that language, else ``xx``."""
+    import spacy
+
+    match = _UD_NAME.match(Path(path).name)
+    if match:
+        try:
+            spacy.util.get_lang_class(match.group(1))
+            return match.group(1)
+        except ImportError:
+            pass
+    return "xx"
+
+
+def check_options(options: TrainOptions) -> str:
+    """Check everything that can be checked before any work; returns the language code."""
+    import spacy
+
+    for what, path in (("TRAIN", options.train), ("DEV", options.dev), ("--test", options.test)):
+        if path is not None and not Path(path).is_file():
+            raise TrainingError(f"{what} {path}: no such file")
+    out = Path(options.out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not options.force)):
+        raise TrainingError(f"-o {out}: exists and is not an empty folder; give --force to replace it")
+    if not out.parent.is_dir():
+        raise TrainingError(f"-o {out}: the folder {out.parent} does not exist")
+    lang = options.lang or infer_lang(options.train)
+    try:
+        spacy.util.get_lang_class(lang)
+    except ImportError as e:
+        raise TrainingError(f"--lang {lang}: spaCy has no such language (e.g. en, de, zh, xx)") from e
+    if options.vectors is not None and options.transformer is not None:
+        raise TrainingError("--vectors and --transformer: give one (the transformer template has no static vectors)")
+    if options.vectors is not None and not (Path(options.vectors).exists() or spacy.util.is_package(options.vectors)):
+        raise TrainingError(f"--vectors {options.vectors}: neither a folder nor an installed package")
+    if options.transformer is not None:
+        try:
+            import spacy_transformers  # noqa: F401
+        except ImportError as e:
+            raise TrainingError(
+                "--transformer needs spacy-transformers: pip install 'spacy-treexp[transformers]'"
+            ) from e
+    if options.max_seconds is not None and not options.max_seconds > 0:
+        raise TrainingError(f"--max-seconds {options.max_seconds:g}: expected a positive number")
+    if options.max_steps is not None and options.max_steps < 1:
+        raise TrainingError(f"--max-steps {options.max_steps}: expected a positive integer")
+    if options.calibration not in CALIBRATION_KINDS:
+        raise TrainingError(f"--calibration {options.calibration}: expected one of {CALIBRATION_KINDS}")
+    return lang
+
+
+def read_treebank(path: Path) -> List[Any]:
+    """The gold sentences of a CoNLL-U file, or a TrainingError naming the file and line."""
+    from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
+
+    try:
+        gold = read_conllu(path)
+    except ConlluError as e:
+        raise TrainingError(str(e)) from e
+    except UnicodeDecodeError as e:
+        raise TrainingError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from e
+    if not gold:
+        raise TrainingError(f"{path}: no sentences")
+    return gold
+
+
+def to_docs(gold: Sequence[Any], vocab: Any, per_doc: int = SENTENCES_PER_DOC) -> List[Any]:
+    """spaCy Docs of ``per_doc`` sentences each, with heads, relations (``root`` as spaCy's
+    ``ROOT``), UPOS, XPOS, features and sentence starts of the gold sentences."""
+    from spacy.tokens import Doc
+
+    def value(values: Sequence[str], i: int) -> str:
+        return values[i] if i < len(values) and values[i] != "_" else ""
+
+    docs = []
+    for first in range(0, len(gold), per_doc):
+        words: List[str] = []
+        spaces: List[bool] = []
+        heads: List[int] = []
+        deps: List[str] = []
+        pos: List[str] = []
+        tags: List[str] = []
+        morphs: List[str] = []
+        starts: List[Union[bool, int, None]] = []
+        for sentence in gold[first : first + per_doc]:
+            offset = len(words)
+            for m in range(1, sentence.n + 1):
+                i = m - 1
+                head = int(sentence.heads[m])
+                words.append(sentence.words[i])
+                spaces.append(bool(sentence.spaces[i]) if sentence.spaces else True)
+                heads.append(offset + (i if head == 0 else head - 1))
+                deps.append("ROOT" if sentence.deprels[i].lower() == "root" else sentence.deprels[i])
+                pos.append(value(sentence.upos, i))
+                tags.append(value(sentence.xpos, i))
+                morphs.append(value(sentence.feats, i))
+                starts.append(m == 1)
+        docs.append(
+            Doc(
+                vocab,
+                words=words,
+                spaces=spaces,
+                heads=heads,
+                deps=deps,
+                pos=pos if any(pos) else None,
+                tags=tags if any(tags) else None,
+                morphs=morphs if any(morphs) else None,
+                sent_starts=starts,
+            )
+        )
+    return docs
+
+
+def convert(gold: Sequence[Any], lang: str, path: Path) -> None:
+    """Write ``gold`` as a ``.spacy`` corpus."""
+    import spacy
+    from spacy.tokens import DocBin
+
+    DocBin(docs=to_docs(gold, spacy.blank(lang).vocab)).to_disk(path)
+
+
+def has_tags(gold: Sequence[Any]) -> bool:
+    """Whether the treebank has UPOS or features for the morphologizer to learn."""
+    return any(t not in ("", "_") for s in gold for t in list(s.upos) + list(s.feats))
+
+
+def build_config(options: TrainOptions, lang: str, corpus: Path, with_tags: bool) -> Any:
+    """The filled-in training config (a thinc ``Config``, not interpolated)."""
+    from thinc.api import Config, ConfigValidationError
+
+    template = "transformer.cfg" if options.transformer is not None else "parser.cfg"
+    overrides: Dict[str, Any] = {
+        "paths.train": str(corpus / "train.spacy"),
+        "paths.dev": str(corpus / "dev.spacy"),
+        "nlp.lang": lang,
+    }
+    if options.transformer is not None:
+        overrides["paths.transformer"] = str(options.transformer)
+    else:
+        overrides["paths.vectors"] = options.vectors
+    if options.max_steps is not None:
+        overrides["training.max_steps"] = options.max_steps
+    text = template_text(template)
+    known = Config().from_str(text, interpolate=False)
+    for key in options.overrides:
+        if not _has_setting(known, key):
+            raise TrainingError(f"--set {key}: the {template} template has no such setting")
+    overrides.update(options.overrides)
+    try:
+        config = Config().from_str(text, overrides=overrides, interpolate=False)
+    except ConfigValidationError as e:
+        raise TrainingError(f"--set: {_one_line(e)}") from e
+    if options.max_seconds is not None:
+        config["training"]["before_update"] = {
+            "@callbacks": "spacy_treexp.time_budget.v1",
+            "max_seconds": float(options.max_seconds),
+        }
+    if not with_tags and "morphologizer" in config["nlp"]["pipeline"]:
+        config["nlp"]["pipeline"] = [name for name in config["nlp"]["pipeline"] if name != "morphologizer"]
+        del config["components"]["morphologizer"]
+        config["training"]["score_weights"].pop("pos_acc", None)
+    check_config(config)
+    return config
+
+
+def check_config(config: Any) -> None:
+    """Build the pipeline (untrained) and resolve the training settings, so that a bad
+    setting is named before any work; a TrainingError otherwise."""
+    from spacy.schemas import ConfigSchemaTraining
+    from spacy.util import load_model_from_config, registry
+    from thinc.api import ConfigValidationError
+
+    try:
+        nlp = load_model_from_config(config, auto_fill=True, validate=True)
+        registry.resolve(nlp.config.interpolate()["training"], schema=ConfigSchemaTraining)
+    except (ConfigValidationError, ValueError) as e:
+        raise TrainingError(f"--set: {_one_line(e)}") from e
+
+
+def _has_setting(config: Any, key: str) -> bool:
+    """Whether the dotted ``key`` names a setting of ``config``."""
+    node = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def parse_override(text: str) -> Tuple[str, Any]:
+    """``"training.dropout=0.2"`` -> ``("training.dropout", 0.2)``: the value is read as JSON
+    when it is JSON (numbers, true/false/null, quoted strings, lists), else kept as a string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip() or "." not in key:
+        raise TrainingError(f"--set {text}: expected SECTION.KEY=VALUE, e.g. training.max_steps=1000")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def train_model(config: Any, output: Path, gpu: int = -1, log: Callable[[str], None] = print) -> Path:
+    """Run spaCy's training loop on ``config``; returns the best pipeline's folder. A spent
+    time budget ends training early and keeps the best checkpoint so far."""
+    from spacy.training.initialize import init_nlp
+    from spacy.training.loop import train
+    from thinc.api import ConfigValidationError
+
+    from spacy_treexp.training.callbacks import TimeBudgetReached
+
+    if gpu >= 0:
+        import spacy
+
+        spacy.require_gpu(gpu)
+    try:
+        nlp = init_nlp(config, use_gpu=gpu)
+    except ConfigValidationError as e:
+        raise TrainingError(f"the training config: {_one_line(e)}") from e
+    output.mkdir(parents=True, exist_ok=True)
+    try:
+        train(nlp, output, use_gpu=gpu, stdout=sys.stdout, stderr=sys.stderr)
+    except TimeBudgetReached as e:
+        log(f"stopped: {e}; keeping the best checkpoint")
+    best = output / "model-best"
+    return best if best.is_dir() else output / "model-last"
+
+
+def calibrate(model_dir: Path, dev: Sequence[Any], kind: str) -> Tuple[Any, Any]:
+    """The trained pipeline with a ``tree_expectations`` component and the calibration map
+    fitted on ``dev`` (:func:`spacy_treexp.calibration.fit_calibration`), stored in that
+    component's config. Returns (nlp, map)."""
+    import spacy
+
+    from spacy_treexp.calibration import fit_calibration
+    from spacy_treexp.evaluation.scores import component_scores
+
+    nlp = spacy.load(model_dir)
+    nlp.add_pipe("tree_expectations")
+    calibration = fit_calibration(dev, component_scores(nlp, dev), kind)
+    config = dict(nlp.get_pipe_config("tree_expectations"))
+    config.pop("factory", None)
+    config["calibration"] = calibration.to_dict()
+    nlp.replace_pipe("tree_expectations", "tree_expectations", config=config)
+    return nlp, calibration
+
+
+def evaluate(nlp: Any, gold: Sequence[Any], calibration: Any) -> Dict[str, Any]:
+    """UAS, LAS, arc and labelled ECE (with the chance band), AUROC and gold-head NLL of the
+    parser's own scores (``before``) and after the calibration map (``after``)."""
+    from spacy_treexp.evaluation.calibration_report import figures, word_arrays
+    from spacy_treexp.evaluation.scores import component_scores
+
+    start = time.perf_counter()
+    scores = component_scores(nlp, gold)
+    seconds = time.perf_counter() - start
+    result: Dict[str, Any] = {
+        name: figures(word_arrays(gold, scores, used), "tree", band_replicates=200)
+        for name, used in (("before", None), ("after", calibration))
+    }
+    result["words_per_second"] = sum(g.n for g in gold) / seconds
+    return result
+
+
+def write_meta(
+    model_dir: Path, options: TrainOptions, lang: str, evaluation: Dict[str, Any], evaluated_on: str
+) -> None:
+    """Name, version, sources, accuracy and requirements in the pipeline's meta.json."""
+    from spacy_treexp import __version__
+
+    path = model_dir / "meta.json"
+    meta = json.loads(path.read_text(encoding="utf8"))
+    after = evaluation["after"]
+    requirements = [f"spacy-treexp>={__version__}"]
+    if options.transformer is not None:
+        requirements.append("spacy-transformers>=1.3")
+    meta.update(
+        lang=lang,
+        name=options.name,
+        version=options.version,
+        description="Biaffine dependency parser with calibrated tree uncertainty (spacy-treexp train).",
+        sources=[{"name": Path(p).name} for p in (options.train, options.dev)],
+        requirements=sorted(set(meta.get("requirements", [])) | set(requirements)),
+    )
+    meta.setdefault("performance", {}).update(
+        {
+            "treexp_evaluated_on": evaluated_on,
+            "treexp_uas": after["uas"],
+            "treexp_las": after.get("las"),
+            "treexp_arc_ece": after["arc_ece"],
+            "treexp_labeled_ece": after.get("labeled_ece"),
+        }
+    )
+    path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+
+
+def package(model_dir: Path, out: Path) -> Path:
+    """``spacy package`` of the pipeline folder into ``out`` (an sdist)."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "spacy", "package", str(model_dir), str(out), "--build", "sdist", "--force"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise TrainingError(f"spacy package failed: {_one_line(result.stderr or result.stdout)[-300:]}")
+    return out
+
+
+def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) -> Dict[str, Any]:
+    """Run the five steps (module doc); returns the summary also written to
+    ``OUT/summary.json``."""
+    lang = check_options(options)
+    train_gold, dev_gold = read_treebank(options.train), read_treebank(options.dev)
+    test_gold = read_treebank(options.test) if options.test is not None else None
+    out = Path(options.out)
+    corpus = out / "corpus"
+    config = build_config(options, lang, corpus, has_tags(train_gold))
+    if out.exists() and options.force:
+        shutil.rmtree(out)
+    corpus.mkdir(parents=True)
+    log(f"1/5 convert: {len(train_gold)} training and {len(dev_gold)} dev sentences ({lang})")
+    convert(train_gold, lang, corpus / "train.spacy")
+    convert(dev_gold, lang, corpus / "dev.spacy")
+    config.to_disk(out / "config.cfg", interpolate=False)
+    log(f"2/5 train: {out / 'config.cfg'} ({', '.join(config['nlp']['pipeline'])})")
+    start = time.perf_counter()
+    best = train_model(config, out / "training", options.gpu, log)
+    train_seconds = time.perf_counter() - start
+    log(f"3/5 calibrate: a {options.calibration} map fitted on {len(dev_gold)} dev sentences")
+    nlp, calibration = calibrate(best, dev_gold, options.calibration)
+    evaluated_on = "test" if test_gold is not None else "dev (the calibration was fitted on it)"
+    log(f"4/5 evaluate on {evaluated_on}")
+    evaluation = evaluate(nlp, test_gold if test_gold is not None else dev_gold, calibration)
+    staging = Path(tempfile.mkdtemp(prefix=".model.", dir=out))
+    nlp.to_disk(staging)
+    write_meta(staging, options, lang, evaluation, evaluated_on)
+    staging.rename(out / "model")
+    summary: Dict[str, Any] = {
+        "model": str(out / "model"),
+        "lang": lang,
+        "pipeline": nlp.pipe_names,
+        "train_seconds": train_seconds,
+        "evaluated_on": evaluated_on,
+        "evaluation": evaluation,
+        "calibration": calibration.to_dict(),
+    }
+    if options.package:
+        summary["package"] = str(package(out / "model", out / "package"))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf8")
+    before, after = evaluation["before"], evaluation["after"]
+    log(
+        f"5/5 packaged {out / 'model'}: UAS {after['uas']:.4f}, LAS {after.get('las', float('nan')):.4f}, "
+        f"arc ECE {before['arc_ece']:.4f} -> {after['arc_ece']:.4f} on {evaluated_on}"
+    )
+    return summary
+
+
+def _one_line(error: Any) -> str:
+    return " ".join(str(error).split())

@@ -1,0 +1,151 @@
+"""The pieces of ``spacy-treexp train``: the config templates (with and without vectors),
+the conversion of CoNLL-U sentences to training Docs, overrides, the time budget."""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+import spacy
+from helpers.paths import FIXTURES, REPO
+from spacy.tokens import DocBin
+from thinc.api import Config
+
+from spacy_treexp.evaluation.conllu import read_conllu
+from spacy_treexp.training import callbacks
+from spacy_treexp.training.recipe import (
+    TrainingError,
+    TrainOptions,
+    build_config,
+    convert,
+    infer_lang,
+    parse_override,
+    template_text,
+    to_docs,
+)
+
+TOY = FIXTURES / "toy_treebank.conllu"
+
+MWT = """# sent_id = s1
+1	Hello	hello	INTJ	UH	_	4	discourse	_	_
+2	.	.	PUNCT	.	_	1	punct	_	_
+3	World	world	NOUN	NN	Number=Sing	4	nsubj	_	_
+4-5	don't	_	_	_	_	_	_	_	SpaceAfter=No
+4	do	do	AUX	VBP	_	0	root	_	_
+5	n't	not	PART	RB	_	4	advmod	_	_
+6	!	!	PUNCT	.	_	4	punct	_	_
+
+# sent_id = s2
+1	Yes	yes	INTJ	UH	_	0	root	_	SpaceAfter=No
+2	.	.	PUNCT	.	_	1	punct	_	_
+"""
+
+
+def test_to_docs_keeps_words_trees_tags_and_sentences(tmp_path):
+    path = tmp_path / "mwt.conllu"
+    path.write_text(MWT, encoding="utf8")
+    gold = read_conllu(path)
+    (doc,) = to_docs(gold, spacy.blank("en").vocab)
+    assert [t.text for t in doc] == ["Hello", ".", "World", "do", "n't", "!", "Yes", "."]
+    assert [s.text for s in doc.sents] == ["Hello . World don't!", "Yes."]
+    assert [t.head.i for t in doc] == [3, 0, 3, 3, 3, 3, 6, 6]
+    assert [t.dep_ for t in doc] == ["discourse", "punct", "nsubj", "ROOT", "advmod", "punct", "ROOT", "punct"]
+    assert doc[2].pos_ == "NOUN" and str(doc[2].morph) == "Number=Sing" and doc[2].tag_ == "NN"
+    # the Doc's tree is the CoNLL-U tree, sentence by sentence
+    for sentence, sent in zip(gold, doc.sents):
+        heads = [0 if t.head == t else t.head.i - sent.start + 1 for t in sent]
+        assert heads == list(sentence.heads[1:])
+
+
+def test_convert_groups_ten_sentences_per_doc(tmp_path):
+    gold = read_conllu(TOY) * 3  # 24 sentences
+    convert(gold, "en", tmp_path / "train.spacy")
+    docs = list(DocBin().from_disk(tmp_path / "train.spacy").get_docs(spacy.blank("en").vocab))
+    assert [len(list(d.sents)) for d in docs] == [10, 10, 4]
+    assert sum(len(d) for d in docs) == sum(g.n for g in gold)
+
+
+def test_infer_lang_from_ud_names(tmp_path):
+    assert infer_lang(tmp_path / "de_gsd-ud-train.conllu") == "de"
+    assert infer_lang(tmp_path / "en_ewt-ud-dev.conllu") == "en"
+    assert infer_lang(tmp_path / "qq_x-ud-train.conllu") == "xx"  # no such spaCy language
+    assert infer_lang(tmp_path / "train.conllu") == "xx"
+
+
+def test_parse_override():
+    assert parse_override("training.max_steps=10") == ("training.max_steps", 10)
+    assert parse_override("components.x.rows=[1,2]") == ("components.x.rows", [1, 2])
+    assert parse_override("nlp.lang=de") == ("nlp.lang", "de")
+    assert parse_override("paths.vectors=null") == ("paths.vectors", None)
+    with pytest.raises(TrainingError, match="SECTION.KEY=VALUE"):
+        parse_override("max_steps")
+
+
+def _options(tmp_path, **kwargs):
+    return TrainOptions(train=TOY, dev=TOY, out=tmp_path / "out", **kwargs)
+
+
+def test_build_config_without_tags_drops_the_morphologizer(tmp_path):
+    with_tags = build_config(_options(tmp_path), "en", tmp_path, with_tags=True)
+    assert "morphologizer" in with_tags["nlp"]["pipeline"]
+    config = build_config(_options(tmp_path, max_seconds=5.0), "de", tmp_path, with_tags=False)
+    assert "morphologizer" not in config["nlp"]["pipeline"] and "morphologizer" not in config["components"]
+    assert "pos_acc" not in config["training"]["score_weights"]
+    assert config["nlp"]["lang"] == "de"
+    assert config["training"]["before_update"]["@callbacks"] == "spacy_treexp.time_budget.v1"
+
+
+def _vectors(path):
+    """A tiny pipeline folder holding 8-dimensional vectors (a source for --paths.vectors)."""
+    nlp = spacy.blank("en")
+    rng = numpy.random.default_rng(0)
+    for word in ("the", "cat", "dog", "sat", "mat", "."):
+        nlp.vocab.set_vector(word, rng.normal(size=8).astype("float32"))
+    nlp.to_disk(path)
+    return str(path)
+
+
+def _static_vectors_layers(nlp):
+    return [node for node in nlp.get_pipe("tok2vec").model.walk() if node.name == "static_vectors"]
+
+
+@pytest.mark.parametrize("source", ["template", "en_ewt.cfg"])
+def test_config_trains_with_and_without_vectors(tmp_path, source):
+    """spaCy's E884 (a default vectors path that does not exist) and IndexError (static
+    vectors without vectors) are gone: the static vectors are used exactly when given."""
+    from spacy.training.initialize import init_nlp
+
+    convert(read_conllu(TOY), "en", tmp_path / "toy.spacy")
+    text = template_text("parser.cfg") if source == "template" else (REPO / "configs" / "en_ewt.cfg").read_text()
+    base = {"paths.train": str(tmp_path / "toy.spacy"), "paths.dev": str(tmp_path / "toy.spacy"), "nlp.lang": "en"}
+    for vectors in (None, _vectors(tmp_path / "vectors")):
+        config = Config().from_str(text, overrides={**base, "paths.vectors": vectors})
+        nlp = init_nlp(config)
+        assert len(_static_vectors_layers(nlp)) == (0 if vectors is None else 1)
+        assert nlp.vocab.vectors.n_keys == (0 if vectors is None else 6)
+        doc = nlp("the cat sat on the mat .")
+        assert len(doc._.parser_scores) >= 1
+
+
+def test_has_vectors():
+    assert callbacks.has_vectors(None) is False and callbacks.has_vectors("") is False
+    assert callbacks.has_vectors("some/vectors") is True
+
+
+def test_time_budget(monkeypatch):
+    clock = iter([100.0, 105.0, 110.0, 111.0])
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: next(clock))
+    before_update = callbacks.time_budget(10.0)
+    before_update(None, {"step": 0})  # starts the clock at 100
+    before_update(None, {"step": 1})  # 5 s
+    with pytest.raises(callbacks.TimeBudgetReached, match="10 s is spent"):
+        before_update(None, {"step": 2})  # 10 s
+    with pytest.raises(ValueError):
+        callbacks.time_budget(0)
+
+
+def test_templates_resolve_entry_points():
+    from spacy.util import registry
+
+    assert registry.misc.get("spacy_treexp.has_vectors.v1") is callbacks.has_vectors
+    assert registry.callbacks.get("spacy_treexp.time_budget.v1") is callbacks.time_budget
+    assert "spacy-transformers.TransformerListener.v1" in template_text("transformer.cfg")
