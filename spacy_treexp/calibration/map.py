@@ -225,14 +225,13 @@ class CalibrationMap:
     def column_scales(self, relations: Sequence[Optional[Sequence[str]]], size: int) -> torch.Tensor:
         """γ of each dependent's relation, ``(B, size)`` float64 (0 at ROOT, padding and
         relations without a scale); ``relations[b]``: sentence b's n relations, or None."""
-        out = torch.zeros((len(relations), size), dtype=torch.float64)
-        if not self.relations:
-            return out
-        gamma = dict(zip(self.relations, self.relation_scale))
-        for b, names in enumerate(relations):
-            for m, name in enumerate(names or (), start=1):
-                out[b, m] = gamma.get(normalise_relation(name), 0.0)
-        return out
+        out = numpy.zeros((len(relations), size), dtype=numpy.float64)
+        if self.relations:
+            gamma = _by_relation(self.relations, self.relation_scale)
+            for b, names in enumerate(relations):
+                if names:
+                    out[b, 1 : len(names) + 1] = [gamma.get(name, 0.0) for name in names]
+        return torch.from_numpy(out)
 
     def apply_batch(
         self, scores: torch.Tensor, lengths: torch.Tensor, relations: Optional[Sequence[Optional[Sequence[str]]]] = None
@@ -256,17 +255,17 @@ class CalibrationMap:
 
     def label_factors(self, relations: Optional[Sequence[str]], n: int) -> numpy.ndarray:
         """exp(ρ_r(m)) per dependent m = 0..n (1 at ROOT and without a factor), float64."""
-        out = numpy.ones(n + 1, dtype=numpy.float64)
+        out = numpy.zeros(n + 1, dtype=numpy.float64)
         if self.label_scale and relations is not None:
-            rho = dict(zip(self.relations, self.label_scale))
-            for m, name in enumerate(relations, start=1):
-                out[m] = math.exp(rho.get(normalise_relation(name), 0.0))
-        return out
+            rho = _by_relation(self.relations, self.label_scale)
+            out[1 : len(relations) + 1] = [rho.get(name, 0.0) for name in relations]
+        return numpy.exp(out)
 
     def apply_rel(self, rel: Any, relations: Optional[Sequence[str]] = None) -> Any:
         """Relation log-probabilities with dependent m's logits multiplied by exp(ρ_r(m)) /
         ``rel_temperature`` (``relations``: the parser's relation of each word): a dense
-        ``(n+1, n+1, L)`` array is re-normalised; relation scores computed when read (as
+        ``(n+1, n+1, L)`` array becomes :class:`ScaledRelationScores`, re-normalised for the
+        arcs that are read (the core reads a few per word); relation scores computed when read (as
         :class:`~spacy_treexp.annotate.relation_scores.BiaffineRelationScores`, whose logits
         are linear in each dependent's ``dep_part``) get their temperature and dependent
         factors changed."""
@@ -277,7 +276,7 @@ class CalibrationMap:
         if self.rel_temperature == 1.0 and (factors == 1.0).all():
             return rel
         if isinstance(rel, numpy.ndarray):
-            return _log_softmax(rel * (factors / self.rel_temperature)[None, :, None]).astype(rel.dtype)
+            return ScaledRelationScores(rel, factors / self.rel_temperature)
         if dataclasses.is_dataclass(rel) and hasattr(rel, "temperature") and hasattr(rel, "dep_part"):
             dep_part = (rel.dep_part * factors[:, None]).astype(rel.dep_part.dtype)
             return dataclasses.replace(rel, temperature=rel.temperature * self.rel_temperature, dep_part=dep_part)  # type: ignore[type-var]
@@ -400,18 +399,62 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
     them unchanged."""
     if calibration is None:
         return list(sentences)
+    from spacy_treexp.annotate.batching import length_buckets, pad_scores
+
+    relations = [dependent_relations(s) if calibration.relations else None for s in sentences]
+    arcs: List[Optional[numpy.ndarray]] = [None] * len(sentences)
+    for index in length_buckets([s.n for s in sentences], 512, max_cells=4_000_000):
+        raw, lengths = pad_scores([sentences[i].arc for i in index])
+        mapped = calibration.apply_batch(raw, lengths, [relations[i] for i in index]).numpy()
+        for b, i in enumerate(index):
+            size = sentences[i].n + 1
+            arcs[i] = numpy.ascontiguousarray(mapped[b, :size, :size])
     out = []
-    for sentence in sentences:
-        relations = dependent_relations(sentence) if calibration.relations else None
-        changes = {
-            "arc": calibration.apply_arc(sentence.arc, relations),
-            "rel": calibration.apply_rel(sentence.rel, relations),
-        }
+    for sentence, arc, names in zip(sentences, arcs, relations):
+        changes = {"arc": arc, "rel": calibration.apply_rel(sentence.rel, names)}
         members = getattr(sentence, "members", None)
         if members is not None:  # an ensemble's members: each is a parser's scores
-            changes["members"] = numpy.stack([calibration.apply_arc(member, relations) for member in members])
+            changes["members"] = numpy.stack([calibration.apply_arc(member, names) for member in members])
         out.append(dataclasses.replace(sentence, **changes))
     return out
+
+
+@dataclass
+class ScaledRelationScores:
+    """Relation log-probabilities ``rel`` (``(n+1, n+1, L)``) with dependent m's logits
+    multiplied by ``factors[m]`` and re-normalised, computed for the arcs that are read:
+    ``scaled[h, m]``, ``scaled[h, m, l]``, ``scaled[heads, dependents]`` with integer or
+    array indices (numpy broadcasting), as the dense array it stands for
+    (``numpy.asarray(scaled)`` builds it). log p is the logits up to a constant per arc, so
+    re-normalising log p · f equals the softmax of the logits · f."""
+
+    rel: numpy.ndarray
+    factors: numpy.ndarray
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(self.rel.shape)
+
+    @property
+    def ndim(self) -> int:
+        return 3
+
+    @property
+    def dtype(self) -> numpy.dtype:
+        return self.rel.dtype
+
+    def __getitem__(self, key: Any) -> Any:
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) < 2 or any(isinstance(k, slice) or k is Ellipsis for k in key[:2]):
+            return numpy.asarray(self)[key]
+        heads, dependents = numpy.broadcast_arrays(numpy.asarray(key[0]), numpy.asarray(key[1]))
+        rows = _log_softmax(self.rel[heads, dependents] * self.factors[dependents][..., None])
+        rows = rows.astype(self.rel.dtype)
+        return rows if len(key) == 2 else rows[(Ellipsis, *key[2:])]
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> numpy.ndarray:
+        dense = _log_softmax(self.rel * self.factors[None, :, None]).astype(self.rel.dtype)
+        return dense if dtype is None else dense.astype(dtype)
 
 
 def _log_softmax(logits: numpy.ndarray) -> numpy.ndarray:
@@ -421,6 +464,14 @@ def _log_softmax(logits: numpy.ndarray) -> numpy.ndarray:
     peak = numpy.where(numpy.isfinite(peak), peak, 0.0)
     with numpy.errstate(divide="ignore"):
         return logits - (numpy.log(numpy.exp(logits - peak).sum(-1, keepdims=True)) + peak)
+
+
+def _by_relation(relations: Sequence[str], values: Sequence[float]) -> Dict[str, float]:
+    """``{relation: value}``, with spaCy's ``ROOT`` as UD's ``root``."""
+    out = dict(zip(relations, values))
+    if "root" in out:
+        out["ROOT"] = out["root"]
+    return out
 
 
 def normalise_relation(name: str) -> str:

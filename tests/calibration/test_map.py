@@ -244,6 +244,16 @@ def test_label_factors_per_relation_dense_and_lazy():
     heads = numpy.array([2, 0, 2, 3])
     rows = calibration.apply_label_rows(dense[heads, numpy.arange(1, n + 1)], relations)
     numpy.testing.assert_allclose(rows, expected[heads, numpy.arange(1, n + 1)], atol=1e-5)
+    # the dense array's stand-in computes what is read, as the core reads it
+    scaled = calibration.apply_rel(dense, relations)
+    assert scaled.shape == dense.shape
+    numpy.testing.assert_allclose(scaled[2, 3], expected[2, 3], atol=1e-5)
+    assert scaled[2, 3, 1] == pytest.approx(expected[2, 3, 1], abs=1e-5)
+    sampled = numpy.array([[2, 0, 2, 3], [3, 0, 1, 1]])
+    numpy.testing.assert_allclose(
+        scaled[sampled, numpy.arange(1, n + 1)], expected[sampled, numpy.arange(1, n + 1)], atol=1e-5
+    )
+    numpy.testing.assert_allclose(scaled[:, 2], expected[:, 2], atol=1e-5)
 
 
 def test_relation_fit_recovers_label_factors():
