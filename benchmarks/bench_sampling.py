@@ -31,6 +31,9 @@ Prints these tables:
    engine's inference (log Z, marginals) is computed before timing: it is the engine's cost,
    not the sampler's. Beside the ratios, the sampler's counted work at x1000
    (:mod:`spacy_treexp.engine.sampling.work`): L-hat factorisations and engine refactorisations.
+7. (``--section auto``, not in ``all``) ``sampler="auto"`` against Colbourn and Wilson-Marginal
+   at n = 10, 30, 60, 100 on random, parser-like and peaked (x3, x10) float32 scores; run it
+   with ``--threads 1 --cpu-time``.
 Scores are i.i.d. N(0, 1) log-potentials (fixed seed) unless said otherwise.
 """
 
@@ -296,6 +299,48 @@ def cuda_table(n: int, batch: int, k: int) -> None:
     )
 
 
+def auto_kinds(batch: int, n: int, seed: int) -> dict[str, torch.Tensor]:
+    """The score kinds of the ``auto`` table, float32: N(0, 1), parser-like, N(0, 1) x3 and x10."""
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "random": torch.randn(batch, n + 1, n + 1, generator=gen),
+        "parser": parser_like_scores(batch, n, gen),
+        "x3": torch.randn(batch, n + 1, n + 1, generator=gen) * 3,
+        "x10": torch.randn(batch, n + 1, n + 1, generator=gen) * 10,
+    }
+
+
+def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> None:
+    """``sampler="auto"`` against Colbourn and Wilson-Marginal: ms per call (a fresh
+    distribution per call, its marginals computed before timing, so that no sampler reuses
+    another call's analysis), the share of sentences auto walks, and auto / the better one."""
+    from spacy_treexp.engine.sampling.auto import walk_or_not
+
+    print(
+        f"\n7. sampler='auto' (batch {batch}, {samples} trees per sentence, float32): ms per call; "
+        "'walked': share of sentences auto sends to Wilson; ratio: auto / min(colbourn, wilson_marginal)"
+    )
+    print(f"{'n':>4} {'scores':>7} {'colbourn':>9} {'wilson_m':>9} {'auto':>9} {'walked':>7} {'ratio':>6}")
+    for n in lengths:
+        for kind, scores in auto_kinds(batch, n, seed=n).items():
+            row = f"{n:>4} {kind:>7}"
+            found = {}
+            for method in ("colbourn", "wilson_marginal", "auto"):
+                times = []
+                for _ in range(repeats + 1):
+                    dist = TreeDistribution(scores)
+                    dist.marginals
+                    start = CLOCK()
+                    sample(dist, (samples,), method=method, generator=torch.Generator().manual_seed(1))
+                    times.append(CLOCK() - start)
+                found[method] = min(times[1:])
+                row += f" {found[method] * 1e3:>9.1f}"
+            dist = TreeDistribution(scores)
+            share = float(walk_or_not(dist, samples).double().mean())
+            ratio = found["auto"] / min(found["colbourn"], found["wilson_marginal"])
+            print(row + f" {share:>7.2f} {ratio:>6.2f}", flush=True)
+
+
 SCALES = (1.0, 30.0, 100.0, 1000.0)
 #: (method, single-root) of every sampler; sbs / trie draw k distinct trees
 SCALE_METHODS = (
@@ -364,7 +409,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cpu-time", action="store_true", help="time by process CPU time (use with --threads 1)")
     parser.add_argument(
-        "--section", choices=["all", "throughput", "swor", "acceptance", "cuda", "scale"], default="all"
+        "--section", choices=["all", "throughput", "swor", "acceptance", "cuda", "scale", "auto"], default="all"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -386,8 +431,11 @@ def main() -> None:
         "acceptance": lambda: acceptance_table([10, 30, 60], batch=64, samples=200),
         "cuda": lambda: cuda_table(n=100, batch=64, k=100),
         "scale": lambda: scale_table(repeats=3),
+        "auto": lambda: auto_table([10, 30, 60, 100], batch=64, samples=100, repeats=1),
     }
-    for name in [name for name in sections if name != "scale"] if args.section == "all" else [args.section]:
+    for name in (
+        [name for name in sections if name not in ("scale", "auto")] if args.section == "all" else [args.section]
+    ):
         sections[name]()
 
 

@@ -71,9 +71,16 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.sampling import streams
+from spacy_treexp.engine.sampling.auto import walk_or_not
 from spacy_treexp.engine.sampling.colbourn import colbourn_given_root, colbourn_sample
 from spacy_treexp.engine.sampling.streams import Randomness
-from spacy_treexp.engine.sampling.wilson import rooted_walks, walkable, wilson_multi_root, wilson_reject
+from spacy_treexp.engine.sampling.wilson import (
+    remembered_steps,
+    rooted_walks,
+    walkable,
+    wilson_multi_root,
+    wilson_reject,
+)
 from spacy_treexp.engine.sampling.without_replacement import (
     stochastic_beam_search,
     trie_draws,
@@ -94,9 +101,9 @@ __all__ = [
 ]
 
 #: The sampler names, the one place they are listed.
-SINGLE_ROOT_METHODS = ("wilson_marginal", "wilson_reject", "colbourn")
-MULTI_ROOT_METHODS = ("wilson", "colbourn")
-WITH_REPLACEMENT_METHODS = ("wilson_marginal", "wilson_reject", "colbourn", "wilson")
+SINGLE_ROOT_METHODS = ("wilson_marginal", "wilson_reject", "colbourn", "auto")
+MULTI_ROOT_METHODS = ("wilson", "colbourn", "auto")
+WITH_REPLACEMENT_METHODS = ("wilson_marginal", "wilson_reject", "colbourn", "wilson", "auto")
 WITHOUT_REPLACEMENT_METHODS = ("sbs", "trie")
 #: The default samplers everywhere (engine, spaCy component, Stanza processor, CLI): their
 #: cost is O(n^3) per tree whatever the scores (see the module docstring).
@@ -136,18 +143,23 @@ def sample(
         return torch.full((*shape, batch, size), -1, dtype=torch.long, device=dist.scores.device)
     if method == "colbourn":
         heads, _ = colbourn_sample(dist, count, generator)
+    elif method == "auto":
+        heads = _auto(dist, count, streams.shared(generator))
     else:
         heads = _walk_or_colbourn(dist, count, method, streams.shared(generator))
     return heads.reshape(*shape, batch, size)
 
 
-def _walk_or_colbourn(dist, count: int, method: str, generator: torch.Generator | None) -> Tensor:
+def _walk_or_colbourn(
+    dist, count: int, method: str, generator: torch.Generator | None, root: Tensor | None = None
+) -> Tensor:
     """Wilson's ``method`` where its walks are short enough (:func:`.wilson.walkable`, decided
     from the scores alone; Wilson-Marginal: from the scores and the ROOT child drawn),
     Colbourn's sampler elsewhere: heads (S, B, N+1). Both are exact, and which one a draw gets
-    does not depend on any walk, so the mixture is exact too."""
+    does not depend on any walk, so the mixture is exact too. ``root`` (B, N+1): the ROOT
+    arcs' marginals when the caller has them (Wilson-Marginal)."""
     if method == "wilson_marginal":
-        root = dist.marginals[:, 0, :]
+        root = dist.marginals[:, 0, :] if root is None else root
         heads, root_child, walked = rooted_walks(dist, count, generator, root_marginals=root, decide=True)
         unwalked = (~walked).nonzero(as_tuple=True)  # (samples, sentences)
         if unwalked[0].numel():
@@ -168,6 +180,29 @@ def _walk_or_colbourn(dist, count: int, method: str, generator: torch.Generator 
     rest = (~walk).nonzero().squeeze(-1)
     if rest.numel():
         heads[:, rest] = colbourn_sample(dist, count, generator, sentences=rest)[0]
+    return heads
+
+
+def _auto(dist, count: int, generator: torch.Generator | None) -> Tensor:
+    """``"auto"``: each sentence by Wilson's walks or Colbourn's sampler, as
+    :func:`.auto.walk_or_not` predicts faster from its scores (never from a draw, so the
+    mixture is exact): heads (S, B, N+1)."""
+    walk = walk_or_not(dist, count)
+    if not bool(walk.any()):
+        return colbourn_sample(dist, count, generator)[0]
+    method = "wilson_marginal" if dist.single_root else "wilson"
+    if bool(walk.all()):
+        return _walk_or_colbourn(dist, count, method, generator)
+    heads = torch.full((count, *dist.scores.shape[:2]), -1, dtype=torch.long, device=dist.scores.device)
+    index = walk.nonzero().squeeze(-1)
+    size = int(dist.lengths[index].max()) + 1  # the walking sentences' own padding
+    scores = dist.scores.detach()[index, :size, :size]
+    part = type(dist)(scores, dist.lengths[index], single_root=dist.single_root, stable=dist.stable)
+    root = dist.marginals.detach()[index, 0, :size] if dist.single_root else None
+    remembered_steps(dist, index, part)
+    heads[:, index, :size] = _walk_or_colbourn(part, count, method, generator, root)
+    rest = (~walk).nonzero().squeeze(-1)
+    heads[:, rest] = colbourn_sample(dist, count, generator, sentences=rest)[0]
     return heads
 
 

@@ -359,11 +359,13 @@ def expected_walk_steps(dist, method: str) -> Tensor:
     return torch.where(trusted, steps, torch.inf)
 
 
-def rooted_walk_steps(dist, sentence: Tensor, root_child: Tensor) -> Tensor:
+def rooted_walk_steps(dist, sentence: Tensor, root_child: Tensor, with_peak: bool = False):
     """(P,) float64: the expected number of heads Wilson-Marginal's walks draw per tree of
     sentence ``sentence`` (P,) given its ROOT child ``root_child`` (P,) (inf where float64
     cannot tell): tr(G_r) over the other words, from one LU of the multi-root L-hat whose only
-    ROOT arc is r's and whose r has ROOT as only head (r is the walk's root)."""
+    ROOT arc is r's and whose r has ROOT as only head (r is the walk's root). ``with_peak``:
+    also (P,) the largest expected number of visits to one word, max_v G_r[v, v] (inf where
+    not trusted)."""
     weights, _ = shifted_weights(dist.scores.detach().double()[sentence], dist.arc_mask[sentence])
     pairs = torch.arange(sentence.numel(), device=sentence.device)
     root = torch.zeros_like(weights[:, 0, :])
@@ -377,7 +379,11 @@ def rooted_walk_steps(dist, sentence: Tensor, root_child: Tensor) -> Tensor:
     others = (positions <= lengths.unsqueeze(-1)) & (positions != root_child.unsqueeze(-1))
     steps = torch.where(others, visits, 0.0).sum(-1)
     trusted = (error <= STEPS_TOLERANCE) & torch.isfinite(steps) & (steps >= 0)
-    return torch.where(trusted, steps, torch.inf)
+    steps = torch.where(trusted, steps, torch.inf)
+    if with_peak:
+        peak = torch.where(others, visits, 0.0).amax(-1) if visits.shape[-1] else torch.zeros_like(steps)
+        return steps, torch.where(trusted, peak, torch.inf)
+    return steps
 
 
 #: :func:`walkable`'s answers, per distribution object (a function of its scores, like the
@@ -404,6 +410,14 @@ def walkable_given_root(dist, sentence: Tensor, root_child: Tensor) -> Tensor:
     """(R,) bool: whether Wilson-Marginal's draws of sentences ``sentence`` (R,) with ROOT
     children ``root_child`` (R,) walk: their expected draws (:func:`rooted_walk_steps`) within
     :data:`WALK_BUDGET` n. Each (sentence, root child) pair is analysed once per distribution."""
+    budget = WALK_BUDGET * dist.lengths.double()
+    return rooted_steps(dist, sentence, root_child) <= budget[sentence]
+
+
+def rooted_steps(dist, sentence: Tensor, root_child: Tensor) -> Tensor:
+    """(R,) :func:`rooted_walk_steps` of the pairs (``sentence``, ``root_child``), each pair
+    computed once per distribution (shared by :func:`walkable_given_root` and the ``"auto"``
+    sampler's cost model)."""
     known = _WALKABLE.setdefault(dist, {})
     if "given_root" not in known:
         known["given_root"] = torch.full(dist.scores.shape[:2], torch.nan, dtype=torch.float64, device=sentence.device)
@@ -412,8 +426,24 @@ def walkable_given_root(dist, sentence: Tensor, root_child: Tensor) -> Tensor:
     if bool(unknown.any()):
         pairs = torch.unique(torch.stack([sentence[unknown], root_child[unknown]]), dim=1)
         steps[pairs[0], pairs[1]] = rooted_walk_steps(dist, pairs[0], pairs[1])
-    budget = WALK_BUDGET * dist.lengths.double()
-    return steps[sentence, root_child] <= budget[sentence]
+    return steps[sentence, root_child]
+
+
+def remember_steps(dist, sentence: Tensor, root_child: Tensor, steps: Tensor) -> None:
+    """Store :func:`rooted_walk_steps` of pairs computed elsewhere (see :func:`rooted_steps`)."""
+    known = _WALKABLE.setdefault(dist, {})
+    if "given_root" not in known:
+        known["given_root"] = torch.full(dist.scores.shape[:2], torch.nan, dtype=torch.float64, device=sentence.device)
+    known["given_root"][sentence, root_child] = steps
+
+
+def remembered_steps(dist, index: Tensor, part) -> None:
+    """Give ``part`` (the sentences ``index`` of ``dist``, padded to its own size) the ROOT-child walks
+    already analysed for ``dist``, so that they are not analysed again."""
+    known = _WALKABLE.get(dist, {})
+    if "given_root" in known:
+        size = part.scores.shape[-1]
+        _WALKABLE.setdefault(part, {})["given_root"] = known["given_root"][index, :size].clone()
 
 
 def _acceptance(dist) -> Tensor:

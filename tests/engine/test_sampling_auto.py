@@ -1,0 +1,134 @@
+"""``sampler="auto"``: each sentence by Wilson's walks or Colbourn's sampler, chosen from the
+scores alone. The mixture must be exact (chi-square against enumeration, p < 1e-3 with
+fixed seeds, as in test_sampling.py), also on peaked scores, and the choice must follow the
+cost model. No timing here: ``benchmarks/bench_sampling.py --section auto`` measures it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.enumerate_trees import tree_log_probs
+
+from spacy_treexp import TreeDistribution
+from spacy_treexp.annotate.options import AnnotateOptions
+from spacy_treexp.engine.sampling import auto, sample, work
+from spacy_treexp.engine.sampling.wilson import WALK_BUDGET
+
+DRAWS = 20_000
+ALPHA = 1e-3
+
+
+def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
+    base = (n + 1) ** torch.arange(n)
+    return (heads[..., 1 : n + 1] * base).sum(-1)
+
+
+def chi_square_p(observed: torch.Tensor, categories: torch.Tensor, probs: torch.Tensor) -> float:
+    assert torch.isin(observed, categories).all(), "a draw is not a tree of the sentence"
+    order = categories.argsort()
+    counts = torch.bincount(order[torch.searchsorted(categories[order], observed)], minlength=categories.numel())
+    counts = counts.double()
+    assert counts[probs == 0].sum() == 0, "a draw has probability 0"
+    expected = probs * observed.numel()
+    small = expected < 5
+    counts = torch.cat([counts[~small], counts[small].sum().reshape(1)])
+    expected = torch.cat([expected[~small], expected[small].sum().reshape(1)])
+    keep = expected > 0
+    statistic = ((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+    dof = torch.tensor(float(int(keep.sum()) - 1), dtype=torch.float64)
+    return float(torch.special.gammaincc(dof / 2, statistic / 2))
+
+
+def assert_fits(heads: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor, single_root: bool) -> None:
+    for b, n in enumerate(lengths.tolist()):
+        assert (heads[:, b, n + 1 :] == -1).all() and (heads[:, b, 0] == -1).all()
+        trees, log_probs = tree_log_probs(scores[b], n, single_root)
+        p_value = chi_square_p(codes(heads[:, b], n), codes(trees, n), log_probs.exp())
+        assert p_value > ALPHA, f"sentence {b}: chi-square p = {p_value:.2e}"
+
+
+def mixed_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Sentence 0: parser-like (a tree's arcs +3 over N(0, 1)), short walks; sentence 1 (padded,
+    n = 4): random; sentence 2: words 1, 2 and 3, 4 each other's best heads by 40 (walks
+    circle them ~e^40 times: never walked)."""
+    gen = torch.Generator().manual_seed(31)
+    scores = torch.randn(3, 6, 6, generator=gen, dtype=torch.float64)
+    for head, dep in ((0, 2), (2, 1), (2, 4), (4, 3), (4, 5)):
+        scores[0, head, dep] += 3.0
+    scores[2, 1, 2] = scores[2, 2, 1] = scores[2, 3, 4] = scores[2, 4, 3] = 40.0
+    return scores, torch.tensor([5, 4, 5])
+
+
+@pytest.fixture
+def walks_are_cheap(monkeypatch):
+    """At n <= 5 Colbourn's sampler is always predicted cheaper; these constants make the
+    walks cheaper instead, so that the tests see both samplers in one batch."""
+    monkeypatch.setattr(auto, "WALK_FIXED", 0.0)
+    monkeypatch.setattr(auto, "FIRST_N2", 0.0)
+    monkeypatch.setattr(auto, "PAIR_N2", 0.0)
+    monkeypatch.setattr(auto, "PAIR_N3", 0.0)
+    monkeypatch.setattr(auto, "STEP_BASE", 1e-4)
+    monkeypatch.setattr(auto, "STEP_LOG", 0.0)
+    monkeypatch.setattr(auto, "ROUND", 0.0)
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_the_mix_of_walks_and_colbourn_fits_the_tree_distribution(walks_are_cheap, single_root):
+    scores, lengths = mixed_batch()
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    assert auto.walk_or_not(dist, DRAWS).tolist() == [True, True, False]
+    with work.counting() as done:
+        heads = sample(dist, (DRAWS,), method="auto", generator=torch.Generator().manual_seed(32))
+    assert done["walk_steps"] > 0 and done["factorisations"] >= 1  # both samplers ran
+    assert_fits(heads, scores, lengths, single_root)
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_auto_on_small_sentences_is_colbourn_and_fits(single_root):
+    """With the measured constants a 5-word sentence goes to Colbourn (cheaper there)."""
+    scores, lengths = mixed_batch()
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    assert not auto.walk_or_not(dist, DRAWS).any()
+    with work.counting() as done:
+        heads = sample(dist, (DRAWS,), method="auto", generator=torch.Generator().manual_seed(33))
+    assert done["walk_steps"] == 0
+    assert_fits(heads, scores, lengths, single_root)
+
+
+@pytest.mark.parametrize("scale", [10.0, 100.0])
+def test_auto_fits_peaked_scores(walks_are_cheap, scale):
+    """scale * integers 0..2 + N(0, 1) (near-ties at the top, strongly bound cycles)."""
+    scores = torch.zeros(2, 6, 6, dtype=torch.float64)
+    for b, seed in enumerate((8, 24)):
+        gen = torch.Generator().manual_seed(seed)
+        scores[b] = scale * torch.randint(0, 3, (6, 6), generator=gen).double()
+        scores[b] += torch.randn(6, 6, generator=gen, dtype=torch.float64)
+    lengths = torch.tensor([5, 4])
+    dist = TreeDistribution(scores, lengths)
+    heads = sample(dist, (DRAWS,), method="auto", generator=torch.Generator().manual_seed(int(scale)))
+    assert_fits(heads, scores, lengths, True)
+
+
+def test_the_choice_follows_the_cost_model():
+    """Longer easy sentences walk, strongly bound ones never do; the same scores give the
+    same choice (it reads the scores, not a draw)."""
+    gen = torch.Generator().manual_seed(34)
+    n = 40
+    scores = torch.randn(2, n + 1, n + 1, generator=gen, dtype=torch.float64)
+    scores[1, 1, 2] = scores[1, 2, 1] = 40.0
+    dist = TreeDistribution(scores)
+    walk = auto.walk_or_not(dist, 100)
+    assert walk.tolist() == [True, False]
+    steps, _, _ = auto.walk_features(dist, 100)
+    assert steps[0] <= WALK_BUDGET * n < steps[1]
+    walks, colbourn = auto.predicted_costs(dist, 100)
+    assert walks[0] < colbourn[0]
+    assert auto.walk_or_not(TreeDistribution(scores), 100).tolist() == walk.tolist()
+
+
+def test_auto_is_an_option_everywhere():
+    assert AnnotateOptions(sampler="auto").sampler == "auto"
+    with pytest.raises(ValueError, match="cannot sample without replacement"):
+        AnnotateOptions(sampler="auto", without_replacement=True)
+    dist = TreeDistribution(torch.randn(2, 4, 4, dtype=torch.float64))
+    assert dist.sample((3,), method="auto", generator=torch.Generator().manual_seed(0)).shape == (3, 2, 4)
