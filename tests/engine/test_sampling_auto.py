@@ -109,6 +109,22 @@ def test_auto_fits_peaked_scores(walks_are_cheap, scale):
     assert_fits(heads, scores, lengths, True)
 
 
+@pytest.mark.parametrize("single_root", [True, False])
+def test_per_sentence_generators_fit_and_do_not_depend_on_the_batch(walks_are_cheap, single_root):
+    """One generator per sentence: each sentence's trees are those it gets alone (walked or
+    not), and the mix still fits."""
+    scores, lengths = mixed_batch()
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    assert auto.walk_or_not(dist, DRAWS, alone=True).tolist() == [True, True, False]
+    heads = sample(dist, (DRAWS,), method="auto", generator=[torch.Generator().manual_seed(s) for s in (1, 2, 3)])
+    assert_fits(heads, scores, lengths, single_root)
+    for b, seed in ((1, 2), (2, 3)):
+        n = int(lengths[b])
+        alone = TreeDistribution(scores[b : b + 1, : n + 1, : n + 1], single_root=single_root)
+        own = sample(alone, (DRAWS,), method="auto", generator=[torch.Generator().manual_seed(seed)])
+        assert torch.equal(own[:, 0], heads[:, b, : n + 1])
+
+
 def test_the_choice_follows_the_cost_model():
     """Longer easy sentences walk, strongly bound ones never do; the same scores give the
     same choice (it reads the scores, not a draw)."""

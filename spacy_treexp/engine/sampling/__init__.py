@@ -73,7 +73,7 @@ from torch import Tensor
 from spacy_treexp.engine.sampling import streams
 from spacy_treexp.engine.sampling.auto import walk_or_not
 from spacy_treexp.engine.sampling.colbourn import colbourn_given_root, colbourn_sample
-from spacy_treexp.engine.sampling.streams import Randomness
+from spacy_treexp.engine.sampling.streams import Randomness, per_sentence
 from spacy_treexp.engine.sampling.wilson import (
     remembered_steps,
     rooted_walks,
@@ -144,7 +144,7 @@ def sample(
     if method == "colbourn":
         heads, _ = colbourn_sample(dist, count, generator)
     elif method == "auto":
-        heads = _auto(dist, count, streams.shared(generator))
+        heads = _auto(dist, count, generator)
     else:
         heads = _walk_or_colbourn(dist, count, method, streams.shared(generator))
     return heads.reshape(*shape, batch, size)
@@ -183,26 +183,34 @@ def _walk_or_colbourn(
     return heads
 
 
-def _auto(dist, count: int, generator: torch.Generator | None) -> Tensor:
+def _auto(dist, count: int, generator: Randomness) -> Tensor:
     """``"auto"``: each sentence by Wilson's walks or Colbourn's sampler, as
     :func:`.auto.walk_or_not` predicts faster from its scores (never from a draw, so the
-    mixture is exact): heads (S, B, N+1)."""
-    walk = walk_or_not(dist, count)
-    if not bool(walk.any()):
-        return colbourn_sample(dist, count, generator)[0]
+    mixture is exact): heads (S, B, N+1). With one generator per sentence, the choice is made
+    per sentence alone, Colbourn's sentences are drawn in one call and each walking sentence
+    alone (its walks use a random number of uniforms), so no sentence's trees depend on the
+    batch."""
+    alone = per_sentence(generator)
+    walk = walk_or_not(dist, count, alone=alone)
     method = "wilson_marginal" if dist.single_root else "wilson"
-    if bool(walk.all()):
-        return _walk_or_colbourn(dist, count, method, generator)
+    if not alone and not bool(walk.any()):
+        return colbourn_sample(dist, count, generator)[0]
+    if not alone and bool(walk.all()):
+        return _walk_or_colbourn(dist, count, method, streams.shared(generator))
     heads = torch.full((count, *dist.scores.shape[:2]), -1, dtype=torch.long, device=dist.scores.device)
     index = walk.nonzero().squeeze(-1)
-    size = int(dist.lengths[index].max()) + 1  # the walking sentences' own padding
-    scores = dist.scores.detach()[index, :size, :size]
-    part = type(dist)(scores, dist.lengths[index], single_root=dist.single_root, stable=dist.stable)
-    root = dist.marginals.detach()[index, 0, :size] if dist.single_root else None
-    remembered_steps(dist, index, part)
-    heads[:, index, :size] = _walk_or_colbourn(part, count, method, generator, root)
+    groups = [] if index.numel() == 0 else list(index.split(1)) if alone else [index]
+    for group in groups:
+        size = int(dist.lengths[group].max()) + 1  # the walking sentences' own padding
+        scores = dist.scores.detach()[group, :size, :size]
+        part = type(dist)(scores, dist.lengths[group], single_root=dist.single_root, stable=dist.stable)
+        root = dist.marginals.detach()[group, 0, :size] if dist.single_root else None
+        remembered_steps(dist, group, part)
+        stream = generator[int(group)] if per_sentence(generator) else generator
+        heads[:, group, :size] = _walk_or_colbourn(part, count, method, stream, root)
     rest = (~walk).nonzero().squeeze(-1)
-    heads[:, rest] = colbourn_sample(dist, count, generator, sentences=rest)[0]
+    if rest.numel():
+        heads[:, rest] = colbourn_sample(dist, count, generator, sentences=rest)[0]
     return heads
 
 

@@ -22,6 +22,8 @@ them). Only their ratios matter, so a faster machine keeps the choices.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -80,14 +82,16 @@ def walk_features(dist, num_samples: int) -> tuple[Tensor, Tensor, Tensor]:
     return steps, steps, torch.zeros_like(steps)
 
 
-def walk_or_not(dist, num_samples: int) -> Tensor:
+def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     """(B,) bool: the sentences ``"auto"`` samples by Wilson's walks (the others: Colbourn).
 
     Eligible: walks within :data:`.wilson.WALK_BUDGET` n heads per tree and cheaper per tree
     than Colbourn's (:func:`walk_cost`, :func:`colbourn_cost`). The rounds of cycle popping are
     shared by the batch: of the eligible sentences, those whose largest visits are at most t
     walk, for the t that minimises the predicted total (one pass over the sorted visits). A
-    function of the scores and ``num_samples`` only, never of a draw.
+    function of the scores and ``num_samples`` only, never of a draw. ``alone``: each
+    sentence walks by itself (one generator per sentence), so each pays its own rounds and
+    its choice does not depend on the rest of the batch.
     """
     steps, peak, pairs = walk_features(dist, num_samples)
     lengths = dist.lengths
@@ -97,6 +101,8 @@ def walk_or_not(dist, num_samples: int) -> Tensor:
     walk = torch.zeros_like(eligible)
     if not bool(eligible.any()):
         return walk
+    if alone:
+        return eligible & (saving * num_samples > ROUND * (1 + peak * math.log(num_samples + 1)))
     index = eligible.nonzero().squeeze(-1)
     order = torch.argsort(peak[index])
     index = index[order]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 Randomness = Union[torch.Generator, Sequence[torch.Generator], None]
 
 #: The methods that accept one generator per sentence.
-PER_SENTENCE_METHODS = ("colbourn", "sbs")
+PER_SENTENCE_METHODS = ("colbourn", "sbs", "auto")
 
 
 def per_sentence(generator: Randomness) -> TypeIs[Sequence[torch.Generator]]:
