@@ -92,7 +92,10 @@ def _infer(
     attachment = dist.expected_attachment(torch.from_numpy(padded).to(marginals.device)).cpu().numpy()
     marginals_np = marginals.float().cpu().numpy()
     log_partition = dist.log_partition.cpu().numpy()
-    parse_log_prob = dist.log_prob(torch.from_numpy(padded).to(marginals.device)).double().cpu().numpy()
+    risk = dist
+    if options.risk_temperature != 1.0:  # the sentence risk's own scale (AnnotateOptions)
+        risk = TreeDistribution(dist.scores / options.risk_temperature, dist.lengths, single_root=dist.single_root)
+    parse_log_prob = risk.log_prob(torch.from_numpy(padded).to(marginals.device)).double().cpu().numpy()
     entropy = dist.entropy().cpu().numpy()
     annotations = []
     for b, (sentence, sentence_heads) in enumerate(zip(bucket, heads)):

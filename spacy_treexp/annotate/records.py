@@ -190,7 +190,8 @@ class SentenceAnnotation:
             many heads ``top_heads`` lists; mbr_heads: int32 ``(n,)``, the minimum-Bayes-risk
             tree once computed (``spacy_treexp.annotate.mbr_heads``), else None.
         parse_log_prob: log p(heads), the exact log-probability that ``heads`` is the whole
-            tree (1 − its exponential: the probability of at least one attachment error).
+            tree (1 − its exponential: the probability of at least one attachment error),
+            under the distribution at ``AnnotateOptions.risk_temperature``.
         head_mutual_information: float32 ``(n,)``, with ensemble members
             (:attr:`SentenceScores.members`): I(head of m; member) = H(Σ_k w_k μ_k(·, m)) −
             Σ_k w_k H(μ_k(·, m)), exact; else None.

@@ -19,12 +19,19 @@ local expected errors Σ_m (1 − q(head_m | m)). Sentence length is reported be
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy
+import torch
 
+from spacy_treexp.annotate.batching import pad_scores
 from spacy_treexp.annotate.records import SentenceAnnotation
+from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation.metrics import auroc
+
+#: ``AnnotateOptions.risk_temperature`` fitted by :func:`fit_risk_temperature` for the shipped
+#: English pipeline on UD English-EWT dev (``benchmarks/epistemic.py --dev``).
+EWT_RISK_TEMPERATURE = 0.67
 
 #: The scores a sentence's annotation gives (see the module doc), by name.
 ANNOTATION_SCORES = (
@@ -119,3 +126,45 @@ def auroc_table(
         low, high = numpy.percentile(boot, [2.5, 97.5]) if boot else (float("nan"), float("nan"))
         out[name] = {"auroc": auroc(values, positive), "low": float(low), "high": float(high)}
     return out
+
+
+def parse_log_probs(arcs: Sequence[numpy.ndarray], heads: Sequence[numpy.ndarray], temperature: float) -> numpy.ndarray:
+    """log p_T(parse) of each sentence: its ``heads`` ``(n,)`` under the tree distribution of
+    its arc scores ``(n+1, n+1)`` divided by ``temperature`` (single-root), float64."""
+    out = numpy.empty(len(arcs))
+    for start in range(0, len(arcs), 256):
+        chunk = range(start, min(start + 256, len(arcs)))
+        scores, lengths = pad_scores([numpy.asarray(arcs[i], dtype=numpy.float64) for i in chunk], temperature)
+        padded = torch.full((len(chunk), scores.shape[-1]), -1, dtype=torch.long)
+        for b, i in enumerate(chunk):
+            padded[b, 1 : len(heads[i]) + 1] = torch.as_tensor(numpy.asarray(heads[i], dtype=numpy.int64))
+        out[start : start + len(chunk)] = TreeDistribution(scores, lengths).log_prob(padded).double().numpy()
+    return out
+
+
+def fit_risk_temperature(
+    arcs: Sequence[numpy.ndarray],
+    heads: Sequence[numpy.ndarray],
+    has_error: numpy.ndarray,
+    grid: Sequence[float] = tuple(numpy.round(numpy.arange(0.3, 1.51, 0.01), 2)),
+) -> Dict[str, float]:
+    """The ``risk_temperature`` T whose error probability 1 − p_T(parse) best predicts which
+    parses have an attachment error: the maximum of the Bernoulli log-likelihood over
+    ``grid`` (held-out sentences: arc scores as annotated, the parse's heads, whether it has
+    an error). Returns T, the mean log-loss at T and at 1, and the predicted and observed
+    error rates at T."""
+    y = numpy.asarray(has_error, dtype=bool)
+
+    def loss(temperature: float) -> Tuple[float, float]:
+        p_error = numpy.clip(-numpy.expm1(parse_log_probs(arcs, heads, temperature)), 1e-12, 1 - 1e-12)
+        return float(-numpy.mean(numpy.where(y, numpy.log(p_error), numpy.log1p(-p_error)))), float(p_error.mean())
+
+    losses = {float(t): loss(float(t)) for t in grid}
+    best = min(losses, key=lambda t: losses[t][0])
+    return {
+        "risk_temperature": best,
+        "log_loss": losses[best][0],
+        "log_loss_at_1": loss(1.0)[0],
+        "predicted_error_rate": losses[best][1],
+        "observed_error_rate": float(y.mean()),
+    }

@@ -75,6 +75,7 @@ def make_tree_expectations(
     batch_size: int,
     max_sentence_length: int,
     seed: Optional[int],
+    risk_temperature: float,
     keep_scores: bool,
     calibration: Optional[Dict[str, Any]],
 ) -> TreeExpectations:
@@ -92,6 +93,7 @@ def make_tree_expectations(
         batch_size=batch_size,
         max_sentence_length=max_sentence_length,
         seed=seed,
+        risk_temperature=risk_temperature,
         keep_scores=keep_scores,
         calibration=calibration,
         parser_calibration=None if calibration is not None else parser_calibration(nlp),

@@ -132,3 +132,21 @@ def test_custom_source_members_and_weights():
     mu, _ = enumerated(members[:2])  # the member of weight 0 does not count
     head_mi = entropy(mu.mean(0)) - entropy(mu).mean(0)
     numpy.testing.assert_allclose([t._.head_mutual_information for t in doc], head_mi[1:].numpy(), atol=1e-5)
+
+
+def test_risk_temperature_scales_the_parse_probability():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe(
+        "tree_expectations", config={"scores": {"@misc": "test_epistemic_members.v1"}, "risk_temperature": 0.5}
+    )
+    doc = nlp("one two three four")
+    (sent,) = doc.sents
+    arc = numpy.random.default_rng(4).normal(size=(3, 5, 5)).mean(0)
+    trees, lp = tree_log_probs(torch.from_numpy(arc / 0.5), 4, True)
+    heads = torch.from_numpy(numpy.r_[-1, doc._.tree_expectations[0].heads])
+    exact = float(lp[(trees == heads).all(-1)][0])
+    assert sent._.parse_log_prob == pytest.approx(exact, abs=1e-6)
+    assert sent._.error_probability == pytest.approx(-math.expm1(exact), abs=1e-6)
+    with pytest.raises(ValueError, match="risk_temperature"):
+        nlp.add_pipe("tree_expectations", name="bad", config={"risk_temperature": 0})

@@ -1,0 +1,184 @@
+"""Sentence-level risk, out-of-domain detection and the cost of the parser's ensemble members
+(issue 21, parts 3 and 4).
+
+1. **Risk**: on the CoNLL-U file (gold tokens and sentences, e.g. EWT test), the AUROC of
+   each sentence score of ``spacy_treexp.evaluation.epistemic`` for "the parse has at least
+   one wrong head", with 95% bootstrap intervals, beside the local (per-word softmax)
+   baselines and length.
+2. **Out of domain**: the same scores telling the out-of-domain sentences
+   (``benchmarks/data/ood_sentences.tsv``, 130 sentences in 12 styles) from the CoNLL-U
+   file's sentences; both sides go through the same tokenizer, one sentence per line.
+3. **Speed**: the whole pipeline (``spacy_treexp.load()`` + ``tree_expectations`` with its
+   default settings) on the raw
+   texts of the first ``--timing-sentences`` sentences, without members (``members = 0``,
+   the cost before issue 21), with the default members, and with ``--full-members`` full
+   members (``member_kind = "full"``); best of ``--repeats`` interleaved runs, ratios to the
+   run without members.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/epistemic.py --conllu ../shared/data/ud_en_ewt/en_ewt-ud-test.conllu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import numpy
+import torch
+from spacy.tokens import Doc
+
+import spacy_treexp
+from spacy_treexp.evaluation.epistemic import (
+    EWT_RISK_TEMPERATURE,
+    auroc_table,
+    fit_risk_temperature,
+    has_attachment_error,
+    parse_log_probs,
+    score_table,
+)
+from spacy_treexp.io import read_conllu
+
+OOD = Path(__file__).parent / "data" / "ood_sentences.tsv"
+
+
+def read_ood(path: Path) -> List[str]:
+    """The texts of a ``style<TAB>text`` file (``#`` lines are comments)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [line.split("\t", 1)[1].strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def pipeline(members: int, kind: str = "head", risk_temperature: float = EWT_RISK_TEMPERATURE):
+    nlp = spacy_treexp.load(
+        config={"components.biaffine_parser.members": members, "components.biaffine_parser.member_kind": kind}
+    )
+    nlp.add_pipe("tree_expectations", config={"keep_scores": True, "risk_temperature": risk_temperature})
+    return nlp
+
+
+def senters(nlp) -> List[str]:
+    return [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory in ("senter", "sentencizer")]
+
+
+def one_sentence(doc: Doc) -> Doc:
+    for i, token in enumerate(doc):
+        token.is_sent_start = i == 0
+    return doc
+
+
+def annotate(nlp, docs: Sequence[Doc]):
+    """(records, arcs, docs) of Docs that are one sentence each, the senter off."""
+    with nlp.select_pipes(disable=senters(nlp)):
+        done = list(nlp.pipe(docs, batch_size=256))
+    records = [doc._.tree_expectations[0] for doc in done]
+    arcs = [doc._.parser_scores[0]["arc"] for doc in done]
+    return records, arcs, done
+
+
+def rounded(table: Dict[str, Dict[str, float]]) -> Dict[str, Dict[str, float]]:
+    return {name: {k: round(v, 4) for k, v in row.items()} for name, row in table.items()}
+
+
+def gold_docs(nlp, sentences) -> List[Doc]:
+    return [Doc(nlp.vocab, words=s.forms, spaces=s.spaces, sent_starts=[True] + [False] * (s.n - 1)) for s in sentences]
+
+
+def risk(nlp, sentences) -> Dict:
+    records, arcs, _ = annotate(nlp, gold_docs(nlp, sentences))
+    heads = [r.heads for r in records]
+    wrong = has_attachment_error(heads, [s.heads[1:] for s in sentences])
+    scores = score_table(records, arcs)
+    scores["error_probability_at_T1"] = -numpy.expm1(parse_log_probs(arcs, heads, 1.0))
+    table = auroc_table(scores, wrong)
+    return {"sentences": len(records), "with_error": round(float(wrong.mean()), 4), "auroc": rounded(table)}
+
+
+def fit_on_dev(path: Path) -> Dict[str, float]:
+    """``risk_temperature`` fitted on a held-out CoNLL-U file (gold tokens and sentences)."""
+    sentences = list(read_conllu(path))
+    nlp = pipeline(0, risk_temperature=1.0)
+    records, arcs, _ = annotate(nlp, gold_docs(nlp, sentences))
+    heads = [r.heads for r in records]
+    wrong = has_attachment_error(heads, [s.heads[1:] for s in sentences])
+    return {k: round(v, 4) for k, v in fit_risk_temperature(arcs, heads, wrong).items()}
+
+
+def out_of_domain(nlp, in_domain: Sequence[str], ood: Sequence[str]) -> Dict:
+    docs = [one_sentence(nlp.make_doc(text)) for text in list(in_domain) + list(ood)]
+    records, arcs, _ = annotate(nlp, docs)
+    positive = numpy.r_[numpy.zeros(len(in_domain), bool), numpy.ones(len(ood), bool)]
+    table = auroc_table(score_table(records, arcs), positive)
+    return {"in_domain": len(in_domain), "out_of_domain": len(ood), "auroc": rounded(table)}
+
+
+def speed(texts: Sequence[str], default_members: int, full_members: int, repeats: int) -> Dict:
+    variants = {
+        "no_members": pipeline(0, risk_temperature=1.0),
+        f"default_{default_members}_head": pipeline(default_members, risk_temperature=1.0),
+        f"full_{full_members}": pipeline(full_members, "full", risk_temperature=1.0),
+    }
+    for nlp in variants.values():
+        list(nlp.pipe(texts[:20]))  # warm up
+    best = {name: float("inf") for name in variants}
+    for _ in range(repeats):  # interleaved: the machine's load drifts
+        for name, nlp in variants.items():
+            start = time.perf_counter()
+            list(nlp.pipe(texts, batch_size=256))
+            best[name] = min(best[name], time.perf_counter() - start)
+    base = best["no_members"]
+    out: Dict = {"sentences": len(texts), "seconds": {k: round(v, 3) for k, v in best.items()}}
+    out["ratio_default"] = round(best[f"default_{default_members}_head"] / base, 3)
+    out["ratio_full"] = round(best[f"full_{full_members}"] / base, 3)
+    out["full_budget"] = f"<= {full_members} x 1.05 = {full_members * 1.05:.2f}"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--conllu", required=True, help="CoNLL-U with gold trees (e.g. EWT test)")
+    parser.add_argument("--ood", default=str(OOD), help="out-of-domain sentences, style<TAB>text per line")
+    parser.add_argument("--limit", type=int, default=0, help="first N sentences of --conllu (0: all)")
+    parser.add_argument(
+        "--dev", default=None, help=f"held-out CoNLL-U to fit risk_temperature on (default {EWT_RISK_TEMPERATURE})"
+    )
+    parser.add_argument("--full-members", type=int, default=8, help="members of the costlier variant")
+    parser.add_argument("--timing-sentences", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["risk", "ood", "speed"])
+    args = parser.parse_args()
+    path = Path(args.conllu)
+    if not path.is_file():
+        sys.exit(f"--conllu: no such file: {args.conllu}")
+    torch.manual_seed(0)
+    sentences = list(read_conllu(path))
+    if args.limit:
+        sentences = sentences[: args.limit]
+    texts = [s.text or " ".join(s.forms) for s in sentences]
+    default = spacy_treexp.load().get_pipe("biaffine_parser").members
+    report: Dict = {"torch_threads": torch.get_num_threads(), "default_members": default}
+    temperature = EWT_RISK_TEMPERATURE
+    if args.dev:
+        report["risk_temperature_fit"] = fit_on_dev(Path(args.dev))
+        temperature = report["risk_temperature_fit"]["risk_temperature"]
+    report["risk_temperature"] = temperature
+    if "risk" not in args.skip or "ood" not in args.skip:
+        variants = (("default", default, "head"), ("full", args.full_members, "full"))
+        for label, members, kind in variants:
+            nlp = pipeline(members, kind, temperature)
+            if "risk" not in args.skip:
+                report[f"risk_{label}"] = risk(nlp, sentences)
+            if "ood" not in args.skip:
+                report[f"ood_{label}"] = out_of_domain(nlp, texts, read_ood(Path(args.ood)))
+            print(json.dumps(report, indent=1), file=sys.stderr, flush=True)
+    if "speed" not in args.skip:
+        report["speed"] = speed(texts[: args.timing_sentences], default, args.full_members, args.repeats)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

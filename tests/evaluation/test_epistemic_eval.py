@@ -1,0 +1,61 @@
+"""spacy_treexp.evaluation.epistemic: the risk temperature is recovered from data generated
+at a known one; parse log-probabilities match enumeration; the local baselines match a
+direct softmax; the AUROC table separates what it should."""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+import torch
+from helpers.enumerate_trees import tree_log_probs
+
+from spacy_treexp import TreeDistribution
+from spacy_treexp.evaluation.epistemic import auroc_table, fit_risk_temperature, local_scores, parse_log_probs
+
+
+def random_sentences(count: int, seed: int):
+    rng = numpy.random.default_rng(seed)
+    return [rng.normal(scale=2.0, size=(n + 1, n + 1)) for n in rng.integers(2, 6, size=count)]
+
+
+def test_parse_log_probs_match_enumeration():
+    arcs = random_sentences(5, 0)
+    heads = [TreeDistribution(torch.from_numpy(a)).mode[1:].numpy() for a in arcs]
+    got = parse_log_probs(arcs, heads, 0.7)
+    for arc, h, value in zip(arcs, heads, got):
+        n = arc.shape[0] - 1
+        trees, lp = tree_log_probs(torch.from_numpy(arc / 0.7), n, True)
+        index = (trees[:, 1:] == torch.from_numpy(h)).all(-1)
+        assert value == pytest.approx(float(lp[index][0]), abs=1e-9)
+
+
+def test_fit_recovers_the_temperature_that_generated_the_errors():
+    arcs = random_sentences(600, 1)
+    generator = torch.Generator().manual_seed(2)
+    heads, wrong = [], []
+    for arc in arcs:
+        scores = torch.from_numpy(arc)
+        parse = TreeDistribution(scores).mode
+        gold = TreeDistribution(scores / 0.5).sample((1,), generator=generator)[0]
+        heads.append(parse[1:].numpy())
+        wrong.append(bool((gold != parse).any()))
+    fit = fit_risk_temperature(arcs, heads, numpy.array(wrong), grid=numpy.round(numpy.arange(0.2, 1.41, 0.05), 2))
+    assert abs(fit["risk_temperature"] - 0.5) <= 0.15
+    assert fit["log_loss"] < fit["log_loss_at_1"]
+
+
+def test_local_scores_are_a_per_word_softmax():
+    arc = numpy.array([[0.0, 1.0, 0.5], [0.0, 0.0, 2.0], [0.0, -1.0, 0.0]])
+    column1 = numpy.exp([1.0, -1.0]) / numpy.exp([1.0, -1.0]).sum()  # heads 0, 2 of word 1
+    column2 = numpy.exp([0.5, 2.0]) / numpy.exp([0.5, 2.0]).sum()  # heads 0, 1 of word 2
+    entropy = -(column1 * numpy.log(column1)).sum() - (column2 * numpy.log(column2)).sum()
+    got = local_scores(arc, numpy.array([0, 1]))
+    assert got["local_head_entropy"] == pytest.approx(entropy / 2)
+    assert got["local_expected_errors"] == pytest.approx((1 - column1[0]) + (1 - column2[1]))
+
+
+def test_auroc_table():
+    positive = numpy.array([0, 0, 1, 1, 0, 1], dtype=bool)
+    table = auroc_table({"perfect": positive.astype(float), "reversed": -positive.astype(float)}, positive, n_boot=50)
+    assert table["perfect"]["auroc"] == 1.0 and table["reversed"]["auroc"] == 0.0
+    assert table["perfect"]["low"] <= 1.0 <= table["perfect"]["high"] + 1e-12
