@@ -1,10 +1,10 @@
 """Maximum spanning arborescences: the MAP tree and the minimum-Bayes-risk tree.
 
-Chu–Liu–Edmonds (Chu & Liu 1965; Edmonds 1967) on each sentence, in float64. The single-root
-constraint is imposed exactly by subtracting from every ROOT arc a constant larger than the
-spread of all tree scores: a tree with k ROOT children loses k times that constant, so every
-single-root tree beats every multi-root one while single-root trees keep their order. This
-holds for scores of any sign (a reweighting that only works for negative scores does not).
+Chu–Liu–Edmonds (Chu & Liu 1965; Edmonds 1967) on each sentence, in float64, in Tarjan's
+(1977) dense-graph form: O(n²) time and memory, whatever the size or spread of the scores.
+The single-root constraint is imposed exactly by swapping ROOT arcs out of the greedy tree
+one at a time, cheapest first (Gabow & Tarjan 1984; Zmigrod, Vieira & Cotterell 2020,
+"Please Mind the Root"), which needs no penalty constant and so no score-dependent rounding.
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def _runner_up_margin(weights: Tensor, best: Tensor, single_root: bool, needed: 
     heads = best[1:].cpu()
     finite = values[torch.isfinite(values)]
     magnitude = float(finite.abs().max()) if finite.numel() else 0.0
-    # n-term sums, and contractions that each subtract scores (and, single-root, the ROOT
-    # penalty of up to 2n times the magnitude): a generous bound on what rounding moves
+    # n-term sums, and up to n nested contractions that each subtract scores: a generous
+    # bound on what rounding moves
     rounding = 4.0 * (n + 1) ** 3 * float(torch.finfo(torch.float64).eps) * magnitude
     top = float(values[heads, deps].sum())
     others = values[:, 1:].clone()
@@ -129,92 +129,226 @@ def _greedy_trees(weights: Tensor, lengths: Tensor, single_root: bool):
 
 
 def _best_tree(weights: np.ndarray, single_root: bool) -> np.ndarray:
-    scores = weights.copy()
-    np.fill_diagonal(scores, NEG_INF)
-    scores[:, 0] = NEG_INF
-    finite = np.isfinite(scores)
-    if single_root and scores.shape[0] > 2:
-        if not finite[0].any():
-            raise NoTreeError("no arc from ROOT is allowed")
-        spread = 0.0
-        for column in range(1, scores.shape[0]):
-            allowed = scores[finite[:, column], column]
-            if allowed.size:
-                spread += float(allowed.max() - allowed.min())
-        penalty = spread + 1.0
-        scores[0] = np.where(finite[0], scores[0] - penalty, NEG_INF)
-    heads = _chu_liu_edmonds(scores)
-    heads[0] = -1
-    if single_root and int((heads[1:] == 0).sum()) != 1:
-        # The penalty makes any single-root tree win; several ROOT children mean none exists.
-        raise NoTreeError("no tree with exactly one child of ROOT exists")
-    return heads
+    """Heads ``(n+1,)`` of the best tree of one sentence ``weights[h, m]`` (-inf: no arc)."""
+    incoming = np.array(weights.T, dtype=np.float64, order="C")  # [dependent, head]: a node's row
+    np.fill_diagonal(incoming, NEG_INF)
+    incoming[0] = NEG_INF
+    if incoming.shape[0] == 1:
+        return np.full(1, -1, dtype=np.int64)
+    if not np.isfinite(incoming[:, 0]).any():
+        raise NoTreeError("no arc from ROOT is allowed")
+    finite = np.isfinite(incoming)
+    magnitude = max(
+        -float(np.min(incoming, initial=np.inf, where=finite)), float(np.max(incoming, initial=-np.inf, where=finite))
+    )
+    # contracted scores are differences nested up to n deep: where they could overflow,
+    # scale by a power of two, which changes no comparison
+    limit = 2.0**1000 / (4.0 * incoming.shape[0])
+    if magnitude > limit:
+        incoming *= 2.0 ** (math.frexp(limit)[1] - math.frexp(magnitude)[1])
+    return _Arborescence(incoming, single_root).solve()
 
 
-def _chu_liu_edmonds(scores: np.ndarray) -> np.ndarray:
-    """Maximum arborescence rooted at node 0 of the dense graph ``scores[h, m]`` (-inf: no arc).
+class _Arborescence:
+    """Chu–Liu–Edmonds on one dense graph in O(n²) time and memory, whatever the scores.
 
-    Iterative: each round takes every node's best head and contracts all the cycles they form
-    at once. A round keeps O(n) numbers for the way back and only the current matrix, so the
-    memory is O(n²) however many rounds there are (contracting one cycle per recursion kept
-    every level's matrix: O(n³), 2.5 GB at n = 1,000, and overflowed Python's stack near
-    n = 2,000). Each round costs O(n²)."""
-    rounds = []
-    while True:
-        size = scores.shape[0]
-        heads = scores.argmax(axis=0)
-        best = scores[heads, np.arange(size)]
-        if size > 1 and not np.isfinite(best[1:]).all():
-            missing = int(np.flatnonzero(~np.isfinite(best[1:]))[0]) + 1
-            raise NoTreeError(f"node {missing} has no allowed head")
-        heads[0] = -1
-        cycles = _cycles(heads)
-        if not cycles:
-            break
-        in_cycle = np.zeros(size, dtype=bool)
-        for cycle in cycles:
-            in_cycle[cycle] = True
-        outside = np.flatnonzero(~in_cycle)  # ROOT first
-        # entering cycle node v from u instead of by its cycle arc gains scores[u, v] - best[v]
-        adjusted = scores - np.where(in_cycle, best, 0.0)[None, :]
-        # rows of the contracted graph: the outside nodes, then each cycle's best row per column
-        leave = np.stack([cycle[adjusted[cycle].argmax(axis=0)] for cycle in cycles])  # (cycles, size)
-        rows = np.concatenate([adjusted[outside], adjusted[leave, np.arange(size)]])
-        # columns: the outside nodes, then each cycle's best column per row
-        enter = np.stack([cycle[rows[:, cycle].argmax(axis=1)] for cycle in cycles], axis=1)  # (count, cycles)
-        scores = np.concatenate([rows[:, outside], rows[np.arange(len(rows))[:, None], enter]], axis=1)
-        np.fill_diagonal(scores, NEG_INF)
-        scores[:, 0] = NEG_INF
-        rounds.append((heads, outside, leave, enter))
-    # back through the rounds: the chosen arc a -> b of a round is the node arc u -> v of the
-    # round before; the other nodes of a contracted cycle keep their cycle heads
-    for heads_before, outside, leave, enter in reversed(rounds):
-        kept = len(outside)
-        result = heads_before.copy()
-        for b in range(1, len(heads)):
-            a = heads[b]
-            v = outside[b] if b < kept else enter[a, b - kept]
-            result[v] = outside[a] if a < kept else leave[a - kept, v]
-        heads = result
-    return heads
+    Tarjan's (1977) dense version, with the corrections of Camerini, Fratta & Maffioli (1979):
+    every live node, a word or a contracted cycle, keeps one row of incoming and one column of
+    outgoing scores (``incoming[v, u]``: the arc u -> v, in the slot of one of its words), with
+    the original arc behind each entry (``head``, ``dep``). A path of best incoming arcs is
+    grown from each word; a cycle that closes on the path is contracted by merging its rows
+    and columns, O(n) per member, and the path goes on from the new node.
 
+    The greedy graph of the nodes left is then a tree. For a single root, while it has
+    several ROOT children, the child whose ROOT arc costs least to give up (its best score
+    less its best score from a word) takes its best arc from a word instead (the "constrain"
+    step of Zmigrod, Vieira & Cotterell 2020, after Gabow & Tarjan 1984). Its ROOT arc stays
+    in its row: a cycle that the swap closes is contracted, and the new node, whose best arc
+    is then a ROOT arc (entering at the swapped child costs its swap, any other entry at least
+    as much), is a ROOT child again. Each swap costs O(n) and removes a ROOT child or a node:
+    at most 2n swaps. Finally the contractions are undone from the outermost in, each node
+    once (Camerini et al.'s expansion).
 
-def _cycles(heads: np.ndarray) -> list:
-    """Every cycle of the head function (ROOT has head -1), each as an array of its nodes."""
-    size = len(heads)
-    state = np.zeros(size, dtype=np.int8)  # 0 new, 1 on the current path, 2 done
-    found = []
-    for start in range(1, size):
-        if state[start]:
-            continue
-        path = []
-        node = start
-        while node > 0 and state[node] == 0:
-            state[node] = 1
-            path.append(node)
-            node = heads[node]
-        if node > 0 and state[node] == 1:
-            found.append(np.array(path[path.index(node) :]))
-        for visited in path:
-            state[visited] = 2
-    return found
+    Ties go to the lowest slot (ROOT first), so the tree is a function of the scores alone.
+    """
+
+    def __init__(self, incoming: np.ndarray, single_root: bool) -> None:
+        size = incoming.shape[0]
+        self.size = size
+        self.single_root = single_root
+        self.incoming = incoming  # [to slot, from slot]; -inf: no arc, or the slot is gone
+        self.head = np.repeat(np.arange(size, dtype=np.int32)[None, :], size, axis=0)  # original arc
+        self.dep = np.repeat(np.arange(size, dtype=np.int32)[:, None], size, axis=1)  # of each entry
+        self.slot_of = list(range(size))  # union-find: a slot merged into a cycle points inside it
+        self.node = list(range(size))  # slot -> node of the contraction forest (words: 0..n)
+        self.parent = [-1] * size  # forest: node -> the cycle node it was contracted into
+        self.members: list = [[] for _ in range(size)]  # cycle node -> its nodes
+        self.in_arc = [(-1, -1)] * size  # node -> its best incoming arc when it was contracted
+        self.best = np.full(size, NEG_INF)  # each live slot's best incoming score,
+        self.best_arc = [(-1, -1)] * size  # the original arc behind it,
+        self.cost = np.full(size, np.inf)  # and best less the best from a word (single root)
+
+    def solve(self) -> np.ndarray:
+        self._contract_greedy_cycles()
+        if self.single_root:
+            try:
+                self._keep_one_root_arc()
+            except NoTreeError:
+                raise NoTreeError("no tree with exactly one child of ROOT exists") from None
+        return self._expand()
+
+    def _find(self, slot: int) -> int:
+        slot_of = self.slot_of
+        while slot_of[slot] != slot:
+            slot_of[slot] = slot_of[slot_of[slot]]
+            slot = slot_of[slot]
+        return slot
+
+    def _head_slot(self, slot: int) -> int:
+        """The live slot holding the head of ``slot``'s best incoming arc."""
+        return self._find(self.best_arc[slot][0])
+
+    def _choose(self, slot: int, from_word: bool = False) -> None:
+        """Take the best incoming arc of ``slot``, or its best from a word (and, single-root,
+        its cost)."""
+        row = self.incoming[slot]
+        source = int(row[1:].argmax()) + 1 if from_word else int(row.argmax())
+        value = row[source]
+        if value == NEG_INF:
+            raise NoTreeError(self._no_head(slot))
+        self.best[slot] = value
+        self.best_arc[slot] = (int(self.head[slot, source]), int(self.dep[slot, source]))
+        if self.single_root and not from_word:
+            self.cost[slot] = value - row[1:].max()  # +inf: no head but ROOT
+
+    def _no_head(self, slot: int) -> str:
+        words = sorted(self._words(self.node[slot]))
+        if len(words) == 1:
+            return f"node {words[0]} has no allowed head"
+        return f"words {words} can only be headed by one another"
+
+    def _words(self, node: int) -> list:
+        stack, words = [node], []
+        while stack:
+            node = stack.pop()
+            if node < self.size:
+                words.append(node)
+            else:
+                stack.extend(self.members[node])
+        return words
+
+    def _contract_greedy_cycles(self) -> None:
+        """Grow paths of best incoming arcs; contract each cycle they close (Tarjan 1977)."""
+        new, on_path, done = 0, 1, 2
+        state = [new] * self.size
+        state[0] = done
+        position = [0] * self.size
+        for start in range(1, self.size):
+            if state[start] != new:
+                continue
+            path = [start]
+            state[start], position[start] = on_path, 0
+            while path:
+                slot = path[-1]
+                self._choose(slot)
+                head = self._head_slot(slot)
+                if state[head] == done:
+                    for member in path:
+                        state[member] = done
+                    break
+                if state[head] == new:
+                    state[head], position[head] = on_path, len(path)
+                    path.append(head)
+                    continue
+                cycle = path[position[head] :]
+                del path[position[head] :]
+                merged = self._contract(cycle)
+                state[merged], position[merged] = on_path, len(path)
+                path.append(merged)
+
+    def _contract(self, cycle: list) -> int:
+        """Merge the slots of ``cycle`` (each at its best arc) into its first; O(n · len(cycle))."""
+        slots = np.asarray(cycle)
+        into = cycle[0]
+        every = np.arange(self.size)
+        # entering the cycle at v instead of by its cycle arc gains incoming[v, u] - best[v]
+        gains = self.incoming[slots] - self.best[slots, None]
+        pick = slots[gains.argmax(axis=0)]
+        in_score = gains.max(axis=0)
+        in_head, in_dep = self.head[pick, every], self.dep[pick, every]
+        # leaving the cycle: the best arc from any member, per target
+        leaving = self.incoming[:, slots]
+        pick = leaving.argmax(axis=1)
+        out_score = leaving[every, pick]
+        out_head, out_dep = self.head[every, slots[pick]], self.dep[every, slots[pick]]
+        self.incoming[slots] = NEG_INF
+        self.incoming[:, slots] = NEG_INF
+        self.incoming[:, into], self.head[:, into], self.dep[:, into] = out_score, out_head, out_dep
+        self.incoming[into], self.head[into], self.dep[into] = in_score, in_head, in_dep
+        self.incoming[into, slots] = NEG_INF
+        self.incoming[slots, into] = NEG_INF
+        node = len(self.parent)
+        self.parent.append(-1)
+        self.members.append([self.node[slot] for slot in cycle])
+        self.in_arc.append((-1, -1))
+        for slot in cycle:
+            self.parent[self.node[slot]] = node
+            self.in_arc[self.node[slot]] = self.best_arc[slot]
+            self.slot_of[slot] = into
+        self.node[into] = node
+        return into
+
+    def _keep_one_root_arc(self) -> None:
+        """Swap the cheapest ROOT arc of the greedy tree for its node's best arc from a word
+        while the tree has several (Zmigrod et al. 2020); ``top[s]``: the ROOT child above
+        live slot ``s``, to tell in O(1) whether a swap closes a cycle."""
+        live = np.array([slot for slot in range(1, self.size) if self._find(slot) == slot], dtype=np.int64)
+        up = np.arange(self.size)
+        for slot in live.tolist():
+            head = self._head_slot(slot)
+            up[slot] = slot if head == 0 else head
+        while True:  # pointer jumping: O(n log n)
+            jumped = up[up]
+            if np.array_equal(jumped, up):
+                break
+            up = jumped
+        top = up
+        root_child = np.zeros(self.size, dtype=bool)
+        root_child[live[top[live] == live]] = True
+        while int(root_child.sum()) > 1:
+            children = np.flatnonzero(root_child)
+            slot = int(children[self.cost[children].argmin()])
+            root_child[slot] = False
+            self._choose(slot, from_word=True)  # NoTreeError: a single ROOT child is impossible
+            while True:
+                head = self._head_slot(slot)
+                if head == 0:
+                    root_child[slot] = True
+                    break
+                if top[head] != slot:
+                    top[top == slot] = top[head]
+                    break
+                cycle = [slot]
+                while head != slot:
+                    cycle.append(head)
+                    head = self._head_slot(head)
+                merged = self._contract(cycle)
+                self._choose(merged)
+                top[top == slot] = merged
+                slot = merged
+
+    def _expand(self) -> np.ndarray:
+        """Undo the contractions (Camerini et al. 1979): a node's arc goes to the word it
+        enters; on the way down to that word, every other member of each cycle passed keeps
+        the arc it had when contracted."""
+        heads = np.full(self.size, -1, dtype=np.int64)
+        stack = [(self.node[slot], self.best_arc[slot]) for slot in range(1, self.size) if self._find(slot) == slot]
+        while stack:
+            node, (head, word) = stack.pop()
+            heads[word] = head
+            below = word
+            while below != node:
+                cycle = self.parent[below]
+                stack.extend((member, self.in_arc[member]) for member in self.members[cycle] if member != below)
+                below = cycle
+        return heads
