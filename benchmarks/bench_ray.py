@@ -274,6 +274,7 @@ def main() -> None:
     parser.add_argument("--node-price", type=float, default=0.68, help="USD per node-hour (assumed)")
     parser.add_argument("--startup", type=float, default=120.0, help="seconds (assumed)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--keep", type=Path, help="keep each setting's last output in this folder")
     args = parser.parse_args()
 
     import ray
@@ -312,6 +313,9 @@ def main() -> None:
                         flush=True,
                     )
                     outputs[(backend, k)] = result.pop("bytes")
+                    if args.keep:
+                        args.keep.mkdir(parents=True, exist_ok=True)
+                        (args.keep / f"{backend}{k}_{size}.jsonl").write_bytes(outputs[(backend, k)])
                     runs.append({"repeat": repeat, "size": size, **result})
                     pair[size] = result
                 pairs[(backend, k)].append({**marginal(pair["small"], pair["large"]), "large": pair["large"]})
