@@ -426,7 +426,9 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     }
     if options.package:
         summary["package"] = str(package(out / "model", out / "package"))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf8")
+    partial = out / "summary.json.partial"
+    partial.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf8")
+    partial.replace(out / "summary.json")
     before, after = evaluation["before"], evaluation["after"]
     log(
         f"5/5 packaged {out / 'model'}: UAS {after['uas']:.4f}, LAS {after.get('las', float('nan')):.4f}, "
