@@ -311,9 +311,10 @@ def auto_kinds(batch: int, n: int, seed: int) -> dict[str, torch.Tensor]:
 
 
 def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> None:
-    """``sampler="auto"`` against Colbourn and Wilson-Marginal: ms per call (a fresh
-    distribution per call, its marginals computed before timing, so that no sampler reuses
-    another call's analysis), the share of sentences auto walks, and auto / the better one."""
+    """``sampler="auto"`` against Colbourn and Wilson-Marginal: ms per call, the median of
+    ``repeats`` rounds of the three methods in turn (one round at n > 60; a fresh distribution
+    per call, its marginals computed before timing, so that no sampler reuses another call's
+    analysis), the share of sentences auto walks, and auto / the better one."""
     from spacy_treexp.engine.sampling.auto import walk_or_not
 
     print(
@@ -324,17 +325,18 @@ def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> No
     for n in lengths:
         for kind, scores in auto_kinds(batch, n, seed=n).items():
             row = f"{n:>4} {kind:>7}"
-            found = {}
-            for method in ("colbourn", "wilson_marginal", "auto"):
-                times = []
-                for _ in range(repeats + 1):
+            methods = ("colbourn", "wilson_marginal", "auto")
+            times: dict[str, list[float]] = {method: [] for method in methods}
+            for repeat in range(1 + (repeats if n <= 60 else 1)):  # the methods interleaved
+                for method in methods:
                     dist = TreeDistribution(scores)
                     dist.marginals
                     start = CLOCK()
                     sample(dist, (samples,), method=method, generator=torch.Generator().manual_seed(1))
-                    times.append(CLOCK() - start)
-                found[method] = min(times[1:])
-                row += f" {found[method] * 1e3:>9.1f}"
+                    if repeat:  # the first round warms up
+                        times[method].append(CLOCK() - start)
+            found = {method: statistics.median(times[method]) for method in methods}
+            row += "".join(f" {found[method] * 1e3:>9.1f}" for method in methods)
             dist = TreeDistribution(scores)
             share = float(walk_or_not(dist, samples).double().mean())
             ratio = found["auto"] / min(found["colbourn"], found["wilson_marginal"])
@@ -431,7 +433,7 @@ def main() -> None:
         "acceptance": lambda: acceptance_table([10, 30, 60], batch=64, samples=200),
         "cuda": lambda: cuda_table(n=100, batch=64, k=100),
         "scale": lambda: scale_table(repeats=3),
-        "auto": lambda: auto_table([10, 30, 60, 100], batch=64, samples=100, repeats=1),
+        "auto": lambda: auto_table([10, 30, 60, 100], batch=64, samples=100, repeats=5),
     }
     for name in (
         [name for name in sections if name not in ("scale", "auto")] if args.section == "all" else [args.section]

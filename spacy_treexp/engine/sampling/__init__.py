@@ -7,7 +7,9 @@ here):
   default, :data:`DEFAULT_METHOD`: ancestral, Sherman-Morrison), ``"wilson_marginal"`` (ROOT
   child from its marginal, then Wilson's walks), ``"wilson_reject"`` (multi-root Wilson
   until one ROOT child). Multi-root distributions: ``"colbourn"`` and ``"wilson"``
-  (``"wilson_marginal"`` means ``"wilson"`` there).
+  (``"wilson_marginal"`` means ``"wilson"`` there). Both kinds: ``"auto"``, each sentence by
+  Wilson's walks (Wilson-Marginal / Wilson) or Colbourn's sampler, whichever :mod:`.auto`'s
+  measured cost model predicts faster from its scores (never from a draw: the mix is exact).
 * :func:`sample_without_replacement` -- k distinct trees with exact log-probabilities:
   ``"sbs"`` (the default, :data:`DEFAULT_WITHOUT_REPLACEMENT`: stochastic beam search) or
   ``"trie"`` (incremental, Shi et al. 2020).
@@ -20,9 +22,9 @@ here):
   number of head draws per tree.
 
 Heads are ``(..., B, N+1)`` long tensors with -1 at ROOT (index 0) and at padding. The same
-seeded ``torch.Generator`` gives the same trees on the same device. ``"colbourn"`` and
-``"sbs"`` also take a sequence of B generators, one per sentence: each sentence's trees then
-depend on its own generator only, not on the batch it is in (see :mod:`.streams`).
+seeded ``torch.Generator`` gives the same trees on the same device. ``"colbourn"``, ``"sbs"``
+and ``"auto"`` also take a sequence of B generators, one per sentence: each sentence's trees
+then depend on its own generator only, not on the batch it is in (see :mod:`.streams`).
 
 Cost: a function of n (the longest sentence's words), k (samples, or trees, per sentence) and B
 (sentences) alone, whatever the scale of the scores. Counted by :mod:`.work` and checked on

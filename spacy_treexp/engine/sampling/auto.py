@@ -27,6 +27,7 @@ import math
 import torch
 from torch import Tensor
 
+from spacy_treexp.engine.laplacian import shifted_weights
 from spacy_treexp.engine.sampling.wilson import WALK_BUDGET, expected_walk_steps, remember_steps, rooted_walk_steps
 
 #: Colbourn's sampler, per tree: COLBOURN_N3 n^3 / (1 + n / COLBOURN_KNEE) microseconds (its
@@ -43,6 +44,15 @@ FIRST_N2 = 0.003
 #: Per head drawn by the walks' cycle popping: STEP_BASE + STEP_LOG log2(n + 1) microseconds.
 STEP_BASE = 0.03
 STEP_LOG = 0.03
+#: One Colbourn draw given its ROOT child costs GIVEN_ROOT_FACTOR Colbourn trees plus
+#: GIVEN_ROOT_FIXED microseconds (measured: 15, 74 and 300 us at n = 10, 30, 60).
+GIVEN_ROOT_FACTOR = 1.5
+GIVEN_ROOT_FIXED = 10.0
+#: The walks must be predicted cheaper than Colbourn's sampler by this share (the model's
+#: error on peaked scores, whose rounds it estimates roughly).
+MARGIN = 0.15
+#: ROOT children drawn fewer times than this in expectation are not analysed ahead.
+LIKELY = 0.01
 #: Per round of cycle popping (a batch-wide step): microseconds. The rounds a batch takes are
 #: about the largest expected visits to one word (max_v G[v, v]) times ln(its draws).
 ROUND = 60.0
@@ -64,43 +74,106 @@ def walk_cost(lengths: Tensor, steps: Tensor, pairs: Tensor, num_samples: int) -
     return WALK_FIXED + FIRST_N2 * n**2 + per_step * steps + pairs * pair / num_samples
 
 
-def walk_features(dist, num_samples: int) -> tuple[Tensor, Tensor, Tensor]:
+def two_cycle_steps(dist) -> Tensor:
+    """(B,) a quick estimate, O(n^2), of the heads the walks draw per tree: a word v whose walk
+    goes to u and straight back with probability q_v = max_u P(v -> u) P(u -> v) revisits
+    itself at least 1 / (1 - q_v) times in expectation (the largest term is left out: the ROOT
+    child may break that pair). It filters out, before any LU, the sentences whose walks
+    cannot be cheaper than Colbourn's sampler."""
+    weights, _ = shifted_weights(dist.scores.detach().double(), dist.arc_mask)
+    weights = weights[:, 1:, 1:]  # word heads only (the walks of Wilson-Marginal)
+    moves = weights / weights.sum(1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)  # [u, v]: P(v -> u)
+    back = (moves * moves.transpose(1, 2)).amax(1)  # (B, N): q_v
+    words = torch.arange(1, weights.shape[-1] + 1, device=weights.device) <= dist.lengths.unsqueeze(-1)
+    visits = torch.where(words, 1 / (1 - back).clamp_min(0.0), 0.0)
+    if visits.shape[-1] == 0:
+        return visits.sum(-1)
+    return visits.sum(-1) - visits.amax(-1)
+
+
+def walk_features(dist, num_samples: int, index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(B,) per sentence: expected heads the walks draw per tree, the largest expected visits
     to one word, and the expected distinct ROOT children among ``num_samples`` draws.
     Single-root: the walk of the most likely ROOT child (its steps are kept for the walks,
-    :func:`.wilson.remember_steps`); multi-root: the multi-root walk, whose steps also bound
-    its largest visits."""
+    :func:`.wilson.remember_steps`), for the sentences ``index`` only (inf elsewhere);
+    multi-root: the multi-root walk, whose steps also bound its largest visits."""
     if dist.single_root:
         mu = dist.marginals[:, 0, :].detach().double()
-        sentences = torch.arange(mu.shape[0], device=mu.device)
-        top = mu.argmax(-1)
-        steps, peak = rooted_walk_steps(dist, sentences, top, with_peak=True)
-        remember_steps(dist, sentences, top, steps)
         pairs = (1 - (1 - mu.clamp(0, 1)) ** num_samples).sum(-1)
+        steps = torch.full_like(pairs, torch.inf)
+        peak = steps.clone()
+        sentences = torch.arange(mu.shape[0], device=mu.device) if index is None else index
+        if sentences.numel():
+            top = mu[sentences].argmax(-1)
+            found, largest = rooted_walk_steps(dist, sentences, top, with_peak=True)
+            remember_steps(dist, sentences, top, found)
+            steps[sentences], peak[sentences] = found, largest
         return steps, peak, pairs
     steps = expected_walk_steps(dist, "wilson")
     return steps, steps, torch.zeros_like(steps)
 
 
+def given_root_cost(lengths: Tensor) -> Tensor:
+    """Predicted microseconds of one Colbourn draw given its ROOT child (a Wilson-Marginal draw
+    whose ROOT child's walk is too long: :func:`.colbourn.colbourn_given_root`)."""
+    return GIVEN_ROOT_FACTOR * colbourn_cost(lengths) + GIVEN_ROOT_FIXED
+
+
+def root_children_walks(dist, index: Tensor, num_samples: int) -> tuple[Tensor, Tensor, Tensor]:
+    """For the sentences ``index`` (single-root): the walks of every ROOT child drawn at least
+    :data:`LIKELY` times in expectation among ``num_samples`` draws, each analysed once
+    (:func:`.wilson.rooted_walk_steps`, kept for the walks). Returns per sentence the expected
+    heads drawn per tree by the draws that walk, the largest expected visits to one word of
+    those walks, and the probability that a draw's ROOT child does not walk (too long)."""
+    mu = dist.marginals[index, 0, :].detach().double()
+    local, child = (mu * num_samples >= LIKELY).nonzero(as_tuple=True)
+    sentence = index[local]
+    steps, peak = rooted_walk_steps(dist, sentence, child, with_peak=True)
+    remember_steps(dist, sentence, child, steps)
+    ok = steps <= WALK_BUDGET * dist.lengths[sentence].double()
+    weight = mu[local, child]
+    zero = torch.zeros(index.numel(), dtype=torch.float64, device=index.device)
+    walked = zero.index_add(0, local, torch.where(ok, weight * steps, 0.0))
+    unwalked = zero.index_add(0, local, torch.where(ok, 0.0, weight))
+    largest = zero.scatter_reduce(0, local, torch.where(ok, peak, 0.0), "amax")
+    return walked, largest, unwalked
+
+
 def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     """(B,) bool: the sentences ``"auto"`` samples by Wilson's walks (the others: Colbourn).
 
-    Eligible: walks within :data:`.wilson.WALK_BUDGET` n heads per tree and cheaper per tree
-    than Colbourn's (:func:`walk_cost`, :func:`colbourn_cost`). The rounds of cycle popping are
+    First, without any LU, the sentences whose walks cannot win (:func:`two_cycle_steps`) go to
+    Colbourn. Eligible: walks within :data:`.wilson.WALK_BUDGET` n heads per tree and cheaper
+    per tree than Colbourn's by :data:`MARGIN` (:func:`walk_cost`, :func:`colbourn_cost`;
+    single-root: every likely ROOT child's walk, :func:`root_children_walks`). The rounds of cycle popping are
     shared by the batch: of the eligible sentences, those whose largest visits are at most t
     walk, for the t that minimises the predicted total (one pass over the sorted visits). A
     function of the scores and ``num_samples`` only, never of a draw. ``alone``: each
     sentence walks by itself (one generator per sentence), so each pays its own rounds and
     its choice does not depend on the rest of the batch.
     """
-    steps, peak, pairs = walk_features(dist, num_samples)
     lengths = dist.lengths
+    quick = walk_cost(lengths, two_cycle_steps(dist), torch.ones_like(lengths, dtype=torch.float64), num_samples)
+    hopeful = quick * (1 + MARGIN) < colbourn_cost(lengths)
+    if not bool(hopeful.any()):
+        return torch.zeros_like(hopeful)
+    steps, peak, pairs = walk_features(dist, num_samples, hopeful.nonzero().squeeze(-1))
     fine = (steps <= WALK_BUDGET * lengths.double()) & torch.isfinite(peak)
-    saving = colbourn_cost(lengths) - walk_cost(lengths, torch.where(fine, steps, 0.0), pairs, num_samples)
+    saving = colbourn_cost(lengths) / (1 + MARGIN) - walk_cost(
+        lengths, torch.where(fine, steps, 0.0), pairs, num_samples
+    )
     eligible = fine & (saving > 0)
     walk = torch.zeros_like(eligible)
     if not bool(eligible.any()):
         return walk
+    if dist.single_root:  # every likely ROOT child's walk, for the sentences that may walk
+        index = eligible.nonzero().squeeze(-1)
+        walked, largest, unwalked = root_children_walks(dist, index, num_samples)
+        n = lengths[index]
+        cost = walk_cost(n, walked, pairs[index], num_samples) + unwalked * given_root_cost(n)
+        saving = saving.index_put((index,), colbourn_cost(n) / (1 + MARGIN) - cost)
+        peak = peak.index_put((index,), largest)
+        eligible &= saving > 0
     if alone:
         return eligible & (saving * num_samples > ROUND * (1 + peak * math.log(num_samples + 1)))
     index = eligible.nonzero().squeeze(-1)
