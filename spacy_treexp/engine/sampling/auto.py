@@ -51,8 +51,11 @@ GIVEN_ROOT_FIXED = 10.0
 #: The walks must be predicted cheaper than Colbourn's sampler by this share (the model's
 #: error on peaked scores, whose rounds it estimates roughly).
 MARGIN = 0.15
-#: ROOT children drawn fewer times than this in expectation are not analysed ahead.
+#: ROOT children drawn fewer times than this in expectation are not analysed ahead, nor more
+#: than ROOT_CHILDREN per sentence (the likeliest): the walks analyse the others they draw
+#: (one LU each, costly from n = 60 on), and the ones analysed here are kept for them.
 LIKELY = 0.01
+ROOT_CHILDREN = 4
 #: Per round of cycle popping (a batch-wide step): microseconds. The rounds a batch takes are
 #: about the largest expected visits to one word (max_v G[v, v]) times ln(its draws).
 ROUND = 60.0
@@ -120,13 +123,17 @@ def given_root_cost(lengths: Tensor) -> Tensor:
 
 
 def root_children_walks(dist, index: Tensor, num_samples: int) -> tuple[Tensor, Tensor, Tensor]:
-    """For the sentences ``index`` (single-root): the walks of every ROOT child drawn at least
-    :data:`LIKELY` times in expectation among ``num_samples`` draws, each analysed once
+    """For the sentences ``index`` (single-root): the walks of the :data:`ROOT_CHILDREN`
+    likeliest ROOT children drawn at least :data:`LIKELY` times in expectation among
+    ``num_samples`` draws, each analysed once
     (:func:`.wilson.rooted_walk_steps`, kept for the walks). Returns per sentence the expected
     heads drawn per tree by the draws that walk, the largest expected visits to one word of
     those walks, and the probability that a draw's ROOT child does not walk (too long)."""
     mu = dist.marginals[index, 0, :].detach().double()
-    local, child = (mu * num_samples >= LIKELY).nonzero(as_tuple=True)
+    likely = mu * num_samples >= LIKELY
+    if mu.shape[-1] > ROOT_CHILDREN:  # the ROOT_CHILDREN likeliest only
+        likely &= mu >= mu.topk(ROOT_CHILDREN, dim=-1).values[:, -1:]
+    local, child = likely.nonzero(as_tuple=True)
     sentence = index[local]
     steps, peak = rooted_walk_steps(dist, sentence, child, with_peak=True)
     remember_steps(dist, sentence, child, steps)
