@@ -43,7 +43,10 @@ def _best_trees(weights: Tensor, lengths: Tensor, single_root: bool, strict: boo
     exists = torch.ones_like(done)
     if bool(done.all()):
         return greedy, exists
-    values = weights.to("cpu", torch.float64).numpy()
+    on_cpu = weights.cpu()  # each sentence is copied to float64 by _best_tree
+    if on_cpu.dtype not in (torch.float32, torch.float64):
+        on_cpu = on_cpu.to(torch.float64)  # numpy has no bfloat16
+    values = on_cpu.numpy()
     heads = greedy.cpu().numpy().copy()
     for b in (~done).nonzero().squeeze(-1).tolist():
         n = int(lengths[b])
@@ -163,9 +166,9 @@ class _Arborescence:
     several ROOT children, the child whose ROOT arc costs least to give up (its best score
     less its best score from a word) takes its best arc from a word instead (the "constrain"
     step of Zmigrod, Vieira & Cotterell 2020, after Gabow & Tarjan 1984). Its ROOT arc stays
-    in its row: a cycle that the swap closes is contracted, and the new node, whose best arc
-    is then a ROOT arc (entering at the swapped child costs its swap, any other entry at least
-    as much), is a ROOT child again. Each swap costs O(n) and removes a ROOT child or a node:
+    in its row: a cycle that the swap closes is contracted, and the new node is a ROOT child
+    again (entering the cycle by that ROOT arc gains the swap's cost, >= 0, over the cycle's
+    arcs; any other entry gains <= 0, every member being at its best). Each swap costs O(n) and removes a ROOT child or a node:
     at most 2n swaps. Finally the contractions are undone from the outermost in, each node
     once (Camerini et al.'s expansion).
 
@@ -177,8 +180,9 @@ class _Arborescence:
         self.size = size
         self.single_root = single_root
         self.incoming = incoming  # [to slot, from slot]; -inf: no arc, or the slot is gone
-        self.head = np.repeat(np.arange(size, dtype=np.int32)[None, :], size, axis=0)  # original arc
-        self.dep = np.repeat(np.arange(size, dtype=np.int32)[:, None], size, axis=1)  # of each entry
+        index = np.arange(size, dtype=np.int16 if size <= np.iinfo(np.int16).max else np.int32)
+        self.head = np.repeat(index[None, :], size, axis=0)  # the original arc
+        self.dep = np.repeat(index[:, None], size, axis=1)  # behind each entry
         self.slot_of = list(range(size))  # union-find: a slot merged into a cycle points inside it
         self.node = list(range(size))  # slot -> node of the contraction forest (words: 0..n)
         self.parent = [-1] * size  # forest: node -> the cycle node it was contracted into

@@ -184,3 +184,14 @@ def test_mbr_decodes_the_marginals(single_root):
     trees = all_trees(6, single_root)
     attachment = marginals[1][trees[:, 1:], torch.arange(1, 7)].sum(-1)
     assert abs(_tree_score(marginals[1], mbr[1, :7]) - attachment.max().item()) < 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_low_precision_input_decodes_its_values_exactly(dtype):
+    """Scores of any float dtype are decoded as the float64 numbers they hold."""
+    gen = torch.Generator().manual_seed(2)
+    scores = (torch.randn(3, 31, 31, generator=gen) * 4).to(dtype)
+    lengths = torch.tensor([30, 17, 5])
+    for single_root in (True, False):
+        heads = max_spanning_trees(scores, lengths, single_root)
+        assert torch.equal(heads, max_spanning_trees(scores.to(torch.float64), lengths, single_root))
