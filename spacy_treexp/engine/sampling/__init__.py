@@ -211,8 +211,12 @@ def _auto(dist, count: int, generator: Randomness) -> Tensor:
         stream = generator[int(group)] if per_sentence(generator) else generator
         heads[:, group, :size] = _walk_or_colbourn(part, count, method, stream, root)
     rest = (~walk).nonzero().squeeze(-1)
-    if rest.numel():
-        heads[:, rest] = colbourn_sample(dist, count, generator, sentences=rest)[0]
+    if rest.numel():  # Colbourn's sentences alone, in their own padding
+        size = int(dist.lengths[rest].max()) + 1
+        scores = dist.scores.detach()[rest, :size, :size]
+        part = type(dist)(scores, dist.lengths[rest], single_root=dist.single_root, stable=dist.stable)
+        streams_of_rest = [generator[i] for i in rest.tolist()] if per_sentence(generator) else generator
+        heads[:, rest, :size] = colbourn_sample(part, count, streams_of_rest)[0]
     return heads
 
 

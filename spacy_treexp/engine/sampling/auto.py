@@ -56,6 +56,9 @@ MARGIN = 0.15
 #: (one LU each, costly from n = 60 on), and the ones analysed here are kept for them.
 LIKELY = 0.01
 ROOT_CHILDREN = 4
+#: A call of Colbourn's sampler costs about this per word of its longest sentence (its
+#: per-word loop of small kernels), saved where every sentence of a batch walks.
+CALL_PER_WORD = 150.0
 #: Per round of cycle popping (a batch-wide step): microseconds. The rounds a batch takes are
 #: about the largest expected visits to one word (max_v G[v, v]) times ln(its draws).
 ROUND = 60.0
@@ -190,6 +193,8 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     count = torch.arange(1, index.numel() + 1, device=index.device, dtype=torch.float64)
     rounds = 1 + peak[index] * torch.log(count * num_samples + 1)
     gain = saved - ROUND * rounds
+    if index.numel() == lengths.numel():  # all walk: no Colbourn call at all
+        gain[-1] += CALL_PER_WORD * float(lengths.max())
     best = int(gain.argmax())
     if float(gain[best]) > 0:
         walk[index[: best + 1]] = True
