@@ -167,23 +167,24 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     hopeful = quick * (1 + MARGIN) < colbourn_cost(lengths)
     if not bool(hopeful.any()):
         return torch.zeros_like(hopeful)
-    steps, peak, pairs = walk_features(dist, num_samples, hopeful.nonzero().squeeze(-1))
-    fine = (steps <= WALK_BUDGET * lengths.double()) & torch.isfinite(peak)
-    saving = colbourn_cost(lengths) / (1 + MARGIN) - walk_cost(
-        lengths, torch.where(fine, steps, 0.0), pairs, num_samples
-    )
-    eligible = fine & (saving > 0)
-    walk = torch.zeros_like(eligible)
-    if not bool(eligible.any()):
-        return walk
-    if dist.single_root:  # every likely ROOT child's walk, for the sentences that may walk
-        index = eligible.nonzero().squeeze(-1)
+    if dist.single_root:  # the likeliest ROOT children's walks, for the hopeful sentences
+        index = hopeful.nonzero().squeeze(-1)
+        mu = dist.marginals[:, 0, :].detach().double()
+        pairs = (1 - (1 - mu.clamp(0, 1)) ** num_samples).sum(-1)
         walked, largest, unwalked = root_children_walks(dist, index, num_samples)
         n = lengths[index]
         cost = walk_cost(n, walked, pairs[index], num_samples) + unwalked * given_root_cost(n)
-        saving = saving.index_put((index,), colbourn_cost(n) / (1 + MARGIN) - cost)
-        peak = peak.index_put((index,), largest)
-        eligible &= saving > 0
+        saving = torch.full_like(pairs, -torch.inf).index_put((index,), colbourn_cost(n) / (1 + MARGIN) - cost)
+        peak = torch.full_like(pairs, torch.inf).index_put((index,), largest)
+    else:
+        steps, peak, pairs = walk_features(dist, num_samples)
+        fine = hopeful & (steps <= WALK_BUDGET * lengths.double()) & torch.isfinite(peak)
+        cost = walk_cost(lengths, torch.where(fine, steps, 0.0), pairs, num_samples)
+        saving = torch.where(fine, colbourn_cost(lengths) / (1 + MARGIN) - cost, -torch.inf)
+    eligible = saving > 0
+    walk = torch.zeros_like(eligible)
+    if not bool(eligible.any()):
+        return walk
     if alone:
         return eligible & (saving * num_samples > ROUND * (1 + peak * math.log(num_samples + 1)))
     index = eligible.nonzero().squeeze(-1)
