@@ -5,10 +5,11 @@ dropout), at the rate the parser was trained with; the K members' tree distribut
 the mixture whose mutual information is the parser's epistemic uncertainty
 (``spacy_treexp.engine.TreeMixture``). Two kinds of member:
 
-* ``"head"`` (the default, cheap): one deterministic pass of the encoder (ROOT vector and
-  BiLSTM) shared by all members; each member drops units of the encoder's output and of
-  the arc MLPs' outputs, then applies the biaffine arc form. Costs K arc MLP and biaffine
-  passes (no BiLSTM, no relation classifier).
+* ``"head"`` (the default, cheap): MC dropout on the last layer. The parser's own pass
+  (encoder and arc MLPs, recorded by hooks) is shared by all members; each member drops
+  units of every dependent's arc representation (the dep MLP's output, at the training
+  rate) before the biaffine form: ``arc_k = [r_head; 1] U (r_dep ⊙ m_k)ᵀ``. Costs one
+  (N+1)×(N+1) product per member and sentence (no BiLSTM, no MLP, no relation classifier).
 * ``"full"`` (stronger, costlier): every member also drops units of the token vectors
   entering the BiLSTM and runs the BiLSTM itself: K passes of the whole arc scorer (the
   shared tok2vec runs once). Inter-layer dropout inside a multi-layer BiLSTM is not applied.
@@ -27,7 +28,7 @@ from torch import Tensor
 
 MEMBER_KINDS = ("head", "full")
 #: Members of ``biaffine_parser`` by default (its ``members`` setting; 0: none).
-DEFAULT_MEMBERS = 4
+DEFAULT_MEMBERS = 2
 
 
 def sentence_generator(seed: int, text: str) -> torch.Generator:
@@ -51,6 +52,8 @@ class ScorerCapture:
         self.X: Optional[Tensor] = None
         self.lengths: Optional[Tensor] = None
         self.H: Optional[Tensor] = None
+        self.head: Optional[Tensor] = None
+        self.dep: Optional[Tensor] = None
         self._handles: List[Any] = []
 
     def __enter__(self) -> ScorerCapture:
@@ -60,10 +63,18 @@ class ScorerCapture:
         def hidden(module, args):
             self.H = args[0].detach()
 
+        def head(module, args, output):
+            self.head = output.detach()
+
+        def dep(module, args, output):
+            self.dep = output.detach()
+
         if self.enabled:
             self._handles = [
                 self.scorer.register_forward_pre_hook(inputs),
                 self.scorer.arc_head.register_forward_pre_hook(hidden),
+                self.scorer.arc_head.register_forward_hook(head),
+                self.scorer.arc_dep.register_forward_hook(dep),
             ]
         return self
 
@@ -115,9 +126,13 @@ def arc_members(
             X = (X.unsqueeze(0) * x_mask.to(X.dtype)).reshape(k * batch, n_max + 1, -1)
             H = _encode(scorer, X, lengths.repeat(k), n_max)
         else:
-            widths = [capture.H.shape[-1], hidden, hidden]
-            h_mask, head_mask, dep_mask = _masks(widths, lengths, k, p, generators, capture.H.device)
-            H = capture.H.unsqueeze(0).expand(k, -1, -1, -1).reshape(k * batch, n_max + 1, -1)
+            if capture.head is None or capture.dep is None:
+                raise ValueError("no pass of the arc MLPs was recorded")
+            head = torch.cat([capture.head, capture.head.new_ones(capture.head.shape[:-1] + (1,))], dim=-1)
+            by_head = head @ scorer.arc_weight  # (B, N+1, arc width), shared by the members
+            (dep_mask,) = _masks([hidden], lengths, k, p, generators, head.device)
+            dep = capture.dep.unsqueeze(0) * dep_mask.to(capture.dep.dtype)  # (K, B, N+1, arc width)
+            return torch.matmul(by_head.unsqueeze(0), dep.transpose(-1, -2))
         H = H * h_mask.reshape(H.shape).to(H.dtype)
         head = _mlp(scorer.arc_head, H, head_mask)
         dep = _mlp(scorer.arc_dep, H, dep_mask)
