@@ -65,7 +65,8 @@ ROUND = 60.0
 
 
 def colbourn_cost(lengths: Tensor) -> Tensor:
-    """Predicted microseconds per tree of Colbourn's sampler for sentences of ``lengths``."""
+    """Predicted microseconds per tree of Colbourn's sampler in a batch padded to ``lengths``
+    words (its loops and matrices run to the batch's longest sentence)."""
     n = lengths.double()
     return COLBOURN_N3 * n**3 / (1 + n / COLBOURN_KNEE)
 
@@ -163,8 +164,11 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     its choice does not depend on the rest of the batch.
     """
     lengths = dist.lengths
-    quick = walk_cost(lengths, two_cycle_steps(dist), torch.ones_like(lengths, dtype=torch.float64), num_samples)
-    hopeful = quick * (1 + MARGIN) < colbourn_cost(lengths)
+    # both samplers work on the batch's padded size (a walking sentence alone: its own)
+    padded = torch.full_like(lengths, dist.scores.shape[-1] - 1)
+    size = lengths if alone else padded
+    quick = walk_cost(size, two_cycle_steps(dist), torch.ones_like(lengths, dtype=torch.float64), num_samples)
+    hopeful = quick * (1 + MARGIN) < colbourn_cost(padded)
     if not bool(hopeful.any()):
         return torch.zeros_like(hopeful)
     if dist.single_root:  # the likeliest ROOT children's walks, for the hopeful sentences
@@ -172,15 +176,15 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
         mu = dist.marginals[:, 0, :].detach().double()
         pairs = (1 - (1 - mu.clamp(0, 1)) ** num_samples).sum(-1)
         walked, largest, unwalked = root_children_walks(dist, index, num_samples)
-        n = lengths[index]
+        n, batch_n = size[index], padded[index]
         cost = walk_cost(n, walked, pairs[index], num_samples) + unwalked * given_root_cost(n)
-        saving = torch.full_like(pairs, -torch.inf).index_put((index,), colbourn_cost(n) / (1 + MARGIN) - cost)
+        saving = torch.full_like(pairs, -torch.inf).index_put((index,), colbourn_cost(batch_n) / (1 + MARGIN) - cost)
         peak = torch.full_like(pairs, torch.inf).index_put((index,), largest)
     else:
         steps, peak, pairs = walk_features(dist, num_samples)
         fine = hopeful & (steps <= WALK_BUDGET * lengths.double()) & torch.isfinite(peak)
-        cost = walk_cost(lengths, torch.where(fine, steps, 0.0), pairs, num_samples)
-        saving = torch.where(fine, colbourn_cost(lengths) / (1 + MARGIN) - cost, -torch.inf)
+        cost = walk_cost(size, torch.where(fine, steps, 0.0), pairs, num_samples)
+        saving = torch.where(fine, colbourn_cost(padded) / (1 + MARGIN) - cost, -torch.inf)
     eligible = saving > 0
     walk = torch.zeros_like(eligible)
     if not bool(eligible.any()):
@@ -206,8 +210,9 @@ def predicted_costs(dist, num_samples: int) -> tuple[Tensor, Tensor]:
     """(B,) predicted microseconds per tree of Wilson's walks (their rounds left out) and of
     Colbourn's sampler: for benchmarks and tests."""
     steps, _, pairs = walk_features(dist, num_samples)
-    walks = walk_cost(dist.lengths, torch.where(torch.isfinite(steps), steps, torch.inf), pairs, num_samples)
-    return walks, colbourn_cost(dist.lengths)
+    padded = torch.full_like(dist.lengths, dist.scores.shape[-1] - 1)
+    walks = walk_cost(padded, torch.where(torch.isfinite(steps), steps, torch.inf), pairs, num_samples)
+    return walks, colbourn_cost(padded)
 
 
 __all__ = ["walk_or_not", "walk_features", "predicted_costs", "colbourn_cost", "walk_cost"]
