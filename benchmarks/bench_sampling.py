@@ -33,7 +33,8 @@ Prints these tables:
    (:mod:`spacy_treexp.engine.sampling.work`): L-hat factorisations and engine refactorisations.
 7. (``--section auto``, not in ``all``) ``sampler="auto"`` against Colbourn and Wilson-Marginal
    at n = 10, 30, 60, 100 on random, parser-like and peaked (x3, x10) float32 scores; run it
-   with ``--threads 1 --cpu-time``.
+   with ``--threads 1 --cpu-time``. With ``--conllu FILE`` (e.g. UD EWT dev), 7b: the same on
+   the shipped EWT parser's arc scores, by length range (needs spaCy and the shipped model).
 Scores are i.i.d. N(0, 1) log-potentials (fixed seed) unless said otherwise.
 """
 
@@ -343,6 +344,63 @@ def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> No
             print(row + f" {share:>7.2f} {ratio:>6.2f}", flush=True)
 
 
+def shipped_parser_scores(conllu: str, ranges, batch: int) -> dict[tuple[int, int], TreeDistribution]:
+    """Arc scores of the shipped EWT parser (``spacy_treexp/models/en_treexp_ewt``) on the texts
+    of ``conllu``: up to ``batch`` sentences per length range, padded into one batch each."""
+    import spacy
+
+    texts = [line[len("# text = ") :].strip() for line in open(conllu, encoding="utf8") if line.startswith("# text = ")]
+    nlp = spacy.load("spacy_treexp/models/en_treexp_ewt")
+    found: dict[tuple[int, int], list[torch.Tensor]] = {bounds: [] for bounds in ranges}
+    with nlp.select_pipes(enable=[name for name in nlp.pipe_names if name in ("tok2vec", "senter", "biaffine_parser")]):
+        for doc in nlp.pipe(texts, batch_size=64):
+            for record in doc._.parser_scores or []:
+                n = record["arc"].shape[0] - 1
+                for (low, high), arcs in found.items():
+                    if low <= n <= high and len(arcs) < batch:
+                        arcs.append(torch.from_numpy(record["arc"]))
+            if all(len(arcs) == batch for arcs in found.values()):
+                break
+    out = {}
+    for bounds, arcs in found.items():
+        size = max(arc.shape[0] for arc in arcs)
+        scores = torch.full((len(arcs), size, size), -torch.inf)
+        for i, arc in enumerate(arcs):
+            scores[i, : arc.shape[0], : arc.shape[0]] = arc
+        out[bounds] = TreeDistribution(scores, torch.tensor([arc.shape[0] - 1 for arc in arcs]))
+    return out
+
+
+def auto_parser_table(conllu: str, batch: int, samples: int, repeats: int) -> None:
+    """Table 7 on a trained parser's scores (``--conllu``: any UD file, e.g. EWT dev)."""
+    from spacy_treexp.engine.sampling.auto import walk_or_not
+
+    print(
+        f"\n7b. sampler='auto' on the shipped EWT parser's arc scores (batch <= {batch}, {samples} trees per sentence)"
+    )
+    print(f"{'words':>7} {'B':>3} {'colbourn':>9} {'wilson_m':>9} {'auto':>9} {'walked':>7} {'ratio':>6}")
+    for (low, high), base in shipped_parser_scores(conllu, ((6, 14), (25, 35), (50, 80)), batch).items():
+        methods = ("colbourn", "wilson_marginal", "auto")
+        times: dict[str, list[float]] = {method: [] for method in methods}
+        for repeat in range(1 + repeats):
+            for method in methods:
+                dist = TreeDistribution(base.scores, base.lengths)
+                dist.marginals
+                start = CLOCK()
+                sample(dist, (samples,), method=method, generator=torch.Generator().manual_seed(1))
+                if repeat:
+                    times[method].append(CLOCK() - start)
+        found = {method: statistics.median(times[method]) for method in methods}
+        share = float(walk_or_not(TreeDistribution(base.scores, base.lengths), samples).double().mean())
+        ratio = found["auto"] / min(found["colbourn"], found["wilson_marginal"])
+        print(
+            f"{low:>3}-{high:<3} {base.scores.shape[0]:>3}"
+            + "".join(f" {found[method] * 1e3:>9.1f}" for method in methods)
+            + f" {share:>7.2f} {ratio:>6.2f}",
+            flush=True,
+        )
+
+
 SCALES = (1.0, 30.0, 100.0, 1000.0)
 #: (method, single-root) of every sampler; sbs / trie draw k distinct trees
 SCALE_METHODS = (
@@ -412,6 +470,9 @@ def main() -> None:
     parser.add_argument("--cpu-time", action="store_true", help="time by process CPU time (use with --threads 1)")
     parser.add_argument(
         "--section", choices=["all", "throughput", "swor", "acceptance", "cuda", "scale", "auto"], default="all"
+    )
+    parser.add_argument(
+        "--conllu", help="--section auto: also time the shipped EWT parser's scores on this file's texts"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
