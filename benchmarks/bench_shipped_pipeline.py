@@ -1,0 +1,173 @@
+"""Accuracy and speed of the shipped English pipeline on UD English-EWT test, gold tokens.
+
+Scores, for sentence boundaries predicted by the pipeline (the words alone, as
+``configs/evaluate_en_ewt.py``'s ``predicted``) and for the treebank's own (``senter``
+disabled):
+
+* ``tag_acc``: PTB tags (``token.tag_``) against EWT's XPOS column;
+* ``lemma_acc``: ``token.lemma_`` against EWT's LEMMA column (every word);
+* ``pos_acc``, ``uas``, ``las`` (all words, punctuation included), ``sents_f`` (spaCy's
+  sentence-span F, predicted boundaries only);
+* ``noun_chunks_p/r/f``: ``doc.noun_chunks`` against the chunks of the gold tree. The gold
+  chunks are derived by applying the definition of
+  :mod:`spacy_treexp.pipeline.noun_chunks` (:func:`~spacy_treexp.pipeline.noun_chunks.chunk_spans`)
+  to the treebank's HEAD, DEPREL, UPOS and XPOS columns; a chunk counts when both its
+  ends match. Every word of every Doc takes part (the gold tree of a 10-sentence Doc is
+  its 10 sentence trees).
+
+``--compare`` scores other pipelines on the same Docs and the same gold chunks, e.g.
+``en_core_web_sm`` (its chunks follow spaCy's English iterator on ClearNLP relations, so
+their boundaries differ by convention from UD's as well as by error).
+
+Speed: words/s of the whole pipeline, best of ``--repeats`` passes over the test Docs
+(gold tokens, predicted sentences), measured for the full pipeline and for it without the
+components named by ``--without`` (by default ``tagger_tok2vec``, ``tagger``, ``lemmatizer`` and
+``lemma_table``: the pipeline as it was before they were added), alternating in one process.
+
+    OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_shipped_pipeline.py \
+        --conllu PATH/en_ewt-ud-test.conllu [--model PATH] [--compare en_core_web_sm] \
+        [--output docs/eval_ewt/shipped_pipeline.json]
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import spacy
+import torch
+from spacy.language import Language
+from spacy.scorer import Scorer
+from spacy.tokens import Doc
+from spacy.training import Example
+from spacy.training.converters import conllu_to_docs
+
+import spacy_treexp
+from spacy_treexp.pipeline.biaffine_parser import biaffine_parser_score
+from spacy_treexp.pipeline.noun_chunks import chunk_spans
+
+DEFAULT_WITHOUT = ("tagger_tok2vec", "tagger", "lemmatizer", "trainable_lemmatizer", "lemma_table")
+
+
+def gold_chunks(reference: Doc) -> Set[Tuple[int, int]]:
+    """The chunks of the gold tree: :func:`chunk_spans` on the treebank's columns."""
+    return set(
+        chunk_spans(
+            [t.head.i for t in reference],
+            [t.dep_ for t in reference],
+            [t.pos_ for t in reference],
+            [t.tag_ for t in reference],
+        )
+    )
+
+
+def chunk_prf(docs: Sequence[Doc], references: Sequence[Doc]) -> Dict[str, float]:
+    """Exact-span precision, recall and F1 of ``doc.noun_chunks`` against :func:`gold_chunks`."""
+    tp = n_pred = n_gold = 0
+    for doc, ref in zip(docs, references):
+        predicted = {(c.start, c.end) for c in doc.noun_chunks}
+        gold = gold_chunks(ref)
+        tp += len(predicted & gold)
+        n_pred += len(predicted)
+        n_gold += len(gold)
+    p = tp / n_pred if n_pred else 0.0
+    r = tp / n_gold if n_gold else 0.0
+    return {"p": p, "r": r, "f": 2 * p * r / (p + r) if p + r else 0.0, "predicted": n_pred, "gold": n_gold}
+
+
+def words_doc(nlp: Language, reference: Doc, gold_sentences: bool) -> Doc:
+    words = [t.text for t in reference]
+    spaces = [bool(t.whitespace_) for t in reference]
+    starts = [bool(t.is_sent_start) for t in reference] if gold_sentences else None
+    return Doc(nlp.vocab, words=words, spaces=spaces, sent_starts=starts)
+
+
+def score(nlp: Language, references: List[Doc], gold_sentences: bool) -> Dict[str, object]:
+    disable = [n for n in ("senter", "sentencizer") if gold_sentences and n in nlp.pipe_names]
+    with nlp.select_pipes(disable=disable):
+        docs = list(nlp.pipe([words_doc(nlp, r, gold_sentences) for r in references], batch_size=64))
+    examples = [Example(doc, ref) for doc, ref in zip(docs, references)]
+    out: Dict[str, object] = {"sentences": "gold" if gold_sentences else "predicted"}
+    for attr in ("tag", "lemma", "pos"):
+        out[f"{attr}_acc"] = round(100 * (Scorer.score_token_attr(examples, attr)[f"{attr}_acc"] or 0.0), 2)
+    if not gold_sentences:
+        sents = Scorer.score_spans(
+            examples, "sents", has_annotation=lambda doc: doc.has_annotation("SENT_START") or doc.has_annotation("DEP")
+        )
+        out["sents_f"] = round(sents["sents_f"], 4)
+    if "biaffine_parser" in nlp.pipe_names:  # a pipeline with other relations (ClearNLP) is not scored on UD trees
+        parse = biaffine_parser_score(examples)
+        out["uas"] = round(100 * parse["dep_uas"], 2)
+        out["las"] = round(100 * parse["dep_las"], 2)
+    chunks = chunk_prf(docs, references)
+    out.update({f"noun_chunks_{k}": round(v, 4) for k, v in chunks.items()})
+    return out
+
+
+def speed(nlp: Language, references: List[Doc], without: Sequence[str], repeats: int) -> Dict[str, object]:
+    """Best-of-``repeats`` words/s with and without ``without``, passes alternating."""
+    n_words = sum(len(r) for r in references)
+    absent = [n for n in without if n in nlp.pipe_names]
+    best = {"full": float("inf"), "without": float("inf")}
+    list(nlp.pipe([words_doc(nlp, r, False) for r in references[:5]]))
+    for _ in range(repeats):
+        for key, disable in (("full", []), ("without", absent)):
+            docs = [words_doc(nlp, r, False) for r in references]
+            with nlp.select_pipes(disable=disable):
+                start = time.perf_counter()
+                for _doc in nlp.pipe(docs, batch_size=64):
+                    pass
+                best[key] = min(best[key], time.perf_counter() - start)
+    return {
+        "words": n_words,
+        "torch_threads": torch.get_num_threads(),
+        "without": absent,
+        "words_per_second": round(n_words / best["full"]),
+        "words_per_second_without": round(n_words / best["without"]),
+        "ratio": round(best["without"] / best["full"], 3),
+    }
+
+
+def main(
+    conllu: Path,
+    model: Optional[str],
+    compare: Sequence[str],
+    without: Sequence[str],
+    repeats: int,
+    output: Optional[Path],
+) -> None:
+    torch.set_num_threads(1)
+    nlp = spacy_treexp.load() if model is None else spacy.load(model)
+    references = list(conllu_to_docs(conllu.read_text(encoding="utf8"), n_sents=10, no_print=True))
+    result: Dict[str, object] = {
+        "data": conllu.name,
+        "pipeline": nlp.pipe_names,
+        "scores": [score(nlp, references, gold) for gold in (False, True)],
+    }
+    if repeats:
+        result["speed"] = speed(nlp, references, without, repeats)
+    result["compare"] = {}
+    for name in compare:
+        other = spacy.load(name)
+        result["compare"][name] = {"pipeline": other.pipe_names, "scores": [score(other, references, False)]}
+    text = json.dumps(result, indent=2)
+    print(text)
+    if output is not None:
+        tmp = output.with_suffix(output.suffix + ".partial")
+        tmp.write_text(text + "\n", encoding="utf8")
+        tmp.replace(output)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conllu", type=Path, required=True, help="UD English-EWT test (CoNLL-U)")
+    parser.add_argument("--model", default=None, help="a pipeline path (default: the shipped one)")
+    parser.add_argument("--compare", nargs="*", default=[], help="other pipelines to score (e.g. en_core_web_sm)")
+    parser.add_argument(
+        "--without", nargs="*", default=list(DEFAULT_WITHOUT), help="components left out for the baseline speed"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per setting (0: no timing)")
+    parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    args = parser.parse_args()
+    main(args.conllu, args.model, args.compare, args.without, args.repeats, args.output)

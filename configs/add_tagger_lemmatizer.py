@@ -1,0 +1,111 @@
+"""Add the components trained by configs/en_ewt_tagger_lemmatizer.cfg to the shipped pipeline.
+
+Sources ``tagger_tok2vec``, ``tagger`` and ``trainable_lemmatizer`` (shipped as
+``lemmatizer``) from the trained pipeline, after ``biaffine_parser`` (``tagger_tok2vec``
+writes ``doc.tensor``, which the parser, listening to ``tok2vec``, reads before it), then
+``lemma_table`` (the lemmas of the (tag, form) pairs of the training corpus, over the
+trainable lemmatizer's guesses), and names the UD noun-chunk iterator in ``[nlp]
+after_creation``.
+
+Only the added components are written: the existing components' folders (and files beside
+them, such as the parser's ``treexp_calibration.json``) are kept byte for byte, and their
+config sections as they are; ``config.cfg`` gets the new sections and the longer
+``pipeline`` list, ``meta.json`` the new pipeline and labels, ``vocab/strings.json`` the
+strings the new components refer to. The model folder is replaced
+atomically (a sibling folder renamed into place). Running it again replaces the components
+it added.
+
+    python configs/add_tagger_lemmatizer.py spacy_treexp/models/en_treexp_ewt training_tagger/model-best \\
+        corpus/en_ewt-ud-train.spacy
+"""
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import spacy
+from spacy.tokens import DocBin
+from spacy.training import Example
+from thinc.api import Config
+
+ADDED = {"tagger_tok2vec": "tagger_tok2vec", "tagger": "tagger", "trainable_lemmatizer": "lemmatizer"}
+TABLE = "lemma_table"
+NOUN_CHUNKS = "spacy_treexp.ud_noun_chunks.v1"
+
+
+def _without_sections(text: str, names: list) -> str:
+    """``text`` (a config) without the sections of the components ``names``."""
+    out, keep = [], True
+    for line in text.splitlines():
+        header = re.match(r"\[components\.([^.\]]+)", line)
+        if line.startswith("["):
+            keep = not (header and header.group(1) in names)
+        if keep:
+            out.append(line)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def main(model_dir: Path, trained_dir: Path, train_corpus: Path) -> None:
+    nlp = spacy.load(model_dir)
+    trained = spacy.load(trained_dir)
+    missing = [name for name in ADDED if name not in trained.pipe_names]
+    if missing:
+        sys.exit(f"{trained_dir} lacks the component(s) {missing}")
+    if trained.vocab.vectors.shape != nlp.vocab.vectors.shape:
+        sys.exit(f"{trained_dir} was trained with other vectors than {model_dir}")
+    new = [*ADDED.values(), TABLE]
+    for name in new:
+        if name in nlp.pipe_names:
+            nlp.remove_pipe(name)
+    kept = list(nlp.pipe_names)
+    for source_name, name in ADDED.items():
+        nlp.add_pipe(source_name, name=name, source=trained)
+    references = DocBin().from_disk(train_corpus)
+    nlp.add_pipe(TABLE).initialize(lambda: (Example(doc, doc) for doc in references.get_docs(nlp.vocab)))
+
+    tmp = model_dir.with_name(model_dir.name + ".partial")
+    old = model_dir.with_name(model_dir.name + ".old")
+    for path in (tmp, old):
+        shutil.rmtree(path, ignore_errors=True)
+    shutil.copytree(model_dir, tmp)
+    for name in new:
+        shutil.rmtree(tmp / name, ignore_errors=True)
+        nlp.get_pipe(name).to_disk(tmp / name, exclude=["vocab"])
+    # the lemmatizer's edit trees refer to strings by hash: the string store gains them
+    nlp.vocab.strings.to_disk(tmp / "vocab" / "strings.json")
+
+    text = _without_sections((model_dir / "config.cfg").read_text(encoding="utf8"), new)
+    pipeline = json.dumps(kept + new).replace('","', '", "')
+    text = re.sub(r"(?m)^pipeline = .*$", f"pipeline = {pipeline}", text, count=1)
+    if NOUN_CHUNKS not in text:
+        sys.exit(f"{model_dir}/config.cfg does not name {NOUN_CHUNKS} in [nlp] after_creation")
+    sections = Config({"components": {name: nlp.config["components"][name] for name in new}}).to_str()
+    sections = sections.replace("[components]\n", "", 1)  # the config has that section already
+    (tmp / "config.cfg").write_text(text + "\n" + sections.rstrip("\n") + "\n", encoding="utf8")
+
+    meta = json.loads((model_dir / "meta.json").read_text(encoding="utf8"))
+    meta["pipeline"] = meta["components"] = kept + new
+    for name in new:
+        labels = getattr(nlp.get_pipe(name), "labels", ())
+        meta.setdefault("labels", {})[name] = list(labels)
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+
+    loaded = spacy.load(tmp)  # refuse to ship what does not load
+    if loaded.pipe_names != kept + new:
+        sys.exit(f"{tmp} loads as {loaded.pipe_names}, expected {kept + new}")
+    model_dir.rename(old)
+    tmp.rename(model_dir)
+    shutil.rmtree(old)
+    print(f"{model_dir}: {loaded.pipe_names}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model_dir", type=Path, help="the shipped pipeline (replaced)")
+    parser.add_argument("trained_dir", type=Path, help="spacy train's model-best for en_ewt_tagger_lemmatizer.cfg")
+    parser.add_argument("train_corpus", type=Path, help="the training corpus (.spacy) the lemma table is built from")
+    args = parser.parse_args()
+    main(args.model_dir, args.trained_dir, args.train_corpus)

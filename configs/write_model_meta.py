@@ -1,0 +1,101 @@
+"""Write the shipped pipeline's meta.json from the package's metadata and measured scores.
+
+``version``, ``author``, ``email`` and ``url`` come from pyproject.toml (the pipeline ships
+inside the package and has its version); ``performance`` from the JSON that
+``benchmarks/bench_shipped_pipeline.py`` writes (UD English-EWT test, gold tokens; spaCy's
+convention of fractions in [0, 1]): the scores with sentence boundaries predicted by the
+pipeline, and under ``performance_gold_sentences`` those with the treebank's boundaries.
+The file is replaced atomically.
+
+    python configs/write_model_meta.py spacy_treexp/models/en_treexp_ewt docs/eval_ewt/shipped_pipeline.json
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict
+
+import tomllib
+
+REPO = Path(__file__).resolve().parent.parent
+
+SOURCES = [
+    {
+        "name": "Universal Dependencies English Web Treebank (UD_English-EWT)",
+        "url": "https://github.com/UniversalDependencies/UD_English-EWT",
+        "license": "CC BY-SA 4.0",
+    },
+    {
+        "name": "GloVe 6B 50d (Pennington, Socher & Manning 2014)",
+        "url": "https://nlp.stanford.edu/projects/glove/",
+        "license": "PDDL 1.0",
+    },
+]
+DESCRIPTION = (
+    "spacy_treexp default English pipeline: tok2vec, senter, morphologizer (UPOS, features), "
+    "biaffine_parser (tree-CRF trained, keeps arc scores, UD relations), tagger (PTB tags, EWT XPOS), "
+    "trainable lemmatizer; noun chunks from the UD tree. No named entities. See ../MODEL_CARD.md."
+)
+
+
+def package_metadata(pyproject: Path = REPO / "pyproject.toml") -> Dict[str, str]:
+    """version, author, email and url as pyproject.toml's [project] gives them ("" if absent)."""
+    project = tomllib.loads(pyproject.read_text(encoding="utf8"))["project"]
+    authors = project.get("authors") or [{}]
+    urls = project.get("urls") or {}
+    url = urls.get("Homepage") or urls.get("Repository") or next(iter(urls.values()), "")
+    return {
+        "version": project["version"],
+        "author": authors[0].get("name", ""),
+        "email": authors[0].get("email", ""),
+        "url": url,
+    }
+
+
+def performance(scores: Dict[str, Any]) -> Dict[str, float]:
+    out = {
+        "tag_acc": scores["tag_acc"] / 100,
+        "pos_acc": scores["pos_acc"] / 100,
+        "lemma_acc": scores["lemma_acc"] / 100,
+        "dep_uas": scores["uas"] / 100,
+        "dep_las": scores["las"] / 100,
+        "noun_chunks_f": scores["noun_chunks_f"],
+    }
+    if "sents_f" in scores:
+        out["sents_f"] = scores["sents_f"]
+    return {k: round(v, 4) for k, v in out.items()}
+
+
+def main(model_dir: Path, bench_json: Path) -> None:
+    bench = json.loads(bench_json.read_text(encoding="utf8"))
+    by_condition = {s["sentences"]: s for s in bench["scores"]}
+    if set(by_condition) != {"predicted", "gold"}:
+        sys.exit(f"{bench_json}: expected scores with predicted and gold sentences")
+    path = model_dir / "meta.json"
+    meta = json.loads(path.read_text(encoding="utf8"))
+    meta.update(package_metadata())
+    meta.update(
+        name="treexp_ewt",
+        description=DESCRIPTION,
+        license="CC BY-SA 4.0",
+        sources=SOURCES,
+        performance=performance(by_condition["predicted"]),
+        performance_gold_sentences=performance(by_condition["gold"]),
+        evaluation="UD English-EWT test, gold tokens, by benchmarks/bench_shipped_pipeline.py "
+        "(UAS/LAS over all words, punctuation included)",
+    )
+    if "speed" in bench:
+        meta["speed"] = {"words_per_second_1_thread": bench["speed"]["words_per_second"]}
+    tmp = path.with_suffix(".json.partial")
+    tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+    tmp.replace(path)
+    print(json.dumps({k: meta[k] for k in ("name", "version", "author", "url", "performance")}, indent=2))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("bench_json", type=Path, help="written by benchmarks/bench_shipped_pipeline.py --output")
+    args = parser.parse_args()
+    main(args.model_dir, args.bench_json)
