@@ -220,7 +220,7 @@ def _normalised(weights: Optional[Tensor], batch: int, k: int, device: torch.dev
 
 def _column_entropy(marginals: Tensor) -> Tensor:
     """−Σ_h μ(h, m) log μ(h, m) of each column of ``(..., N+1, N+1)`` in float64, ``(..., N+1)``."""
-    mu = marginals.to(torch.float64)
+    mu = marginals.to(torch.float64).clamp_min(0.0)  # float32 rounding can leave -1e-9
     return (-torch.special.xlogy(mu, mu).sum(dim=-2)).clamp_min(0.0)
 
 
