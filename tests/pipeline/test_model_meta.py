@@ -74,3 +74,16 @@ def test_tags_lemmas_and_chunks_are_filled(doc):
     assert [t.lemma_ for t in doc if t.text in ("children", "were", "dogs")] == ["child", "be", "dog"]
     assert [t.tag_ for t in doc if t.text in ("children", "playing", "dogs")] == ["NNS", "VBG", "NNS"]
     assert [c.text for c in doc.noun_chunks] == ["The children", "their dogs", "the park"]
+
+
+def test_the_tagger_lemmatizer_config_assembles_on_the_frozen_tok2vec():
+    import spacy
+
+    config = spacy.util.load_config(
+        REPO / "configs" / "en_ewt_tagger_lemmatizer.cfg", overrides={"paths.base_model": str(MODEL_PATH)}
+    )
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    assert nlp.pipe_names == ["tok2vec", "tagger_tok2vec", "tagger", "trainable_lemmatizer"]
+    assert config["training"]["frozen_components"] == ["tok2vec"] == config["training"]["annotating_components"]
+    shipped = nlp.get_pipe("tok2vec").model.get_ref("embed")
+    assert shipped.get_dim("nO") == 128
