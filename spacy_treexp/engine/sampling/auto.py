@@ -60,8 +60,9 @@ ROOT_CHILDREN = 4
 #: per-word loop of small kernels), saved where every sentence of a batch walks.
 CALL_PER_WORD = 150.0
 #: Per round of cycle popping (a batch-wide step): microseconds. The rounds a batch takes are
-#: about the largest expected visits to one word (max_v G[v, v]) times ln(its draws).
-ROUND = 60.0
+#: about the largest expected visits to one word (max_v G[v, v], geometric per draw) times
+#: ln(the sentence's draws): the last rounds run on a few rows only.
+ROUND = 30.0
 
 
 def colbourn_cost(lengths: Tensor) -> Tensor:
@@ -132,7 +133,7 @@ def root_children_walks(dist, index: Tensor, num_samples: int) -> tuple[Tensor, 
     ``num_samples`` draws, each analysed once
     (:func:`.wilson.rooted_walk_steps`, kept for the walks). Returns per sentence the expected
     heads drawn per tree by the draws that walk, the largest expected visits to one word of
-    those walks, and the probability that a draw's ROOT child does not walk (too long)."""
+    those walks (of the children drawn at least once in expectation), and the probability that a draw's ROOT child does not walk (too long)."""
     mu = dist.marginals[index, 0, :].detach().double()
     likely = mu * num_samples >= LIKELY
     if mu.shape[-1] > ROOT_CHILDREN:  # the ROOT_CHILDREN likeliest only
@@ -146,7 +147,10 @@ def root_children_walks(dist, index: Tensor, num_samples: int) -> tuple[Tensor, 
     zero = torch.zeros(index.numel(), dtype=torch.float64, device=index.device)
     walked = zero.index_add(0, local, torch.where(ok, weight * steps, 0.0))
     unwalked = zero.index_add(0, local, torch.where(ok, 0.0, weight))
-    largest = zero.scatter_reduce(0, local, torch.where(ok, peak, 0.0), "amax")
+    # the rounds follow the walks drawn: a child drawn less than once in expectation is left out
+    # (the likeliest child always counts)
+    drawn = (weight * num_samples >= 1) | (child == mu[local].argmax(-1))
+    largest = zero.scatter_reduce(0, local, torch.where(ok & drawn, peak, 0.0), "amax")
     return walked, largest, unwalked
 
 
@@ -180,24 +184,30 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
         cost = walk_cost(n, walked, pairs[index], num_samples) + unwalked * given_root_cost(n)
         saving = torch.full_like(pairs, -torch.inf).index_put((index,), colbourn_cost(batch_n) / (1 + MARGIN) - cost)
         peak = torch.full_like(pairs, torch.inf).index_put((index,), largest)
+        given_root = torch.zeros_like(pairs).index_put((index,), unwalked * num_samples)
     else:
         steps, peak, pairs = walk_features(dist, num_samples)
         fine = hopeful & (steps <= WALK_BUDGET * lengths.double()) & torch.isfinite(peak)
         cost = walk_cost(size, torch.where(fine, steps, 0.0), pairs, num_samples)
         saving = torch.where(fine, colbourn_cost(padded) / (1 + MARGIN) - cost, -torch.inf)
+        given_root = torch.zeros_like(saving)
+    # a call of Colbourn given the ROOT child (when a draw's child does not walk) has its own
+    # per-step overhead, over the 2 n + 1 steps of the trapped-words model
+    given_root_call = 2 * CALL_PER_WORD * size.double()
     eligible = saving > 0
     walk = torch.zeros_like(eligible)
     if not bool(eligible.any()):
         return walk
     if alone:
-        return eligible & (saving * num_samples > ROUND * (1 + peak * math.log(num_samples + 1)))
+        rounds = ROUND * (1 + peak * math.log(num_samples + 1))
+        return eligible & (saving * num_samples > rounds + (1 - torch.exp(-given_root)) * given_root_call)
     index = eligible.nonzero().squeeze(-1)
     order = torch.argsort(peak[index])
     index = index[order]
     saved = torch.cumsum(saving[index] * num_samples, 0)  # walking the first i + 1
-    count = torch.arange(1, index.numel() + 1, device=index.device, dtype=torch.float64)
-    rounds = 1 + peak[index] * torch.log(count * num_samples + 1)
-    gain = saved - ROUND * rounds
+    rounds = 1 + peak[index] * math.log(num_samples + 1)  # the largest peak so far (sorted)
+    unwalked_draws = torch.cumsum(given_root[index], 0)  # expected draws given their ROOT child
+    gain = saved - ROUND * rounds - (1 - torch.exp(-unwalked_draws)) * given_root_call[index]
     if index.numel() == lengths.numel():  # all walk: no Colbourn call at all
         gain[-1] += CALL_PER_WORD * float(lengths.max())
     best = int(gain.argmax())
