@@ -10,6 +10,7 @@ import torch
 from helpers.enumerate_trees import tree_log_probs
 
 from spacy_treexp import TreeDistribution
+from spacy_treexp.annotate import pad_scores
 from spacy_treexp.evaluation.epistemic import auroc_table, fit_risk_temperature, local_scores, parse_log_probs
 
 
@@ -30,16 +31,13 @@ def test_parse_log_probs_match_enumeration():
 
 
 def test_fit_recovers_the_temperature_that_generated_the_errors():
-    arcs = random_sentences(600, 1)
-    generator = torch.Generator().manual_seed(2)
-    heads, wrong = [], []
-    for arc in arcs:
-        scores = torch.from_numpy(arc)
-        parse = TreeDistribution(scores).mode
-        gold = TreeDistribution(scores / 0.5).sample((1,), generator=generator)[0]
-        heads.append(parse[1:].numpy())
-        wrong.append(bool((gold != parse).any()))
-    fit = fit_risk_temperature(arcs, heads, numpy.array(wrong), grid=numpy.round(numpy.arange(0.2, 1.41, 0.05), 2))
+    arcs = random_sentences(400, 1)
+    scores, lengths = pad_scores(arcs)
+    parse = TreeDistribution(scores, lengths).mode
+    gold = TreeDistribution(scores / 0.5, lengths).sample((1,), generator=torch.Generator().manual_seed(2))[0]
+    heads = [parse[b, 1 : n + 1].numpy() for b, n in enumerate(lengths.tolist())]
+    wrong = [bool((gold[b] != parse[b]).any()) for b in range(len(arcs))]
+    fit = fit_risk_temperature(arcs, heads, numpy.array(wrong), grid=numpy.round(numpy.arange(0.2, 1.41, 0.1), 2))
     assert abs(fit["risk_temperature"] - 0.5) <= 0.15
     assert fit["log_loss"] < fit["log_loss_at_1"]
 
