@@ -172,7 +172,8 @@ class _Arborescence:
     at most 2n swaps. Finally the contractions are undone from the outermost in, each node
     once (Camerini et al.'s expansion).
 
-    Ties go to the lowest slot (ROOT first), so the tree is a function of the scores alone.
+    Ties go to the first maximum in slot (or cycle) order, ROOT first: the tree is a function
+    of the scores alone.
     """
 
     def __init__(self, incoming: np.ndarray, single_root: bool) -> None:
