@@ -80,8 +80,11 @@ def main(model_dir: Path, trained_dir: Path, train_corpus: Path) -> None:
     text = _without_sections((model_dir / "config.cfg").read_text(encoding="utf8"), new)
     pipeline = json.dumps(kept + new).replace('","', '", "')
     text = re.sub(r"(?m)^pipeline = .*$", f"pipeline = {pipeline}", text, count=1)
-    if NOUN_CHUNKS not in text:
-        sys.exit(f"{model_dir}/config.cfg does not name {NOUN_CHUNKS} in [nlp] after_creation")
+    if NOUN_CHUNKS not in text:  # a pipeline fresh from configs/en_ewt.cfg
+        if not re.search(r"(?m)^after_creation = null$", text):
+            sys.exit(f"{model_dir}/config.cfg has an [nlp] after_creation of its own; add {NOUN_CHUNKS} by hand")
+        text = re.sub(r"(?m)^after_creation = null\n", "", text, count=1)
+        text += f'\n[nlp.after_creation]\n@callbacks = "{NOUN_CHUNKS}"\n'
     sections = Config({"components": {name: nlp.config["components"][name] for name in new}}).to_str()
     sections = sections.replace("[components]\n", "", 1)  # the config has that section already
     (tmp / "config.cfg").write_text(text + "\n" + sections.rstrip("\n") + "\n", encoding="utf8")
