@@ -21,7 +21,9 @@ from spacy_treexp.pipeline.members import DEFAULT_MEMBERS
 @pytest.fixture(scope="module")
 def nlp():
     pipeline = spacy_treexp.load()
-    pipeline.add_pipe("tree_expectations", config={"keep_scores": True})
+    # the identity map: the annotations then come from the recorded scores as they are
+    identity = {"kind": "temperature", "log_scale": [0.0], "bias": [0.0]}
+    pipeline.add_pipe("tree_expectations", config={"keep_scores": True, "calibration": identity})
     return pipeline
 
 
