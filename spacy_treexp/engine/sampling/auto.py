@@ -82,21 +82,26 @@ def walk_cost(lengths: Tensor, steps: Tensor, pairs: Tensor, num_samples: int) -
     return WALK_FIXED + FIRST_N2 * n**2 + per_step * steps + pairs * pair / num_samples
 
 
-def two_cycle_steps(dist) -> Tensor:
-    """(B,) a quick estimate, O(n^2), of the heads the walks draw per tree: a word v whose walk
-    goes to u and straight back with probability q_v = max_u P(v -> u) P(u -> v) revisits
-    itself at least 1 / (1 - q_v) times in expectation (the largest term is left out: the ROOT
-    child may break that pair). It filters out, before any LU, the sentences whose walks
-    cannot be cheaper than Colbourn's sampler."""
+def short_cycle_steps(dist) -> Tensor:
+    """(B,) a quick estimate, O(n^3) in three batched products, of the heads the walks draw
+    per tree: the word that most prefers ROOT is taken as the ROOT child (the walks' end);
+    a word v whose walk comes back to it within 2 to 4 steps with probability r_v
+    (sum_k (P^k)[v, v], P the walk over word heads) revisits it about 1 / (1 - r_v) times.
+    It filters out, before any LU, the sentences whose walks cannot be cheaper than
+    Colbourn's sampler."""
     weights, _ = shifted_weights(dist.scores.detach().double(), dist.arc_mask)
-    weights = weights[:, 1:, 1:]  # word heads only (the walks of Wilson-Marginal)
-    moves = weights / weights.sum(1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)  # [u, v]: P(v -> u)
-    back = (moves * moves.transpose(1, 2)).amax(1)  # (B, N): q_v
-    words = torch.arange(1, weights.shape[-1] + 1, device=weights.device) <= dist.lengths.unsqueeze(-1)
-    visits = torch.where(words, 1 / (1 - back).clamp_min(0.0), 0.0)
-    if visits.shape[-1] == 0:
-        return visits.sum(-1)
-    return visits.sum(-1) - visits.amax(-1)
+    tiny = torch.finfo(torch.float64).tiny
+    root = (weights[:, 0, 1:] / weights[:, :, 1:].sum(1).clamp_min(tiny)).argmax(-1)  # (B,) in 0..N-1
+    words = weights[:, 1:, 1:]  # word heads only (the walks of Wilson-Marginal)
+    walk = (words / words.sum(1, keepdim=True).clamp_min(tiny)).transpose(1, 2)  # [v, u]: P(v -> u)
+    positions = torch.arange(walk.shape[-1], device=walk.device)
+    ending = positions == root.unsqueeze(-1)  # (B, N): the walks end there
+    walk = walk.masked_fill(ending.unsqueeze(-1), 0.0)
+    two = walk @ walk
+    back = two.diagonal(dim1=1, dim2=2) + (two @ walk).diagonal(dim1=1, dim2=2) + (two @ two).diagonal(dim1=1, dim2=2)
+    counted = (positions < dist.lengths.unsqueeze(-1)) & ~ending
+    visits = torch.where(counted, 1 / (1 - back.clamp(max=1.0)), 0.0)
+    return visits.sum(-1)
 
 
 def walk_features(dist, num_samples: int, index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -157,7 +162,7 @@ def root_children_walks(dist, index: Tensor, num_samples: int) -> tuple[Tensor, 
 def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     """(B,) bool: the sentences ``"auto"`` samples by Wilson's walks (the others: Colbourn).
 
-    First, without any LU, the sentences whose walks cannot win (:func:`two_cycle_steps`) go to
+    First, without any LU, the sentences whose walks cannot win (:func:`short_cycle_steps`) go to
     Colbourn. Eligible: walks within :data:`.wilson.WALK_BUDGET` n heads per tree and cheaper
     per tree than Colbourn's by :data:`MARGIN` (:func:`walk_cost`, :func:`colbourn_cost`;
     single-root: every likely ROOT child's walk, :func:`root_children_walks`). The rounds of cycle popping are
@@ -171,7 +176,7 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     # both samplers work on the batch's padded size (a walking sentence alone: its own)
     padded = torch.full_like(lengths, dist.scores.shape[-1] - 1)
     size = lengths if alone else padded
-    quick = walk_cost(size, two_cycle_steps(dist), torch.ones_like(lengths, dtype=torch.float64), num_samples)
+    quick = walk_cost(size, short_cycle_steps(dist), torch.ones_like(lengths, dtype=torch.float64), num_samples)
     hopeful = quick * (1 + MARGIN) < colbourn_cost(padded)
     if not bool(hopeful.any()):
         return torch.zeros_like(hopeful)
