@@ -108,7 +108,10 @@ MULTI_ROOT_METHODS = ("wilson", "colbourn", "auto")
 WITH_REPLACEMENT_METHODS = ("wilson_marginal", "wilson_reject", "colbourn", "wilson", "auto")
 WITHOUT_REPLACEMENT_METHODS = ("sbs", "trie")
 #: The default samplers everywhere (engine, spaCy component, Stanza processor, CLI): their
-#: cost is O(n^3) per tree whatever the scores (see the module docstring).
+#: cost is O(n^3) per tree whatever the scores (see the module docstring). ``"auto"`` is
+#: faster on most batches (``benchmarks/bench_sampling.py --section auto``) but not the
+#: default: it needs the marginals, its choice rests on constants measured on one machine,
+#: and where no sentence walks it adds its analysis (a few ms per batch) to Colbourn's cost.
 DEFAULT_METHOD = "colbourn"
 DEFAULT_WITHOUT_REPLACEMENT = "sbs"
 
