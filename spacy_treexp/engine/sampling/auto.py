@@ -82,9 +82,9 @@ def walk_cost(lengths: Tensor, steps: Tensor, pairs: Tensor, num_samples: int) -
     return WALK_FIXED + FIRST_N2 * n**2 + per_step * steps + pairs * pair / num_samples
 
 
-def short_cycle_steps(dist) -> Tensor:
+def short_cycle_steps(dist) -> tuple[Tensor, Tensor]:
     """(B,) a quick estimate, O(n^3) in three batched products, of the heads the walks draw
-    per tree: the word that most prefers ROOT is taken as the ROOT child (the walks' end);
+    per tree, and of the largest visits to one word: the word that most prefers ROOT is taken as the ROOT child (the walks' end);
     a word v whose walk comes back to it within 2 to 4 steps with probability r_v
     (sum_k (P^k)[v, v], P the walk over word heads) revisits it about 1 / (1 - r_v) times.
     It filters out, before any LU, the sentences whose walks cannot be cheaper than
@@ -101,7 +101,7 @@ def short_cycle_steps(dist) -> Tensor:
     back = two.diagonal(dim1=1, dim2=2) + (two @ walk).diagonal(dim1=1, dim2=2) + (two @ two).diagonal(dim1=1, dim2=2)
     counted = (positions < dist.lengths.unsqueeze(-1)) & ~ending
     visits = torch.where(counted, 1 / (1 - back.clamp(max=1.0)), 0.0)
-    return visits.sum(-1)
+    return visits.sum(-1), visits.amax(-1) if visits.shape[-1] else visits.sum(-1)
 
 
 def walk_features(dist, num_samples: int, index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -176,7 +176,10 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     # both samplers work on the batch's padded size (a walking sentence alone: its own)
     padded = torch.full_like(lengths, dist.scores.shape[-1] - 1)
     size = lengths if alone else padded
-    quick = walk_cost(size, short_cycle_steps(dist), torch.ones_like(lengths, dtype=torch.float64), num_samples)
+    steps, most = short_cycle_steps(dist)
+    quick = walk_cost(size, steps, torch.ones_like(lengths, dtype=torch.float64), num_samples)
+    if alone:  # its own rounds (in a batch they are shared: priced below)
+        quick = quick + ROUND * (1 + most * math.log(num_samples + 1)) / num_samples
     hopeful = quick * (1 + MARGIN) < colbourn_cost(padded)
     if not bool(hopeful.any()):
         return torch.zeros_like(hopeful)
