@@ -45,8 +45,8 @@ FIRST_N2 = 0.003
 STEP_BASE = 0.03
 STEP_LOG = 0.03
 #: One Colbourn draw given its ROOT child costs GIVEN_ROOT_FACTOR Colbourn trees plus
-#: GIVEN_ROOT_FIXED microseconds (measured: 15, 74 and 300 us at n = 10, 30, 60).
-GIVEN_ROOT_FACTOR = 1.5
+#: GIVEN_ROOT_FIXED microseconds (measured: 15, 74, 250 and 800 us at n = 10, 30, 60, 100).
+GIVEN_ROOT_FACTOR = 1.2
 GIVEN_ROOT_FIXED = 10.0
 #: The walks must be predicted cheaper than Colbourn's sampler by this share (the model's
 #: error on peaked scores, whose rounds it estimates roughly).
@@ -54,7 +54,7 @@ MARGIN = 0.15
 #: ROOT children drawn fewer times than this in expectation are not analysed ahead, nor more
 #: than ROOT_CHILDREN per sentence (the likeliest): the walks analyse the others they draw
 #: (one LU each, costly from n = 60 on), and the ones analysed here are kept for them.
-LIKELY = 0.01
+LIKELY = 1.0
 ROOT_CHILDREN = 4
 #: A call of Colbourn's sampler costs about this per word of its longest sentence (its
 #: per-word loop of small kernels), saved where every sentence of a batch walks.
