@@ -102,7 +102,8 @@ def score_limit(dtype: torch.dtype, n: int) -> float:
     """The largest |score| a sentence of n words may hold in ``dtype``.
 
     A tree's score, log Z and the column shifts sum up to n scores, and the decoder's
-    single-root penalty and contractions reach a few times n of them in float64; below this
+    contracted arc scores (differences of scores along cycles) reach a few times n of them in
+    float64; below this
     limit none of these overflows (e.g. about 5.5e305 for 80 words in float64, 404 in float16).
     """
     return min(torch.finfo(dtype).max / (2 * (n + 1)), torch.finfo(torch.float64).max / (4 * (n + 1)))
