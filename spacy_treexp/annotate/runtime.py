@@ -16,6 +16,8 @@ from typing import Iterator, Optional
 import torch
 
 _fork_hook_installed = False
+#: Set in a process forked after :func:`install_fork_hook`: its torch work stays on one thread.
+_forked_child = False
 
 #: The environment variable that sets our torch threads (a positive integer).
 THREADS_ENV = "SPACY_TREEXP_THREADS"
@@ -25,20 +27,24 @@ DEFAULT_THREADS = 1
 
 def cpu_threads() -> int:
     """Torch threads for the parser's forward pass and the engine on the CPU:
-    ``SPACY_TREEXP_THREADS`` if set, else :data:`DEFAULT_THREADS`."""
+    ``SPACY_TREEXP_THREADS`` if set, else :data:`DEFAULT_THREADS`; always 1 in a forked child
+    (``nlp.pipe(n_process>1)`` with the fork start method): GNU OpenMP, torch's CPU thread
+    pool, cannot start a team of threads in a child forked after the parent used one, and
+    such a child hangs in its first parallel region (seen with ``SPACY_TREEXP_THREADS=2``).
+    Spawned workers (and Ray's) are fresh processes and take the setting."""
     value = os.environ.get(THREADS_ENV, "").strip()
-    if not value:
-        return DEFAULT_THREADS
-    if not value.isdigit() or int(value) < 1:
+    if value and (not value.isdigit() or int(value) < 1):
         raise ValueError(f"{THREADS_ENV} must be a positive integer, got {value!r}")
-    return int(value)
+    if _forked_child:
+        return 1
+    return int(value) if value else DEFAULT_THREADS
 
 
 def use_cpu_share(cpus: float) -> int:
     """Run this process's torch work on ``cpus`` threads (at least one), from now on: a
     worker given a share of a machine's cores (a Ray actor's ``num_cpus``) calls it once,
     so that its workers together use the cores they were given and no more."""
-    threads = max(1, int(cpus))
+    threads = 1 if _forked_child else max(1, int(cpus))
     os.environ[THREADS_ENV] = str(threads)
     torch.set_num_threads(threads)
     return threads
@@ -84,11 +90,14 @@ def threads_for(device: torch.device) -> Iterator[None]:
 
 
 def _single_torch_thread() -> None:
+    global _forked_child
+    _forked_child = True
     torch.set_num_threads(1)
 
 
 def install_fork_hook() -> None:
-    """Make forked children (``nlp.pipe(n_process>1)``) run torch on one thread, once.
+    """Make forked children (``nlp.pipe(n_process>1)``) run torch on one thread, once,
+    whatever ``SPACY_TREEXP_THREADS`` says (see :func:`cpu_threads`).
 
     A child forked after the parent used torch's OpenMP pool can hang in its first parallel
     region; one thread per worker avoids it (the workers are the parallelism anyway)."""
