@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.enumerate_trees import all_trees, tree_log_probs
+from helpers.goodness_of_fit import chi_square_p
 
 from spacy_treexp.engine import TreeMixture
 
@@ -111,21 +112,6 @@ def test_mutual_information_is_zero_for_identical_members():
     torch.testing.assert_close(mi, torch.zeros(1, dtype=torch.float64), rtol=0, atol=1e-9)
     torch.testing.assert_close(entropy, mixture.expected_entropy(), rtol=0, atol=1e-9)
     torch.testing.assert_close(mixture.head_mutual_information(), torch.zeros(1, 6, dtype=torch.float64))
-
-
-def chi_square_p(observed: torch.Tensor, categories: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson chi-square p-value; cells expecting fewer than 5 draws pooled."""
-    assert torch.isin(observed, categories).all(), "a draw is not a tree of the sentence"
-    counts = (observed.unsqueeze(-1) == categories).sum(0).double()
-    expected = probs * observed.numel()
-    small = expected < 5
-    counts = torch.cat([counts[~small], counts[small].sum().reshape(1)])
-    expected = torch.cat([expected[~small], expected[small].sum().reshape(1)])
-    keep = expected > 0
-    counts, expected = counts[keep], expected[keep]
-    statistic = ((counts - expected) ** 2 / expected).sum()
-    dof = torch.tensor(float(counts.numel() - 1), dtype=torch.float64)
-    return float(torch.special.gammaincc(dof / 2, statistic / 2))
 
 
 def codes(heads: torch.Tensor, n: int) -> torch.Tensor:

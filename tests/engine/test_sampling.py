@@ -11,6 +11,7 @@ import random
 import pytest
 import torch
 from helpers.enumerate_trees import all_trees, tree_log_probs
+from helpers.goodness_of_fit import chi_square_p
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,26 +40,6 @@ def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
     """Integer code of each head vector (..., >= n+1) over words 1..n."""
     base = (n + 1) ** torch.arange(n)
     return (heads[..., 1 : n + 1] * base).sum(-1)
-
-
-def chi_square_p(observed: torch.Tensor, categories: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson chi-square p-value of observed category codes against probabilities.
-
-    Categories with expected count below 5 are pooled; an observation outside the
-    categories (not a tree) or of probability 0 fails the test outright.
-    """
-    assert torch.isin(observed, categories).all(), "a draw is not a tree of the sentence"
-    counts = (observed.unsqueeze(-1) == categories).sum(0).double()
-    assert counts[probs == 0].sum() == 0, "a draw has probability 0"
-    expected = probs * observed.numel()
-    small = expected < 5
-    counts = torch.cat([counts[~small], counts[small].sum().reshape(1)])
-    expected = torch.cat([expected[~small], expected[small].sum().reshape(1)])
-    keep = expected > 0
-    counts, expected = counts[keep], expected[keep]
-    statistic = ((counts - expected) ** 2 / expected).sum()
-    dof = torch.tensor(float(counts.numel() - 1), dtype=torch.float64)
-    return float(torch.special.gammaincc(dof / 2, statistic / 2))
 
 
 def random_batch(seed: int, dtype=torch.float64):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.enumerate_trees import tree_log_probs
+from helpers.goodness_of_fit import chi_square_p
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.annotate.options import AnnotateOptions
@@ -21,22 +22,6 @@ ALPHA = 1e-3
 def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
     base = (n + 1) ** torch.arange(n)
     return (heads[..., 1 : n + 1] * base).sum(-1)
-
-
-def chi_square_p(observed: torch.Tensor, categories: torch.Tensor, probs: torch.Tensor) -> float:
-    assert torch.isin(observed, categories).all(), "a draw is not a tree of the sentence"
-    order = categories.argsort()
-    counts = torch.bincount(order[torch.searchsorted(categories[order], observed)], minlength=categories.numel())
-    counts = counts.double()
-    assert counts[probs == 0].sum() == 0, "a draw has probability 0"
-    expected = probs * observed.numel()
-    small = expected < 5
-    counts = torch.cat([counts[~small], counts[small].sum().reshape(1)])
-    expected = torch.cat([expected[~small], expected[small].sum().reshape(1)])
-    keep = expected > 0
-    statistic = ((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()
-    dof = torch.tensor(float(int(keep.sum()) - 1), dtype=torch.float64)
-    return float(torch.special.gammaincc(dof / 2, statistic / 2))
 
 
 def assert_fits(heads: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor, single_root: bool) -> None:

@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 from helpers.enumerate_trees import tree_log_probs
+from helpers.goodness_of_fit import chi_square_p
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.engine.sampling import colbourn as colbourn_module
@@ -54,25 +55,6 @@ def peaked_batch(scale: float, seeds=(8, 24)) -> tuple[torch.Tensor, torch.Tenso
 def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
     base = (n + 1) ** torch.arange(n)
     return (heads[..., 1 : n + 1] * base).sum(-1)
-
-
-def chi_square_p(observed: torch.Tensor, categories: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson chi-square p-value (expected counts below 5 pooled; a draw outside the
-    categories or of probability 0 fails outright)."""
-    assert torch.isin(observed, categories).all(), "a draw is not a tree of the sentence"
-    order = categories.argsort()
-    index = order[torch.searchsorted(categories[order], observed)]
-    counts = torch.bincount(index, minlength=categories.numel()).double()
-    assert counts[probs == 0].sum() == 0, "a draw has probability 0"
-    expected = probs * observed.numel()
-    small = expected < 5
-    counts = torch.cat([counts[~small], counts[small].sum().reshape(1)])
-    expected = torch.cat([expected[~small], expected[small].sum().reshape(1)])
-    keep = expected > 0
-    counts, expected = counts[keep], expected[keep]
-    statistic = ((counts - expected) ** 2 / expected).sum()
-    dof = torch.tensor(float(counts.numel() - 1), dtype=torch.float64)
-    return float(torch.special.gammaincc(dof / 2, statistic / 2))
 
 
 def assert_fits(heads: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor, single_root: bool) -> None:
