@@ -46,24 +46,14 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
     Components that set sentence boundaries or compute tree expectations are skipped; the
     scores are read from ``Doc._.parser_scores``.
     """
-    from spacy.tokens import Doc
 
     import spacy_treexp.pipeline.extensions  # noqa: F401  (registers Doc._.parser_scores)
 
-    skipped = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory in SKIPPED_FACTORIES]
-
-    def docs() -> Iterable[Doc]:
-        for sentence in gold:
-            yield Doc(
-                nlp.vocab,
-                words=sentence.words,
-                spaces=sentence.spaces or None,
-                sent_starts=[True, *([False] * (sentence.n - 1))],
-            )
+    skipped = _skipped_components(nlp)
 
     out: List[SentenceScores] = []
     with nlp.select_pipes(disable=skipped):
-        for sentence, doc in zip(gold, nlp.pipe(docs(), batch_size=batch_size)):
+        for sentence, doc in zip(gold, nlp.pipe(_gold_docs(nlp, gold), batch_size=batch_size)):
             where = f"sentence {sentence.sent_id}"
             records = doc._.get("parser_scores")
             if not records:
@@ -84,23 +74,13 @@ def component_scores(
     """Scores of the gold sentences from the score source of ``nlp``'s ``tree_expectations``
     component ``name`` (the parser's, a stock pipeline's, or a custom source): the pipeline
     runs on gold words and boundaries up to that component, which then reads the scores."""
-    from spacy.tokens import Doc
 
     component = nlp.get_pipe(name)
-    skipped = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory in SKIPPED_FACTORIES]
-
-    def docs() -> Iterable[Doc]:
-        for sentence in gold:
-            yield Doc(
-                nlp.vocab,
-                words=sentence.words,
-                spaces=sentence.spaces or None,
-                sent_starts=[True, *([False] * (sentence.n - 1))],
-            )
+    skipped = _skipped_components(nlp)
 
     out: List[SentenceScores] = []
     with nlp.select_pipes(disable=skipped):
-        for sentence, doc in zip(gold, nlp.pipe(docs(), batch_size=batch_size)):
+        for sentence, doc in zip(gold, nlp.pipe(_gold_docs(nlp, gold), batch_size=batch_size)):
             records = component.sentence_scores(doc)
             if len(records) != 1 or records[0].n != sentence.n:
                 raise ValueError(f"sentence {sentence.sent_id}: the pipeline changed the gold sentence boundaries")
@@ -212,3 +192,21 @@ def _numpy(value: Any) -> Optional[numpy.ndarray]:
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
     return numpy.asarray(value)
+
+
+def _skipped_components(nlp: Any) -> List[str]:
+    """The components of ``nlp`` that would change the gold boundaries or annotate."""
+    return [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory in SKIPPED_FACTORIES]
+
+
+def _gold_docs(nlp: Any, gold: Sequence[GoldSentence]) -> Iterable[Any]:
+    """One Doc per gold sentence: its words, spaces, and one sentence."""
+    from spacy.tokens import Doc
+
+    for sentence in gold:
+        yield Doc(
+            nlp.vocab,
+            words=sentence.words,
+            spaces=sentence.spaces or None,
+            sent_starts=[True, *([False] * (sentence.n - 1))],
+        )
