@@ -5,8 +5,14 @@ On N sentences of UD English-EWT test (gold tokens and sentences), measures:
 * the pipeline up to the parser (tok2vec, tagger, biaffine_parser; no senter);
 * ``tree_expectations`` on the parsed Docs with ``n_samples=0`` and ``n_samples=10``
   (seeded: one generator per sentence; unseeded: torch's global one); overhead = its time
-  / the parser's time, best of interleaved repeats (the machine's load drifts);
-* docs/s and words/s of the whole pipeline (with its senter) on the raw sentence texts.
+  / the parser's time, best of interleaved repeats (the machine's load drifts), in wall
+  seconds and in this process's CPU seconds (``*_cpu``: steadier on a shared machine
+  when torch runs one thread, ``--threads 1``);
+* docs/s and words/s of the whole pipeline (with its senter) on the raw sentence texts
+  (``--skip-full`` leaves it out).
+
+``--profile FILE`` writes a cProfile of the component (``n_samples=10``, seeded, and
+``n_samples=0``) on the parsed Docs instead of the comparison (read it with ``pstats``).
 
 Usage (2 CPU cores here; pass --threads to pin torch's threads):
 
@@ -36,9 +42,10 @@ def load(model):
 
 
 def timed(function):
-    start = time.perf_counter()
+    """(wall seconds, CPU seconds of this process, result) of ``function()``."""
+    start, cpu = time.perf_counter(), time.process_time()
     result = function()
-    return time.perf_counter() - start, result
+    return time.perf_counter() - start, time.process_time() - cpu, result
 
 
 def main() -> None:
@@ -49,6 +56,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
+    parser.add_argument("--skip-full", action="store_true", help="skip the whole-pipeline docs/s")
+    parser.add_argument("--profile", default=None, help="write a cProfile of the component here instead")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -79,26 +88,51 @@ def main() -> None:
     components = {
         name: spacy.blank("en").add_pipe("tree_expectations", config=config) for name, config in settings.items()
     }
+    if args.profile:
+        profile(nlp, components, run(nlp, gold_docs()), args)
+        return
     # Interleaved repeats (best of each): the machine's load drifts between runs.
-    best = {"parser": float("inf"), **{name: float("inf") for name in settings}}
+    best = {name: [float("inf"), float("inf")] for name in ["parser", *settings]}
     for _ in range(args.repeats):
-        seconds, parsed = timed(lambda: run(nlp, gold_docs()))
-        best["parser"] = min(best["parser"], seconds)
+        wall, cpu, parsed = timed(lambda: run(nlp, gold_docs()))
+        best["parser"] = [min(best["parser"][0], wall), min(best["parser"][1], cpu)]
         blobs = [d.to_bytes() for d in parsed]
         for name, component in components.items():
             docs = [Doc(nlp.vocab).from_bytes(b) for b in blobs]
-            seconds, _ = timed(lambda: list(component.pipe(docs, batch_size=args.batch_size)))
-            best[name] = min(best[name], seconds)
-    results["parser_s"] = best["parser"]
+            wall, cpu, _ = timed(lambda: list(component.pipe(docs, batch_size=args.batch_size)))
+            best[name] = [min(best[name][0], wall), min(best[name][1], cpu)]
+    results["parser_s"], results["parser_cpu_s"] = best["parser"]
     for name in settings:
-        results[name] = {"component_s": best[name], "overhead_vs_parser": best[name] / best["parser"]}
-    full = load(args.model)
-    full.add_pipe("tree_expectations")
-    texts = [" ".join(item[0]) for item in items]
-    list(full.pipe(texts[:50]))
-    seconds = timed(lambda: list(full.pipe(texts, batch_size=args.batch_size)))[0]
-    results["full_pipeline_raw_text"] = {"docs_per_s": len(texts) / seconds, "words_per_s": words / seconds}
+        results[name] = {
+            "component_s": best[name][0],
+            "overhead_vs_parser": best[name][0] / best["parser"][0],
+            "component_cpu_s": best[name][1],
+            "overhead_vs_parser_cpu": best[name][1] / best["parser"][1],
+        }
+    if not args.skip_full:
+        full = load(args.model)
+        full.add_pipe("tree_expectations")
+        texts = [" ".join(item[0]) for item in items]
+        list(full.pipe(texts[:50]))
+        seconds = timed(lambda: list(full.pipe(texts, batch_size=args.batch_size)))[0]
+        results["full_pipeline_raw_text"] = {"docs_per_s": len(texts) / seconds, "words_per_s": words / seconds}
     print(json.dumps(results, indent=2))
+
+
+def profile(nlp, components, parsed, args) -> None:
+    """cProfile the component with ``n_samples=10`` (seeded) and ``n_samples=0`` into ``args.profile``."""
+    import cProfile
+    import pstats
+
+    blobs = [d.to_bytes() for d in parsed]
+    profiler = cProfile.Profile()
+    for name in ("samples_10_seeded", "samples_0"):
+        docs = [Doc(nlp.vocab).from_bytes(b) for b in blobs]
+        profiler.enable()
+        list(components[name].pipe(docs, batch_size=args.batch_size))
+        profiler.disable()
+    profiler.dump_stats(args.profile)
+    pstats.Stats(args.profile).sort_stats("cumulative").print_stats(40)
 
 
 if __name__ == "__main__":
