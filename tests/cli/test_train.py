@@ -1,10 +1,16 @@
 """``spacy-treexp train``: from a CoNLL-U pair to a calibrated, loadable pipeline (a tiny
-config trained for a few steps on the toy treebank), and its one-line user errors."""
+config trained for a few steps on a slice of the toy treebank), installed from its
+``--package`` archive, trained on a tiny transformer built offline, and its one-line user
+errors."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import numpy
 import pytest
@@ -13,6 +19,23 @@ import torch
 from helpers.paths import FIXTURES
 
 TOY = FIXTURES / "toy_treebank.conllu"
+
+
+def write_slice(path: Path, first: int = 0, last: int = 8) -> Path:
+    """Sentences ``first..last`` of the toy treebank written to ``path`` (a CoNLL-U file)."""
+    sentences = TOY.read_text(encoding="utf8").strip().split("\n\n")[first:last]
+    path.write_text("\n\n".join(sentences) + "\n\n", encoding="utf8")
+    return path
+
+
+def check_parses(nlp) -> None:
+    """One root per sentence, and each word's head marginals sum to one."""
+    doc = nlp("The cat sat on the mat . A dog barked .")
+    for sent in doc.sents:
+        marginals = sent._.arc_marginals
+        numpy.testing.assert_allclose(marginals[:, 1:].sum(axis=0), 1.0, atol=1e-5)
+        assert sum(token.head == token for token in sent) == 1
+
 
 # The template shrunk to seconds of training: narrow layers, no warm-up, a high rate.
 TINY = [
@@ -49,6 +72,23 @@ TINY = [
 ]
 
 
+# The transformer template shrunk the same way (the transformer itself is tiny).
+TRANSFORMER = [
+    "--set",
+    "training.optimizer.learn_rate.warmup_steps=1",
+    "--set",
+    "training.optimizer.learn_rate.initial_rate=0.01",
+    "--set",
+    "components.biaffine_parser.model.arc_width=32",
+    "--set",
+    "components.biaffine_parser.model.rel_width=16",
+    "--set",
+    "components.biaffine_parser.model.lstm_width=16",
+    "--set",
+    "components.biaffine_parser.model.dropout=0.0",
+]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
     previous = torch.get_num_threads()
@@ -59,7 +99,8 @@ def one_torch_thread():
 
 def test_train_calibrate_evaluate_package(run_cli, tmp_path):
     out = tmp_path / "out"
-    status, _, err = run_cli("train", str(TOY), str(TOY), "-o", str(out), "--lang", "en", *TINY)
+    data = write_slice(tmp_path / "toy.conllu")
+    status, _, err = run_cli("train", str(data), str(data), "-o", str(out), "--lang", "en", *TINY)
     assert status == 0, err
     assert "5/5 packaged" in err
     # a loadable pipeline that applies its calibration map
@@ -67,11 +108,7 @@ def test_train_calibrate_evaluate_package(run_cli, tmp_path):
     assert nlp.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
     calibration = nlp.get_pipe_config("tree_expectations")["calibration"]
     assert calibration["kind"] == "distance"
-    doc = nlp("The cat sat on the mat . A dog barked .")
-    for sent in doc.sents:
-        marginals = sent._.arc_marginals
-        numpy.testing.assert_allclose(marginals[:, 1:].sum(axis=0), 1.0, atol=1e-5)
-        assert sum(token.head == token for token in sent) == 1
+    check_parses(nlp)
     # it learnt: the toy treebank is parsed far better than by chance (about 1/n)
     summary = json.loads((out / "summary.json").read_text(encoding="utf8"))
     assert summary["evaluation"]["after"]["uas"] > 0.5
@@ -84,6 +121,99 @@ def test_train_calibrate_evaluate_package(run_cli, tmp_path):
     config = spacy.util.load_config(out / "config.cfg", interpolate=False)
     assert config["paths"]["train"] == str(out / "corpus" / "train.spacy")
     assert config["nlp"]["lang"] == "en"
+    assert not (out / "package").exists()  # only with --package
+
+
+def _builds_wheels_offline() -> bool:
+    """Whether pip can build the package's sdist without fetching build tools: setuptools
+    70.1 or later has bdist_wheel, older ones need the wheel package."""
+    try:
+        metadata.version("wheel")
+        return True
+    except metadata.PackageNotFoundError:
+        major, minor = (int(part) for part in metadata.version("setuptools").split(".")[:2])
+        return (major, minor) >= (70, 1)
+
+
+def test_package_installs_and_loads_by_name(run_cli, tmp_path, monkeypatch):
+    """What a user does next with ``--package``: pip install the archive, then
+    ``spacy.load`` the pipeline by its package name."""
+    if not _builds_wheels_offline():
+        pytest.skip("building the sdist offline needs setuptools>=70.1 or wheel (the test extra has wheel)")
+    out = tmp_path / "out"
+    data = write_slice(tmp_path / "toy.conllu", 0, 4)
+    args = ("--max-steps", "2", "--set", "training.eval_frequency=1", "--name", "tiny", "--model-version", "1.2.3")
+    status, _, err = run_cli("train", str(data), str(data), "-o", str(out), "--lang", "en", *TINY, *args, "--package")
+    assert status == 0, err
+    (sdist,) = (out / "package").glob("*/dist/en_tiny-1.2.3.tar.gz")
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-build-isolation"]
+    installed = subprocess.run([*pip, "--target", str(target), str(sdist)], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr
+    monkeypatch.syspath_prepend(str(target))
+    nlp = spacy.load("en_tiny")
+    assert nlp.meta["name"] == "tiny" and nlp.meta["version"] == "1.2.3"
+    assert nlp.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
+    assert nlp.get_pipe_config("tree_expectations")["calibration"]["kind"] == "distance"
+    check_parses(nlp)
+
+
+def tiny_transformer(path: Path, treebank: Path) -> Path:
+    """A BERT of one layer 16 wide (random weights) with a word-level vocabulary of the
+    treebank's forms, saved in the model hub's format to a local folder: no download."""
+    transformers = pytest.importorskip("transformers")
+    path.mkdir()
+    forms = {
+        line.split("\t")[1].lower() for line in treebank.read_text(encoding="utf8").splitlines() if line[:1].isdigit()
+    }
+    (path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(forms)]) + "\n")
+    transformers.BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(path)
+    config = transformers.BertConfig(
+        vocab_size=5 + len(forms),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=512,
+    )
+    transformers.BertModel(config).save_pretrained(path)
+    return path
+
+
+def test_train_on_a_local_transformer(run_cli, tmp_path):
+    """``--transformer DIR``: every component listens to the transformer, the parser takes
+    its width (16) at initialisation, and the pipeline folder loads and parses without DIR
+    (spacy-transformers stores the weights and tokenizer with the pipeline)."""
+    pytest.importorskip("spacy_transformers")
+    data = write_slice(tmp_path / "toy.conllu")
+    bert = tiny_transformer(tmp_path / "bert", data)
+    out = tmp_path / "out"
+    args = ("--max-steps", "10", "--set", "training.eval_frequency=5", "--set", "training.dropout=0.0")
+    status, _, err = run_cli(
+        "train", str(data), str(data), "-o", str(out), "--lang", "en", "--transformer", str(bert), *TRANSFORMER, *args
+    )
+    assert status == 0, err
+    assert "5/5 packaged" in err
+    config = spacy.util.load_config(out / "config.cfg", interpolate=False)
+    assert config["paths"]["transformer"] == str(bert)
+    assert config["components"]["biaffine_parser"]["model"]["tok2vec"]["upstream"] == "transformer"
+    shutil.rmtree(bert)
+    nlp = spacy.load(out / "model")
+    assert nlp.pipe_names == [
+        "paragraph_breaks",
+        "transformer",
+        "senter",
+        "morphologizer",
+        "biaffine_parser",
+        "tree_expectations",
+    ]
+    parser = nlp.get_pipe("biaffine_parser").model
+    assert parser.layers[0].name.startswith("transformer-listener") and parser.get_dim("nI") == 16
+    check_parses(nlp)
+    assert (
+        "spacy-transformers>=1.3"
+        in json.loads((out / "model" / "meta.json").read_text(encoding="utf8"))["requirements"]
+    )
 
 
 @pytest.mark.parametrize(
