@@ -16,6 +16,7 @@ from torch.distributions import Distribution, register_kl
 from spacy_treexp.engine import laplacian
 from spacy_treexp.engine.checks import check_heads, prepare_scores, word_mask
 from spacy_treexp.engine.decoding import dominant_trees, max_spanning_trees
+from spacy_treexp.engine.native import native_enabled
 
 if TYPE_CHECKING:
     from spacy_treexp.engine.sampling.streams import Randomness
@@ -193,7 +194,20 @@ class TreeDistribution(Distribution):
 
     def _fast_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> Tuple[Tensor, ...]:
         """One fast-path pass in ``dtype``: ``(log Z' float64, Σ shift float64, marginals,
-        accepted (B,), shift, s')``."""
+        accepted (B,), shift, s')``; by the fused CPU kernel (:mod:`.fused`) where it runs."""
+        if _use_fused_kernel(scores):
+            from spacy_treexp.engine import fused
+
+            log_det, marginals, error, deviation, shift, log_weights = fused.native_fast_pass(
+                scores.to(dtype), mask, lengths, self.single_root
+            )
+            if self.stable is False:
+                accepted = torch.isfinite(log_det)
+            else:
+                accepted = laplacian.fast_accepted(log_det, error, dtype) & (
+                    deviation <= laplacian.normalisation_tolerance(dtype)
+                )
+            return log_det, shift.to(torch.float64).sum(-1), marginals, accepted, shift, log_weights
         log_weights, shift = laplacian.shifted_log_weights(scores.to(dtype), mask)
         log_det, marginals, error = laplacian.fast_partition_and_marginals(
             torch.exp(log_weights), lengths, self.single_root
@@ -689,6 +703,17 @@ def _rounding(log_z_shifted: Tensor, lengths: Tensor) -> Tensor:
 def _non_negative(value: Tensor) -> Tensor:
     """``value`` with what rounding left below 0 (or -0.0) set to 0."""
     return value.clamp(min=0.0) + 0.0
+
+
+def _use_fused_kernel(scores: Tensor) -> bool:
+    """Whether the fast path runs on the fused CPU kernel: where :func:`.native.native_enabled`
+    holds, no autograd graph is asked for (the kernel's marginals carry none), and the
+    sentences are short enough for it to beat LAPACK (:data:`.fused.NATIVE_MAX_LENGTH`)."""
+    if not native_enabled(scores) or (torch.is_grad_enabled() and scores.requires_grad):
+        return False
+    from spacy_treexp.engine.fused import NATIVE_MAX_LENGTH
+
+    return scores.shape[-1] - 1 <= NATIVE_MAX_LENGTH
 
 
 def _inner_dtype(dtype: torch.dtype) -> torch.dtype:

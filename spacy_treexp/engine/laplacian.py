@@ -59,7 +59,12 @@ def marginals_normalised(marginals: Tensor, lengths: Tensor, single_root: bool, 
     deviation = (marginals.sum(-2)[..., 1:] - words.to(marginals.dtype)).abs_().amax(-1)  # padding: 0 - 0
     if single_root:
         deviation = torch.maximum(deviation, (marginals[..., 0, :].sum(-1) - 1).abs_())
-    return deviation <= _NORMALISATION_TOLERANCE.get(dtype, 1e-5)
+    return deviation <= normalisation_tolerance(dtype)
+
+
+def normalisation_tolerance(dtype: torch.dtype) -> float:
+    """Largest deviation from 1 of a word's summed marginals the fast path may leave in ``dtype``."""
+    return _NORMALISATION_TOLERANCE.get(dtype, 1e-5)
 
 
 def shifted_weights(scores: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:

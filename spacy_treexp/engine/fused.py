@@ -1,0 +1,225 @@
+"""The fast path fused into one CPU kernel (numba): log Z, marginals and the error estimate.
+
+The same algorithm as :func:`.laplacian.fast_partition_and_marginals` on the output of
+:func:`.laplacian.shifted_log_weights` (Koo et al. 2007, Prop. 1 and §3.3), per sentence in
+one compiled loop instead of some twenty batched torch calls: column shift, weights, the
+Laplacian L̂ of the sentence's own n words (padding costs nothing), one Gauss–Jordan
+elimination with partial pivoting that yields the pivots of L̂'s LU factorisation (so
+log |det L̂|, its sign and the same error estimate) and L̂⁻¹ in place, the closed-form
+marginals, and the deviation of each word's marginals from summing to 1. On matrices of a
+few dozen rows the batched LAPACK calls are bound by their per-call overhead, which this
+removes; above :data:`NATIVE_MAX_LENGTH` LAPACK's blocked kernels win.
+
+Only :mod:`.distribution` calls it, where :func:`.native.native_enabled` holds and no
+autograd graph is needed; the torch code stays the reference and the path on other devices.
+Importing this module imports numba; it compiles on first use and caches the machine code
+(``cache=True``). It runs on the calling thread (no numba threading, so it is fork-safe).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Tuple
+
+import numba
+import numpy as np
+import torch
+from torch import Tensor
+
+#: Longest padded sentence (N) the fused kernel takes; longer batches run on LAPACK, which wins
+#: there. Measured on the 2-core CPU (one thread, loaded machine) by the crossover sweep of
+#: ``python benchmarks/bench_kernels.py --sweep``.
+NATIVE_MAX_LENGTH = 120
+
+
+def native_fast_pass(
+    scores: Tensor, mask: Tensor, lengths: Tensor, single_root: bool
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The fast path on CPU tensors without autograd: ``(log |det L̂| float64 (B,), marginals,
+    error estimate (B,), normalisation deviation float64 (B,), shift (B, N+1), s' (B, N+1, N+1))``.
+
+    ``scores`` float32 or float64 ``(B, N+1, N+1)``, ``mask`` the allowed arcs, ``lengths``
+    ``(B,)``. Each result equals the torch path's up to rounding: log det and marginals of
+    :func:`.laplacian.fast_partition_and_marginals`, its error estimate (infinite where
+    det L̂ is not positive), max_m |Σ_h μ(h→m) − 1| (and, single-root, |Σ_m μ(0→m) − 1|)
+    as checked by :func:`.laplacian.marginals_normalised`, and the shift and column-shifted
+    scores of :func:`.laplacian.shifted_log_weights`. A sentence with a zero pivot gets
+    log det -inf, error and deviation inf, and zero marginals.
+    """
+    scores = scores.detach().contiguous()
+    batch, size, _ = scores.shape
+    dtype = scores.dtype
+    log_det = torch.empty(batch, dtype=torch.float64)
+    marginals = torch.empty_like(scores)
+    error = torch.empty(batch, dtype=dtype)
+    deviation = torch.empty(batch, dtype=torch.float64)
+    shift = torch.empty(batch, size, dtype=dtype)
+    log_weights = torch.empty_like(scores)
+    _fused_pass(
+        scores.numpy(),
+        mask.contiguous().numpy(),
+        lengths.contiguous().numpy(),
+        single_root,
+        float(torch.finfo(dtype).eps),
+        log_det.numpy(),
+        marginals.numpy(),
+        error.numpy(),
+        deviation.numpy(),
+        shift.numpy(),
+        log_weights.numpy(),
+    )
+    return log_det, marginals, error, deviation, shift, log_weights
+
+
+@numba.njit(cache=True, nogil=True)
+def _fused_pass(scores, mask, lengths, single_root, eps, log_det, marginals, error, deviation, shift, log_weights):
+    """The kernel of :func:`native_fast_pass`, one sentence after another; writes the outputs."""
+    batch, size, _ = scores.shape
+    n_max = size - 1
+    weights = np.zeros((size, size), scores.dtype)
+    lap = np.empty((n_max, n_max), scores.dtype)
+    column_scale = np.empty(n_max, scores.dtype)
+    best = np.empty(size, scores.dtype)
+    row_swap = np.empty(n_max, np.int64)
+    top = np.empty(n_max, scores.dtype)
+    for b in range(batch):
+        n = lengths[b]
+        # shift[m] = the best score into m (0 where no arc enters m); s' = score - shift, -inf off the arcs
+        best[:] = -np.inf
+        for h in range(size):
+            for m in range(size):
+                if mask[b, h, m] and scores[b, h, m] > best[m]:
+                    best[m] = scores[b, h, m]
+        for m in range(size):
+            if best[m] == -np.inf:
+                best[m] = 0.0
+            shift[b, m] = best[m]
+        for h in range(size):
+            for m in range(size):
+                if mask[b, h, m]:
+                    value = scores[b, h, m] - best[m]
+                    log_weights[b, h, m] = value
+                    weights[h, m] = math.exp(value)
+                else:
+                    log_weights[b, h, m] = -np.inf
+                    weights[h, m] = 0.0
+        _laplacian(weights, n, single_root, lap, column_scale)
+        log_det[b], ratio = _invert_in_place(lap, n, column_scale, row_swap, top)
+        marginals[b] = 0.0
+        if not math.isfinite(log_det[b]):
+            error[b] = np.inf
+            deviation[b] = np.inf
+            continue
+        if ratio < 0:  # det L̂ < 0: it is a sum of tree weights, so cancellation ruined it
+            error[b] = np.inf
+        else:  # padding columns of the torch path have scale 1 and pivot 1
+            error[b] = (max(ratio, 1.0) if n < n_max else ratio) * eps * n_max
+        deviation[b] = _marginals(weights, lap, n, single_root, marginals[b])
+
+
+@numba.njit(cache=True, nogil=True)
+def _laplacian(weights, n, single_root, lap, column_scale):
+    """Koo et al.'s L̂ over words 1..n into ``lap[:n, :n]`` (see
+    :func:`.laplacian.laplacian_matrix`) and the largest |entry| of each column (the scale
+    of :func:`.laplacian.fast_inverse`'s error estimate)."""
+    for i in range(n):
+        for j in range(n):
+            lap[i, j] = -weights[i + 1, j + 1]
+    for j in range(n):
+        column_scale[j] = 0.0
+    for h in range(1, n + 1):
+        for j in range(n):
+            column_scale[j] += weights[h, j + 1]  # the diagonal: the word heads' weights
+    for j in range(n):
+        if single_root:
+            lap[j, j] = column_scale[j]
+            column_scale[j] = max(column_scale[j], weights[0, j + 1])
+        else:
+            column_scale[j] += weights[0, j + 1]
+            lap[j, j] = column_scale[j]
+    if single_root:
+        top = weights[0, 1]
+        for h in range(1, n + 1):
+            top = max(top, weights[h, 1])
+        column_scale[0] = top  # column 0 holds w(ROOT -> 1) and -w(h -> 1)
+        for j in range(n):
+            lap[0, j] = weights[0, j + 1]
+
+
+@numba.njit(cache=True, nogil=True)
+def _invert_in_place(a, n, column_scale, row_swap, top):
+    """Gauss–Jordan elimination with partial pivoting: ``a[:n, :n]`` becomes its inverse.
+
+    The pivots are those of the LU factorisation with partial pivoting (the rows below the
+    pivot see the same eliminations), so it returns ``(log |det|, max_k column_scale[k] /
+    |pivot_k|)``, the ratio negated where det < 0 and log |det| -inf on a zero pivot.
+    ``row_swap`` and ``top`` are scratch of length >= n.
+    """
+    log_abs = 0.0
+    ratio = 0.0
+    negative = False
+    for k in range(n):
+        pivot_row = k
+        largest = abs(a[k, k])
+        for i in range(k + 1, n):
+            if abs(a[i, k]) > largest:
+                largest = abs(a[i, k])
+                pivot_row = i
+        if largest == 0.0:
+            return -np.inf, np.inf
+        row_swap[k] = pivot_row
+        if pivot_row != k:
+            negative = not negative
+            for j in range(n):
+                a[k, j], a[pivot_row, j] = a[pivot_row, j], a[k, j]
+        pivot = a[k, k]
+        if pivot < 0:
+            negative = not negative
+        log_abs += math.log(largest)
+        ratio = max(ratio, column_scale[k] / largest)
+        a[k, k] = 1.0
+        inverse_pivot = a[k, k] / pivot
+        for j in range(n):
+            a[k, j] *= inverse_pivot
+            top[j] = a[k, j]  # a copy: LLVM vectorises the row updates only from a distinct buffer (3x at n = 100)
+        for i in range(n):
+            factor = a[i, k]
+            if i != k:
+                a[i, k] = 0.0
+                for j in range(n):
+                    a[i, j] -= factor * top[j]
+    for k in range(n - 1, -1, -1):  # (P L̂)⁻¹ = L̂⁻¹ Pᵀ: undo the row swaps on the columns
+        pivot_row = row_swap[k]
+        if pivot_row != k:
+            for i in range(n):
+                a[i, k], a[i, pivot_row] = a[i, pivot_row], a[i, k]
+    return log_abs, -ratio if negative else ratio
+
+
+@numba.njit(cache=True, nogil=True)
+def _marginals(weights, inverse, n, single_root, out):
+    """Closed-form marginals from A = L̂⁻¹ into ``out`` (see
+    :func:`.laplacian.closed_form_marginals`); returns the largest deviation of a word's (and,
+    single-root, ROOT's) marginals from summing to 1."""
+    for m in range(1, n + 1):
+        a_mm = inverse[m - 1, m - 1]
+        if single_root:
+            out[0, m] = weights[0, m] * inverse[m - 1, 0]
+            out[1, m] = weights[1, m] * (a_mm if m > 1 else 0.0)
+        else:
+            out[0, m] = weights[0, m] * a_mm
+            out[1, m] = weights[1, m] * (a_mm - inverse[m - 1, 0])
+        diagonal = a_mm if (m > 1 or not single_root) else 0.0
+        for h in range(2, n + 1):
+            out[h, m] = weights[h, m] * (diagonal - inverse[m - 1, h - 1])
+    largest = 0.0
+    root_total = 0.0
+    for m in range(1, n + 1):
+        total = 0.0
+        for h in range(n + 1):
+            total += out[h, m]
+        largest = max(largest, abs(total - 1.0))
+        root_total += out[0, m]
+    if single_root:
+        largest = max(largest, abs(root_total - 1.0))
+    return largest

@@ -1,0 +1,166 @@
+"""The fused CPU kernel (engine/fused.py) against the torch path and brute-force enumeration."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.enumerate_trees import tree_log_probs
+
+pytest.importorskip("numba")
+
+from spacy_treexp import TreeDistribution  # noqa: E402
+from spacy_treexp.engine import fused, laplacian  # noqa: E402
+from spacy_treexp.engine.checks import prepare_scores  # noqa: E402
+from spacy_treexp.engine.native import NATIVE_ENV  # noqa: E402
+
+TOL = 1e-8
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Counts the fused kernel's calls (so a test knows which path ran); native on."""
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    calls = []
+    original = fused.native_fast_pass
+
+    def counted(*args):
+        calls.append(args[0].shape[0])
+        return original(*args)
+
+    monkeypatch.setattr(fused, "native_fast_pass", counted)
+    return calls
+
+
+def _infer(scores, lengths, single_root, native, monkeypatch, **kwargs):
+    monkeypatch.setenv(NATIVE_ENV, "1" if native else "0")
+    dist = TreeDistribution(scores, lengths, single_root=single_root, **kwargs)
+    return dist.log_partition, dist.marginals, dist.used_stable_path
+
+
+def _brute(scores, n, single_root):
+    """log Z and marginals of one sentence (its first n+1 rows/columns) by enumeration."""
+    trees, log_p = tree_log_probs(scores, n, single_root)
+    s = scores[: n + 1, : n + 1].to(torch.float64)
+    log_z = torch.logsumexp(s[trees[:, 1:], torch.arange(1, n + 1)].sum(-1), 0)
+    mu = torch.zeros(scores.shape[-1], scores.shape[-1], dtype=torch.float64)
+    for m in range(1, n + 1):
+        mu[:, m].index_add_(0, trees[:, m], log_p.exp())
+    return log_z, mu
+
+
+def _ragged(seed, scale=2.0, dtype=torch.float64):
+    """Sentences of 1..6 words padded to 6, garbage past each length, some arcs forbidden."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([1, 2, 3, 4, 5, 6, 6, 3])
+    scores = torch.randn(len(lengths), 7, 7, generator=gen, dtype=torch.float64) * scale
+    scores[3, 2, 3] = float("-inf")  # word 2 may not head word 3
+    scores[6, 0, 1:4] = float("-inf")  # words 1-3 may not be the root
+    scores[7, 1, 2] = scores[7, 3, 2] = float("-inf")  # word 2 must hang from ROOT
+    return scores.to(dtype), lengths
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_brute_force_ragged_masked(single_root, kernel_calls, monkeypatch):
+    scores, lengths = _ragged(seed=1 + single_root)
+    log_z, mu, stable = _infer(scores, lengths, single_root, True, monkeypatch)
+    assert kernel_calls and not stable.any()
+    for b, n in enumerate(lengths.tolist()):
+        want_z, want_mu = _brute(scores[b], n, single_root)
+        assert abs(log_z[b].item() - want_z.item()) < TOL
+        assert torch.allclose(mu[b], want_mu, atol=TOL, rtol=0)
+    torch_z, torch_mu, _ = _infer(scores, lengths, single_root, False, monkeypatch)
+    assert torch.allclose(log_z, torch_z, atol=1e-12, rtol=0)
+    assert torch.allclose(mu, torch_mu, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("single_root", [True, False])
+def test_same_outputs_as_torch_fast_path(dtype, single_root):
+    """Every output of the kernel, including the certificate, is the torch path's."""
+    scores, lengths = _ragged(seed=3, dtype=dtype)
+    scores, lengths, _, _, mask = prepare_scores(scores, lengths)
+    log_det, mu, error, deviation, shift, log_weights = fused.native_fast_pass(scores, mask, lengths, single_root)
+    want_log_weights, want_shift = laplacian.shifted_log_weights(scores, mask)
+    want_det, want_mu, want_error = laplacian.fast_partition_and_marginals(
+        torch.exp(want_log_weights), lengths, single_root
+    )
+    eps = torch.finfo(dtype).eps
+    assert torch.equal(shift, want_shift) and torch.equal(log_weights, want_log_weights)
+    assert torch.allclose(log_det, want_det.to(torch.float64), atol=100 * eps, rtol=0)
+    assert torch.allclose(mu, want_mu, atol=100 * eps, rtol=0)
+    assert torch.allclose(error, want_error, rtol=100 * eps, atol=0)
+    want_normalised = laplacian.marginals_normalised(want_mu, lengths, single_root, dtype)
+    assert torch.equal(deviation <= laplacian.normalisation_tolerance(dtype), want_normalised)
+    assert deviation.max() < 100 * eps
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_peaked_scores_escalate_and_stay_exact(single_root, kernel_calls, monkeypatch):
+    """Scores x1000: the kernel's certificate rejects them as the torch path's does, and the
+    stable path's results match brute force."""
+    scores, lengths = _ragged(seed=5, scale=2000.0)
+    log_z, mu, stable = _infer(scores, lengths, single_root, True, monkeypatch)
+    torch_z, torch_mu, torch_stable = _infer(scores, lengths, single_root, False, monkeypatch)
+    assert kernel_calls and stable.any()
+    assert torch.equal(stable, torch_stable)
+    for b, n in enumerate(lengths.tolist()):
+        want_z, want_mu = _brute(scores[b], n, single_root)
+        assert abs(log_z[b].item() - want_z.item()) < TOL * max(1.0, abs(want_z.item()))
+        assert torch.allclose(mu[b], want_mu, atol=TOL, rtol=0)
+    assert torch.allclose(log_z, torch_z, atol=0, rtol=1e-12)
+    assert torch.allclose(mu, torch_mu, atol=TOL, rtol=0)
+
+
+def test_float32_agrees_at_30_words(kernel_calls, monkeypatch):
+    gen = torch.Generator().manual_seed(7)
+    scores = torch.randn(16, 31, 31, generator=gen, dtype=torch.float64) * 2
+    lengths = torch.randint(20, 31, (16,), generator=gen)
+    want_z, want_mu, _ = _infer(scores, lengths, True, False, monkeypatch)  # float64 reference
+    for single_root in (True, False):
+        log_z, mu, _ = _infer(scores.float(), lengths, single_root, True, monkeypatch)
+        torch_z, torch_mu, _ = _infer(scores.float(), lengths, single_root, False, monkeypatch)
+        if single_root:
+            assert torch.allclose(log_z.double(), want_z, atol=0, rtol=1e-6)
+            assert torch.allclose(mu.double(), want_mu, atol=1e-4, rtol=0)
+        assert torch.allclose(log_z, torch_z, atol=0, rtol=1e-6)
+        assert torch.allclose(mu, torch_mu, atol=1e-5, rtol=0)
+    assert len(kernel_calls) >= 2
+
+
+def test_no_tree_and_fast_only(kernel_calls, monkeypatch):
+    """A sentence with every ROOT arc forbidden has no tree (zero pivot): log Z = -inf on both
+    paths; stable=False keeps the kernel's finite results as they are."""
+    scores, lengths = _ragged(seed=9)
+    scores[4, 0, :] = float("-inf")
+    log_z = TreeDistribution(scores, lengths).log_partition
+    assert kernel_calls
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    torch_z = TreeDistribution(scores, lengths).log_partition
+    assert log_z[4] == torch_z[4] == float("-inf")
+    finite = torch.arange(len(lengths)) != 4
+    assert torch.allclose(log_z[finite], torch_z[finite], atol=1e-12, rtol=0)
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    fast_z = TreeDistribution(scores, lengths, stable=False).log_partition
+    assert torch.allclose(fast_z[finite], log_z[finite], atol=1e-12, rtol=0) and fast_z[4] == float("-inf")
+
+
+def test_falls_back_to_torch(kernel_calls, monkeypatch):
+    """The kernel is skipped where autograd is asked for, above the length limit, and when the
+    switch is off; half precision runs through it in float32."""
+    scores, lengths = _ragged(seed=11)
+    leaf = scores.clone().requires_grad_(True)
+    dist = TreeDistribution(leaf, lengths)
+    (gradient,) = torch.autograd.grad(dist.log_partition.sum(), leaf)
+    assert not kernel_calls and torch.allclose(gradient, dist.marginals.detach(), atol=1e-12, rtol=0)
+    monkeypatch.setattr(fused, "NATIVE_MAX_LENGTH", 5)
+    TreeDistribution(scores, lengths).marginals
+    assert not kernel_calls
+    monkeypatch.setattr(fused, "NATIVE_MAX_LENGTH", 6)
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    TreeDistribution(scores, lengths).marginals
+    assert not kernel_calls
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    half = TreeDistribution(scores.half(), lengths).marginals
+    assert kernel_calls and half.dtype == torch.float16
+    want = TreeDistribution(scores.half().double(), lengths).marginals
+    assert torch.allclose(half.double(), want, atol=2e-3, rtol=0)
