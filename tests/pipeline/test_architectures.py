@@ -181,3 +181,50 @@ pooling = {{"@layers":"reduce_mean.v1"}}
     before = _scores(nlp, words)
     nlp.to_disk(tmp_path / "model")
     numpy.testing.assert_allclose(_scores(spacy.load(tmp_path / "model"), words), before, rtol=1e-4, atol=1e-4)
+
+
+def brute_force_relations(head, dep, weight, temperature):
+    """log_softmax over labels of [r_h; 1]^T U_l [r_m; 1] / T for every pair, float64 loops."""
+    head, dep, weight = (numpy.asarray(x, dtype=numpy.float64) for x in (head, dep, weight))
+    n1, n_labels = head.shape[0], weight.shape[0]
+    logits = numpy.zeros((n1, n1, n_labels))
+    for h in range(n1):
+        for m in range(n1):
+            for label in range(n_labels):
+                logits[h, m, label] = head[h] @ weight[label] @ dep[m] / temperature
+    top = logits.max(axis=-1, keepdims=True)
+    return logits - top - numpy.log(numpy.exp(logits - top).sum(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["numpy-blas", "torch"])
+@pytest.mark.parametrize("temperature", [1.0, 2.5])
+def test_all_pairs_relations_match_brute_force(grad, temperature):
+    """Both the no-grad CPU route (numpy's BLAS) and the torch route give the relation
+    log-probabilities of every pair at the temperature, dense for short sentences and as
+    factors (at temperature 1) for long ones."""
+    from spacy_treexp.pipeline.architectures import _all_pairs_relations
+
+    generator = torch.Generator().manual_seed(0)
+    n_labels, d = 3, 4
+    sizes = [1, 3, 6, 9]  # words + ROOT: dense up to (L + 1)(d + 1) / L = 6.67, then factors
+    padded = max(sizes)
+    dep = torch.randn(len(sizes), padded, d + 1, generator=generator)
+    dep[..., -1] = 1.0
+    head = torch.randn(sum(sizes), d + 1, generator=generator)
+    head[:, -1] = 1.0
+    weight = torch.randn(n_labels, d + 1, d + 1, generator=generator)
+    with torch.set_grad_enabled(grad):
+        rels = _all_pairs_relations(head, dep, weight, sizes, temperature)
+    offsets = numpy.cumsum([0] + sizes)
+    for b, (rel, size) in enumerate(zip(rels, sizes)):
+        sentence_head, sentence_dep = head[offsets[b] : offsets[b + 1]], dep[b, :size]
+        if size < 9:
+            expected = brute_force_relations(sentence_head, sentence_dep, weight, temperature)
+            numpy.testing.assert_allclose(rel.detach().numpy(), expected, atol=1e-5)
+        else:
+            head_part, dep_part = (x.detach().numpy().astype(numpy.float64) for x in rel)
+            assert head_part.shape == (size, n_labels, d + 1)
+            expected = brute_force_relations(sentence_head, sentence_dep, weight, 1.0)
+            logits = numpy.einsum("hlj,mj->hml", head_part, dep_part)
+            got = logits - numpy.log(numpy.exp(logits).sum(axis=-1, keepdims=True))
+            numpy.testing.assert_allclose(got, expected, atol=1e-5)

@@ -231,3 +231,29 @@ def test_shipped_model_loads_and_parses():
     assert all(token.pos_ for token in doc)
     with pytest.raises(ValueError, match="unknown option"):
         spacy_treexp.load(colour="red")
+
+
+def test_numpy_blas_runs_a_thinc_model_alike_and_restores_its_ops():
+    """``_numpy_blas`` (the sourced parser's tok2vec): numpy's BLAS instead of blis for the
+    products, the same outputs up to float rounding, the layers' own ops back afterwards,
+    also after an error."""
+    from thinc.api import Maxout, NumpyOps, chain
+
+    from spacy_treexp.pipeline.biaffine_parser import _numpy_blas
+
+    blis_ops = NumpyOps(use_blis=True)
+    model = chain(Maxout(8, 5, nP=3), Maxout(4, 8, nP=2))
+    for node in model.walk():
+        node.ops = blis_ops
+    X = numpy.random.default_rng(0).normal(size=(7, 5)).astype("float32")
+    model.initialize(X=X)
+    expected = model.predict(X)
+    with _numpy_blas(model):
+        assert all(node.ops.use_blis is False for node in model.walk())
+        got = model.predict(X)
+    numpy.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert all(node.ops is blis_ops for node in model.walk())
+    with pytest.raises(RuntimeError):
+        with _numpy_blas(model):
+            raise RuntimeError("boom")
+    assert all(node.ops is blis_ops for node in model.walk())

@@ -86,6 +86,11 @@ def test_the_host_pipeline_is_not_changed(obvious, stock):
     assert obvious.get_pipe("tok2vec").model.get_dim("nO") == 96
 
 
+def test_the_home_tok2vec_gets_its_own_ops_back(home, docs):
+    """The sourced parser runs the home tok2vec with numpy's BLAS only while it parses."""
+    assert all(getattr(node.ops, "use_blis", True) for node in home.get_pipe("tok2vec").model.walk())
+
+
 def test_the_parse_is_the_shipped_pipelines_on_the_same_tokens_and_sentences(home, docs):
     """The sourced parser gives the tree and scores the shipped pipeline gives on the same
     tokens and sentence boundaries (its own tokenizer's norms, vectors and tok2vec)."""
