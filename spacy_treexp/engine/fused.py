@@ -77,11 +77,13 @@ def _fused_pass(scores, mask, lengths, single_root, eps, log_det, marginals, err
     batch, size, _ = scores.shape
     n_max = size - 1
     weights = np.zeros((size, size), scores.dtype)
-    lap = np.empty((n_max, n_max), scores.dtype)
+    rows = (n_max + 3) // 4 * 4  # rows of L̂'s buffer: the elimination updates four at a time
+    lap = np.zeros((rows, n_max), scores.dtype)
     column_scale = np.empty(n_max, scores.dtype)
     best = np.empty(size, scores.dtype)
     row_swap = np.empty(n_max, np.int64)
     top = np.empty(n_max, scores.dtype)
+    factor = np.empty(rows, scores.dtype)
     for b in range(batch):
         n = lengths[b]
         # shift[m] = the best score into m (0 where no arc enters m); s' = score - shift, -inf off the arcs
@@ -104,7 +106,7 @@ def _fused_pass(scores, mask, lengths, single_root, eps, log_det, marginals, err
                     log_weights[b, h, m] = -np.inf
                     weights[h, m] = 0.0
         _laplacian(weights, n, single_root, lap, column_scale)
-        log_det[b], ratio = _invert_in_place(lap, n, column_scale, row_swap, top)
+        log_det[b], ratio = _invert_in_place(lap, n, column_scale, row_swap, top, factor)
         marginals[b] = 0.0
         if not math.isfinite(log_det[b]):
             error[b] = np.inf
@@ -119,12 +121,15 @@ def _fused_pass(scores, mask, lengths, single_root, eps, log_det, marginals, err
 
 @numba.njit(cache=True, nogil=True)
 def _laplacian(weights, n, single_root, lap, column_scale):
-    """Koo et al.'s L̂ over words 1..n into ``lap[:n, :n]`` (see
+    """Koo et al.'s L̂ over words 1..n into ``lap[:n, :n]``, zero below (see
     :func:`.laplacian.laplacian_matrix`) and the largest |entry| of each column (the scale
     of :func:`.laplacian.fast_inverse`'s error estimate)."""
     for i in range(n):
         for j in range(n):
             lap[i, j] = -weights[i + 1, j + 1]
+    for i in range(n, min(lap.shape[0], n + 4)):  # the rows the elimination pads n with
+        for j in range(n):
+            lap[i, j] = 0.0
     for j in range(n):
         column_scale[j] = 0.0
     for h in range(1, n + 1):
@@ -147,14 +152,16 @@ def _laplacian(weights, n, single_root, lap, column_scale):
 
 
 @numba.njit(cache=True, nogil=True)
-def _invert_in_place(a, n, column_scale, row_swap, top):
+def _invert_in_place(a, n, column_scale, row_swap, top, factor):
     """Gauss–Jordan elimination with partial pivoting: ``a[:n, :n]`` becomes its inverse.
 
     The pivots are those of the LU factorisation with partial pivoting (the rows below the
     pivot see the same eliminations), so it returns ``(log |det|, max_k column_scale[k] /
     |pivot_k|)``, the ratio negated where det < 0 and log |det| -inf on a zero pivot.
-    ``row_swap`` and ``top`` are scratch of length >= n.
+    ``a`` has at least n rounded up to a multiple of 4 rows, zero past row n in its first n
+    columns; ``row_swap``, ``top`` and ``factor`` are scratch of that length.
     """
+    rows = (n + 3) // 4 * 4
     log_abs = 0.0
     ratio = 0.0
     negative = False
@@ -182,12 +189,22 @@ def _invert_in_place(a, n, column_scale, row_swap, top):
         for j in range(n):
             a[k, j] *= inverse_pivot
             top[j] = a[k, j]  # a copy: LLVM vectorises the row updates only from a distinct buffer (3x at n = 100)
-        for i in range(n):
-            factor = a[i, k]
-            if i != k:
-                a[i, k] = 0.0
-                for j in range(n):
-                    a[i, j] -= factor * top[j]
+        # Every other row i: a[i] -= a[i, k] * top, with column k starting from 0 so that it
+        # ends as -a[i, k] / pivot. The pivot row gets factor 0 and its column k back; rows
+        # are updated four at a time (one pass over top for four rows: 1.3x at n = 30).
+        for i in range(rows):
+            factor[i] = a[i, k]
+            a[i, k] = 0.0
+        factor[k] = 0.0
+        a[k, k] = top[k]
+        for i in range(0, rows, 4):
+            f0, f1, f2, f3 = factor[i], factor[i + 1], factor[i + 2], factor[i + 3]
+            for j in range(n):
+                t = top[j]
+                a[i, j] -= f0 * t
+                a[i + 1, j] -= f1 * t
+                a[i + 2, j] -= f2 * t
+                a[i + 3, j] -= f3 * t
     for k in range(n - 1, -1, -1):  # (P L̂)⁻¹ = L̂⁻¹ Pᵀ: undo the row swaps on the columns
         pivot_row = row_swap[k]
         if pivot_row != k:
