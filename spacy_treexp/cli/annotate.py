@@ -35,6 +35,7 @@ from spacy_treexp.cli.common import (
     Gpu,
     InputFormatOption,
     Model,
+    Quiet,
     Stanza,
     StopRun,
     UserError,
@@ -97,7 +98,7 @@ def annotate(
             "without one, just run.",
         ),
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    quiet: Quiet = False,
     shard_size: Annotated[
         int,
         typer.Option(

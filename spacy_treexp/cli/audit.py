@@ -21,7 +21,16 @@ from typing import Annotated, Any, List, Optional
 import typer
 from tqdm import tqdm
 
-from spacy_treexp.cli.common import BatchSize, Model, UserError, check_input_file, check_output_path, is_stdio, warn
+from spacy_treexp.cli.common import (
+    BatchSize,
+    Model,
+    Quiet,
+    UserError,
+    check_input_file,
+    check_output_path,
+    is_stdio,
+    warn,
+)
 
 
 def audit(
@@ -51,7 +60,7 @@ def audit(
     ] = 0.9,
     html_limit: Annotated[int, typer.Option("--html-limit", min=1, help="Most sentences in the HTML report.")] = 100,
     top: Annotated[int, typer.Option("--top", min=1, help="Arcs printed when neither -o nor --html is given.")] = 20,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    quiet: Quiet = False,
     batch_size: BatchSize = 64,
 ) -> int:
     """Rank every gold arc and label of a CoNLL-U treebank by how unlikely the parser finds it."""

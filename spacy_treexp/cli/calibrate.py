@@ -22,25 +22,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 import typer
 
-from spacy_treexp.cli.common import Model, Stanza, UserError, check_output_path, warn
-
-
-class Kind(str, Enum):
-    distance = "distance"
-    temperature = "temperature"
-
-
-class StanzaTags(str, Enum):
-    auto = "auto"
-    gold = "gold"
-    predicted = "predicted"
+from spacy_treexp.cli.common import CalibrationKind, Model, Stanza, StanzaTags, UserError, check_output_path, warn
 
 
 def calibrate(
@@ -56,8 +44,8 @@ def calibrate(
         ),
     ] = None,
     kind: Annotated[
-        Kind, typer.Option("--kind", help="distance: the richer map; temperature: one scale.")
-    ] = Kind.distance,
+        CalibrationKind, typer.Option("--kind", help="distance: the richer map; temperature: one scale.")
+    ] = CalibrationKind.distance,
     held_out: Annotated[
         Optional[Path], typer.Option("--held-out", help="Gold CoNLL-U to report on only (default: part of --dev).")
     ] = None,

@@ -48,6 +48,24 @@ Stanza = Annotated[
 ]
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Documents per batch.")]
 Gpu = Annotated[int, typer.Option("--gpu", min=-1, help="GPU id (-1: CPU).")]
+Quiet = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
+
+
+class CalibrationKind(str, Enum):
+    """The calibration maps (:mod:`spacy_treexp.calibration`): ``calibrate --kind`` and
+    ``train --calibration``."""
+
+    distance = "distance"
+    temperature = "temperature"
+
+
+class StanzaTags(str, Enum):
+    """The POS tags a Stanza depparse reads in ``evaluate`` and ``calibrate``: the CoNLL-U
+    file's gold tags, the folder's tagger, or ``auto`` (gold when it has no ``pos.pt``)."""
+
+    auto = "auto"
+    gold = "gold"
+    predicted = "predicted"
 
 
 class InputFormat(str, Enum):

@@ -4,21 +4,14 @@ on a gold CoNLL-U treebank (:func:`spacy_treexp.evaluation.run`)."""
 from __future__ import annotations
 
 import shlex
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from spacy_treexp.cli.common import PROG, BatchSize, Model, Stanza, UserError, check_output_path, warn
+from spacy_treexp.cli.common import PROG, BatchSize, Model, Stanza, StanzaTags, UserError, check_output_path, warn
 from spacy_treexp.cli.pipelines import check_model
 from spacy_treexp.engine.sampling import DEFAULT_METHOD, SINGLE_ROOT_METHODS
-
-
-class StanzaTags(str, Enum):
-    auto = "auto"
-    gold = "gold"
-    predicted = "predicted"
 
 
 def parse_ks(text: str) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ from spacy_treexp.cli.common import (
     BatchSize,
     InputFormatOption,
     Model,
+    Quiet,
     UserError,
     check_output_path,
     is_stdio,
@@ -70,7 +71,7 @@ def select(
     input_format: InputFormatOption = None,
     model: Model = None,
     batch_size: BatchSize = 64,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    quiet: Quiet = False,
 ) -> int:
     """Rank unlabelled sentences for annotation and choose them within a budget."""
     from spacy_treexp.audit.select import Candidate, candidate, finite

@@ -7,18 +7,12 @@ and writes a loadable pipeline to ``OUT/model`` (:mod:`spacy_treexp.training.rec
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
 
-from spacy_treexp.cli.common import UserError, warn
-
-
-class CalibrationKind(str, Enum):
-    distance = "distance"
-    temperature = "temperature"
+from spacy_treexp.cli.common import CalibrationKind, Gpu, UserError, warn
 
 
 def train(
@@ -71,7 +65,7 @@ def train(
     package: Annotated[
         bool, typer.Option("--package/--no-package", help="Also build an installable archive (spacy package).")
     ] = False,
-    gpu: Annotated[int, typer.Option("--gpu", min=-1, help="GPU id (-1: CPU).")] = -1,
+    gpu: Gpu = -1,
     force: Annotated[bool, typer.Option("--force", help="Replace a non-empty output folder.")] = False,
 ) -> int:
     """Train, calibrate, evaluate and package a parser with tree uncertainty on a CoNLL-U treebank."""
