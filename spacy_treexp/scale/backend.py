@@ -184,6 +184,13 @@ def ray_executor(
             context.preserve_order = False
             rows = [{"shard": json.dumps(shard.to_dict())} for shard in shards]
             dataset = ray.data.from_items(rows, override_num_blocks=len(rows))
+            # Ray (2.60) logs "Actor ... has constructor arguments in the object store and
+            # max_restarts > 0" once per actor: Ray Data itself ray.put()s its map transformer
+            # and DataContext and passes those references to every actor it starts
+            # (ray-project/ray#57733), whatever the UDF's arguments (ours are a few short
+            # strings: the pipeline goes by name or path). Harmless here: the driver holds the
+            # references for the whole run. Silencing it would take max_restarts=0, which
+            # would lose the restart of a killed actor that the shards rely on.
             results = dataset.map_batches(
                 ShardWorker,
                 fn_constructor_kwargs={
