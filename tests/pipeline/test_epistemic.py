@@ -13,6 +13,7 @@ import pytest
 import spacy
 import torch
 from helpers.enumerate_trees import tree_log_probs
+from helpers.mixture import mixture_by_enumeration
 
 import spacy_treexp
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS
@@ -27,38 +28,17 @@ def nlp():
     return pipeline
 
 
-def enumerated(member_scores: numpy.ndarray):
-    """(member marginals (K, n+1, n+1), member log-probs (K, T)) by enumeration."""
-    n = member_scores.shape[-1] - 1
-    marginals, log_probs = [], []
-    for scores in member_scores:
-        trees, lp = tree_log_probs(torch.from_numpy(scores.astype(numpy.float64)), n, True)
-        mu = torch.zeros(n + 1, n + 1, dtype=torch.float64)
-        for m in range(1, n + 1):
-            mu[:, m].index_add_(0, trees[:, m], lp.exp())
-        marginals.append(mu)
-        log_probs.append(lp)
-    return torch.stack(marginals), torch.stack(log_probs)
-
-
-def entropy(mu: torch.Tensor) -> torch.Tensor:
-    return -torch.special.xlogy(mu, mu).sum(-2)
-
-
 def test_attributes_match_enumeration(nlp):
     doc = nlp("Old dogs bark loudly.")
     (sent,) = doc.sents
     members = doc._.parser_scores[0]["members"]
     assert members.shape == (DEFAULT_MEMBERS, 6, 6)
     assert not numpy.allclose(members[0], members[1])  # the members differ
-    mu, log_probs = enumerated(members)
-    head_mi = entropy(mu.mean(0)) - entropy(mu).mean(0)
+    exact = mixture_by_enumeration(members)
     got = [token._.head_mutual_information for token in sent]
-    numpy.testing.assert_allclose(got, head_mi[1:].numpy(), atol=2e-5)
-    mixture = torch.logsumexp(log_probs, 0) - math.log(len(members))
-    member_entropy = -(log_probs.exp() * log_probs).sum(-1)
-    exact_mi = float(-(mixture.exp() * mixture).sum() - member_entropy.mean())
-    assert sent._.expected_entropy == pytest.approx(float(member_entropy.mean()), abs=1e-4)
+    numpy.testing.assert_allclose(got, exact.head_mutual_information.numpy(), atol=2e-5)
+    exact_mi = exact.mutual_information
+    assert sent._.expected_entropy == pytest.approx(exact.expected_entropy, abs=1e-4)
     # an unbiased estimate from 2 trees per member; each term is at most log K
     assert abs(sent._.mutual_information - exact_mi) < math.log(len(members))
     assert sent._.mutual_information >= -1e-9 or exact_mi < 0.5
@@ -131,9 +111,9 @@ def test_custom_source_members_and_weights():
     nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "test_epistemic_members.v1"}})
     doc = nlp("one two three four")
     members = numpy.random.default_rng(4).normal(size=(3, 5, 5))
-    mu, _ = enumerated(members[:2])  # the member of weight 0 does not count
-    head_mi = entropy(mu.mean(0)) - entropy(mu).mean(0)
-    numpy.testing.assert_allclose([t._.head_mutual_information for t in doc], head_mi[1:].numpy(), atol=1e-5)
+    exact = mixture_by_enumeration(members[:2])  # the member of weight 0 does not count
+    got = [t._.head_mutual_information for t in doc]
+    numpy.testing.assert_allclose(got, exact.head_mutual_information.numpy(), atol=1e-5)
 
 
 def test_risk_temperature_scales_the_parse_probability():

@@ -9,11 +9,10 @@ import math
 
 import numpy
 import pytest
-import torch
 
 stanza = pytest.importorskip("stanza")
 
-from helpers.enumerate_trees import tree_log_probs  # noqa: E402
+from helpers.mixture import mixture_by_enumeration  # noqa: E402
 from helpers.paths import FIXTURES  # noqa: E402
 
 import spacy_treexp.stanza as treexp_stanza  # noqa: E402
@@ -31,38 +30,17 @@ def parse(kind: str, **extra):
     return nlp("\n".join(SHORT))
 
 
-def enumerate_members(members: numpy.ndarray):
-    n = members.shape[-1] - 1
-    marginals, log_probs = [], []
-    for scores in members:
-        trees, lp = tree_log_probs(torch.from_numpy(scores.astype(numpy.float64)), n, True)
-        mu = torch.zeros(n + 1, n + 1, dtype=torch.float64)
-        for m in range(1, n + 1):
-            mu[:, m].index_add_(0, trees[:, m], lp.exp())
-        marginals.append(mu)
-        log_probs.append(lp)
-    return torch.stack(marginals), torch.stack(log_probs)
-
-
-def entropy(mu):
-    return -torch.special.xlogy(mu, mu).sum(-2)
-
-
 def test_ensemble_members_give_mutual_information():
     doc = parse("ensemble")
     for sentence in doc.sentences:
         members = getattr(sentence, SCORES_ATTR).members
-        mu, log_probs = enumerate_members(members)
-        head_mi = entropy(mu.mean(0)) - entropy(mu).mean(0)
+        exact = mixture_by_enumeration(members)
         got = [word.head_mutual_information for word in sentence.words]
-        numpy.testing.assert_allclose(got, head_mi[1:].numpy(), atol=1e-5)
-        member_entropy = -(log_probs.exp() * log_probs).sum(-1)
-        assert sentence.expected_entropy == pytest.approx(float(member_entropy.mean()), abs=1e-5)
-        mixture = torch.logsumexp(log_probs, 0) - math.log(len(members))
-        exact = float(-(mixture.exp() * mixture).sum() - member_entropy.mean())
+        numpy.testing.assert_allclose(got, exact.head_mutual_information.numpy(), atol=1e-5)
+        assert sentence.expected_entropy == pytest.approx(exact.expected_entropy, abs=1e-5)
         # an unbiased estimate; each of its terms lies in (-inf, log K]
         assert sentence.mutual_information <= math.log(len(members)) + 1e-9
-        assert abs(sentence.mutual_information - exact) < math.log(len(members))
+        assert abs(sentence.mutual_information - exact.mutual_information) < math.log(len(members))
         assert 0.0 <= sentence.error_probability <= 1.0
         assert sentence.expected_errors == pytest.approx(len(sentence.words) * (1 - sentence.expected_attachment))
 
