@@ -11,9 +11,10 @@ unbiased samples with their exact log-probabilities (Stanojević 2022).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -33,6 +34,8 @@ def annotate_sentences(
     sentences: Sequence[SentenceScores],
     options: Optional[AnnotateOptions] = None,
     calibration: Optional[CalibrationMap] = None,
+    *,
+    checked: bool = False,
 ) -> List[SentenceAnnotation]:
     """The annotation of every sentence, in input order (see the module doc).
 
@@ -40,11 +43,15 @@ def annotate_sentences(
     padding never changes a result, and seeded samples of a sentence depend only on the
     seed, its ``start`` and its ``text``. ``calibration``: a
     :class:`~spacy_treexp.calibration.CalibrationMap` applied to every sentence's scores
-    first (the one place a map is applied, whatever the adapter)."""
+    first (the one place a map is applied, whatever the adapter). ``checked``: the adapter
+    has already run :meth:`SentenceScores.check` on every record (the spaCy component's
+    score-source contract does), so it is not run twice."""
     options = options or AnnotateOptions()
     for i, sentence in enumerate(sentences):
-        sentence.check(f"sentence {i} ({sentence.text[:40]!r})")
-        check_length(sentence.n, options.max_sentence_length, f"sentence {i} ({sentence.text[:40]!r})")
+        if not checked:
+            sentence.check(f"sentence {i} ({sentence.text[:40]!r})")
+        if options.max_sentence_length and sentence.n > options.max_sentence_length:
+            check_length(sentence.n, options.max_sentence_length, f"sentence {i} ({sentence.text[:40]!r})")
     if calibration is not None:
         from spacy_treexp.calibration.map import calibrate_sentences  # the map's package imports this one
 
@@ -188,13 +195,24 @@ def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.nd
     scores or relations."""
     if sentence.rel is None or sentence.labels is None or sentence.deprels is None:
         return None
-    index = {label: i for i, label in enumerate(sentence.labels)}
+    index = _label_index(tuple(sentence.labels))
+    label = numpy.fromiter((index.get(relation, -1) for relation in sentence.deprels), numpy.int64, sentence.n)
+    words = numpy.flatnonzero(label >= 0)  # 0-based: word m = words + 1
     out = numpy.full(sentence.n, numpy.nan, dtype=numpy.float32)
-    for m, relation in enumerate(sentence.deprels, start=1):
-        label = index.get(relation)
-        if label is not None:
-            out[m - 1] = head_prob[m - 1] * math.exp(float(sentence.rel[heads[m - 1], m, label]))
+    if len(words):
+        if isinstance(sentence.rel, numpy.ndarray):  # one gather
+            values = sentence.rel[heads[words], words + 1, label[words]].astype(numpy.float64).tolist()
+        else:  # scores computed when indexed: arc by arc, as they have always been read
+            values = [float(sentence.rel[heads[m], m + 1, label[m]]) for m in words.tolist()]
+        # math.exp of each value, and the product in float32, as word by word before
+        out[words] = head_prob[words] * numpy.array([math.exp(v) for v in values]).astype(numpy.float32)
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _label_index(labels: Tuple[str, ...]) -> Dict[str, int]:
+    """Each relation name's position on the ``rel`` axis (one dict per label set)."""
+    return {label: i for i, label in enumerate(labels)}
 
 
 def sentence_seed(seed: int, start: int, text: str) -> int:

@@ -223,7 +223,8 @@ class TreeExpectations(Pipe):
         parser's scores unless ``keep_scores``."""
         per_doc: List[List[SentenceScores]] = [[] if len(doc) == 0 else self.sentence_scores(doc) for doc in docs]
         sentences = [s for doc_scores in per_doc for s in doc_scores]
-        annotations = annotate_sentences(sentences, self.options, self.calibration)
+        # sentence_scores held every record to the contract (SentenceScores.check included)
+        annotations = annotate_sentences(sentences, self.options, self.calibration, checked=True)
         offset = 0
         for doc, doc_scores in zip(docs, per_doc):
             doc._.set(attributes.STORE, annotations[offset : offset + len(doc_scores)])
