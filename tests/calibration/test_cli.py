@@ -2,18 +2,14 @@
 reloads it; bad input is one line and exit status 2. A tiny parser is trained here in
 seconds (no shipped model, no ../shared data)."""
 
-import random
 import shutil
 
 import numpy
 import pytest
 import spacy
-import torch
 from helpers.paths import FIXTURES
-from helpers.toy_pipelines import tiny_parser_config
+from helpers.trained_parser import train_tiny_parser
 from spacy.tokens import Doc
-from spacy.training import Example
-from thinc.api import Config, fix_random_seed
 
 from spacy_treexp.annotate import AnnotateOptions, annotate_sentences
 from spacy_treexp.calibration import CalibrationMap
@@ -27,29 +23,7 @@ FIXTURE = FIXTURES / "eval_20.conllu"
 @pytest.fixture(scope="module")
 def pipeline_dir(tmp_path_factory):
     """A tiny pipeline trained on the first 12 fixture sentences."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        fix_random_seed(0)
-        nlp = spacy.util.load_model_from_config(Config().from_str(tiny_parser_config(arc_width=32)), auto_fill=True)
-        examples = []
-        for sentence in read_conllu(FIXTURE)[:12]:
-            words = sentence.words
-            heads = [i if h == 0 else h - 1 for i, h in enumerate(sentence.heads[1:].tolist())]
-            deps = ["ROOT" if d == "root" else d for d in sentence.deprels]
-            reference = Doc(
-                nlp.vocab, words=words, heads=heads, deps=deps, sent_starts=[True] + [False] * (len(words) - 1)
-            )
-            examples.append(Example(Doc(nlp.vocab, words=words), reference))
-        optimizer = nlp.initialize(lambda: examples)
-        for _ in range(15):
-            random.shuffle(examples)
-            nlp.update(examples, sgd=optimizer)
-        path = tmp_path_factory.mktemp("calibrate") / "tiny"
-        nlp.to_disk(path)
-    finally:
-        torch.set_num_threads(previous)
-    return path
+    return train_tiny_parser(FIXTURE, tmp_path_factory.mktemp("calibrate") / "tiny", epochs=15)
 
 
 def test_spacy_pipeline_stores_and_reloads_the_map(pipeline_dir, tmp_path, capsys):

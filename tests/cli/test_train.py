@@ -37,56 +37,38 @@ def check_parses(nlp) -> None:
         assert sum(token.head == token for token in sent) == 1
 
 
-# The template shrunk to seconds of training: narrow layers, no warm-up, a high rate.
+def settings(*values: str) -> list[str]:
+    """``--set VALUE`` for each value."""
+    return [arg for value in values for arg in ("--set", value)]
+
+
+# No warm-up, a high rate, a narrow parser: seconds of training on either template.
+FAST = (
+    "training.optimizer.learn_rate.warmup_steps=1",
+    "training.optimizer.learn_rate.initial_rate=0.01",
+    "components.biaffine_parser.model.arc_width=32",
+    "components.biaffine_parser.model.rel_width=16",
+    "components.biaffine_parser.model.lstm_width=16",
+    "components.biaffine_parser.model.dropout=0.0",
+)
+# The parser template shrunk: narrow tok2vec layers too.
 TINY = [
     "--max-steps",
     "30",
-    "--set",
-    "training.eval_frequency=10",
-    "--set",
-    "training.optimizer.learn_rate.warmup_steps=1",
-    "--set",
-    "training.optimizer.learn_rate.initial_rate=0.01",
-    "--set",
-    "components.tok2vec.model.encode.width=32",
-    "--set",
-    "components.tok2vec.model.encode.depth=1",
-    "--set",
-    "components.tok2vec.model.embed.rows=[200,50,100,100]",
-    "--set",
-    "components.senter.model.tok2vec.embed.width=16",
-    "--set",
-    "components.senter.model.tok2vec.encode.width=16",
-    "--set",
-    "components.senter.model.tok2vec.encode.depth=1",
-    "--set",
-    "components.senter.model.tok2vec.embed.rows=[200,50,100,100]",
-    "--set",
-    "components.biaffine_parser.model.arc_width=32",
-    "--set",
-    "components.biaffine_parser.model.rel_width=16",
-    "--set",
-    "components.biaffine_parser.model.lstm_width=16",
-    "--set",
-    "components.biaffine_parser.model.dropout=0.0",
+    *settings(
+        "training.eval_frequency=10",
+        *FAST,
+        "components.tok2vec.model.encode.width=32",
+        "components.tok2vec.model.encode.depth=1",
+        "components.tok2vec.model.embed.rows=[200,50,100,100]",
+        "components.senter.model.tok2vec.embed.width=16",
+        "components.senter.model.tok2vec.encode.width=16",
+        "components.senter.model.tok2vec.encode.depth=1",
+        "components.senter.model.tok2vec.embed.rows=[200,50,100,100]",
+    ),
 ]
-
-
-# The transformer template shrunk the same way (the transformer itself is tiny).
-TRANSFORMER = [
-    "--set",
-    "training.optimizer.learn_rate.warmup_steps=1",
-    "--set",
-    "training.optimizer.learn_rate.initial_rate=0.01",
-    "--set",
-    "components.biaffine_parser.model.arc_width=32",
-    "--set",
-    "components.biaffine_parser.model.rel_width=16",
-    "--set",
-    "components.biaffine_parser.model.lstm_width=16",
-    "--set",
-    "components.biaffine_parser.model.dropout=0.0",
-]
+# The transformer template (the transformer itself is tiny).
+TRANSFORMER = settings(*FAST)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -3,53 +3,23 @@ trained here in seconds (no shipped model, no ../shared data)."""
 
 import json
 import os
-import random
 import subprocess
 import sys
 
 import pytest
-import spacy
-import torch
 from helpers.paths import FIXTURES, REPO
-from helpers.toy_pipelines import tiny_parser_config
-from spacy.tokens import Doc
-from spacy.training import Example
-from thinc.api import Config, fix_random_seed
+from helpers.trained_parser import train_tiny_parser
 
 from spacy_treexp.cli import main
 from spacy_treexp.evaluation import EvalConfig, read_conllu, run
 
 FIXTURE = FIXTURES / "eval_20.conllu"
 
-TINY = tiny_parser_config(arc_width=32)
-
 
 @pytest.fixture(scope="module")
 def pipeline_dir(tmp_path_factory):
     """A tiny pipeline trained on the first 12 fixture sentences (the rest stay unseen)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        fix_random_seed(0)
-        nlp = spacy.util.load_model_from_config(Config().from_str(TINY), auto_fill=True)
-        examples = []
-        for sentence in read_conllu(FIXTURE)[:12]:
-            words = sentence.words
-            heads = [i if h == 0 else h - 1 for i, h in enumerate(sentence.heads[1:].tolist())]
-            deps = ["ROOT" if d == "root" else d for d in sentence.deprels]
-            reference = Doc(
-                nlp.vocab, words=words, heads=heads, deps=deps, sent_starts=[True] + [False] * (len(words) - 1)
-            )
-            examples.append(Example(Doc(nlp.vocab, words=words), reference))
-        optimizer = nlp.initialize(lambda: examples)
-        for _ in range(25):
-            random.shuffle(examples)
-            nlp.update(examples, sgd=optimizer)
-        path = tmp_path_factory.mktemp("eval") / "tiny"
-        nlp.to_disk(path)
-    finally:
-        torch.set_num_threads(previous)
-    return path
+    return train_tiny_parser(FIXTURE, tmp_path_factory.mktemp("eval") / "tiny", epochs=25)
 
 
 def test_command_on_fixture_writes_the_report(pipeline_dir, tmp_path):
