@@ -8,7 +8,7 @@ elimination with partial pivoting that yields the pivots of L̂'s LU factorisati
 log |det L̂|, its sign and the same error estimate) and L̂⁻¹ in place, the closed-form
 marginals, and the deviation of each word's marginals from summing to 1. On matrices of a
 few dozen rows the batched LAPACK calls are bound by their per-call overhead, which this
-removes; above :data:`NATIVE_MAX_LENGTH` LAPACK's blocked kernels win.
+removes; on long sentences the two cost about the same (see :data:`NATIVE_MAX_LENGTH`).
 
 Only :mod:`.distribution` calls it, where :func:`.native.native_enabled` holds and no
 autograd graph is needed; the torch code stays the reference and the path on other devices.
@@ -26,10 +26,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-#: Longest padded sentence (N) the fused kernel takes; longer batches run on LAPACK, which wins
-#: there. Measured on the 2-core CPU (one thread, loaded machine) by the crossover sweep of
-#: ``python benchmarks/bench_kernels.py --sweep``.
-NATIVE_MAX_LENGTH = 120
+#: Longest padded sentence (N) the fused kernel takes; longer batches run on LAPACK. Measured
+#: with ``python benchmarks/bench_kernels.py --threads 1 --sweep 20 40 60 80 100 120 160 200
+#: 250 300 400 500 600 700`` (batch 64, float32, one thread, a loaded 2-core CPU): the kernel
+#: takes 0.45x the torch path's time up to N = 100, 0.8-0.9x from 200 to 600 and 1.03x at 700.
+NATIVE_MAX_LENGTH = 600
 
 
 def native_fast_pass(
