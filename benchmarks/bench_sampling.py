@@ -35,6 +35,10 @@ Prints these tables:
    at n = 10, 30, 60, 100 on random, parser-like and peaked (x3, x10) float32 scores; run it
    with ``--threads 1 --cpu-time``. With ``--conllu FILE`` (e.g. UD EWT dev), 7b: the same on
    the shipped EWT parser's arc scores, by length range (needs spaCy and the shipped model).
+8. (``--section targets``) the issue's sampling targets in one run, fused CPU kernels against
+   the pure-torch samplers (``SPACY_TREEXP_NATIVE=0``) on the same batch (64, n = 30).
+The fused kernels run wherever numba is installed (``SPACY_TREEXP_NATIVE=0`` turns them off);
+they use ``--threads`` threads too.
 Scores are i.i.d. N(0, 1) log-potentials (fixed seed) unless said otherwise.
 """
 
@@ -401,6 +405,54 @@ def auto_parser_table(conllu: str, batch: int, samples: int, repeats: int) -> No
         )
 
 
+def targets_table(batch: int, n: int, samples: int, k: int, rounds: int) -> None:
+    """The issue's sampling targets in one run, the fused CPU kernels
+    (:mod:`spacy_treexp.engine.sampling.fused`) against the pure-torch samplers
+    (``SPACY_TREEXP_NATIVE=0``) on the same scores: trees per second of Colbourn's sampler
+    (``samples`` per sentence) and Wilson-Marginal, SBS (k trees) in ms and against k Colbourn
+    samples. Each figure is the median of ``rounds`` rounds that run every cell in turn."""
+    import os
+
+    from spacy_treexp.engine.native import NATIVE_ENV
+
+    dist = random_dist(batch, n, seed=7)
+    dist.marginals
+    gen = torch.Generator().manual_seed(2)
+    cells = {
+        "colbourn": lambda: sample(dist, (samples,), method="colbourn", generator=gen),
+        "wilson_marginal": lambda: sample(dist, (samples,), method="wilson_marginal", generator=gen),
+        f"colbourn x{k}": lambda: sample(dist, (k,), method="colbourn", generator=gen),
+        f"sbs k={k}": lambda: sample_without_replacement(dist, k, method="sbs", generator=gen),
+    }
+    times: dict[tuple[str, str], list[float]] = {}
+    previous = os.environ.get(NATIVE_ENV)
+    try:
+        for repeat in range(1 + rounds):
+            for native in ("0", "1"):
+                os.environ[NATIVE_ENV] = native
+                for name, function in cells.items():
+                    start = CLOCK()
+                    function()
+                    if repeat:  # the first round warms up (and compiles)
+                        times.setdefault((native, name), []).append(CLOCK() - start)
+    finally:
+        if previous is None:
+            os.environ.pop(NATIVE_ENV, None)
+        else:
+            os.environ[NATIVE_ENV] = previous
+    found = {key: statistics.median(values) for key, values in times.items()}
+    print(f"\n8. Targets (batch {batch}, n = {n}, float32 N(0,1) scores): torch samplers | fused kernels")
+    for native, label in (("0", "torch"), ("1", "fused")):
+        rate = batch * samples / found[native, "colbourn"]
+        walks = batch * samples / found[native, "wilson_marginal"]
+        sbs, base = found[native, f"sbs k={k}"], found[native, f"colbourn x{k}"]
+        print(
+            f"{label:>6}: colbourn {rate:>9,.0f} trees/s, wilson_marginal {walks:>9,.0f} trees/s; "
+            f"sbs k = {k} {sbs * 1e3:6.1f} ms, {k} colbourn samples {base * 1e3:6.1f} ms, ratio {sbs / base:5.2f}",
+            flush=True,
+        )
+
+
 SCALES = (1.0, 30.0, 100.0, 1000.0)
 #: (method, single-root) of every sampler; sbs / trie draw k distinct trees
 SCALE_METHODS = (
@@ -469,7 +521,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cpu-time", action="store_true", help="time by process CPU time (use with --threads 1)")
     parser.add_argument(
-        "--section", choices=["all", "throughput", "swor", "acceptance", "cuda", "scale", "auto"], default="all"
+        "--section",
+        choices=["all", "throughput", "swor", "acceptance", "cuda", "scale", "auto", "targets"],
+        default="all",
     )
     parser.add_argument(
         "--conllu", help="--section auto: also time the shipped EWT parser's scores on this file's texts"
@@ -495,6 +549,7 @@ def main() -> None:
         "cuda": lambda: cuda_table(n=100, batch=64, k=100),
         "scale": lambda: scale_table(repeats=3),
         "auto": lambda: auto_table([10, 30, 60, 100], batch=64, samples=100, repeats=5),
+        "targets": lambda: targets_table(batch=64, n=30, samples=100, k=20, rounds=7),
     }
     for name in (
         [name for name in sections if name not in ("scale", "auto")] if args.section == "all" else [args.section]

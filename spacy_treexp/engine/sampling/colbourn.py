@@ -29,7 +29,8 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.laplacian import closed_form_marginals, fast_accepted, fast_inverse, shifted_weights
-from spacy_treexp.engine.sampling import work
+from spacy_treexp.engine.native import native_enabled
+from spacy_treexp.engine.sampling import fused, work
 from spacy_treexp.engine.sampling.streams import Randomness, block_seeds, per_sentence, sample_block_uniforms
 from spacy_treexp.engine.sampling.trapped import NEG_INF, Groups, StrongSets, unsettled_conditionals
 from spacy_treexp.engine.sampling.wilson import draw_categorical
@@ -75,7 +76,7 @@ class Prepared:
     :class:`TrappedModel`, which never read it);
     error (B,): the LU's error estimate (:func:`.laplacian.fast_inverse`; inf where singular);
     update_columns (N+1, N+1, 2), update_coefficients (N+1, N+1): the table of
-    :func:`_update_columns`.
+    :func:`_update_columns`; weights_by_sentence: see the field.
     """
 
     weights_by_dep: Tensor
@@ -84,6 +85,8 @@ class Prepared:
     error: Tensor
     update_columns: Tensor
     update_coefficients: Tensor
+    #: ``weights_by_dep`` as (B, N+1, N+1) [b, m, h], for the fused kernels (made when needed)
+    weights_by_sentence: Tensor | None = None
 
     @classmethod
     def of(cls, dist, tolerance: float | None = None) -> Prepared:
@@ -742,14 +745,21 @@ def _sample(dist, prepared: Prepared, num_samples: int, generator: Randomness) -
     if per_sentence(generator):
         seeds, generator = block_seeds(generator, num_samples), None
     lengths = dist.lengths.tolist()
-    per_chunk = max(1, CHUNK_ENTRIES // (batch * (size - 1) ** 2))
+    native = native_enabled(prepared.inverse)
+    # the fused kernel holds one inverse per thread, not per sample: larger chunks
+    per_chunk = max(1, (CHUNK_ENTRIES // 4 if native else CHUNK_ENTRIES) // (batch * (size - 1) ** 2))
+    if native:
+        per_chunk = max(per_chunk, 1 + (num_samples - 1) // 4)
     parts = []
     for start in range(0, num_samples, per_chunk):
         stop = min(start + per_chunk, num_samples)
         uniforms = None
         if seeds is not None:
             uniforms = sample_block_uniforms(seeds, lengths, num_samples, start, stop, size - 1, prepared.inverse)
-        parts.append(_colbourn_chunk(dist, prepared, stop - start, generator, uniforms))
+        if native:
+            parts.append(_fused_chunk(dist, prepared, stop - start, generator, uniforms))
+        else:
+            parts.append(_colbourn_chunk(dist, prepared, stop - start, generator, uniforms))
     heads = torch.cat([part[0] for part in parts])
     log_prob = torch.cat([part[1] for part in parts])
     return heads.reshape(num_samples, batch, size), log_prob.reshape(num_samples, batch)
@@ -806,6 +816,41 @@ def _trapped_chunk(setup: TrappedSetup, num_samples: int, generator: torch.Gener
         log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
         state.fix(t, head, active)
     return state.heads, log_prob
+
+
+def _fused_chunk(
+    dist, prepared: Prepared, num_samples: int, generator: torch.Generator | None, uniforms: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """:func:`_colbourn_chunk` by the fused CPU kernel (:func:`.fused.colbourn_draws`), with the
+    same uniforms (drawn here in the torch loop's order and shapes when ``uniforms`` is None).
+    The sentences where a draw missed the kernel's checks (Sherman-Morrison drift, no
+    possible head) are redone whole by :func:`_colbourn_chunk` with the same uniforms."""
+    batch, size = dist.scores.shape[0], dist.scores.shape[-1]
+    if uniforms is None:  # what draw_categorical draws, word after word: (S*B, 1) each
+        words = [torch.rand((num_samples * batch, 1), dtype=torch.float64, generator=generator) for _ in range(1, size)]
+        drawn = torch.cat(words, 1) if words else torch.zeros((num_samples * batch, 0), dtype=torch.float64)
+        by_sample = drawn.view(num_samples, batch, size - 1)
+    else:
+        by_sample = uniforms.to(torch.float64).transpose(0, 1)
+    if prepared.weights_by_sentence is None:
+        prepared.weights_by_sentence = prepared.weights_by_dep.transpose(0, 1).contiguous()
+    heads, log_prob, failed = fused.colbourn_draws(
+        prepared.inverse,
+        prepared.weights_by_sentence,
+        prepared.first,
+        dist.lengths,
+        by_sample,
+        dist.single_root,
+        SUM_TOLERANCE,
+    )
+    if bool(failed.any()):  # those sentences by the reference loop, with the same uniforms
+        index = failed.any(0).nonzero().squeeze(-1)
+        scores = dist.scores.detach()[index]
+        part = type(dist)(scores, dist.lengths[index], single_root=dist.single_root, stable=dist.stable)
+        redone = _colbourn_chunk(part, prepared.select(index), num_samples, None, by_sample[:, index].transpose(0, 1))
+        heads[:, index] = redone[0].view(num_samples, index.numel(), size)
+        log_prob[:, index] = redone[1].view(num_samples, index.numel())
+    return heads.view(-1, size), log_prob.view(-1)
 
 
 def _colbourn_chunk(

@@ -31,8 +31,11 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
+from spacy_treexp.engine.native import native_enabled
+from spacy_treexp.engine.sampling import fused
 from spacy_treexp.engine.sampling.colbourn import (
     CHUNK_ENTRIES,
+    SUM_TOLERANCE,
     Conditioner,
     Prepared,
     TrappedModel,
@@ -116,7 +119,7 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
     trapped = prepared.trapped()
     per_chunk = max(1, CHUNK_ENTRIES // (k * (size - 1) ** 2))
     if batch <= per_chunk and not bool(trapped.any()):
-        heads = _beam_search(_conditioner(dist, k, prepared), dist.lengths, k, generator)
+        heads = _search(dist, k, prepared, generator)
         return heads, dist.log_prob(heads)
     heads = torch.full((k, batch, size), -1, dtype=torch.long, device=dist.scores.device)
     for hard in (False, True):
@@ -127,15 +130,71 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
             streams = [generator[i] for i in chunk.tolist()] if per_sentence(generator) else generator
             if hard:
                 rows = torch.arange(chunk.numel(), device=chunk.device).repeat_interleave(k)
-                state: Conditioner | TrappedModel = TrappedModel(TrappedSetup(dist, chunk), rows)
+                state = TrappedModel(TrappedSetup(dist, chunk), rows)
+                heads[:, chunk] = _beam_search(state, dist.lengths[chunk], k, streams)
             elif chunk.numel() == batch:
-                state = _conditioner(dist, k, prepared)
+                heads[:, chunk] = _search(dist, k, prepared, streams)
             else:
                 scores = dist.scores.detach()[chunk]
                 part = type(dist)(scores, dist.lengths[chunk], single_root=dist.single_root, stable=dist.stable)
-                state = _conditioner(part, k, prepared.select(chunk))
-            heads[:, chunk] = _beam_search(state, dist.lengths[chunk], k, streams)
+                heads[:, chunk] = _search(part, k, prepared.select(chunk), streams)
     return heads, dist.log_prob(heads)  # -inf for the -1 rows (not trees)
+
+
+def _search(dist, k: int, prepared: Prepared, generator: Randomness) -> Tensor:
+    """SBS over sentences whose L-hat is well conditioned: heads (k, B, N+1). By the fused
+    CPU kernel (:func:`.fused.beam_search`) where :func:`.native.native_enabled` says so: its
+    children's uniforms come from numba's generator, seeded per sentence by one draw from the
+    caller's generator (or from sentence b's own generator), so a seed gives the same trees
+    on every run and thread count, but not the torch search's trees (drawing its B k n^2
+    uniforms from torch would cost more than the search). The sentences the kernel flags are
+    searched again by :func:`_beam_search`, each from a generator seeded with its seed."""
+    if not native_enabled(prepared.inverse):
+        return _beam_search(_conditioner(dist, k, prepared), dist.lengths, k, generator)
+    batch = dist.scores.shape[0]
+    if per_sentence(generator):
+        seeds = torch.cat([torch.randint(2**32, (1,), generator=stream) for stream in generator])
+    else:
+        seeds = torch.randint(2**32, (batch,), generator=generator)
+    if prepared.weights_by_sentence is None:
+        prepared.weights_by_sentence = prepared.weights_by_dep.transpose(0, 1).contiguous()
+    heads, failed = fused.beam_search(
+        prepared.inverse,
+        prepared.weights_by_sentence,
+        prepared.first,
+        dist.lengths,
+        seeds,
+        k,
+        dist.single_root,
+        SUM_TOLERANCE,
+    )
+    if bool(failed.any()):
+        index = failed.nonzero().squeeze(-1)
+        scores = dist.scores.detach()[index]
+        part = type(dist)(scores, dist.lengths[index], single_root=dist.single_root, stable=dist.stable)
+        state = _conditioner(part, k, prepared.select(index))
+        streams = [torch.Generator().manual_seed(int(seeds[i])) for i in index.tolist()]
+        heads[:, index] = _beam_search(state, part.lengths, k, streams)
+    return heads
+
+
+def _search_uniforms(lengths: Tensor, k: int, size: int, generator: Randomness) -> Tensor:
+    """(B, N, k, N+1) the uniforms :func:`_beam_search` draws at words 1..N, in its order: one
+    (B, beams, N+1) draw per word from a shared generator (beams = 1 at word 1, then k), or
+    per sentence (:func:`.streams.per_sentence_uniforms`) a (beams, n_b + 1) draw at each of
+    its words. Unused entries are 1/2 (never read)."""
+    batch = lengths.shape[0]
+    out = torch.full((batch, size - 1, k, size), 0.5, dtype=torch.float64)
+    if per_sentence(generator):
+        for b, (stream, n) in enumerate(zip(generator, lengths.tolist())):
+            for m in range(1, n + 1):
+                beams = 1 if m == 1 else k
+                out[b, m - 1, :beams, : n + 1] = torch.rand((beams, n + 1), dtype=torch.float64, generator=stream)
+        return out
+    for m in range(1, size):
+        beams = 1 if m == 1 else k
+        out[:, m - 1, :beams] = torch.rand((batch, beams, size), dtype=torch.float64, generator=generator)
+    return out
 
 
 def _conditioner(dist, k: int, prepared: Prepared) -> Conditioner:
@@ -144,7 +203,9 @@ def _conditioner(dist, k: int, prepared: Prepared) -> Conditioner:
     return Conditioner(dist, rows, prepared, "by_sentence")
 
 
-def _beam_search(state: Conditioner | TrappedModel, lengths: Tensor, k: int, generator: Randomness) -> Tensor:
+def _beam_search(
+    state: Conditioner | TrappedModel, lengths: Tensor, k: int, generator: Randomness, drawn: Tensor | None = None
+) -> Tensor:
     """Stochastic beam search over all sentences of ``state`` at once: heads (k, B, N+1).
 
     Sentence b owns the state rows b * k .. b * k + k - 1 throughout (see
@@ -154,7 +215,8 @@ def _beam_search(state: Conditioner | TrappedModel, lengths: Tensor, k: int, gen
     alive. The steps are ``state``'s (the words, or :class:`.colbourn.TrappedModel`'s); a beam
     whose row does not take a step keeps itself as its only child. With one generator per
     sentence (see :mod:`.streams`), sentence b draws a (beams, n_b + 1) block of uniforms at
-    each step one of its beams takes (beams = 1 at the first step, then k).
+    each step one of its beams takes (beams = 1 at the first step, then k). ``drawn`` (B, N, k,
+    N+1): the uniforms of every word given instead (:func:`_search_uniforms`; word steps only).
     """
     batch = lengths.shape[0]
     size = state.choices
@@ -174,7 +236,9 @@ def _beam_search(state: Conditioner | TrappedModel, lengths: Tensor, k: int, gen
             continue
         beams = 1 if first else k  # beams with children (before the first step, only row 0 is alive)
         probs = state.probs(t).view(batch, k, size)
-        if per_sentence(generator):
+        if drawn is not None:
+            uniforms = drawn[:, t - 1, :beams]
+        elif per_sentence(generator):
             takes = active.any(-1).tolist()
             sizes = [(beams, n + 1) if on else (0,) for n, on in zip(sentence_lengths, takes)]
             uniforms = per_sentence_uniforms(generator, sizes, (beams, size), probs)

@@ -1,0 +1,205 @@
+"""The samplers' fused CPU kernels (:mod:`spacy_treexp.engine.sampling.fused`, numba) against
+the exact distribution (enumeration, chi-square) and against the pure-torch samplers.
+
+Colbourn's kernel reads the uniforms the torch loop draws, so both paths give the same trees
+for a seed; the beam search's kernel draws its own keys (seeded from the caller's generator),
+so it is checked by its law and its reproducibility. Every statistical test uses a fixed seed
+and rejects at p < 1e-3.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.enumerate_trees import tree_log_probs
+from helpers.goodness_of_fit import chi_square_p
+
+from spacy_treexp import TreeDistribution
+from spacy_treexp.engine.native import NATIVE_ENV
+from spacy_treexp.engine.sampling import colbourn, sample, sample_without_replacement, without_replacement
+
+pytest.importorskip("numba")
+
+DRAWS = 20_000
+ALPHA = 1e-3
+
+
+def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
+    """Integer code of each head vector over words 1..n."""
+    base = (n + 1) ** torch.arange(n)
+    return (heads[..., 1 : n + 1] * base).sum(-1)
+
+
+def ragged_batch(seed: int, scale: float = 1.5) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three sentences, n = 4, 3 and 2 in one padding, N(0, scale^2) scores; one arc of the
+    first sentence masked (-inf)."""
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(3, 5, 5, generator=gen, dtype=torch.float64) * scale
+    scores[0, 2, 3] = -torch.inf
+    return scores, torch.tensor([4, 3, 2])
+
+
+def assert_fits(heads: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor, single_root: bool) -> None:
+    for b, n in enumerate(lengths.tolist()):
+        assert (heads[:, b, n + 1 :] == -1).all() and (heads[:, b, 0] == -1).all()
+        trees, log_probs = tree_log_probs(scores[b], n, single_root)
+        p_value = chi_square_p(codes(heads[:, b], n), codes(trees, n), log_probs.exp())
+        assert p_value > ALPHA, f"sentence {b}: chi-square p = {p_value:.2e}"
+
+
+def both_paths(monkeypatch, function):
+    """``function()`` with the fused kernels off, then on."""
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    reference = function()
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    return reference, function()
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+@pytest.mark.parametrize("scale", [1.5, 4.0])
+def test_fused_colbourn_fits_and_gives_the_torch_trees(monkeypatch, single_root, scale):
+    scores, lengths = ragged_batch(int(scale * 10) + single_root, scale)
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    assert not bool(colbourn.Prepared.of(dist).trapped().any())  # every sentence by the kernel
+    reference, fused = both_paths(
+        monkeypatch, lambda: sample(dist, (DRAWS,), method="colbourn", generator=torch.Generator().manual_seed(3))
+    )
+    assert torch.equal(reference, fused)
+    assert_fits(fused, scores, lengths, single_root)
+
+
+def test_fused_colbourn_log_probs_and_per_sentence_generators(monkeypatch):
+    gen = torch.Generator().manual_seed(8)
+    scores = torch.randn(6, 13, 13, generator=gen)  # float32, n up to 12
+    dist = TreeDistribution(scores, torch.tensor([12, 5, 1, 9, 12, 3]))
+
+    def run():
+        streams = [torch.Generator().manual_seed(100 + b) for b in range(6)]
+        return colbourn.colbourn_sample(dist, 300, streams)
+
+    (heads, log_probs), (fused_heads, fused_log_probs) = both_paths(monkeypatch, run)
+    assert torch.equal(heads, fused_heads)
+    assert torch.allclose(fused_log_probs, log_probs, rtol=0, atol=1e-9)
+    assert torch.allclose(fused_log_probs, dist.log_prob(fused_heads).double(), rtol=0, atol=1e-4)
+
+
+def test_fused_colbourn_hands_failed_draws_to_torch_with_their_uniforms(monkeypatch):
+    """A kernel whose every check fails (tolerance -1) redoes every sentence in torch: the
+    same trees as the torch path."""
+    scores, lengths = ragged_batch(5)
+    dist = TreeDistribution(scores, lengths)
+    monkeypatch.setattr(colbourn, "SUM_TOLERANCE", -1.0)  # read by the kernel's caller only
+    monkeypatch.setattr(colbourn, "_colbourn_chunk", _tolerant(colbourn._colbourn_chunk))
+    reference, fused = both_paths(
+        monkeypatch, lambda: sample(dist, (50,), method="colbourn", generator=torch.Generator().manual_seed(4))
+    )
+    assert torch.equal(reference, fused)
+
+
+def _tolerant(chunk):
+    """The torch loop with the usual drift check (the patched tolerance only fails the kernel)."""
+
+    def run(*args, **kwargs):
+        saved = colbourn.SUM_TOLERANCE
+        colbourn.SUM_TOLERANCE = 1e-6
+        try:
+            return chunk(*args, **kwargs)
+        finally:
+            colbourn.SUM_TOLERANCE = saved
+
+    return run
+
+
+def first_two_fit(heads: torch.Tensor, scores: torch.Tensor, n: int, single_root: bool) -> None:
+    """The first draw ~ p; the ordered pair (a, b) has probability p(a) p(b) / (1 - p(a))."""
+    trees, log_probs = tree_log_probs(scores, n, single_root)
+    probs, tree_codes = log_probs.exp(), codes(trees, n)
+    first, second = codes(heads[0], n), codes(heads[1], n)
+    assert (first != second).all()
+    assert chi_square_p(first, tree_codes, probs) > ALPHA
+    pair_probs = probs[:, None] * probs[None, :] / (1 - probs[:, None])
+    pair_codes = tree_codes[:, None] * 10_000 + tree_codes[None, :]
+    off = ~torch.eye(tree_codes.numel(), dtype=torch.bool)
+    assert chi_square_p(first * 10_000 + second, pair_codes[off], pair_probs[off]) > ALPHA
+
+
+@pytest.mark.parametrize(
+    "single_root,k,scale,per_sentence",
+    [(True, 2, 1.0, False), (True, 6, 1.0, True), (False, 5, 1.0, False), (True, 5, 3.0, False)],
+)
+def test_fused_beam_search_has_the_without_replacement_law(monkeypatch, single_root, k, scale, per_sentence):
+    """Copies of one sentence (n = 3) among a padded, masked batch: the first two of k draws
+    have the law of two draws without replacement (k > 2 runs the beams' Poisson races)."""
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    scores, lengths = ragged_batch(30 + k, scale)
+    n, b = 3, 1
+    batch = scores[b : b + 1].expand(DRAWS, -1, -1).clone()
+    batch[::2] = scores[0]  # every other copy: the n = 4 sentence with a masked arc
+    sizes = torch.where(torch.arange(DRAWS) % 2 == 0, 4, n)
+    dist = TreeDistribution(batch, sizes, single_root=single_root)
+    gen = [torch.Generator().manual_seed(i) for i in range(DRAWS)] if per_sentence else torch.Generator().manual_seed(k)
+    heads, log_probs = sample_without_replacement(dist, k, method="sbs", generator=gen)
+    first_two_fit(heads[:, 1::2], scores[b], n, single_root)
+    first_two_fit(heads[:, ::2], scores[0], 4, single_root)
+    alive = log_probs > -torch.inf
+    assert torch.allclose(log_probs[alive], dist.log_prob(heads)[alive])
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_fused_beam_search_draws_every_tree_once_then_pads(monkeypatch, single_root):
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    scores, lengths = ragged_batch(9)
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    k = 130  # more than the 64 / 125 trees of n = 4
+    heads, log_probs = sample_without_replacement(dist, k, generator=torch.Generator().manual_seed(9))
+    for b, n in enumerate(lengths.tolist()):
+        trees, exact = tree_log_probs(scores[b], n, single_root)
+        trees, exact = trees[exact > -torch.inf], exact[exact > -torch.inf]  # (a masked arc)
+        count = trees.shape[0]
+        drawn = codes(heads[:count, b], n)
+        assert sorted(drawn.tolist()) == sorted(codes(trees, n).tolist())
+        assert (heads[count:, b] == -1).all() and (log_probs[count:, b] == -torch.inf).all()
+        order = codes(trees, n).argsort()
+        expected = exact[order][torch.searchsorted(codes(trees, n)[order], drawn)]
+        assert torch.allclose(log_probs[:count, b].double(), expected, atol=1e-9)
+
+
+def test_fused_beam_search_is_reproducible_across_threads_and_batches(monkeypatch):
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    gen = torch.Generator().manual_seed(2)
+    scores = torch.randn(8, 16, 16, generator=gen)
+    lengths = torch.tensor([15, 3, 9, 15, 1, 12, 7, 15])
+    dist = TreeDistribution(scores, lengths)
+    threads = torch.get_num_threads()
+    found = []
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            found.append(sample_without_replacement(dist, 20, generator=torch.Generator().manual_seed(5)))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(found[0][0], found[1][0])
+    streams = [torch.Generator().manual_seed(50 + b) for b in range(8)]
+    whole = sample_without_replacement(dist, 20, generator=streams)[0]
+    alone = TreeDistribution(scores[2:3], lengths[2:3])
+    part = sample_without_replacement(alone, 20, generator=[torch.Generator().manual_seed(52)])[0]
+    assert torch.equal(whole[:, 2], part[:, 0])
+    heads = found[0][0]
+    for b, n in enumerate(lengths.tolist()):
+        drawn = {tuple(tree) for tree in heads[:, b, : n + 1].tolist() if tree[0] == -1 and -1 not in tree[1:]}
+        assert len(drawn) == min(20, (n ** (n - 1)) if n > 0 else 1)
+
+
+def test_fused_beam_search_hands_flagged_sentences_to_torch(monkeypatch):
+    """A kernel whose every drift check fails (tolerance -1) leaves each sentence to the torch
+    search, seeded from its seed: still k distinct trees with exact log-probabilities."""
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    monkeypatch.setattr(without_replacement, "SUM_TOLERANCE", -1.0)
+    scores, lengths = ragged_batch(11)
+    dist = TreeDistribution(scores, lengths)
+    heads, log_probs = sample_without_replacement(dist, 5, generator=torch.Generator().manual_seed(1))
+    for b, n in enumerate(lengths.tolist()):
+        count = min(5, n ** (n - 1))
+        assert len(set(codes(heads[:count, b], n).tolist())) == count
+    alive = log_probs > -torch.inf
+    assert torch.allclose(log_probs[alive], dist.log_prob(heads)[alive])
