@@ -128,6 +128,13 @@ install_fork_hook()
 warnings.filterwarnings("ignore", message=r"\[W113\] Sourced component 'biaffine_parser'")
 
 
+def _span_text(doc: Doc, start: int, end: int) -> str:
+    """``doc[start:end].text`` (its characters, without the last token's trailing
+    whitespace), sliced from ``doc.text`` without building the Span."""
+    last = doc[end - 1]
+    return doc.text[doc[start].idx : last.idx + len(last)]
+
+
 @contextmanager
 def _numpy_blas(model: Model) -> Iterator[None]:
     """Run ``model``'s thinc layers with numpy's BLAS for their matrix products (thinc's
@@ -410,13 +417,15 @@ class BiaffineParser(TrainablePipe):
         """Score every sentence and decode its tree. Returns the batch's scores and heads."""
         docs = list(docs)
         sentences = [self._sentences(doc) for doc in docs]
+        limit = self.max_sentence_length
         for doc, spans in zip(docs, sentences):
             for start, end in spans:
-                check_length(
-                    end - start,
-                    self.max_sentence_length,
-                    f"biaffine_parser: the sentence at token {start} ({doc[start:end].text[:40]!r})",
-                )
+                if limit and end - start > limit:  # the message only for a sentence that gets it
+                    check_length(
+                        end - start,
+                        limit,
+                        f"biaffine_parser: the sentence at token {start} ({doc[start:end].text[:40]!r})",
+                    )
         device = torch.device("cpu" if self.model.ops.device_type == "cpu" else "cuda")
         scorer = get_scorer_module(self.model)
         scorer.rel_temperature = self.rel_temperature  # the model's dense relations come scaled
@@ -521,7 +530,7 @@ class BiaffineParser(TrainablePipe):
         when ``members`` is 0 or no sentence was scored."""
         if self.members == 0 or capture.H is None:
             return None
-        texts = [doc[start:end].text for doc, spans in zip(docs, sentences) for start, end in spans]
+        texts = [_span_text(doc, start, end) for doc, spans in zip(docs, sentences) for start, end in spans]
         generators = [sentence_generator(0, text) for text in texts]
         scores = arc_members(get_scorer_module(self.model), capture, self.members, self.member_kind, generators)
         members = scores.cpu().numpy() / self.arc_temperature

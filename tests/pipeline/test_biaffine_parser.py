@@ -142,6 +142,20 @@ def test_temperatures_scale_the_stored_scores_not_the_tree(trained):
         spacy.blank("en").add_pipe("biaffine_parser", config={"arc_temperature": 0.0})
 
 
+def test_a_sentence_longer_than_max_sentence_length_is_refused_by_name(trained):
+    nlp, _ = trained
+    parser = nlp.get_pipe("biaffine_parser")
+    longest, before = max(parse(nlp, TEXTS[4]).sents, key=len), parser.max_sentence_length
+    parser.max_sentence_length = len(longest) - 1
+    try:
+        with pytest.raises(ValueError, match=f"sentence at token {longest.start} .*has {len(longest)} words"):
+            parse(nlp, TEXTS[4])
+        parser.max_sentence_length = len(longest)
+        assert parse(nlp, TEXTS[4])._.parser_scores
+    finally:
+        parser.max_sentence_length = before
+
+
 def test_bad_decoding_is_rejected():
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="decoding"):
@@ -257,3 +271,18 @@ def test_numpy_blas_runs_a_thinc_model_alike_and_restores_its_ops():
         with _numpy_blas(model):
             raise RuntimeError("boom")
     assert all(node.ops is blis_ops for node in model.walk())
+
+
+@pytest.mark.parametrize("text", ["Send it to me\nThanks.  Bye", "  Two  spaces.\n\nThen a break ", "x"])
+def test_span_text_is_the_spans_text(text):
+    """The sentence text that seeds the members' masks, sliced from ``doc.text``, is ``Span.text``."""
+    from spacy_treexp.pipeline.biaffine_parser import _span_text
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    doc = nlp(text)
+    spans = [(s.start, s.end) for s in doc.sents] + [
+        (i, j) for i in range(len(doc)) for j in range(i + 1, len(doc) + 1)
+    ]
+    for start, end in spans:
+        assert _span_text(doc, start, end) == doc[start:end].text
