@@ -3,6 +3,8 @@ stored with the pipeline or processor that reads it, applied by the annotation c
 
 :class:`CalibrationMap` is the typed, serialisable map (:mod:`.map`); :func:`fit_calibration`
 fits it by the gold trees' likelihood (:mod:`.fit`); :func:`calibrate_sentences` applies it.
+:class:`NoveltyReference` (:mod:`.novelty`) measures how unfamiliar a sentence's encoder
+vectors are to the parser (out-of-domain detection).
 """
 
 from spacy_treexp.calibration.fit import fit_calibration, fit_rel_temperature
@@ -15,15 +17,18 @@ from spacy_treexp.calibration.map import (
     calibrate_sentences,
     read_map,
 )
+from spacy_treexp.calibration.novelty import NoveltyReference, fit_novelty
 
 __all__ = [
     "DEFAULT_EDGES",
     "DEFAULT_KNOTS",
     "KINDS",
+    "NoveltyReference",
     "CalibrationError",
     "CalibrationMap",
     "calibrate_sentences",
     "fit_calibration",
+    "fit_novelty",
     "fit_rel_temperature",
     "read_map",
 ]

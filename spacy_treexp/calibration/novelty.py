@@ -1,0 +1,118 @@
+"""How unfamiliar a sentence is to the parser: distance of its token vectors from the training data's.
+
+A parser's encoder maps every token to a vector; text unlike its training data lands in parts
+of that space the training tokens rarely visit. The reference is a set of R unit directions
+c_r summarising the training tokens' centred vectors (spherical k-means, Dhillon & Modha
+2001), and a token vector x scores
+
+    d(x) = 1 − max_r cos(x − x̄, c_r)          (0: a training direction; up to 2),
+
+the cosine distance to its nearest reference direction (a nearest-neighbour novelty score,
+as in Sun et al. 2022, "Out-of-distribution detection with deep nearest neighbors", over
+centroids instead of every training token). A sentence's novelty is the mean of d over its
+words. It needs no gold trees: the reference is fitted on the vectors of unlabelled in-domain
+text (:func:`fit_novelty`).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping
+
+import numpy
+import torch
+
+from spacy_treexp.calibration.map import CalibrationError
+
+
+def _unit(rows: torch.Tensor) -> torch.Tensor:
+    return rows / rows.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+
+
+@dataclass(frozen=True)
+class NoveltyReference:
+    """Centre x̄ ``(width,)`` and reference directions ``(R, width)`` (unit rows), float32."""
+
+    centre: numpy.ndarray
+    rows: numpy.ndarray
+
+    def __post_init__(self) -> None:
+        centre = numpy.asarray(self.centre, dtype=numpy.float32).reshape(-1)
+        rows = numpy.asarray(self.rows, dtype=numpy.float32)
+        if rows.ndim != 2 or rows.shape[0] == 0 or rows.shape[1] != centre.shape[0]:
+            raise CalibrationError(
+                f"novelty reference: rows must be (R, {centre.shape[0]}) with R >= 1, got {rows.shape}"
+            )
+        if not (numpy.isfinite(centre).all() and numpy.isfinite(rows).all()):
+            raise CalibrationError("novelty reference: centre and rows must be finite")
+        object.__setattr__(self, "centre", centre)
+        object.__setattr__(self, "rows", rows)
+
+    @property
+    def width(self) -> int:
+        return int(self.centre.shape[0])
+
+    def token_distances(self, vectors: Any) -> numpy.ndarray:
+        """d(x) of every row of ``vectors`` ``(n, width)``, float64 ``(n,)`` (see the module doc)."""
+        x = torch.as_tensor(numpy.asarray(vectors, dtype=numpy.float64))
+        if x.ndim != 2 or x.shape[1] != self.width:
+            raise ValueError(f"novelty: token vectors must be (n, {self.width}), got {tuple(x.shape)}")
+        centred = _unit(x - torch.from_numpy(self.centre).double())
+        similarity = centred @ torch.from_numpy(self.rows).double().T
+        return (1.0 - similarity.max(dim=1).values).numpy()
+
+    def sentence_novelty(self, vectors: Any) -> float:
+        """Mean d over a sentence's word vectors ``(n, width)`` (NaN for no words)."""
+        distances = self.token_distances(vectors)
+        return float(distances.mean()) if distances.size else float("nan")
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready form: the rows as base64 float16 (halves the size; d changes by < 1e-3)."""
+        rows = numpy.ascontiguousarray(self.rows.astype("<f2"))
+        return {
+            "width": self.width,
+            "size": int(self.rows.shape[0]),
+            "centre": [float(v) for v in self.centre],
+            "rows_float16_base64": base64.b64encode(rows.tobytes()).decode("ascii"),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NoveltyReference:
+        try:
+            width, size = int(data["width"]), int(data["size"])
+            raw = base64.b64decode(data["rows_float16_base64"], validate=True)
+            rows = numpy.frombuffer(raw, dtype="<f2").astype(numpy.float32)
+            centre = numpy.asarray(data["centre"], dtype=numpy.float32)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CalibrationError(f"novelty reference: cannot read it ({e})") from e
+        if rows.size != width * size:
+            raise CalibrationError(f"novelty reference: {rows.size} numbers for {size} rows of width {width}")
+        return cls(centre, rows.reshape(size, width))
+
+
+def fit_novelty(vectors: Any, size: int = 4096, iterations: int = 10, seed: int = 0) -> NoveltyReference:
+    """Fit a :class:`NoveltyReference` on in-domain token vectors ``(T, width)``: the centre
+    is their mean; the rows are the ``size`` directions of spherical k-means (Lloyd's
+    iterations on the centred unit vectors, maximising Σ_t max_r cos(x_t, c_r); started from
+    ``size`` distinct tokens drawn with ``seed``; a direction left without tokens keeps its
+    place). With ``size`` >= T the rows are the tokens themselves."""
+    x = torch.as_tensor(numpy.asarray(vectors, dtype=numpy.float32))
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise CalibrationError(f"fit_novelty: expected token vectors (T, width) with T >= 1, got {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()):
+        raise CalibrationError("fit_novelty: token vectors must be finite")
+    if size < 1 or iterations < 0:
+        raise CalibrationError(f"fit_novelty: size must be >= 1 and iterations >= 0, got {size}, {iterations}")
+    centre = x.mean(dim=0)
+    unit = _unit(x - centre)
+    generator = torch.Generator().manual_seed(seed)
+    if size >= unit.shape[0]:
+        return NoveltyReference(centre.numpy(), unit.numpy())
+    rows = unit[torch.randperm(unit.shape[0], generator=generator)[:size]].clone()
+    for _ in range(iterations):
+        nearest = torch.cat([(chunk @ rows.T).argmax(dim=1) for chunk in unit.split(8192)])
+        sums = torch.zeros_like(rows).index_add_(0, nearest, unit)
+        filled = torch.bincount(nearest, minlength=size) > 0
+        rows = torch.where(filled.unsqueeze(1), _unit(sums), rows)
+    return NoveltyReference(centre.numpy(), rows.numpy())
