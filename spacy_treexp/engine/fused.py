@@ -3,7 +3,7 @@
 The same algorithm as :func:`.laplacian.fast_partition_and_marginals` on the output of
 :func:`.laplacian.shifted_log_weights` (Koo et al. 2007, Prop. 1 and §3.3), per sentence in
 one compiled loop instead of some twenty batched torch calls: column shift, weights, the
-Laplacian L̂ of the sentence's own n words (padding costs nothing), one Gauss–Jordan
+Laplacian L̂ of the sentence's own n words (padding is never eliminated), one Gauss–Jordan
 elimination with partial pivoting that yields the pivots of L̂'s LU factorisation (so
 log |det L̂|, its sign and the same error estimate) and L̂⁻¹ in place, the closed-form
 marginals, and the deviation of each word's marginals from summing to 1. On matrices of a
