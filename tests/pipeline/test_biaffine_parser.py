@@ -286,3 +286,22 @@ def test_span_text_is_the_spans_text(text):
     ]
     for start, end in spans:
         assert _span_text(doc, start, end) == doc[start:end].text
+
+
+def test_numpy_blas_runs_on_the_parsers_threads(monkeypatch):
+    """Inside the parser's prediction numpy's BLAS has ``cpu_threads()`` threads
+    (SPACY_TREEXP_THREADS), and its own setting again afterwards."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from spacy_treexp.pipeline.biaffine_parser import _blas_threads
+
+    def blas_threads():
+        return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
+
+    before = blas_threads()
+    if not before:
+        pytest.skip("numpy's BLAS is not visible to threadpoolctl")
+    for wanted in (1, 2):
+        monkeypatch.setenv("SPACY_TREEXP_THREADS", str(wanted))
+        with _blas_threads(torch.device("cpu")):
+            assert blas_threads() == [wanted] * len(before)
+        assert blas_threads() == before
