@@ -154,8 +154,8 @@ def main_table(args: argparse.Namespace) -> None:
 
 
 def sweep_table(args: argparse.Namespace, lengths: Sequence[int]) -> None:
-    print(f"\ncrossover sweep: batch {args.batch}, float32, native / torch (median wall ms per call)")
-    print(f"{'threads':>7} {'n':>4} {'native':>10} {'torch':>10} {'native/torch':>12}")
+    print(f"\ncrossover sweep: batch {args.batch}, float32, native / torch (median ms per call)")
+    print(f"{'threads':>7} {'n':>4} {'native':>10} {'torch':>10} {'native/torch':>12} {'(CPU) native/torch':>18}")
     for threads in args.threads:
         torch.set_num_threads(threads)
         for n in lengths:
@@ -164,8 +164,8 @@ def sweep_table(args: argparse.Namespace, lengths: Sequence[int]) -> None:
                 {"native": ours(scores, lengths_, True), "torch": ours(scores, lengths_, False)},
                 repeats_for(n, args.repeats),
             )
-            nw, tw = times["native"][0], times["torch"][0]
-            print(f"{threads:>7} {n:>4} {nw:>10.2f} {tw:>10.2f} {nw / tw:>12.2f}", flush=True)
+            (nw, nc), (tw, tc) = times["native"], times["torch"]
+            print(f"{threads:>7} {n:>4} {nw:>10.2f} {tw:>10.2f} {nw / tw:>12.2f} {nc / tc:>18.2f}", flush=True)
 
 
 def main() -> None:
