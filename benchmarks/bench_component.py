@@ -11,6 +11,9 @@ On N sentences of UD English-EWT test (gold tokens and sentences), measures:
 * docs/s and words/s of the whole pipeline (with its senter) on the raw sentence texts
   (``--skip-full`` leaves it out).
 
+``--members 0`` runs the parser without its MC-dropout members, and so the component
+without the epistemic part (the mixture's exact head MI and its sampled I(tree; member)).
+
 ``--profile FILE`` writes a cProfile of the component (``n_samples=10``, seeded, and
 ``n_samples=0``) on the parsed Docs instead of the comparison (read it with ``pstats``).
 
@@ -34,8 +37,9 @@ import spacy_treexp
 from spacy_treexp.io import read_conllu
 
 
-def load(model):
-    nlp = spacy_treexp.load() if model is None else spacy.load(model)
+def load(model, members=None):
+    config = {} if members is None else {"components.biaffine_parser.members": members}
+    nlp = spacy_treexp.load(config=config) if model is None else spacy.load(model, config=config)
     if "tree_expectations" in nlp.pipe_names:
         nlp.remove_pipe("tree_expectations")
     return nlp
@@ -57,12 +61,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
     parser.add_argument("--skip-full", action="store_true", help="skip the whole-pipeline docs/s")
+    parser.add_argument("--members", type=int, default=None, help="the parser's MC-dropout members (default: its own)")
     parser.add_argument("--profile", default=None, help="write a cProfile of the component here instead")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    nlp = load(args.model)
+    nlp = load(args.model, args.members)
     items = []
     for sentence in read_conllu(Path(args.data)):
         items.append((sentence.forms, sentence.spaces))
@@ -110,7 +115,7 @@ def main() -> None:
             "overhead_vs_parser_cpu": best[name][1] / best["parser"][1],
         }
     if not args.skip_full:
-        full = load(args.model)
+        full = load(args.model, args.members)
         full.add_pipe("tree_expectations")
         texts = [" ".join(item[0]) for item in items]
         list(full.pipe(texts[:50]))
