@@ -199,6 +199,9 @@ class SentenceAnnotation:
             w_k p_k) − Σ_k w_k H(p_k) (``spacy_treexp.engine.TreeMixture``); else None.
         expected_entropy: with members, Σ_k w_k H(p_k), the members' mean tree entropy
             (exact); else None.
+        novelty: mean cosine distance of the sentence's encoder vectors from the training
+            data's (``spacy_treexp.calibration.novelty``), where the calibration map carries a
+            novelty reference and the vectors are at hand; else None.
 
     An annotation read back from CoNLL-U has only the values that format keeps; the others
     are None.
@@ -225,6 +228,7 @@ class SentenceAnnotation:
     head_mutual_information: Optional[numpy.ndarray] = None
     mutual_information: Optional[float] = None
     expected_entropy: Optional[float] = None
+    novelty: Optional[float] = None
 
     @property
     def n(self) -> int:

@@ -23,6 +23,10 @@ not change. With several groups it may: the fit reports the attachment score bef
 after. Relation log-probabilities are re-normalised at ``rel_temperature``
 (log-softmax(log p / T) = log-softmax(logits / T)).
 
+A map may also carry a :class:`~spacy_treexp.calibration.novelty.NoveltyReference`
+(``novelty``): the reference of ``sent._.novelty``, how unfamiliar a sentence's encoder
+vectors are (out-of-domain detection); it changes no score.
+
 A map is a frozen record with a dict / JSON / bytes form (``to_dict``, ``to_json``,
 ``to_bytes`` and their ``from_*``), stored in a spaCy config, a file or a pipeline folder.
 """
@@ -34,10 +38,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy
 import torch
+
+if TYPE_CHECKING:
+    from spacy_treexp.calibration.novelty import NoveltyReference
 
 #: ``temperature``: one scale, no bias; ``distance``: a scale and a bias per group.
 KINDS = ("temperature", "distance")
@@ -135,6 +142,7 @@ class CalibrationMap:
         relation_scale: γ_r per relation.
         label_scale: ρ_r per relation (empty: none), the relation scores' factor.
         rel_temperature: the relation temperature (1: relation scores unchanged).
+        novelty: the reference of the sentences' encoder novelty, or None (see the module doc).
         fit: how it was fitted (data size, objective before/after); informative only.
     """
 
@@ -149,6 +157,7 @@ class CalibrationMap:
     label_scale: Tuple[float, ...] = ()
     rel_temperature: float = 1.0
     fit: Dict[str, Any] = field(default_factory=dict, compare=False)
+    novelty: Optional[NoveltyReference] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -309,6 +318,7 @@ class CalibrationMap:
             "label_scale": list(self.label_scale),
             "rel_temperature": self.rel_temperature,
             "fit": dict(self.fit),
+            **({} if self.novelty is None else {"novelty": self.novelty.to_dict()}),
         }
 
     @classmethod
@@ -320,13 +330,18 @@ class CalibrationMap:
         if version != FORMAT_VERSION:
             raise CalibrationError(f"calibration map: format version {version!r}, this version reads {FORMAT_VERSION}")
         known = {"version", "kind", "log_scale", "bias", "edges", "knots", "hinge", "relations", "relation_scale"}
-        known |= {"label_scale", "rel_temperature", "fit"}
+        known |= {"label_scale", "rel_temperature", "fit", "novelty"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise CalibrationError(f"calibration map: unknown field(s) {unknown}")
         missing = sorted({"kind", "log_scale", "bias"} - set(data))
         if missing:
             raise CalibrationError(f"calibration map: missing field(s) {missing}")
+        novelty = None
+        if data.get("novelty") is not None:
+            from spacy_treexp.calibration.novelty import NoveltyReference
+
+            novelty = NoveltyReference.from_dict(data["novelty"])
         return cls(
             kind=data["kind"],
             log_scale=tuple(data["log_scale"]),
@@ -339,6 +354,7 @@ class CalibrationMap:
             label_scale=tuple(data.get("label_scale", ())),
             rel_temperature=data.get("rel_temperature", 1.0),
             fit=dict(data.get("fit") or {}),
+            novelty=novelty,
         )
 
     def to_json(self) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional
 
 import numpy
 import torch
@@ -88,7 +88,8 @@ class NoveltyReference:
             raise CalibrationError(f"novelty reference: cannot read it ({e})") from e
         if rows.size != width * size:
             raise CalibrationError(f"novelty reference: {rows.size} numbers for {size} rows of width {width}")
-        return cls(centre, rows.reshape(size, width))
+        rows = rows.reshape(size, width)  # unit again after float16 rounding: d stays a cosine distance
+        return cls(centre, rows / numpy.maximum(numpy.linalg.norm(rows, axis=1, keepdims=True), 1e-12))
 
 
 def fit_novelty(vectors: Any, size: int = 4096, iterations: int = 10, seed: int = 0) -> NoveltyReference:
@@ -116,3 +117,15 @@ def fit_novelty(vectors: Any, size: int = 4096, iterations: int = 10, seed: int 
         filled = torch.bincount(nearest, minlength=size) > 0
         rows = torch.where(filled.unsqueeze(1), _unit(sums), rows)
     return NoveltyReference(centre.numpy(), rows.numpy())
+
+
+def span_novelty(reference: Optional[NoveltyReference], tensor: Any, start: int, end: int) -> Optional[float]:
+    """The novelty of words ``start``..``end - 1`` of a document whose token vectors are the
+    rows of ``tensor`` (spaCy's ``doc.tensor``); None without a reference, or where
+    ``tensor`` has no rows of the reference's width for those words (e.g. no encoder ran)."""
+    if reference is None or tensor is None:
+        return None
+    shape = numpy.shape(tensor)
+    if len(shape) != 2 or shape[1] != reference.width or shape[0] < end or end <= start:
+        return None
+    return reference.sentence_novelty(numpy.asarray(tensor[start:end]))

@@ -222,6 +222,13 @@ def get_span_expected_entropy(span: Span) -> Optional[float]:
     return _span_value(span, "expected_entropy")
 
 
+def get_span_novelty(span: Span) -> Optional[float]:
+    """How unfamiliar the sentence is to the pipeline's encoder: the mean cosine distance of
+    its ``doc.tensor`` rows from the training data's (``spacy_treexp.calibration.novelty``);
+    None unless the calibration map carries a novelty reference of ``doc.tensor``'s width."""
+    return _span_value(span, "novelty")
+
+
 # --- Token getters ----------------------------------------------------------------
 
 
@@ -290,6 +297,7 @@ SPAN_GETTERS = {
     "expected_errors": get_span_expected_errors,
     "mutual_information": get_span_mutual_information,
     "expected_entropy": get_span_expected_entropy,
+    "novelty": get_span_novelty,
 }
 TOKEN_GETTERS = {
     "head_prob": get_token_head_prob,

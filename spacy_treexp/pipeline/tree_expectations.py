@@ -16,8 +16,9 @@ component is added to a pipeline loaded from a folder whose parser folder holds
 ``treexp_calibration.json`` (as the shipped model's ``biaffine_parser`` does), that map is
 used, and ``to_disk`` / ``to_bytes`` carry it in the component's own data. Set
 ``calibration`` to ``{"kind": "temperature", "log_scale": [0.0], "bias": [0.0]}`` (the
-identity) to use the parser's scores as they are. ``Doc._.parser_scores`` stays the
-parser's own.
+identity) to use the parser's scores as they are. A map that carries a novelty reference
+also gives ``sent._.novelty``, read from ``doc.tensor`` (the vectors of the pipeline's last
+encoder). ``Doc._.parser_scores`` stays the parser's own.
 
 After annotating a Doc the component drops the parser's raw scores (``Doc._.parser_scores
 = None``) unless ``keep_scores`` is set: they take tens of times the memory of the
@@ -41,6 +42,7 @@ from spacy.util import minibatch
 
 from spacy_treexp.annotate import DEFAULTS, AnnotateOptions, SentenceScores, annotate_sentences, install_fork_hook
 from spacy_treexp.calibration.map import CalibrationError, CalibrationMap, read_map
+from spacy_treexp.calibration.novelty import span_novelty
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.extensions import PARSER_SCORES
 from spacy_treexp.pipeline.score_sources import (
@@ -226,7 +228,11 @@ class TreeExpectations(Pipe):
         # sentence_scores held every record to the contract (SentenceScores.check included)
         annotations = annotate_sentences(sentences, self.options, self.calibration, checked=True)
         offset = 0
+        novelty = None if self.calibration is None else self.calibration.novelty
         for doc, doc_scores in zip(docs, per_doc):
+            if novelty is not None:  # sent._.novelty: the map's reference against doc.tensor
+                for record in annotations[offset : offset + len(doc_scores)]:
+                    record.novelty = span_novelty(novelty, doc.tensor, record.start, record.end)
             doc._.set(attributes.STORE, annotations[offset : offset + len(doc_scores)])
             offset += len(doc_scores)
             if not self.keep_scores:

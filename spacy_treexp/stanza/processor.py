@@ -232,6 +232,7 @@ SENTENCE_PROPERTIES = {
     "expected_errors": _sentence_value("expected_errors"),
     "mutual_information": _sentence_value("mutual_information"),
     "expected_entropy": _sentence_value("expected_entropy"),
+    "novelty": _sentence_value("novelty"),  # None: a Stanza Document carries no token vectors
 }
 #: Word properties: name -> getter.
 WORD_PROPERTIES = {

@@ -105,3 +105,40 @@ def test_vectors_of_the_wrong_width_are_refused():
     reference = fit_novelty(clustered(), size=3)
     with pytest.raises(ValueError, match="token vectors must be"):
         reference.token_distances(numpy.zeros((2, 4)))
+
+
+def test_component_gives_sent_novelty_from_the_maps_reference_and_doc_tensor():
+    import spacy
+    from helpers.scorer import score_doc
+    from spacy.tokens import Doc
+
+    from spacy_treexp.calibration import CalibrationMap
+
+    width = 6
+    reference = fit_novelty(clustered(seed=8, width=width), size=4)
+    with_reference = CalibrationMap.identity().to_dict() | {"novelty": reference.to_dict()}
+    back = CalibrationMap.from_dict(json.loads(json.dumps(with_reference)))
+    assert back.novelty is not None and back == CalibrationMap.identity()  # the reference changes no score
+    nlp = spacy.blank("en")
+    component = nlp.add_pipe("tree_expectations", config={"calibration": with_reference})
+    words = "the dog barks . a cat sleeps here".split()
+    doc = Doc(nlp.vocab, words=words, sent_starts=[True, False, False, False, True, False, False, False])
+    score_doc(doc)
+    doc.tensor = numpy.random.default_rng(9).normal(0, 3, (len(words), width)).astype(numpy.float32)
+    component(doc)
+    stored = NoveltyReference.from_dict(reference.to_dict())  # what the config holds (float16 rows)
+    for sent in doc.sents:
+        expected = direct_distances(stored, doc.tensor[sent.start : sent.end]).mean()
+        assert sent._.novelty == pytest.approx(expected, abs=1e-6)
+    # vectors of another width (another encoder), or a map without a reference: None
+    other = Doc(nlp.vocab, words=words[:4], sent_starts=[True, False, False, False])
+    score_doc(other)
+    other.tensor = numpy.ones((4, width + 1), dtype=numpy.float32)
+    component(other)
+    assert [sent._.novelty for sent in other.sents] == [None]
+    plain = nlp.add_pipe("tree_expectations", name="plain", config={"calibration": CalibrationMap.identity().to_dict()})
+    again = Doc(nlp.vocab, words=words[:4], sent_starts=[True, False, False, False])
+    score_doc(again)
+    again.tensor = doc.tensor[:4]
+    plain(again)
+    assert [sent._.novelty for sent in again.sents] == [None]
