@@ -14,6 +14,7 @@ on gold tokens and sentences; scores are the pipeline's ``Doc._.parser_scores``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from spacy_treexp.calibration import fit_calibration
+from spacy_treexp.calibration import CalibrationMap, fit_calibration
 from spacy_treexp.evaluation import read_conllu, spacy_scores
 from spacy_treexp.evaluation.calibration_report import calibration_section
 from spacy_treexp.evaluation.report import _clean, calibration_lines, reliability_by_genre
@@ -81,6 +82,11 @@ def main(argv=None) -> int:
     if args.write_map:
         fitted = fit_calibration(dev_gold, dev_scores, "distance")
         fitted.fit["data"] = shown_path(args.dev)
+        if Path(args.write_map).is_file():  # keep the novelty reference (benchmarks/ood_novelty.py)
+            previous = CalibrationMap.from_disk(args.write_map)
+            if previous.novelty is not None:
+                fitted.fit["novelty"] = previous.fit.get("novelty")
+                fitted = dataclasses.replace(fitted, novelty=previous.novelty)
         fitted.to_disk(args.write_map)
         print(f"wrote {args.write_map}")
     print(f"wrote calibration.json, calibration.md and {plot} to {out}")

@@ -11,6 +11,8 @@ or the command line:
 * with ensemble members: ``mutual_information`` (``sent._.mutual_information``),
   ``mutual_information_per_word``, ``head_mutual_information_mean`` (mean of
   ``token._.head_mutual_information``) and ``expected_entropy``;
+* with a calibration map that carries a novelty reference: ``novelty``
+  (``sent._.novelty``, how far the sentence's encoder vectors are from the training data's);
 
 and, as baselines that need only a per-word softmax over the same arc scores, the local
 head entropy (mean over words of −Σ_h q(h|m) log q(h|m), q = softmax of the column) and the
@@ -43,6 +45,7 @@ ANNOTATION_SCORES = (
     "mutual_information_per_word",
     "head_mutual_information_mean",
     "expected_entropy",
+    "novelty",
     "length",
 )
 #: Baselines from a per-word softmax over the same arc scores.
@@ -69,6 +72,7 @@ def annotation_scores(record: SentenceAnnotation) -> Dict[str, float]:
         "mutual_information_per_word": mi / n,
         "head_mutual_information_mean": nan if head_mi is None else float(numpy.mean(head_mi)),
         "expected_entropy": value(record.expected_entropy),
+        "novelty": value(record.novelty),
         "length": float(record.n),
     }
 
