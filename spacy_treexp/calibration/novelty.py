@@ -54,13 +54,14 @@ class NoveltyReference:
         return int(self.centre.shape[0])
 
     def token_distances(self, vectors: Any) -> numpy.ndarray:
-        """d(x) of every row of ``vectors`` ``(n, width)``, float64 ``(n,)`` (see the module doc)."""
-        x = torch.as_tensor(numpy.asarray(vectors, dtype=numpy.float64))
+        """d(x) of every row of ``vectors`` ``(n, width)``, ``(n,)`` (see the module doc; computed
+        in float32, one product of the n vectors with the R rows)."""
+        x = torch.as_tensor(numpy.asarray(vectors, dtype=numpy.float32))
         if x.ndim != 2 or x.shape[1] != self.width:
             raise ValueError(f"novelty: token vectors must be (n, {self.width}), got {tuple(x.shape)}")
-        centred = _unit(x - torch.from_numpy(self.centre).double())
-        similarity = centred @ torch.from_numpy(self.rows).double().T
-        return (1.0 - similarity.max(dim=1).values).numpy()
+        centred = _unit(x - torch.from_numpy(self.centre))  # float32: cosines of unit vectors to ~1e-7
+        similarity = centred @ torch.from_numpy(self.rows).T
+        return (1.0 - similarity.max(dim=1).values).double().numpy()
 
     def sentence_novelty(self, vectors: Any) -> float:
         """Mean d over a sentence's word vectors ``(n, width)`` (NaN for no words)."""
