@@ -196,15 +196,16 @@ def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.nd
     if sentence.rel is None or sentence.labels is None or sentence.deprels is None:
         return None
     index = _label_index(tuple(sentence.labels))
-    label = numpy.fromiter((index.get(relation, -1) for relation in sentence.deprels), numpy.int64, sentence.n)
-    words = numpy.flatnonzero(label >= 0)  # 0-based: word m = words + 1
-    out = numpy.full(sentence.n, numpy.nan, dtype=numpy.float32)
-    if len(words):
-        if isinstance(sentence.rel, numpy.ndarray):  # one gather
-            values = sentence.rel[heads[words], words + 1, label[words]].astype(numpy.float64).tolist()
-        else:  # scores computed when indexed: arc by arc, as they have always been read
-            values = [float(sentence.rel[heads[m], m + 1, label[m]]) for m in words.tolist()]
+    label = [index.get(relation, -1) for relation in sentence.deprels]
+    if isinstance(sentence.rel, numpy.ndarray) and -1 not in label:  # the usual case: one gather
+        values = sentence.rel[heads, numpy.arange(1, sentence.n + 1), label].tolist()
         # math.exp of each value, and the product in float32, as word by word before
+        return head_prob * numpy.array([math.exp(v) for v in values]).astype(numpy.float32)
+    out = numpy.full(sentence.n, numpy.nan, dtype=numpy.float32)
+    words = [m for m, known in enumerate(label) if known >= 0]  # 0-based: word m + 1
+    if words:
+        # scores computed when indexed (or with unknown relations): arc by arc, as always read
+        values = [float(sentence.rel[heads[m], m + 1, label[m]]) for m in words]
         out[words] = head_prob[words] * numpy.array([math.exp(v) for v in values]).astype(numpy.float32)
     return out
 
