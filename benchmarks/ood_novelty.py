@@ -3,7 +3,7 @@ is to the parser, as the distance of its tok2vec vectors from the training data'
 (``spacy_treexp.calibration.novelty``), beside the tree entropy per word.
 
 Nothing is fitted on the evaluation sets: the novelty reference is fitted on the tok2vec
-vectors of the first ``--train-sentences`` sentences of ``--train`` (unlabelled text; the
+vectors of ``--train`` (its first ``--train-sentences``, default all) (unlabelled text; the
 parser's own training data); the logistic combination of novelty and entropy per word is
 fitted on ``--dev`` (in domain) against ``benchmarks/data/ood_dev_sentences.tsv`` (160
 out-of-domain sentences we wrote, 22 styles, none shared with the evaluation set); the AUROC
@@ -101,8 +101,8 @@ def main() -> int:
     parser.add_argument("--test", required=True, help="in-domain CoNLL-U to evaluate on")
     parser.add_argument("--ood-dev", default=str(DATA / "ood_dev_sentences.tsv"))
     parser.add_argument("--ood", default=str(DATA / "ood_sentences.tsv"))
-    parser.add_argument("--train-sentences", type=int, default=4000)
-    parser.add_argument("--size", type=int, default=4096, help="reference directions")
+    parser.add_argument("--train-sentences", type=int, default=0, help="first N sentences of --train (0: all)")
+    parser.add_argument("--size", type=int, default=2048, help="reference directions")
     parser.add_argument(
         "--encoder",
         default=None,
@@ -115,7 +115,7 @@ def main() -> int:
     nlp = spacy_treexp.load(config={"components.biaffine_parser.members": 0})
     nlp.add_pipe("tree_expectations")
     texts = {
-        "train": [s.text or " ".join(s.forms) for s in read_conllu(args.train)][: args.train_sentences],
+        "train": [s.text or " ".join(s.forms) for s in read_conllu(args.train)][: args.train_sentences or None],
         "dev": [s.text or " ".join(s.forms) for s in read_conllu(args.dev)],
         "test": [s.text or " ".join(s.forms) for s in read_conllu(args.test)],
         "ood_dev": read_tsv(Path(args.ood_dev)),
@@ -154,7 +154,7 @@ def main() -> int:
         calibration = CalibrationMap.from_disk(args.write_map)
         fit = dict(calibration.fit)
         fit["novelty"] = {
-            "data": f"first {args.train_sentences} sentences of {Path(args.train).name} (text only)",
+            "data": f"{len(texts['train'])} sentences of {Path(args.train).name} (text only)",
             "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV --test TEST --write-map MAP",
             **report["reference"],
         }
