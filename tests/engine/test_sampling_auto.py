@@ -12,6 +12,7 @@ from helpers.goodness_of_fit import chi_square_p
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.annotate.options import AnnotateOptions
+from spacy_treexp.engine.native import NATIVE_ENV, numba_installed
 from spacy_treexp.engine.sampling import auto, sample, work
 from spacy_treexp.engine.sampling.wilson import WALK_BUDGET
 
@@ -110,9 +111,11 @@ def test_per_sentence_generators_fit_and_do_not_depend_on_the_batch(walks_are_ch
         assert torch.equal(own[:, 0], heads[:, b, : n + 1])
 
 
-def test_the_choice_follows_the_cost_model():
+def test_the_choice_follows_the_cost_model(monkeypatch):
     """Longer easy sentences walk, strongly bound ones never do; the same scores give the
-    same choice (it reads the scores, not a draw)."""
+    same choice (it reads the scores, not a draw). Against Colbourn's torch loop here; its
+    fused kernel (next test) is faster."""
+    monkeypatch.setenv(NATIVE_ENV, "0")
     gen = torch.Generator().manual_seed(34)
     n = 40
     scores = torch.randn(2, n + 1, n + 1, generator=gen, dtype=torch.float64)
@@ -125,6 +128,26 @@ def test_the_choice_follows_the_cost_model():
     walks, colbourn = auto.predicted_costs(dist, 100)
     assert walks[0] < colbourn[0]
     assert auto.walk_or_not(TreeDistribution(scores), 100).tolist() == walk.tolist()
+
+
+def test_the_choice_prices_colbourns_fused_kernel(monkeypatch):
+    """With the fused kernel Colbourn's predicted cost per tree drops (about 8x at n = 40),
+    and a random sentence walks only where its walks are still predicted cheaper by the
+    margin."""
+    if not numba_installed():
+        pytest.skip("needs numba (the fused kernels)")
+    gen = torch.Generator().manual_seed(34)
+    n = 40
+    dist = TreeDistribution(torch.randn(2, n + 1, n + 1, generator=gen, dtype=torch.float64))
+    lengths = torch.tensor([n])
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    slow = auto.colbourn_cost(lengths)
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    fast = auto.colbourn_cost(lengths)
+    assert fast < slow / 4
+    walks, colbourn = auto.predicted_costs(dist, 100)
+    chosen = auto.walk_or_not(dist, 100)
+    assert not bool((chosen & (walks * (1 + auto.MARGIN) >= colbourn)).any())
 
 
 def test_auto_is_an_option_everywhere():

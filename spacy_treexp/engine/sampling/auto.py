@@ -16,7 +16,8 @@ exact too:
   ROOT children among the draws, sum_r 1 - (1 - mu_r)^S.
 
 The constants are CPU microseconds on one thread, fitted on this project's 2-core
-development VM (``benchmarks/bench_sampling.py --section auto`` prints the table that checks
+development VM (Colbourn's: its torch loop and, where :func:`.native.native_enabled`, its
+fused kernel, which is faster than the walks on most sentences) (``benchmarks/bench_sampling.py --section auto`` prints the table that checks
 them). Only their ratios matter, so a faster machine keeps the choices.
 """
 
@@ -28,6 +29,7 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.laplacian import shifted_weights
+from spacy_treexp.engine.native import native_enabled
 from spacy_treexp.engine.sampling.wilson import WALK_BUDGET, expected_walk_steps, remember_steps, rooted_walk_steps
 
 #: Colbourn's sampler, per tree: COLBOURN_N3 n^3 / (1 + n / COLBOURN_KNEE) microseconds (its
@@ -41,9 +43,12 @@ PAIR_N3 = 1.0e-4
 #: Wilson's walks per tree: WALK_FIXED + FIRST_N2 n^2 microseconds (bookkeeping, first pointers).
 WALK_FIXED = 1.0
 FIRST_N2 = 0.003
-#: Per head drawn by the walks' cycle popping: STEP_BASE + STEP_LOG log2(n + 1) microseconds.
+#: Per head drawn by the walks' cycle popping: STEP_BASE + STEP_LOG log2(n + 1) microseconds
+#: (refitted against the fused Colbourn kernel, ``--section auto`` at n = 60 and 100: parser-like
+#: walks measured 0.02 to 0.08 us per head; lower still sent peaked x10 sentences to walks
+#: that cost more; was 0.03 + 0.03 log2(n + 1)).
 STEP_BASE = 0.03
-STEP_LOG = 0.03
+STEP_LOG = 0.02
 #: One Colbourn draw given its ROOT child costs GIVEN_ROOT_FACTOR Colbourn trees plus
 #: GIVEN_ROOT_FIXED microseconds (measured: 15, 74, 250 and 800 us at n = 10, 30, 60, 100).
 GIVEN_ROOT_FACTOR = 1.2
@@ -65,11 +70,37 @@ CALL_PER_WORD = 150.0
 ROUND = 30.0
 
 
+#: Colbourn's sampler by the fused CPU kernel (:func:`.fused.colbourn_draws`, where
+#: :func:`.native.native_enabled`), per tree: NATIVE_N3 n^3 + NATIVE_N2 n^2 + NATIVE_FIXED
+#: microseconds (measured 1.2, 3.2, 6.6, 26 and 99 us at n = 10, 20, 30, 60, 100, B = 64, 100
+#: trees per sentence, preparation included), and NATIVE_CALL_PER_WORD per call and word.
+NATIVE_N3 = 7.0e-5
+NATIVE_N2 = 0.003
+NATIVE_FIXED = 1.0
+NATIVE_CALL_PER_WORD = 30.0
+
+
 def colbourn_cost(lengths: Tensor) -> Tensor:
     """Predicted microseconds per tree of Colbourn's sampler in a batch padded to ``lengths``
-    words (its loops and matrices run to the batch's longest sentence)."""
+    words (its loops and matrices run to the batch's longest sentence): the fused kernel's
+    where it runs (its sentences run to their own lengths, so this overestimates it a little
+    in ragged batches), else the torch loop's."""
+    n = lengths.double()
+    if native_enabled(lengths):
+        return NATIVE_N3 * n**3 + NATIVE_N2 * n**2 + NATIVE_FIXED
+    return torch_colbourn_cost(lengths)
+
+
+def torch_colbourn_cost(lengths: Tensor) -> Tensor:
+    """Predicted microseconds per tree of Colbourn's torch loop (also what a draw given its
+    ROOT child costs: :func:`given_root_cost`)."""
     n = lengths.double()
     return COLBOURN_N3 * n**3 / (1 + n / COLBOURN_KNEE)
+
+
+def call_per_word(lengths: Tensor) -> float:
+    """Predicted microseconds per word of one call of Colbourn's sampler, beyond its trees."""
+    return NATIVE_CALL_PER_WORD if native_enabled(lengths) else CALL_PER_WORD
 
 
 def walk_cost(lengths: Tensor, steps: Tensor, pairs: Tensor, num_samples: int) -> Tensor:
@@ -129,7 +160,7 @@ def walk_features(dist, num_samples: int, index: Tensor | None = None) -> tuple[
 def given_root_cost(lengths: Tensor) -> Tensor:
     """Predicted microseconds of one Colbourn draw given its ROOT child (a Wilson-Marginal draw
     whose ROOT child's walk is too long: :func:`.colbourn.colbourn_given_root`)."""
-    return GIVEN_ROOT_FACTOR * colbourn_cost(lengths) + GIVEN_ROOT_FIXED
+    return GIVEN_ROOT_FACTOR * torch_colbourn_cost(lengths) + GIVEN_ROOT_FIXED
 
 
 def root_children_walks(dist, index: Tensor, num_samples: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -176,8 +207,18 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     # both samplers work on the batch's padded size (a walking sentence alone: its own)
     padded = torch.full_like(lengths, dist.scores.shape[-1] - 1)
     size = lengths if alone else padded
+    # no analysis where even the shortest walks (one head per word, one ROOT child) lose
+    floor = walk_cost(size, size.double(), torch.ones_like(lengths, dtype=torch.float64), num_samples)
+    if not bool((floor * (1 + MARGIN) < colbourn_cost(padded)).any()):
+        return torch.zeros_like(lengths, dtype=torch.bool)
     steps, most = short_cycle_steps(dist)
-    quick = walk_cost(size, steps, torch.ones_like(lengths, dtype=torch.float64), num_samples)
+    # single-root: each distinct ROOT child drawn costs its walk's check (an LU), known from
+    # the marginals without one: random scores draw dozens, and their checks outweigh Colbourn
+    pairs = torch.ones_like(lengths, dtype=torch.float64)
+    if dist.single_root:
+        mu = dist.marginals[:, 0, :].detach().double()
+        pairs = (1 - (1 - mu.clamp(0, 1)) ** num_samples).sum(-1)
+    quick = walk_cost(size, steps, pairs, num_samples)
     if alone:  # its own rounds (in a batch they are shared: priced below)
         quick = quick + ROUND * (1 + most * math.log(num_samples + 1)) / num_samples
     hopeful = quick * (1 + MARGIN) < colbourn_cost(padded)
@@ -185,8 +226,6 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
         return torch.zeros_like(hopeful)
     if dist.single_root:  # the likeliest ROOT children's walks, for the hopeful sentences
         index = hopeful.nonzero().squeeze(-1)
-        mu = dist.marginals[:, 0, :].detach().double()
-        pairs = (1 - (1 - mu.clamp(0, 1)) ** num_samples).sum(-1)
         walked, largest, unwalked = root_children_walks(dist, index, num_samples)
         n, batch_n = size[index], padded[index]
         cost = walk_cost(n, walked, pairs[index], num_samples) + unwalked * given_root_cost(n)
@@ -217,7 +256,7 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     unwalked_draws = torch.cumsum(given_root[index], 0)  # expected draws given their ROOT child
     gain = saved - ROUND * rounds - (1 - torch.exp(-unwalked_draws)) * given_root_call[index]
     if index.numel() == lengths.numel():  # all walk: no Colbourn call at all
-        gain[-1] += CALL_PER_WORD * float(lengths.max())
+        gain[-1] += call_per_word(lengths) * float(lengths.max())
     best = int(gain.argmax())
     if float(gain[best]) > 0:
         walk[index[: best + 1]] = True
