@@ -242,7 +242,7 @@ def swor_target(batch: int, n: int, k: int, calls: int) -> None:
     lower, median, upper = statistics.quantiles(times, n=4, method="inclusive")
     ratio = statistics.median(t / f for t, f in zip(times, floors))
     print(
-        f"\n2b. SBS, k = {k}, batch {batch}, n = {n} (target <= 50 ms), {calls} calls: "
+        f"\n2b. SBS, k = {k}, batch {batch}, n = {n} (target <= 30 ms), {calls} calls: "
         f"min {min(times):.1f} ms, quartiles {lower:.1f} / {median:.1f} / {upper:.1f} ms, max {max(times):.1f} ms; "
         f"kernels alone median {statistics.median(floors):.1f} ms; SBS / kernels, median of pairs {ratio:.2f}"
     )
