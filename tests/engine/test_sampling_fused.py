@@ -203,3 +203,74 @@ def test_fused_beam_search_hands_flagged_sentences_to_torch(monkeypatch):
         assert len(set(codes(heads[:count, b], n).tolist())) == count
     alive = log_probs > -torch.inf
     assert torch.allclose(log_probs[alive], dist.log_prob(heads)[alive])
+
+
+# ---------------------------------------------------------------- peaked (trapped) sentences
+def peaked_batch(scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three sentences (n = 5, 5 and, padded, 4) of scale * integers 0..2 + N(0, 1): near-ties
+    at the top and strongly bound cycles (L-hat singular in float64 for the first two: the
+    trapped-words path; the graphs of tests/engine/test_sampling_peaked.py)."""
+    scores = torch.zeros(3, 6, 6, dtype=torch.float64)
+    for b, seed in enumerate((8, 19, 24)):
+        gen = torch.Generator().manual_seed(seed)
+        scores[b] = scale * torch.randint(0, 3, (6, 6), generator=gen).double()
+        scores[b] += torch.randn(6, 6, generator=gen, dtype=torch.float64)
+    return scores, torch.tensor([5, 5, 4])
+
+
+def counting_kernel(monkeypatch, tolerance: float | None = None) -> list[int]:
+    """Count the fused draws of conditioned (trapped) rows and their failures; with a
+    ``tolerance``, the kernel checks those rows against it instead."""
+    real, calls = colbourn.fused.colbourn_draws, [0, 0]
+
+    def run(*args, which=None):
+        if which is not None:
+            calls[0] += 1
+            if tolerance is not None:
+                args = args[:6] + (tolerance,)
+        found = real(*args, which=which)
+        if which is not None:
+            calls[1] += int(found[2].sum())
+        return found
+
+    monkeypatch.setattr(colbourn.fused, "colbourn_draws", run)
+    return calls
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+@pytest.mark.parametrize("scale", [100.0, 1000.0])
+@pytest.mark.parametrize("per_sentence", [False, True])
+def test_fused_trapped_sentences_fit_and_give_the_torch_trees(monkeypatch, single_root, scale, per_sentence):
+    """Peaked sentences: the trapped words in torch, then the words by the kernel, each row
+    reading its conditioned distribution; the same trees and log-probabilities as torch, and
+    the tree distribution's law."""
+    scores, lengths = peaked_batch(scale)
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    assert bool(colbourn.Prepared.of(dist).trapped().any())
+    calls = counting_kernel(monkeypatch)
+
+    def run():
+        generator = [torch.Generator().manual_seed(9 + b) for b in range(3)] if per_sentence else None
+        return colbourn.colbourn_sample(dist, DRAWS, generator or torch.Generator().manual_seed(6))
+
+    (heads, log_probs), (fused_heads, fused_log_probs) = both_paths(monkeypatch, run)
+    assert calls[0] > 0
+    assert torch.equal(heads, fused_heads)
+    assert torch.allclose(fused_log_probs, log_probs, rtol=0, atol=1e-9)
+    assert torch.allclose(fused_log_probs, dist.log_prob(fused_heads).double(), rtol=0, atol=1e-6)
+    assert_fits(fused_heads, scores, lengths, single_root)
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_fused_trapped_rows_that_fail_go_to_torch_with_their_uniforms(monkeypatch, single_root):
+    """A kernel whose every check fails (tolerance -1) on the conditioned rows: every row is
+    redone by the Conditioner's loop, with the same trees as the torch path."""
+    scores, lengths = peaked_batch(1000.0)
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    trapped = int(colbourn.Prepared.of(dist).trapped().sum())
+    calls = counting_kernel(monkeypatch, tolerance=-1.0)
+    reference, fused = both_paths(
+        monkeypatch, lambda: sample(dist, (300,), method="colbourn", generator=torch.Generator().manual_seed(2))
+    )
+    assert trapped > 0 and calls[1] == trapped * 300
+    assert torch.equal(reference, fused)

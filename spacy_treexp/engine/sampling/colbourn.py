@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -621,10 +622,16 @@ class TrappedModel:
         return self.inner.heads
 
     def _start_words(self) -> None:
-        """Phase 2: one distribution per distinct (group, heads of the trapped words): the
-        fixed words' columns hold their one arc, the arcs that would close a cycle with them are
-        removed (they are in no tree of the conditioned distribution), and each column is
-        shifted anew (by :func:`.laplacian.shifted_weights`); then Colbourn's conditioner."""
+        """Phase 2: Colbourn's conditioner on :meth:`conditioned`."""
+        dist, prepared, which = self.conditioned()
+        self.inner = Conditioner(dist, which, prepared)
+
+    def conditioned(self) -> tuple[Any, Prepared, Tensor]:
+        """One distribution per distinct (group, heads of the trapped words): the fixed words'
+        columns hold their one arc, the arcs that would close a cycle with them are removed
+        (they are in no tree of the conditioned distribution), and each column is shifted anew
+        (by :func:`.laplacian.shifted_weights`). Returns those distributions, their
+        :class:`Prepared`, and the distribution of each row (R,)."""
         groups = self.setup.groups
         assert groups is not None
         _, first, which = _first_of_each(self.state)
@@ -650,8 +657,7 @@ class TrappedModel:
         scores = scores.masked_fill(closing, NEG_INF)
         lengths = self.setup.lengths[self.setup.group_sentence[group]]
         dist = type(self.setup.dist)(scores, lengths, single_root=False)
-        prepared = Prepared.of(dist, tolerance=CONDITIONED_ERROR)
-        self.inner = Conditioner(dist, which, prepared)
+        return dist, Prepared.of(dist, tolerance=CONDITIONED_ERROR), which
 
 
 def draw_positive(
@@ -794,7 +800,11 @@ def _trapped_chunk(setup: TrappedSetup, num_samples: int, generator: torch.Gener
     sentence = torch.arange(batch, device=setup.scores.device).repeat(num_samples)  # row s * B + b
     state = TrappedModel(setup, sentence)
     log_prob = torch.zeros(sentence.numel(), dtype=torch.float64, device=sentence.device)
+    native = native_enabled(setup.scores)
     for t in range(state.first_step, state.steps):
+        if native and t == state.words + 1:  # phase 2 (the words) by the fused kernel
+            heads, words_log_prob = _fused_words(state, num_samples, generator, uniforms)
+            return heads, log_prob + words_log_prob
         active = state.active(t)
         if not bool(active.any()):
             continue
@@ -815,6 +825,75 @@ def _trapped_chunk(setup: TrappedSetup, num_samples: int, generator: torch.Gener
         chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
         log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
         state.fix(t, head, active)
+    return state.heads, log_prob
+
+
+def _fused_words(
+    state: TrappedModel, num_samples: int, generator: torch.Generator | None, uniforms: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """Phase 2 of :func:`_trapped_chunk` (steps N+1..2N: words 1..N, Sherman-Morrison on the
+    sentences conditioned on the root child and the trapped words' heads) by the fused kernel
+    (:func:`.fused.colbourn_draws`), each row reading its conditioned distribution's inverse,
+    with the uniforms the torch steps would use (drawn here in their order when ``uniforms`` is
+    None). Rows whose draw missed the kernel's checks are redone by :class:`Conditioner`'s loop
+    with the same uniforms (:func:`_conditioned_rows`). Returns heads (R, N+1) and the words'
+    log-probabilities (R,)."""
+    setup, words = state.setup, state.words
+    dist, prepared, which = state.conditioned()
+    rows = state.sentence.numel()
+    lengths = state.lengths
+    if uniforms is None:  # the torch loop's draws: (R, 1) at each word step some row takes
+        longest = int(lengths.max()) if rows else 0
+        drawn = [torch.rand((rows, 1), dtype=torch.float64, generator=generator) for _ in range(longest)]
+        drawn.append(torch.zeros((rows, words - longest), dtype=torch.float64))
+        by_row = torch.cat(drawn, 1)
+    else:  # (B, S, 2N+1): word m of sentence b at column n_b + m (see _sample_trapped)
+        column = (setup.lengths.view(-1, 1) + torch.arange(1, words + 1, device=lengths.device)).clamp_max(2 * words)
+        picked = uniforms.to(torch.float64).gather(2, column.unsqueeze(1).expand(-1, num_samples, -1))
+        by_row = picked.transpose(0, 1).reshape(rows, words)  # row s * B + b
+    if prepared.weights_by_sentence is None:
+        prepared.weights_by_sentence = prepared.weights_by_dep.transpose(0, 1).contiguous()
+    heads, log_prob, failed = fused.colbourn_draws(
+        prepared.inverse,
+        prepared.weights_by_sentence,
+        prepared.first,
+        lengths,
+        by_row.unsqueeze(0),
+        dist.single_root,
+        SUM_TOLERANCE,
+        which=which,
+    )
+    heads, log_prob, failed = heads[0], log_prob[0], failed[0]
+    if bool(failed.any()):
+        index = failed.nonzero().squeeze(-1)
+        heads[index], log_prob[index] = _conditioned_rows(
+            dist, prepared, which[index], by_row[index], state.sentence[index]
+        )
+    return heads, log_prob
+
+
+def _conditioned_rows(dist, prepared: Prepared, which: Tensor, uniforms: Tensor, sentence: Tensor):
+    """Colbourn's draws by :class:`Conditioner` for rows of distributions ``which`` (R,) of
+    ``dist``, with their uniforms (R, N) per word; ``sentence`` (R,): the rows' sentences,
+    for the error message. Returns heads (R, N+1) and log-probabilities (R,)."""
+    state = Conditioner(dist, which, prepared)
+    log_prob = torch.zeros(which.numel(), dtype=torch.float64, device=which.device)
+    for m in range(1, state.steps):
+        active = state.lengths >= m
+        if not bool(active.any()):
+            break
+        probs = state.probs(m)
+        head, possible = draw_positive(probs, None, uniforms[:, m - 1])
+        dead = active & ~possible
+        if dead.any():
+            stuck = sorted(set(sentence[dead].tolist()))
+            raise ValueError(
+                f"Colbourn's sampler found no possible head for word {m} of sentence(s) "
+                f"{stuck[:10]} (the tree distribution has no tree there)."
+            )
+        chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
+        log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
+        state.fix(m, head, None if m <= state.shortest else active)
     return state.heads, log_prob
 
 

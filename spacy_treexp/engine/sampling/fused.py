@@ -6,7 +6,9 @@ arithmetic as its torch twin, sample by sample and sentence by sentence, so that
 working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) tensors:
 
 * :func:`colbourn_draws`: Colbourn's sampler on well-conditioned sentences (Sherman-Morrison
-  rank-one updates of the rows of L-hat^{-1} still needed, :mod:`.colbourn`);
+  rank-one updates of the rows of L-hat^{-1} still needed, :mod:`.colbourn`), and the words
+  of peaked sentences once their trapped words are drawn (phase 2 of
+  :class:`.colbourn.TrappedModel`, each row on its own conditioned distribution);
 * :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`).
 
 Randomness: the kernels draw nothing. The callers draw the uniforms from the caller's torch
@@ -95,6 +97,7 @@ def colbourn_draws(
     uniforms: Tensor,
     single_root: bool,
     tolerance: float,
+    which: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Colbourn's sampler, the loop of :func:`.colbourn._colbourn_chunk` fused per sample.
 
@@ -103,6 +106,10 @@ def colbourn_draws(
     uniforms (S, B, N) float64, [s, b, m - 1] for word m. Returns heads (S, B, N+1) (-1 at
     ROOT and padding), log-probabilities (S, B) float64, and failed (S, B) bool: the draws
     whose conditionals missed ``tolerance`` or had no possible head (to redo in torch).
+    ``which`` (B,): sentence b is drawn from distribution ``which[b]`` of ``inverse``,
+    ``weights`` and ``first`` (which then have one entry per distribution; ``lengths`` and
+    ``uniforms`` stay per sentence): the rows of :class:`.colbourn.TrappedModel`'s conditioned
+    distributions, without a copy per row. By default distribution b.
     """
     samples, batch, width = uniforms.shape
     size = width + 1
@@ -110,6 +117,7 @@ def colbourn_draws(
     log_prob = np.zeros((samples, batch), dtype=np.float64)
     failed = np.zeros((samples, batch), dtype=np.bool_)
     lengths_np = lengths.to(torch.int64).contiguous().numpy()
+    which_np = np.arange(batch, dtype=np.int64) if which is None else which.to(torch.int64).contiguous().numpy()
     cost = samples * lengths_np.astype(np.float64) ** 3
     _run(
         _kernels()["colbourn"],
@@ -118,6 +126,7 @@ def colbourn_draws(
         inverse.contiguous().numpy(),
         weights.contiguous().numpy(),
         first.contiguous().numpy(),
+        which_np,
         lengths_np,
         uniforms.contiguous().numpy(),
         bool(single_root),

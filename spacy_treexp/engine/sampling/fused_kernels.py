@@ -14,8 +14,11 @@ jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
 
 @jit
-def colbourn(inverse, weights, first, lengths, uniforms, single_root, tolerance, heads, log_prob, failed, lo, hi):
-    """Colbourn's draws for sentences lo..hi-1, sample by sample (colbourn._colbourn_chunk)."""
+def colbourn(
+    inverse, weights, first, which, lengths, uniforms, single_root, tolerance, heads, log_prob, failed, lo, hi
+):
+    """Colbourn's draws for sentences lo..hi-1, sample by sample (colbourn._colbourn_chunk);
+    sentence b reads the inverse, weights and first marginals of distribution ``which[b]``."""
     samples = uniforms.shape[0]
     size = uniforms.shape[2] + 1
     A = np.empty((size, size))
@@ -25,10 +28,11 @@ def colbourn(inverse, weights, first, lengths, uniforms, single_root, tolerance,
     end = np.empty(size, dtype=np.int64)
     for b in range(lo, hi):
         n = lengths[b]
+        q = which[b]
         for s in range(samples):
             for r in range(n):
                 for c in range(n):
-                    A[r, c] = inverse[b, r, c]
+                    A[r, c] = inverse[q, r, c]
             for v in range(n + 1):
                 end[v] = v
             end[0] = size  # ROOT: its chain never ends at a word
@@ -40,7 +44,7 @@ def colbourn(inverse, weights, first, lengths, uniforms, single_root, tolerance,
                 # word m's conditionals (Conditioner.probs)
                 if m == 1:
                     for h in range(n + 1):
-                        probs[h] = first[b, h]
+                        probs[h] = first[q, h]
                 else:
                     d = A[j, j]
                     if single_root:
@@ -52,7 +56,7 @@ def colbourn(inverse, weights, first, lengths, uniforms, single_root, tolerance,
                     for h in range(2, n + 1):
                         probs[h] = d - A[j, h - 1]
                     for h in range(n + 1):
-                        p = probs[h] * weights[b, m, h]
+                        p = probs[h] * weights[q, m, h]
                         probs[h] = p if (p > 0.0 and end[h] != m) else 0.0
                 total = 0.0
                 for h in range(n + 1):
