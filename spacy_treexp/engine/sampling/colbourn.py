@@ -465,6 +465,25 @@ class TrappedSetup:
         self.index = torch.full((batch, size), -1, dtype=torch.long, device=self.scores.device)
         self.groups: Groups | None = None
         self.group_sentence = torch.zeros(0, dtype=torch.long, device=self.scores.device)
+        self._reach: tuple[Tensor, Tensor] | None = None
+
+    def reach(self) -> tuple[Tensor, Tensor]:
+        """(G, N+1) each, per group and head chosen for a trapped word: the last and the
+        second-last slot of ``groups.exits`` (ROOT 0, trapped word i) that the word's next step
+        reaches with more than :data:`SETTLED_LEAK` of its probability (0 where none): what
+        :meth:`TrappedModel.fix` reads, computed once per set of groups."""
+        groups = self.groups
+        assert groups is not None
+        if self._reach is None or self._reach[0].shape[0] != len(groups):
+            exits = groups.exits
+            slots = torch.arange(exits.shape[-1], device=exits.device)
+            # where it may go, leaving out what is below SETTLED_LEAK of it (see SETTLED_LEAK)
+            least = torch.logsumexp(exits, -1, keepdim=True) + math.log(SETTLED_LEAK)
+            marked = torch.where(exits > least, slots, 0)
+            top = marked.topk(min(2, marked.shape[-1]), -1).values
+            second = top[..., 1] if top.shape[-1] > 1 else torch.zeros_like(top[..., 0])
+            self._reach = (top[..., 0], second)
+        return self._reach
 
     def group(self, sentence: Tensor, root_child: Tensor) -> Tensor:
         """(R,) the group of each (sentence, root child) pair (root child 0: multi-root)."""
@@ -583,11 +602,11 @@ class TrappedModel:
             groups = self.setup.groups
             assert groups is not None
             self.fixed[:, t - 1] = torch.where(on, choice, self.fixed[:, t - 1])
-            exits = groups.exits[self.group.clamp_min(0), choice]  # (R, P+1): the next step's law
-            slots = torch.arange(exits.shape[-1], device=exits.device)
-            # where it may go, leaving out what is below SETTLED_LEAK of it (see SETTLED_LEAK)
-            least = torch.logsumexp(exits, -1, keepdim=True) + math.log(SETTLED_LEAK)
-            reached = torch.where((exits > least) & (slots != t), slots, 0).amax(-1)
+            # the last trapped word (not t itself) the next step may reach (see SETTLED_LEAK)
+            last, second = self.setup.reach()
+            group = self.group.clamp_min(0)
+            found = last[group, choice]
+            reached = torch.where(found == t, second[group, choice], found)
             self.reaches[:, t - 1] = torch.where(on, reached, self.reaches[:, t - 1])
             self.horizon = torch.where(on, torch.maximum(self.horizon, reached), self.horizon)
             key = self.state * (self.words + 2) + torch.where(on, choice, self.words + 1)
