@@ -197,8 +197,11 @@ def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.nd
         return None
     index = _label_index(tuple(sentence.labels))
     label = [index.get(relation, -1) for relation in sentence.deprels]
-    if isinstance(sentence.rel, numpy.ndarray) and -1 not in label:  # the usual case: one gather
-        values = sentence.rel[heads, numpy.arange(1, sentence.n + 1), label].tolist()
+    if -1 not in label:  # the usual case: each word's row of relation scores in one read
+        # (also for scores computed when indexed, e.g. a calibration map's ScaledRelationScores:
+        # the same values as arc by arc, row-wise computations)
+        rows = numpy.asarray(sentence.rel[heads, numpy.arange(1, sentence.n + 1)])
+        values = numpy.take_along_axis(rows, numpy.asarray(label)[:, None], axis=-1)[:, 0].tolist()
         # math.exp of each value, and the product in float32, as word by word before
         return head_prob * numpy.array([math.exp(v) for v in values]).astype(numpy.float32)
     out = numpy.full(sentence.n, numpy.nan, dtype=numpy.float32)
