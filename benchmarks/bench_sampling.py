@@ -35,6 +35,9 @@ Prints these tables:
    at n = 10, 30, 60, 100 on random, parser-like and peaked (x3, x10) float32 scores; run it
    with ``--threads 1 --cpu-time``. With ``--conllu FILE`` (e.g. UD EWT dev), 7b: the same on
    the shipped EWT parser's arc scores, by length range (needs spaCy and the shipped model).
+7c. (``--section fit-walks``, not in ``all``) what :mod:`spacy_treexp.engine.sampling.auto`'s walk
+   constants are fitted on: microseconds per tree of Wilson-Marginal and Colbourn on
+   parser-like scores, B = 64, 100 trees, n = 10..100, beside the cost model's predictions;
 8. (``--section targets``) the issue's sampling targets in one run, fused CPU kernels against
    the pure-torch samplers (``SPACY_TREEXP_NATIVE=0``) on the same batch (64, n = 30).
 The fused kernels run wherever numba is installed (``SPACY_TREEXP_NATIVE=0`` turns them off);
@@ -348,6 +351,44 @@ def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> No
             print(row + f" {share:>7.2f} {ratio:>6.2f}", flush=True)
 
 
+def fit_walks_table(lengths: list[int], batch: int, samples: int, repeats: int) -> None:
+    """Microseconds per tree of Wilson-Marginal and Colbourn on parser-like scores (their walks
+    draw about one head per word), the median of ``repeats`` interleaved rounds after one
+    warm-up, beside :func:`.auto.walk_cost` and :func:`.auto.colbourn_cost`: the data that
+    auto's WALK_FIXED and FIRST_N2 are fitted on (least squares, relative error)."""
+    from spacy_treexp.engine.sampling.auto import colbourn_cost, root_children_walks, walk_cost
+
+    print(
+        f"\n7c. Walks on parser-like scores (batch {batch}, {samples} trees per sentence, float32): "
+        "us per tree, measured and predicted; heads drawn per tree, ROOT children checked"
+    )
+    print(f"{'n':>4} {'colbourn':>9} {'model':>6} {'wilson_m':>9} {'model':>6} {'heads':>6} {'pairs':>6}")
+    for n in lengths:
+        scores = auto_kinds(batch, n, seed=n)["parser"]
+        times: dict[str, list[float]] = {"colbourn": [], "wilson_marginal": []}
+        for repeat in range(1 + repeats):
+            for method in times:
+                dist = TreeDistribution(scores)
+                dist.marginals
+                start = CLOCK()
+                sample(dist, (samples,), method=method, generator=torch.Generator().manual_seed(1))
+                if repeat:
+                    times[method].append(CLOCK() - start)
+        per_tree = {method: statistics.median(found) * 1e6 / (batch * samples) for method, found in times.items()}
+        dist = TreeDistribution(scores)
+        everyone = torch.arange(batch)
+        walked, _, _ = root_children_walks(dist, everyone, samples)
+        mu = dist.marginals[:, 0, :].detach().double()
+        pairs = (1 - (1 - mu.clamp(0, 1)) ** samples).sum(-1)
+        size = torch.full((batch,), n)
+        walks = float(walk_cost(size, walked, pairs, samples).mean())
+        print(
+            f"{n:>4} {per_tree['colbourn']:>9.2f} {float(colbourn_cost(size)[0]):>6.2f} "
+            f"{per_tree['wilson_marginal']:>9.2f} {walks:>6.2f} {float(walked.mean()):>6.1f} {float(pairs.mean()):>6.2f}",
+            flush=True,
+        )
+
+
 def shipped_parser_scores(conllu: str, ranges, batch: int) -> dict[tuple[int, int], TreeDistribution]:
     """Arc scores of the shipped EWT parser (``spacy_treexp/models/en_treexp_ewt``) on the texts
     of ``conllu``: up to ``batch`` sentences per length range, padded into one batch each."""
@@ -522,7 +563,7 @@ def main() -> None:
     parser.add_argument("--cpu-time", action="store_true", help="time by process CPU time (use with --threads 1)")
     parser.add_argument(
         "--section",
-        choices=["all", "throughput", "swor", "acceptance", "cuda", "scale", "auto", "targets"],
+        choices=["all", "throughput", "swor", "acceptance", "cuda", "scale", "auto", "fit-walks", "targets"],
         default="all",
     )
     parser.add_argument(
@@ -548,11 +589,17 @@ def main() -> None:
         "acceptance": lambda: acceptance_table([10, 30, 60], batch=64, samples=200),
         "cuda": lambda: cuda_table(n=100, batch=64, k=100),
         "scale": lambda: scale_table(repeats=3),
-        "auto": lambda: auto_table([10, 30, 60, 100], batch=64, samples=100, repeats=5),
+        "auto": lambda: (
+            auto_table([10, 30, 60, 100], batch=64, samples=100, repeats=5),
+            auto_parser_table(args.conllu, batch=64, samples=100, repeats=3) if args.conllu else None,
+        ),
+        "fit-walks": lambda: fit_walks_table([10, 20, 30, 40, 60, 80, 100], batch=64, samples=100, repeats=3),
         "targets": lambda: targets_table(batch=64, n=30, samples=100, k=20, rounds=7),
     }
     for name in (
-        [name for name in sections if name not in ("scale", "auto")] if args.section == "all" else [args.section]
+        [name for name in sections if name not in ("scale", "auto", "fit-walks")]
+        if args.section == "all"
+        else [args.section]
     ):
         sections[name]()
 

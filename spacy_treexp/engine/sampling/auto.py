@@ -40,21 +40,28 @@ COLBOURN_KNEE = 15.6
 #: The LU that checks one (sentence, ROOT child)'s walk: as much as one Colbourn tree.
 PAIR_N2 = 0.0525
 PAIR_N3 = 1.0e-4
-#: Wilson's walks per tree: WALK_FIXED + FIRST_N2 n^2 microseconds (bookkeeping, first pointers).
-WALK_FIXED = 1.0
-FIRST_N2 = 0.003
-#: Per head drawn by the walks' cycle popping: STEP_BASE + STEP_LOG log2(n + 1) microseconds
-#: (refitted against the fused Colbourn kernel, ``--section auto`` at n = 60 and 100: parser-like
-#: walks measured 0.02 to 0.08 us per head; lower still sent peaked x10 sentences to walks
-#: that cost more; was 0.03 + 0.03 log2(n + 1)).
-STEP_BASE = 0.03
-STEP_LOG = 0.02
+#: Wilson's walks per tree: WALK_FIXED + FIRST_N2 n^2 microseconds (bookkeeping, and the first
+#: pointers: one head per word, n^2 comparisons). Fitted on parser-like scores (their walks
+#: draw about one head per word: no redraws), B = 64, 100 trees, n = 10..100, one thread:
+#: ``python benchmarks/bench_sampling.py --section fit-walks --threads 1 --cpu-time`` (measured
+#: 2.3, 3.3, 4.2, 8.7, 14.4, 26.2, 39.0 us per tree at n = 10, 20, 30, 40, 60, 80, 100; the
+#: per-head cost charged to every head before, 1.0 + 0.003 n^2 + ~0.13 n at n = 30, predicted
+#: 8.0 there and kept parser-like n = 30 off the walks, 1.22x of the better sampler).
+WALK_FIXED = 1.8
+FIRST_N2 = 0.0030
+#: Per head the walks' cycle popping redraws (heads beyond the first pointers' one per word; a
+#: redraw also pays its round's cycle search): STEP_BASE + STEP_LOG log2(n + 1) microseconds
+#: (``--section auto`` at n = 60 and 100, x3 and x10 scores: 0.03 + 0.02 log2(n + 1), fitted when
+#: every head was charged, sent x10 sentences to walks that cost more, 1.30x at n = 100).
+STEP_BASE = 0.09
+STEP_LOG = 0.06
 #: One Colbourn draw given its ROOT child costs GIVEN_ROOT_FACTOR Colbourn trees plus
 #: GIVEN_ROOT_FIXED microseconds (measured: 15, 74, 250 and 800 us at n = 10, 30, 60, 100).
 GIVEN_ROOT_FACTOR = 1.2
 GIVEN_ROOT_FIXED = 10.0
-#: The walks must be predicted cheaper than Colbourn's sampler by this share (the model's
-#: error on peaked scores, whose rounds it estimates roughly).
+#: The walks must be predicted cheaper than Colbourn's sampler by this share of their roughly
+#: estimated part: the redraws of cycle popping and the draws given their ROOT child (peaked
+#: scores); the first pointers and the ROOT-child checks are known (:func:`uncertain_cost`).
 MARGIN = 0.15
 #: ROOT children drawn fewer times than this in expectation are not analysed ahead, nor more
 #: than ROOT_CHILDREN per sentence (the likeliest): the walks analyse the others they draw
@@ -103,14 +110,28 @@ def call_per_word(lengths: Tensor) -> float:
     return NATIVE_CALL_PER_WORD if native_enabled(lengths) else CALL_PER_WORD
 
 
-def walk_cost(lengths: Tensor, steps: Tensor, pairs: Tensor, num_samples: int) -> Tensor:
-    """Predicted microseconds per tree of Wilson's walks, rounds left out (:data:`ROUND`):
-    bookkeeping, first pointers, ``steps`` heads drawn per tree, and ``pairs`` ROOT-child
-    checks (LUs) shared by ``num_samples`` trees."""
+def redraw_cost(lengths: Tensor, steps: Tensor, words: Tensor | None = None) -> Tensor:
+    """Predicted microseconds per tree of cycle popping's redraws: the ``steps`` heads drawn per
+    tree beyond the first pointers' one per word (``words``: the sentence's own, by default
+    ``lengths``, the size the walks run on)."""
     n = lengths.double()
-    per_step = STEP_BASE + STEP_LOG * torch.log2(n + 1)
+    first = n if words is None else words.double()
+    return (STEP_BASE + STEP_LOG * torch.log2(n + 1)) * (steps - first).clamp_min(0.0)
+
+
+def walk_cost(lengths: Tensor, steps: Tensor, pairs: Tensor, num_samples: int, words: Tensor | None = None) -> Tensor:
+    """Predicted microseconds per tree of Wilson's walks, rounds left out (:data:`ROUND`):
+    bookkeeping, first pointers, the redraws among ``steps`` heads drawn per tree
+    (:func:`redraw_cost`), and ``pairs`` ROOT-child checks (LUs) shared by ``num_samples`` trees."""
+    n = lengths.double()
     pair = PAIR_N2 * n**2 + PAIR_N3 * n**3
-    return WALK_FIXED + FIRST_N2 * n**2 + per_step * steps + pairs * pair / num_samples
+    return WALK_FIXED + FIRST_N2 * n**2 + redraw_cost(lengths, steps, words) + pairs * pair / num_samples
+
+
+def uncertain_cost(lengths: Tensor, steps: Tensor, words: Tensor, given_root: Tensor | float = 0.0) -> Tensor:
+    """The part of a walk's predicted cost that :data:`MARGIN` covers: the redraws, and the
+    draws given their ROOT child (``given_root``, microseconds per tree)."""
+    return redraw_cost(lengths, steps, words) + given_root
 
 
 def short_cycle_steps(dist) -> tuple[Tensor, Tensor]:
@@ -209,7 +230,7 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     size = lengths if alone else padded
     # no analysis where even the shortest walks (one head per word, one ROOT child) lose
     floor = walk_cost(size, size.double(), torch.ones_like(lengths, dtype=torch.float64), num_samples)
-    if not bool((floor * (1 + MARGIN) < colbourn_cost(padded)).any()):
+    if not bool((floor < colbourn_cost(padded)).any()):
         return torch.zeros_like(lengths, dtype=torch.bool)
     steps, most = short_cycle_steps(dist)
     # single-root: each distinct ROOT child drawn costs its walk's check (an LU), known from
@@ -218,25 +239,29 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     if dist.single_root:
         mu = dist.marginals[:, 0, :].detach().double()
         pairs = (1 - (1 - mu.clamp(0, 1)) ** num_samples).sum(-1)
-    quick = walk_cost(size, steps, pairs, num_samples)
+    quick = walk_cost(size, steps, pairs, num_samples, lengths)
     if alone:  # its own rounds (in a batch they are shared: priced below)
         quick = quick + ROUND * (1 + most * math.log(num_samples + 1)) / num_samples
-    hopeful = quick * (1 + MARGIN) < colbourn_cost(padded)
+    hopeful = quick + MARGIN * uncertain_cost(size, steps, lengths) < colbourn_cost(padded)
     if not bool(hopeful.any()):
         return torch.zeros_like(hopeful)
     if dist.single_root:  # the likeliest ROOT children's walks, for the hopeful sentences
         index = hopeful.nonzero().squeeze(-1)
         walked, largest, unwalked = root_children_walks(dist, index, num_samples)
-        n, batch_n = size[index], padded[index]
-        cost = walk_cost(n, walked, pairs[index], num_samples) + unwalked * given_root_cost(n)
-        saving = torch.full_like(pairs, -torch.inf).index_put((index,), colbourn_cost(batch_n) / (1 + MARGIN) - cost)
+        n, batch_n, words = size[index], padded[index], lengths[index]
+        # walked: the steps of the draws that walk, (1 - unwalked) of them, each with its words
+        walking = words.double() * (1 - unwalked)
+        cost = walk_cost(n, walked, pairs[index], num_samples, walking) + unwalked * given_root_cost(n)
+        rough = uncertain_cost(n, walked, walking, unwalked * given_root_cost(n))
+        saving = torch.full_like(pairs, -torch.inf).index_put((index,), colbourn_cost(batch_n) - cost - MARGIN * rough)
         peak = torch.full_like(pairs, torch.inf).index_put((index,), largest)
         given_root = torch.zeros_like(pairs).index_put((index,), unwalked * num_samples)
     else:
         steps, peak, pairs = walk_features(dist, num_samples)
         fine = hopeful & (steps <= WALK_BUDGET * lengths.double()) & torch.isfinite(peak)
-        cost = walk_cost(size, torch.where(fine, steps, 0.0), pairs, num_samples)
-        saving = torch.where(fine, colbourn_cost(padded) / (1 + MARGIN) - cost, -torch.inf)
+        steps = torch.where(fine, steps, 0.0)
+        cost = walk_cost(size, steps, pairs, num_samples, lengths) + MARGIN * uncertain_cost(size, steps, lengths)
+        saving = torch.where(fine, colbourn_cost(padded) - cost, -torch.inf)
         given_root = torch.zeros_like(saving)
     # a call of Colbourn given the ROOT child (when a draw's child does not walk) has its own
     # per-step overhead, over the 2 n + 1 steps of the trapped-words model
@@ -272,4 +297,4 @@ def predicted_costs(dist, num_samples: int) -> tuple[Tensor, Tensor]:
     return walks, colbourn_cost(padded)
 
 
-__all__ = ["walk_or_not", "walk_features", "predicted_costs", "colbourn_cost", "walk_cost"]
+__all__ = ["walk_or_not", "walk_features", "predicted_costs", "colbourn_cost", "walk_cost", "redraw_cost"]
