@@ -418,19 +418,33 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
     from spacy_treexp.annotate.batching import length_buckets, pad_scores
 
     relations = [dependent_relations(s) if calibration.relations else None for s in sentences]
-    arcs: List[Optional[numpy.ndarray]] = [None] * len(sentences)
-    for index in length_buckets([s.n for s in sentences], 512, max_cells=4_000_000):
-        raw, lengths = pad_scores([sentences[i].arc for i in index])
-        mapped = calibration.apply_batch(raw, lengths, [relations[i] for i in index]).numpy()
-        for b, i in enumerate(index):
-            size = sentences[i].n + 1
-            arcs[i] = numpy.ascontiguousarray(mapped[b, :size, :size])
-    out = []
-    for sentence, arc, names in zip(sentences, arcs, relations):
-        changes = {"arc": arc, "rel": calibration.apply_rel(sentence.rel, names)}
+    # every arc matrix to map, in one padded pass per length bucket: each sentence's own
+    # scores, then each ensemble member's (a member is a parser's scores of the same words)
+    owners: List[int] = []
+    matrices: List[numpy.ndarray] = []
+    for i, sentence in enumerate(sentences):
         members = getattr(sentence, "members", None)
-        if members is not None:  # an ensemble's members: each is a parser's scores
-            changes["members"] = numpy.stack([calibration.apply_arc(member, names) for member in members])
+        for arc in [sentence.arc, *(members if members is not None else ())]:
+            owners.append(i)
+            matrices.append(arc)
+    mapped_arcs: List[numpy.ndarray] = [numpy.empty(0)] * len(matrices)
+    sizes = [sentences[i].n for i in owners]
+    for index in length_buckets(sizes, 512, max_cells=4_000_000):
+        raw, lengths = pad_scores([matrices[j] for j in index])
+        mapped = calibration.apply_batch(raw, lengths, [relations[owners[j]] for j in index]).numpy()
+        for b, j in enumerate(index):
+            size = sizes[j] + 1
+            mapped_arcs[j] = numpy.ascontiguousarray(mapped[b, :size, :size])
+    out = []
+    position = 0
+    for sentence, names in zip(sentences, relations):
+        members = getattr(sentence, "members", None)
+        count = 1 + (len(members) if members is not None else 0)
+        arcs = mapped_arcs[position : position + count]
+        position += count
+        changes = {"arc": arcs[0], "rel": calibration.apply_rel(sentence.rel, names)}
+        if members is not None and count > 1:  # an ensemble's members: each is a parser's scores
+            changes["members"] = numpy.stack(arcs[1:])
         out.append(dataclasses.replace(sentence, **changes))
     return out
 

@@ -123,6 +123,27 @@ def test_calibrate_sentences_applies_to_ensemble_members():
     numpy.testing.assert_allclose(out.members[1], rich_map().apply_arc(2 * arc))
 
 
+def test_calibrate_sentences_maps_a_ragged_batch_with_and_without_members():
+    """The batched pass (sentences and members padded together) gives each matrix what
+    mapping it alone gives, and keeps each sentence's members with it."""
+    rng = numpy.random.default_rng(7)
+    sentences = []
+    for n, k in [(3, 2), (6, 0), (1, 3), (5, 1), (6, 2)]:
+        sentence = SentenceScores(arc=rng.normal(0, 2, (n + 1, n + 1)))
+        if k:
+            sentence.members = rng.normal(0, 2, (k, n + 1, n + 1))
+        sentences.append(sentence)
+    calibration = rich_map()
+    for sentence, out in zip(sentences, calibrate_sentences(sentences, calibration)):
+        numpy.testing.assert_allclose(out.arc, calibration.apply_arc(sentence.arc), rtol=0, atol=1e-12)
+        if sentence.members is None:
+            assert out.members is None
+            continue
+        assert out.members.shape == sentence.members.shape
+        for member, mapped in zip(sentence.members, out.members):
+            numpy.testing.assert_allclose(mapped, calibration.apply_arc(member), rtol=0, atol=1e-12)
+
+
 def test_record_round_trips(tmp_path):
     calibration = rich_map(rel_temperature=1.7)
     assert CalibrationMap.from_dict(calibration.to_dict()) == calibration
