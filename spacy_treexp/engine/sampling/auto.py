@@ -87,15 +87,16 @@ NATIVE_FIXED = 1.0
 NATIVE_CALL_PER_WORD = 30.0
 
 
-def colbourn_cost(lengths: Tensor) -> Tensor:
-    """Predicted microseconds per tree of Colbourn's sampler in a batch padded to ``lengths``
-    words (its loops and matrices run to the batch's longest sentence): the fused kernel's
-    where it runs (its sentences run to their own lengths, so this overestimates it a little
-    in ragged batches), else the torch loop's."""
-    n = lengths.double()
+def colbourn_cost(lengths: Tensor, padded: Tensor | None = None) -> Tensor:
+    """Predicted microseconds per tree of Colbourn's sampler for sentences of ``lengths`` words
+    in a batch padded to ``padded`` (by default ``lengths``): the fused kernel's where it runs
+    (each sentence runs to its own length: in ragged batches, pricing it at the padded size
+    sent EWT sentences of 50-80 words to walks that cost 2.4x more), else the torch loop's
+    (its loops and matrices run to the batch's longest sentence)."""
     if native_enabled(lengths):
+        n = lengths.double()
         return NATIVE_N3 * n**3 + NATIVE_N2 * n**2 + NATIVE_FIXED
-    return torch_colbourn_cost(lengths)
+    return torch_colbourn_cost(lengths if padded is None else padded)
 
 
 def torch_colbourn_cost(lengths: Tensor) -> Tensor:
@@ -228,9 +229,10 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     # both samplers work on the batch's padded size (a walking sentence alone: its own)
     padded = torch.full_like(lengths, dist.scores.shape[-1] - 1)
     size = lengths if alone else padded
+    colbourn = colbourn_cost(lengths, padded)
     # no analysis where even the shortest walks (one head per word, one ROOT child) lose
-    floor = walk_cost(size, size.double(), torch.ones_like(lengths, dtype=torch.float64), num_samples)
-    if not bool((floor < colbourn_cost(padded)).any()):
+    floor = walk_cost(size, lengths.double(), torch.ones_like(lengths, dtype=torch.float64), num_samples, lengths)
+    if not bool((floor < colbourn).any()):
         return torch.zeros_like(lengths, dtype=torch.bool)
     steps, most = short_cycle_steps(dist)
     # single-root: each distinct ROOT child drawn costs its walk's check (an LU), known from
@@ -242,18 +244,18 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     quick = walk_cost(size, steps, pairs, num_samples, lengths)
     if alone:  # its own rounds (in a batch they are shared: priced below)
         quick = quick + ROUND * (1 + most * math.log(num_samples + 1)) / num_samples
-    hopeful = quick + MARGIN * uncertain_cost(size, steps, lengths) < colbourn_cost(padded)
+    hopeful = quick + MARGIN * uncertain_cost(size, steps, lengths) < colbourn
     if not bool(hopeful.any()):
         return torch.zeros_like(hopeful)
     if dist.single_root:  # the likeliest ROOT children's walks, for the hopeful sentences
         index = hopeful.nonzero().squeeze(-1)
         walked, largest, unwalked = root_children_walks(dist, index, num_samples)
-        n, batch_n, words = size[index], padded[index], lengths[index]
+        n, words = size[index], lengths[index]
         # walked: the steps of the draws that walk, (1 - unwalked) of them, each with its words
         walking = words.double() * (1 - unwalked)
         cost = walk_cost(n, walked, pairs[index], num_samples, walking) + unwalked * given_root_cost(n)
         rough = uncertain_cost(n, walked, walking, unwalked * given_root_cost(n))
-        saving = torch.full_like(pairs, -torch.inf).index_put((index,), colbourn_cost(batch_n) - cost - MARGIN * rough)
+        saving = torch.full_like(pairs, -torch.inf).index_put((index,), colbourn[index] - cost - MARGIN * rough)
         peak = torch.full_like(pairs, torch.inf).index_put((index,), largest)
         given_root = torch.zeros_like(pairs).index_put((index,), unwalked * num_samples)
     else:
@@ -261,7 +263,7 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
         fine = hopeful & (steps <= WALK_BUDGET * lengths.double()) & torch.isfinite(peak)
         steps = torch.where(fine, steps, 0.0)
         cost = walk_cost(size, steps, pairs, num_samples, lengths) + MARGIN * uncertain_cost(size, steps, lengths)
-        saving = torch.where(fine, colbourn_cost(padded) - cost, -torch.inf)
+        saving = torch.where(fine, colbourn - cost, -torch.inf)
         given_root = torch.zeros_like(saving)
     # a call of Colbourn given the ROOT child (when a draw's child does not walk) has its own
     # per-step overhead, over the 2 n + 1 steps of the trapped-words model
@@ -294,7 +296,7 @@ def predicted_costs(dist, num_samples: int) -> tuple[Tensor, Tensor]:
     steps, _, pairs = walk_features(dist, num_samples)
     padded = torch.full_like(dist.lengths, dist.scores.shape[-1] - 1)
     walks = walk_cost(padded, torch.where(torch.isfinite(steps), steps, torch.inf), pairs, num_samples)
-    return walks, colbourn_cost(padded)
+    return walks, colbourn_cost(dist.lengths, padded)
 
 
 __all__ = ["walk_or_not", "walk_features", "predicted_costs", "colbourn_cost", "walk_cost", "redraw_cost"]
