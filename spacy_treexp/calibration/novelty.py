@@ -38,8 +38,9 @@ class NoveltyReference:
     rows: numpy.ndarray
 
     def __post_init__(self) -> None:
-        centre = numpy.asarray(self.centre, dtype=numpy.float32).reshape(-1)
-        rows = numpy.asarray(self.rows, dtype=numpy.float32)
+        # own, writable copies: torch warns on read-only arrays (e.g. a reference read from bytes)
+        centre = numpy.array(self.centre, dtype=numpy.float32).reshape(-1)
+        rows = numpy.array(self.rows, dtype=numpy.float32)
         if rows.ndim != 2 or rows.shape[0] == 0 or rows.shape[1] != centre.shape[0]:
             raise CalibrationError(
                 f"novelty reference: rows must be (R, {centre.shape[0]}) with R >= 1, got {rows.shape}"
@@ -56,7 +57,7 @@ class NoveltyReference:
     def token_distances(self, vectors: Any) -> numpy.ndarray:
         """d(x) of every row of ``vectors`` ``(n, width)``, ``(n,)`` (see the module doc; computed
         in float32, one product of the n vectors with the R rows)."""
-        x = torch.as_tensor(numpy.asarray(vectors, dtype=numpy.float32))
+        x = torch.from_numpy(numpy.array(vectors, dtype=numpy.float32))  # a copy: doc.tensor may be read-only
         if x.ndim != 2 or x.shape[1] != self.width:
             raise ValueError(f"novelty: token vectors must be (n, {self.width}), got {tuple(x.shape)}")
         centred = _unit(x - torch.from_numpy(self.centre))  # float32: cosines of unit vectors to ~1e-7

@@ -142,3 +142,20 @@ def test_component_gives_sent_novelty_from_the_maps_reference_and_doc_tensor():
     again.tensor = doc.tensor[:4]
     plain(again)
     assert [sent._.novelty for sent in again.sents] == [None]
+
+
+def test_read_only_vectors_and_reference_give_no_warning():
+    """doc.tensor and a reference read from bytes may be read-only arrays: torch warns on
+    those, so the reference works on its own copies."""
+    import warnings
+
+    rows = numpy.eye(4, dtype=numpy.float32)
+    rows.setflags(write=False)
+    vectors = numpy.random.default_rng(0).normal(size=(3, 4)).astype(numpy.float32)
+    vectors.setflags(write=False)
+    reference = NoveltyReference(numpy.zeros(4, dtype=numpy.float32), rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distances = reference.token_distances(vectors)
+    unit = vectors / numpy.linalg.norm(vectors, axis=1, keepdims=True)
+    numpy.testing.assert_allclose(distances, 1.0 - unit.max(axis=1), atol=1e-6)
