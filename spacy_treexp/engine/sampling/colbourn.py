@@ -901,19 +901,35 @@ def _conditioned_rows(dist, prepared: Prepared, which: Tensor, uniforms: Tensor,
         active = state.lengths >= m
         if not bool(active.any()):
             break
-        probs = state.probs(m)
-        head, possible = draw_positive(probs, None, uniforms[:, m - 1])
-        dead = active & ~possible
-        if dead.any():
-            stuck = sorted(set(sentence[dead].tolist()))
-            raise ValueError(
-                f"Colbourn's sampler found no possible head for word {m} of sentence(s) "
-                f"{stuck[:10]} (the tree distribution has no tree there)."
-            )
-        chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
-        log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
-        state.fix(m, head, None if m <= state.shortest else active)
+        log_prob = _draw_word(state, m, active, sentence, None, uniforms[:, m - 1], log_prob)
     return state.heads, log_prob
+
+
+def _draw_word(
+    state: Conditioner,
+    m: int,
+    active: Tensor,
+    sentence: Tensor,
+    generator: torch.Generator | None,
+    uniform: Tensor | None,
+    log_prob: Tensor,
+) -> Tensor:
+    """One step of Colbourn's draws: word m's head for every row of ``state`` from its
+    conditionals (by ``uniform``, else ``generator``), fixed in ``state``; returns
+    ``log_prob`` plus the active rows' log-probability of their draw. A row with no possible
+    head is an error naming its sentence (``sentence``: each row's)."""
+    probs = state.probs(m)
+    head, possible = draw_positive(probs, generator, uniform)
+    dead = active & ~possible
+    if dead.any():
+        stuck = sorted(set(sentence[dead].tolist()))
+        raise ValueError(
+            f"Colbourn's sampler found no possible head for word {m} of sentence(s) "
+            f"{stuck[:10]} (the tree distribution has no tree there)."
+        )
+    chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
+    state.fix(m, head, None if m <= state.shortest else active)
+    return log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
 
 
 def _fused_chunk(
@@ -962,17 +978,6 @@ def _colbourn_chunk(
     log_prob = torch.zeros(sentence.numel(), dtype=torch.float64, device=sentence.device)
     for m in range(1, size):
         active = state.lengths >= m
-        probs = state.probs(m)
         uniform = None if uniforms is None else uniforms[:, :, m - 1].T.reshape(-1)  # row s * B + b
-        head, possible = draw_positive(probs, generator, uniform)
-        dead = active & ~possible
-        if dead.any():
-            stuck = sorted(set(sentence[dead].tolist()))
-            raise ValueError(
-                f"Colbourn's sampler found no possible head for word {m} of sentence(s) "
-                f"{stuck[:10]} (the tree distribution has no tree there)."
-            )
-        chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
-        log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
-        state.fix(m, head, None if m <= state.shortest else active)
+        log_prob = _draw_word(state, m, active, sentence, generator, uniform, log_prob)
     return state.heads, log_prob
