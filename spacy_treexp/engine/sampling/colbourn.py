@@ -22,7 +22,7 @@ sign of a rounding error: heads closing a cycle with the heads already chosen, a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -77,7 +77,7 @@ class Prepared:
     :class:`TrappedModel`, which never read it);
     error (B,): the LU's error estimate (:func:`.laplacian.fast_inverse`; inf where singular);
     update_columns (N+1, N+1, 2), update_coefficients (N+1, N+1): the table of
-    :func:`_update_columns`; weights_by_sentence: see the field.
+    :func:`_update_columns`.
     """
 
     weights_by_dep: Tensor
@@ -86,8 +86,8 @@ class Prepared:
     error: Tensor
     update_columns: Tensor
     update_coefficients: Tensor
-    #: ``weights_by_dep`` as (B, N+1, N+1) [b, m, h], for the fused kernels (made when needed)
-    weights_by_sentence: Tensor | None = None
+    #: :meth:`by_sentence`'s copy, made on its first call
+    _by_sentence: Tensor | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def of(cls, dist, tolerance: float | None = None) -> Prepared:
@@ -125,6 +125,13 @@ class Prepared:
             columns.to(weights.device),
             coefficients.to(weights.device),
         )
+
+    def by_sentence(self) -> Tensor:
+        """``weights_by_dep`` as (B, N+1, N+1) [b, m, h], contiguous per sentence, for the fused
+        kernels (copied once, on first use)."""
+        if self._by_sentence is None:
+            self._by_sentence = self.weights_by_dep.transpose(0, 1).contiguous()
+        return self._by_sentence
 
     def select(self, index: Tensor) -> Prepared:
         """The same for the sentences ``index`` only."""
@@ -870,11 +877,9 @@ def _fused_words(
         column = (setup.lengths.view(-1, 1) + torch.arange(1, words + 1, device=lengths.device)).clamp_max(2 * words)
         picked = uniforms.to(torch.float64).gather(2, column.unsqueeze(1).expand(-1, num_samples, -1))
         by_row = picked.transpose(0, 1).reshape(rows, words)  # row s * B + b
-    if prepared.weights_by_sentence is None:
-        prepared.weights_by_sentence = prepared.weights_by_dep.transpose(0, 1).contiguous()
     heads, log_prob, failed = fused.colbourn_draws(
         prepared.inverse,
-        prepared.weights_by_sentence,
+        prepared.by_sentence(),
         prepared.first,
         lengths,
         by_row.unsqueeze(0),
@@ -946,11 +951,9 @@ def _fused_chunk(
         by_sample = drawn.view(num_samples, batch, size - 1)
     else:
         by_sample = uniforms.to(torch.float64).transpose(0, 1)
-    if prepared.weights_by_sentence is None:
-        prepared.weights_by_sentence = prepared.weights_by_dep.transpose(0, 1).contiguous()
     heads, log_prob, failed = fused.colbourn_draws(
         prepared.inverse,
-        prepared.weights_by_sentence,
+        prepared.by_sentence(),
         prepared.first,
         dist.lengths,
         by_sample,

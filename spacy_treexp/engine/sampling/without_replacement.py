@@ -156,11 +156,9 @@ def _search(dist, k: int, prepared: Prepared, generator: Randomness) -> Tensor:
         seeds = torch.cat([torch.randint(2**32, (1,), generator=stream) for stream in generator])
     else:
         seeds = torch.randint(2**32, (batch,), generator=generator)
-    if prepared.weights_by_sentence is None:
-        prepared.weights_by_sentence = prepared.weights_by_dep.transpose(0, 1).contiguous()
     heads, failed = fused.beam_search(
         prepared.inverse,
-        prepared.weights_by_sentence,
+        prepared.by_sentence(),
         prepared.first,
         dist.lengths,
         seeds,
