@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 from helpers.enumerate_trees import all_trees, tree_log_probs
-from helpers.goodness_of_fit import chi_square_p
+from helpers.goodness_of_fit import ALPHA, assert_first_two_draws_fit, assert_fits, chi_square_p, codes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +26,6 @@ from spacy_treexp.engine.sampling.colbourn import colbourn_sample
 from spacy_treexp.engine.sampling.wilson import wilson_multi_root, wilson_reject
 
 DRAWS = 20_000
-ALPHA = 1e-3
 
 
 # ---------------------------------------------------------------- exact distributions
@@ -36,26 +35,11 @@ def exact_probs(scores: torch.Tensor, n: int, single_root: bool) -> tuple[torch.
     return trees, log_probs.exp()
 
 
-def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
-    """Integer code of each head vector (..., >= n+1) over words 1..n."""
-    base = (n + 1) ** torch.arange(n)
-    return (heads[..., 1 : n + 1] * base).sum(-1)
-
-
 def random_batch(seed: int, dtype=torch.float64):
     """Two sentences, n = 4 and a padded n = 3, random N(0, 1.5^2) scores."""
     gen = torch.Generator().manual_seed(seed)
     scores = torch.randn(2, 5, 5, generator=gen, dtype=dtype) * 1.5
     return scores, torch.tensor([4, 3])
-
-
-def assert_fits(heads: torch.Tensor, scores: torch.Tensor, lengths, single_root: bool) -> None:
-    """Chi-square goodness of fit of draws (S, B, N+1) for every sentence of the batch."""
-    for b, n in enumerate(lengths.tolist()):
-        assert (heads[:, b, n + 1 :] == -1).all() and (heads[:, b, 0] == -1).all()
-        trees, probs = exact_probs(scores[b], n, single_root)
-        p_value = chi_square_p(codes(heads[:, b], n), codes(trees, n), probs)
-        assert p_value > ALPHA, f"sentence {b}: chi-square p = {p_value:.2e}"
 
 
 # ---------------------------------------------------------------- goodness of fit
@@ -206,20 +190,6 @@ def test_without_replacement_draws_every_tree_once_then_pads(method, single_root
         assert torch.allclose(log_probs[:count, b].double(), expected, atol=1e-9)
         assert (heads[count:, b] == -1).all() and (log_probs[count:, b] == -torch.inf).all()
     assert_exact_log_probs(dist, heads, log_probs)
-
-
-def assert_first_two_draws_fit(heads: torch.Tensor, scores: torch.Tensor, n: int, single_root: bool) -> None:
-    """Draws (>= 2, copies, n+1) of one sentence without replacement: the first is ~ p, the
-    ordered pair (a, b) has probability p(a) p(b) / (1 - p(a)) (chi-square, every draw a tree)."""
-    trees, probs = exact_probs(scores, n, single_root)
-    tree_codes = codes(trees, n)
-    first, second = codes(heads[0], n), codes(heads[1], n)
-    assert (first != second).all()
-    assert chi_square_p(first, tree_codes, probs) > ALPHA
-    pair_probs = probs[:, None] * probs[None, :] / (1 - probs[:, None])
-    pair_codes = tree_codes[:, None] * 10_000 + tree_codes[None, :]
-    off = ~torch.eye(tree_codes.numel(), dtype=torch.bool)
-    assert chi_square_p(first * 10_000 + second, pair_codes[off], pair_probs[off]) > ALPHA
 
 
 @pytest.mark.parametrize(

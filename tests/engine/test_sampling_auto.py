@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.enumerate_trees import tree_log_probs
-from helpers.goodness_of_fit import chi_square_p
+from helpers.goodness_of_fit import assert_fits
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.annotate.options import AnnotateOptions
@@ -17,20 +16,6 @@ from spacy_treexp.engine.sampling import auto, sample, work
 from spacy_treexp.engine.sampling.wilson import WALK_BUDGET
 
 DRAWS = 20_000
-ALPHA = 1e-3
-
-
-def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
-    base = (n + 1) ** torch.arange(n)
-    return (heads[..., 1 : n + 1] * base).sum(-1)
-
-
-def assert_fits(heads: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor, single_root: bool) -> None:
-    for b, n in enumerate(lengths.tolist()):
-        assert (heads[:, b, n + 1 :] == -1).all() and (heads[:, b, 0] == -1).all()
-        trees, log_probs = tree_log_probs(scores[b], n, single_root)
-        p_value = chi_square_p(codes(heads[:, b], n), codes(trees, n), log_probs.exp())
-        assert p_value > ALPHA, f"sentence {b}: chi-square p = {p_value:.2e}"
 
 
 def mixed_batch() -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.enumerate_trees import tree_log_probs
-from helpers.goodness_of_fit import chi_square_p
+from helpers.goodness_of_fit import assert_first_two_draws_fit, assert_fits, codes
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.engine.native import NATIVE_ENV
@@ -21,13 +21,6 @@ from spacy_treexp.engine.sampling import colbourn, sample, sample_without_replac
 pytest.importorskip("numba")
 
 DRAWS = 20_000
-ALPHA = 1e-3
-
-
-def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
-    """Integer code of each head vector over words 1..n."""
-    base = (n + 1) ** torch.arange(n)
-    return (heads[..., 1 : n + 1] * base).sum(-1)
 
 
 def ragged_batch(seed: int, scale: float = 1.5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,14 +30,6 @@ def ragged_batch(seed: int, scale: float = 1.5) -> tuple[torch.Tensor, torch.Ten
     scores = torch.randn(3, 5, 5, generator=gen, dtype=torch.float64) * scale
     scores[0, 2, 3] = -torch.inf
     return scores, torch.tensor([4, 3, 2])
-
-
-def assert_fits(heads: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor, single_root: bool) -> None:
-    for b, n in enumerate(lengths.tolist()):
-        assert (heads[:, b, n + 1 :] == -1).all() and (heads[:, b, 0] == -1).all()
-        trees, log_probs = tree_log_probs(scores[b], n, single_root)
-        p_value = chi_square_p(codes(heads[:, b], n), codes(trees, n), log_probs.exp())
-        assert p_value > ALPHA, f"sentence {b}: chi-square p = {p_value:.2e}"
 
 
 def both_paths(monkeypatch, function):
@@ -110,19 +95,6 @@ def _tolerant(chunk):
     return run
 
 
-def first_two_fit(heads: torch.Tensor, scores: torch.Tensor, n: int, single_root: bool) -> None:
-    """The first draw ~ p; the ordered pair (a, b) has probability p(a) p(b) / (1 - p(a))."""
-    trees, log_probs = tree_log_probs(scores, n, single_root)
-    probs, tree_codes = log_probs.exp(), codes(trees, n)
-    first, second = codes(heads[0], n), codes(heads[1], n)
-    assert (first != second).all()
-    assert chi_square_p(first, tree_codes, probs) > ALPHA
-    pair_probs = probs[:, None] * probs[None, :] / (1 - probs[:, None])
-    pair_codes = tree_codes[:, None] * 10_000 + tree_codes[None, :]
-    off = ~torch.eye(tree_codes.numel(), dtype=torch.bool)
-    assert chi_square_p(first * 10_000 + second, pair_codes[off], pair_probs[off]) > ALPHA
-
-
 @pytest.mark.parametrize(
     "single_root,k,scale,per_sentence",
     [(True, 2, 1.0, False), (True, 6, 1.0, True), (False, 5, 1.0, False), (True, 5, 3.0, False)],
@@ -139,8 +111,8 @@ def test_fused_beam_search_has_the_without_replacement_law(monkeypatch, single_r
     dist = TreeDistribution(batch, sizes, single_root=single_root)
     gen = [torch.Generator().manual_seed(i) for i in range(DRAWS)] if per_sentence else torch.Generator().manual_seed(k)
     heads, log_probs = sample_without_replacement(dist, k, method="sbs", generator=gen)
-    first_two_fit(heads[:, 1::2], scores[b], n, single_root)
-    first_two_fit(heads[:, ::2], scores[0], 4, single_root)
+    assert_first_two_draws_fit(heads[:, 1::2], scores[b], n, single_root)
+    assert_first_two_draws_fit(heads[:, ::2], scores[0], 4, single_root)
     alive = log_probs > -torch.inf
     assert torch.allclose(log_probs[alive], dist.log_prob(heads)[alive])
 

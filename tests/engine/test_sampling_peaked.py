@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 from helpers.enumerate_trees import tree_log_probs
-from helpers.goodness_of_fit import chi_square_p
+from helpers.goodness_of_fit import ALPHA, assert_fits, chi_square_p, codes
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.engine.sampling import colbourn as colbourn_module
@@ -37,7 +37,6 @@ from spacy_treexp.engine.sampling.wilson import (
 )
 
 DRAWS = 20_000
-ALPHA = 1e-3
 #: base seeds whose graphs keep >= 7 trees above probability 0.02 at x100 and x1000 (checked)
 PEAKED_SEEDS = (8, 19, 24, 27)
 
@@ -50,18 +49,6 @@ def peaked_batch(scale: float, seeds=(8, 24)) -> tuple[torch.Tensor, torch.Tenso
         base = torch.randint(0, 3, (6, 6), generator=gen).double()
         scores[b] = scale * base + torch.randn(6, 6, generator=gen, dtype=torch.float64)
     return scores, torch.tensor([5, 4][: len(seeds)])
-
-
-def codes(heads: torch.Tensor, n: int) -> torch.Tensor:
-    base = (n + 1) ** torch.arange(n)
-    return (heads[..., 1 : n + 1] * base).sum(-1)
-
-
-def assert_fits(heads: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor, single_root: bool) -> None:
-    for b, n in enumerate(lengths.tolist()):
-        trees, log_probs = tree_log_probs(scores[b], n, single_root)
-        p_value = chi_square_p(codes(heads[:, b], n), codes(trees, n), log_probs.exp())
-        assert p_value > ALPHA, f"sentence {b}: chi-square p = {p_value:.2e}"
 
 
 @pytest.mark.parametrize("seed", PEAKED_SEEDS)
