@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -50,8 +50,7 @@ def annotate_sentences(
     for i, sentence in enumerate(sentences):
         if not checked:
             sentence.check(f"sentence {i} ({sentence.text[:40]!r})")
-        if options.max_sentence_length and sentence.n > options.max_sentence_length:
-            check_length(sentence.n, options.max_sentence_length, f"sentence {i} ({sentence.text[:40]!r})")
+        check_length(sentence.n, options.max_sentence_length, lambda: f"sentence {i} ({sentence.text[:40]!r})")
     if calibration is not None:
         from spacy_treexp.calibration.map import calibrate_sentences  # the map's package imports this one
 
@@ -71,11 +70,13 @@ def annotate_sentences(
     return [annotation for annotation in out if annotation is not None]
 
 
-def check_length(n: int, limit: int, where: str) -> None:
-    """Raise ``ValueError`` when a sentence of ``n`` words is longer than ``limit`` (0: none)."""
+def check_length(n: int, limit: int, where: Callable[[], str]) -> None:
+    """Raise ``ValueError`` when a sentence of ``n`` words is longer than ``limit`` (0: none);
+    ``where()`` names the sentence in the message (built only then: callers check every
+    sentence of a batch)."""
     if limit and n > limit:
         raise ValueError(
-            f"{where} has {n} words, more than max_sentence_length = {limit}: exact inference costs "
+            f"{where()} has {n} words, more than max_sentence_length = {limit}: exact inference costs "
             "O(n^2) memory and O(n^3) time. Split the text into shorter sentences, or raise "
             "max_sentence_length (0: no limit)."
         )

@@ -442,12 +442,11 @@ class BiaffineParser(TrainablePipe):
         limit = self.max_sentence_length
         for doc, spans in zip(docs, sentences):
             for start, end in spans:
-                if limit and end - start > limit:  # the message only for a sentence that gets it
-                    check_length(
-                        end - start,
-                        limit,
-                        f"biaffine_parser: the sentence at token {start} ({doc[start:end].text[:40]!r})",
-                    )
+                check_length(
+                    end - start,
+                    limit,
+                    lambda: f"biaffine_parser: the sentence at token {start} ({doc[start:end].text[:40]!r})",
+                )
         device = torch.device("cpu" if self.model.ops.device_type == "cpu" else "cuda")
         scorer = get_scorer_module(self.model)
         scorer.rel_temperature = self.rel_temperature  # the model's dense relations come scaled
