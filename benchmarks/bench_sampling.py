@@ -320,9 +320,10 @@ def auto_kinds(batch: int, n: int, seed: int) -> dict[str, torch.Tensor]:
 
 def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> None:
     """``sampler="auto"`` against Colbourn and Wilson-Marginal: ms per call, the median of
-    ``repeats`` rounds of the three methods in turn (one round at n > 60; a fresh distribution
-    per call, its marginals computed before timing, so that no sampler reuses another call's
-    analysis), the share of sentences auto walks, and auto / the better one."""
+    ``repeats`` rounds of the three methods in turn (one round at n > 60, more for short calls:
+    :func:`interleaved`; a fresh distribution per call, its marginals computed before timing,
+    so that no sampler reuses another call's analysis), the share of sentences auto walks,
+    and auto / the better one."""
     from spacy_treexp.engine.sampling.auto import walk_or_not
 
     print(
@@ -334,21 +335,40 @@ def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> No
         for kind, scores in auto_kinds(batch, n, seed=n).items():
             row = f"{n:>4} {kind:>7}"
             methods = ("colbourn", "wilson_marginal", "auto")
-            times: dict[str, list[float]] = {method: [] for method in methods}
-            for repeat in range(1 + (repeats if n <= 60 else 1)):  # the methods interleaved
-                for method in methods:
-                    dist = TreeDistribution(scores)
-                    dist.marginals
-                    start = CLOCK()
-                    sample(dist, (samples,), method=method, generator=torch.Generator().manual_seed(1))
-                    if repeat:  # the first round warms up
-                        times[method].append(CLOCK() - start)
+            times = interleaved(lambda: TreeDistribution(scores), methods, samples, repeats if n <= 60 else 1)
             found = {method: statistics.median(times[method]) for method in methods}
             row += "".join(f" {found[method] * 1e3:>9.1f}" for method in methods)
             dist = TreeDistribution(scores)
             share = float(walk_or_not(dist, samples).double().mean())
             ratio = found["auto"] / min(found["colbourn"], found["wilson_marginal"])
             print(row + f" {share:>7.2f} {ratio:>6.2f}", flush=True)
+
+
+def interleaved(
+    make, methods: tuple[str, ...], samples: int, repeats: int, least: float = 1.0
+) -> dict[str, list[float]]:
+    """Seconds per call of each of ``methods`` on a fresh distribution from ``make()`` (its
+    marginals computed before timing), in interleaved rounds after one warm-up round: at least
+    ``repeats`` rounds, more (up to 25) while they take under ``least`` seconds in all (short
+    calls vary most on a loaded machine). Each round draws with a new seed (the walks' time
+    depends on the draws, their rounds of cycle popping, not only on the scores) and starts
+    with the next method (a call pays for what the one before left in memory)."""
+    times: dict[str, list[float]] = {method: [] for method in methods}
+    rounds, repeat, spent = repeats, 0, 0.0
+    while repeat <= rounds:
+        turn = repeat % len(methods)
+        for method in methods[turn:] + methods[:turn]:
+            dist = make()
+            dist.marginals
+            start = CLOCK()
+            sample(dist, (samples,), method=method, generator=torch.Generator().manual_seed(1 + repeat))
+            if repeat:  # the first round warms up
+                times[method].append(CLOCK() - start)
+            spent += CLOCK() - start
+        if repeat == 0:
+            rounds = max(repeats, min(25, int(least / max(spent, 1e-9))))
+        repeat += 1
+    return times
 
 
 def fit_walks_table(lengths: list[int], batch: int, samples: int, repeats: int) -> None:
@@ -426,15 +446,7 @@ def auto_parser_table(conllu: str, batch: int, samples: int, repeats: int) -> No
     print(f"{'words':>7} {'B':>3} {'colbourn':>9} {'wilson_m':>9} {'auto':>9} {'walked':>7} {'ratio':>6}")
     for (low, high), base in shipped_parser_scores(conllu, ((6, 14), (25, 35), (50, 80)), batch).items():
         methods = ("colbourn", "wilson_marginal", "auto")
-        times: dict[str, list[float]] = {method: [] for method in methods}
-        for repeat in range(1 + repeats):
-            for method in methods:
-                dist = TreeDistribution(base.scores, base.lengths)
-                dist.marginals
-                start = CLOCK()
-                sample(dist, (samples,), method=method, generator=torch.Generator().manual_seed(1))
-                if repeat:
-                    times[method].append(CLOCK() - start)
+        times = interleaved(lambda: TreeDistribution(base.scores, base.lengths), methods, samples, repeats)
         found = {method: statistics.median(times[method]) for method in methods}
         share = float(walk_or_not(TreeDistribution(base.scores, base.lengths), samples).double().mean())
         ratio = found["auto"] / min(found["colbourn"], found["wilson_marginal"])

@@ -40,7 +40,8 @@ def walks_are_cheap(monkeypatch):
     monkeypatch.setattr(auto, "PAIR_N3", 0.0)
     monkeypatch.setattr(auto, "STEP_BASE", 1e-4)
     monkeypatch.setattr(auto, "STEP_LOG", 0.0)
-    monkeypatch.setattr(auto, "ROUND", 0.0)
+    for name in ("ROUND_BASE", "ROUND_LOG", "TAIL", "WALK_CALL", "SHORT_FIXED", "SHORT_N3"):
+        monkeypatch.setattr(auto, name, 0.0)
 
 
 @pytest.mark.parametrize("single_root", [True, False])
@@ -141,3 +142,61 @@ def test_auto_is_an_option_everywhere():
         AnnotateOptions(sampler="auto", without_replacement=True)
     dist = TreeDistribution(torch.randn(2, 4, 4, dtype=torch.float64))
     assert dist.sample((3,), method="auto", generator=torch.Generator().manual_seed(0)).shape == (3, 2, 4)
+
+
+def test_the_quick_estimate_matches_the_matrix_powers():
+    """short_cycle_steps takes P^3 and P^4's diagonals from one product (float32): the same as
+    summing the diagonals of P^2, P^3, P^4 by explicit float64 powers of the walk matrix."""
+    gen = torch.Generator().manual_seed(35)
+    scores = torch.randn(3, 9, 9, generator=gen, dtype=torch.float64) * torch.tensor([1.0, 2.0, 4.0]).view(3, 1, 1)
+    lengths = torch.tensor([8, 6, 8])
+    dist = TreeDistribution(scores, lengths)
+    steps, most = auto.short_cycle_steps(dist)
+    for b in range(3):
+        n = int(lengths[b])
+        weights = scores[b, : n + 1, : n + 1].exp().fill_diagonal_(0.0)  # no self-loops
+        end = int((weights[0, 1:] / weights[:, 1:].sum(0)).argmax())  # the word that most prefers ROOT
+        words = weights[1:, 1:]
+        walk = (words / words.sum(0, keepdim=True)).T.clone()  # [v, u]: P(v -> u)
+        walk[end] = 0.0
+        back = sum(torch.linalg.matrix_power(walk, k).diagonal() for k in (2, 3, 4))
+        visits = torch.where(torch.arange(n) != end, 1 / (1 - back.clamp(max=1.0)), 0.0)
+        assert steps[b].item() == pytest.approx(visits.sum().item(), rel=1e-4)
+        assert most[b].item() == pytest.approx(visits.max().item(), rel=1e-4)
+
+
+def test_no_analysis_where_it_cannot_pay(monkeypatch):
+    """Short sentences: Colbourn's tree costs less than the walks' first pointers, so the
+    analysis (its quick estimate, its LUs) is not run at all; the walks priced cheap, it is."""
+
+    def analysed(dist):
+        raise AssertionError("the quick estimate ran")
+
+    dist = TreeDistribution(torch.randn(4, 8, 8, dtype=torch.float64))
+    monkeypatch.setattr(auto, "short_cycle_steps", analysed)
+    assert not auto.walk_or_not(dist, 100).any()
+    assert not auto.walk_or_not(dist, 100, alone=True).any()
+    for name in ("WALK_FIXED", "FIRST_N2", "PAIR_N2", "PAIR_N3", "ROUND_BASE", "ROUND_LOG", "WALK_CALL", "SHORT_FIXED"):
+        monkeypatch.setattr(auto, name, 0.0)
+    with pytest.raises(AssertionError, match="quick estimate ran"):
+        auto.walk_or_not(dist, 100)
+
+
+def test_unlikely_root_children_lengthen_the_rounds():
+    """The rounds' tail (auto.TAIL) counts the sentences likely to draw a ROOT child that is
+    not analysed ahead: none where one child takes every draw, about one where the draws
+    spread over many; and the predicted rounds grow with it."""
+    n, samples = 12, 100
+    certain = torch.full((1, n + 1, n + 1), -5.0, dtype=torch.float64)
+    certain[0, 0, 3] = 30.0  # word 3 is the ROOT child
+    spread = torch.randn(1, n + 1, n + 1, generator=torch.Generator().manual_seed(36), dtype=torch.float64) * 0.1
+    events = []
+    for scores in (certain, spread):
+        mu = TreeDistribution(scores).marginals[:, 0, :].double()
+        unlikely = mu[0].sort(descending=True).values[auto.ROOT_CHILDREN :].sum() * samples
+        found = auto.rare_events(mu, samples)
+        assert found.item() == pytest.approx(1 - torch.exp(-unlikely).item(), rel=1e-9)
+        events.append(found)
+    assert events[0].item() < 1e-6 and events[1].item() > 0.99
+    one = torch.tensor([2.0], dtype=torch.float64)
+    assert bool(auto.expected_rounds(one, events[1], samples) > auto.expected_rounds(one, events[0], samples))

@@ -13,7 +13,11 @@ exact too:
   (sentence, ROOT child) drawn, one LU that checks that child's walk
   (:func:`.wilson.walkable_given_root`). The model reads the walk of the sentence's most likely
   ROOT child (one LU per sentence, kept for the walks) and the expected number of distinct
-  ROOT children among the draws, sum_r 1 - (1 - mu_r)^S.
+  ROOT children among the draws, sum_r 1 - (1 - mu_r)^S. Its rounds of cycle popping are
+  shared by a call and heavy-tailed: a parser's unlikely ROOT children walk long
+  (:func:`expected_rounds`).
+* The analysis itself (a quick estimate, then those LUs) is priced too, and skipped where
+  the largest saving it could find is smaller (:func:`analysis_cost`).
 
 The constants are CPU microseconds on one thread, fitted on this project's 2-core
 development VM (Colbourn's: its torch loop and, where :func:`.native.native_enabled`, its
@@ -71,10 +75,29 @@ ROOT_CHILDREN = 4
 #: A call of Colbourn's sampler costs about this per word of its longest sentence (its
 #: per-word loop of small kernels), saved where every sentence of a batch walks.
 CALL_PER_WORD = 150.0
-#: Per round of cycle popping (a batch-wide step): microseconds. The rounds a batch takes are
-#: about the largest expected visits to one word (max_v G[v, v], geometric per draw) times
-#: ln(the sentence's draws): the last rounds run on a few rows only.
-ROUND = 30.0
+#: Per round of cycle popping (a batch-wide step): ROUND_BASE + ROUND_LOG log2(n + 1)
+#: microseconds (its cycle search takes log2(n + 1) gathers; measured 75-100 us at n = 50-78
+#: on the shipped EWT parser's scores, where most rounds run on a few rows). The rounds a
+#: call takes (:func:`expected_rounds`) are about the largest expected visits to one word
+#: (max_v G[v, v], geometric per draw) times ln(its draws), plus a tail from the unlikely ROOT
+#: children (not analysed ahead; a parser's wrong ROOT children have long walks): TAIL
+#: ln(1 + e) rounds, e the number of sentences likely to draw one (1 - exp(-their expected
+#: draws) each). Measured on the 18 EWT test sentences of 50-78 words alone, 8 seeds each:
+#: mean rounds 6 to 114, against 8 to 23 from the visits alone (about 18 more where such a
+#: child is drawn: 16 more on random scores, n = 40); 68 for four of them in one call.
+ROUND_BASE = 10.0
+ROUND_LOG = 12.0
+TAIL = 25.0
+#: A call of Wilson's walks on a part of the batch costs about this much beyond its trees
+#: (its distribution, cumulative weights, first draws: measured 0.6-0.8 ms at n = 5-78).
+WALK_CALL = 600.0
+#: The analysis is priced too, and skipped where the best saving it could find is smaller:
+#: :func:`short_cycle_steps` costs about SHORT_FIXED + SHORT_N3 B N^3 microseconds (measured
+#: 0.26, 0.6, 3.7 and 10 ms at n = 10, 30, 60, 100, B = 64, one thread, loaded VM), and a
+#: sentence's ROOT-child LUs (:func:`root_children_walks`) cost what :func:`walk_cost` charges
+#: per pair.
+SHORT_FIXED = 200.0
+SHORT_N3 = 1.6e-4
 
 
 #: Colbourn's sampler by the fused CPU kernel (:func:`.fused.colbourn_draws`, where
@@ -121,12 +144,11 @@ def redraw_cost(lengths: Tensor, steps: Tensor, words: Tensor | None = None) -> 
 
 
 def walk_cost(lengths: Tensor, steps: Tensor, pairs: Tensor, num_samples: int, words: Tensor | None = None) -> Tensor:
-    """Predicted microseconds per tree of Wilson's walks, rounds left out (:data:`ROUND`):
+    """Predicted microseconds per tree of Wilson's walks, rounds left out (:func:`round_cost`):
     bookkeeping, first pointers, the redraws among ``steps`` heads drawn per tree
     (:func:`redraw_cost`), and ``pairs`` ROOT-child checks (LUs) shared by ``num_samples`` trees."""
     n = lengths.double()
-    pair = PAIR_N2 * n**2 + PAIR_N3 * n**3
-    return WALK_FIXED + FIRST_N2 * n**2 + redraw_cost(lengths, steps, words) + pairs * pair / num_samples
+    return WALK_FIXED + FIRST_N2 * n**2 + redraw_cost(lengths, steps, words) + pairs * pair_cost(lengths) / num_samples
 
 
 def uncertain_cost(lengths: Tensor, steps: Tensor, words: Tensor, given_root: Tensor | float = 0.0) -> Tensor:
@@ -135,25 +157,45 @@ def uncertain_cost(lengths: Tensor, steps: Tensor, words: Tensor, given_root: Te
     return redraw_cost(lengths, steps, words) + given_root
 
 
+def round_cost(lengths: Tensor) -> Tensor:
+    """Predicted microseconds of one round of cycle popping on sentences padded to ``lengths``."""
+    return ROUND_BASE + ROUND_LOG * torch.log2(lengths.double() + 1)
+
+
+def expected_rounds(peak: Tensor, events: Tensor, num_samples: int) -> Tensor:
+    """Predicted rounds of cycle popping of a call whose largest expected visits to one word are
+    ``peak`` (in a sentence of ``num_samples`` draws), and whose sentences draw an unlikely
+    ROOT child ``events`` times in expectation (:func:`rare_events`, summed; :data:`TAIL`)."""
+    return 1 + peak * math.log1p(num_samples) + TAIL * torch.log1p(events)
+
+
+def rare_events(mu: Tensor, num_samples: int) -> Tensor:
+    """(B,) the probability that a sentence's ``num_samples`` draws take one of the ROOT children
+    not analysed ahead (:func:`likely_children`; ``mu``: the ROOT arcs' marginals)."""
+    rare = torch.where(likely_children(mu, num_samples), 0.0, mu).sum(-1) * num_samples
+    return 1 - torch.exp(-rare)
+
+
 def short_cycle_steps(dist) -> tuple[Tensor, Tensor]:
-    """(B,) a quick estimate, O(n^3) in three batched products, of the heads the walks draw
-    per tree, and of the largest visits to one word: the word that most prefers ROOT is taken as the ROOT child (the walks' end);
-    a word v whose walk comes back to it within 2 to 4 steps with probability r_v
-    (sum_k (P^k)[v, v], P the walk over word heads) revisits it about 1 / (1 - r_v) times.
-    It filters out, before any LU, the sentences whose walks cannot be cheaper than
-    Colbourn's sampler."""
-    weights, _ = shifted_weights(dist.scores.detach().double(), dist.arc_mask)
-    tiny = torch.finfo(torch.float64).tiny
+    """(B,) a quick estimate, O(n^3) in one batched float32 product, of the heads the walks draw
+    per tree, and of the largest visits to one word: the word that most prefers ROOT is taken as
+    the ROOT child (the walks' end); a word v whose walk comes back to it within 2 to 4 steps
+    with probability r_v (sum_k (P^k)[v, v], P the walk over word heads) revisits it about
+    1 / (1 - r_v) times. It filters out, before any LU, the sentences whose walks cannot be
+    cheaper than Colbourn's sampler. (P^3 and P^4's diagonals are row sums of elementwise
+    products with P^2: one matrix product instead of four, :data:`SHORT_N3`.)"""
+    weights, _ = shifted_weights(dist.scores.detach().float(), dist.arc_mask)  # an estimate: float32
+    tiny = torch.finfo(torch.float32).tiny
     root = (weights[:, 0, 1:] / weights[:, :, 1:].sum(1).clamp_min(tiny)).argmax(-1)  # (B,) in 0..N-1
     words = weights[:, 1:, 1:]  # word heads only (the walks of Wilson-Marginal)
-    walk = (words / words.sum(1, keepdim=True).clamp_min(tiny)).transpose(1, 2)  # [v, u]: P(v -> u)
-    positions = torch.arange(walk.shape[-1], device=walk.device)
+    positions = torch.arange(words.shape[-1], device=words.device)
     ending = positions == root.unsqueeze(-1)  # (B, N): the walks end there
-    walk = walk.masked_fill(ending.unsqueeze(-1), 0.0)
-    two = walk @ walk
-    back = two.diagonal(dim1=1, dim2=2) + (two @ walk).diagonal(dim1=1, dim2=2) + (two @ two).diagonal(dim1=1, dim2=2)
+    # step[u, v] = P(v -> u), the transpose of the walk (diag((P^T)^k) = diag(P^k)); none from the end
+    step = words * ((~ending).float() / words.sum(1).clamp_min(tiny)).unsqueeze(-2)
+    two = step @ step
+    back = two.diagonal(dim1=1, dim2=2) + (two * step.transpose(1, 2)).sum(-1) + (two * two.transpose(1, 2)).sum(-1)
     counted = (positions < dist.lengths.unsqueeze(-1)) & ~ending
-    visits = torch.where(counted, 1 / (1 - back.clamp(max=1.0)), 0.0)
+    visits = torch.where(counted, 1 / (1 - back.double().clamp(max=1.0)), 0.0)
     return visits.sum(-1), visits.amax(-1) if visits.shape[-1] else visits.sum(-1)
 
 
@@ -193,9 +235,7 @@ def root_children_walks(dist, index: Tensor, num_samples: int) -> tuple[Tensor, 
     heads drawn per tree by the draws that walk, the largest expected visits to one word of
     those walks (of the children drawn at least once in expectation), and the probability that a draw's ROOT child does not walk (too long)."""
     mu = dist.marginals[index, 0, :].detach().double()
-    likely = mu * num_samples >= LIKELY
-    if mu.shape[-1] > ROOT_CHILDREN:  # the ROOT_CHILDREN likeliest only
-        likely &= mu >= mu.topk(ROOT_CHILDREN, dim=-1).values[:, -1:]
+    likely = likely_children(mu, num_samples)
     local, child = likely.nonzero(as_tuple=True)
     sentence = index[local]
     steps, peak = rooted_walk_steps(dist, sentence, child, with_peak=True)
@@ -212,39 +252,82 @@ def root_children_walks(dist, index: Tensor, num_samples: int) -> tuple[Tensor, 
     return walked, largest, unwalked
 
 
+def pair_cost(lengths: Tensor) -> Tensor:
+    """Predicted microseconds of the LU that checks one (sentence, ROOT child)'s walk."""
+    n = lengths.double()
+    return PAIR_N2 * n**2 + PAIR_N3 * n**3
+
+
+def analysis_cost(shape: torch.Size) -> float:
+    """Predicted microseconds of :func:`short_cycle_steps` on scores of ``shape`` (B, N+1, N+1)."""
+    return SHORT_FIXED + SHORT_N3 * shape[0] * (shape[-1] - 1) ** 3
+
+
+def likely_children(mu: Tensor, num_samples: int) -> Tensor:
+    """(B, N+1) bool: the ROOT children :func:`root_children_walks` analyses, of the ROOT arcs'
+    marginals ``mu``: the :data:`ROOT_CHILDREN` likeliest drawn at least :data:`LIKELY` times
+    in expectation among ``num_samples`` draws."""
+    likely = mu * num_samples >= LIKELY
+    if mu.shape[-1] > ROOT_CHILDREN:  # the ROOT_CHILDREN likeliest only
+        likely &= mu >= mu.topk(ROOT_CHILDREN, dim=-1).values[:, -1:]
+    return likely
+
+
+def _may_walk(dist, num_samples: int) -> bool:
+    """False where no sentence can walk: even at the batch's padded size, Colbourn's tree costs
+    less than the walks' first pointers, or all sentences' savings together stay below the
+    quick estimate's cost (a bound in a few scalar operations, for short sentences)."""
+    size = dist.lengths.new_tensor([dist.scores.shape[-1] - 1])
+    spared = float(colbourn_cost(size) - WALK_FIXED - FIRST_N2 * size.double() ** 2)
+    least = float(round_cost(size)) * (1 + math.log1p(num_samples)) + WALK_CALL
+    return spared * num_samples * dist.scores.shape[0] > least + analysis_cost(dist.scores.shape)
+
+
 def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     """(B,) bool: the sentences ``"auto"`` samples by Wilson's walks (the others: Colbourn).
 
-    First, without any LU, the sentences whose walks cannot win (:func:`short_cycle_steps`) go to
-    Colbourn. Eligible: walks within :data:`.wilson.WALK_BUDGET` n heads per tree and cheaper
+    The analysis is priced like the samplers: none where even the cheapest walks (one head per
+    word, the fewest rounds) would save less than it costs (:func:`analysis_cost`: in a few
+    scalar operations for short sentences, :func:`_may_walk`). Then, without any LU, the
+    sentences whose walks cannot win (:func:`short_cycle_steps`) go to Colbourn. Eligible: walks within :data:`.wilson.WALK_BUDGET` n heads per tree and cheaper
     per tree than Colbourn's by :data:`MARGIN` (:func:`walk_cost`, :func:`colbourn_cost`;
     single-root: every likely ROOT child's walk, :func:`root_children_walks`). The rounds of cycle popping are
-    shared by the batch: of the eligible sentences, those whose largest visits are at most t
-    walk, for the t that minimises the predicted total (one pass over the sorted visits). A
+    shared by the batch (:func:`expected_rounds`, :func:`round_cost`, the unlikely ROOT
+    children's tail included): of the eligible sentences, those whose largest visits are at
+    most t walk, for the t that minimises the predicted total (one pass over the sorted visits). A
     function of the scores and ``num_samples`` only, never of a draw. ``alone``: each
     sentence walks by itself (one generator per sentence), so each pays its own rounds and
     its choice does not depend on the rest of the batch.
     """
     lengths = dist.lengths
+    if not _may_walk(dist, num_samples):
+        return torch.zeros_like(lengths, dtype=torch.bool)
     # both samplers work on the batch's padded size (a walking sentence alone: its own)
     padded = torch.full_like(lengths, dist.scores.shape[-1] - 1)
     size = lengths if alone else padded
     colbourn = colbourn_cost(lengths, padded)
-    # no analysis where even the shortest walks (one head per word, one ROOT child) lose
-    floor = walk_cost(size, lengths.double(), torch.ones_like(lengths, dtype=torch.float64), num_samples, lengths)
-    if not bool((floor < colbourn).any()):
-        return torch.zeros_like(lengths, dtype=torch.bool)
-    steps, most = short_cycle_steps(dist)
     # single-root: each distinct ROOT child drawn costs its walk's check (an LU), known from
     # the marginals without one: random scores draw dozens, and their checks outweigh Colbourn
     pairs = torch.ones_like(lengths, dtype=torch.float64)
+    rare = torch.zeros_like(pairs)  # whether the draws take a ROOT child not analysed ahead
     if dist.single_root:
         mu = dist.marginals[:, 0, :].detach().double()
         pairs = (1 - (1 - mu.clamp(0, 1)) ** num_samples).sum(-1)
+        rare = rare_events(mu, num_samples)
+    # the best the analysis could find: every sentence's walks at one head per word, the fewest
+    # rounds (largest visits 1); no analysis where that saves less than the analysis costs
+    floor = walk_cost(size, lengths.double(), pairs, num_samples, lengths)
+    fewest = round_cost(size) * expected_rounds(torch.ones_like(rare), rare, num_samples) + WALK_CALL
+    possible = (colbourn - floor).clamp_min(0.0) * num_samples
+    possible = (possible - fewest).clamp_min(0.0).sum() if alone else possible.sum() - float(fewest.min())
+    if float(possible) <= analysis_cost(dist.scores.shape):
+        return torch.zeros_like(lengths, dtype=torch.bool)
+    steps, most = short_cycle_steps(dist)
     quick = walk_cost(size, steps, pairs, num_samples, lengths)
     if alone:  # its own rounds (in a batch they are shared: priced below)
-        quick = quick + ROUND * (1 + most * math.log(num_samples + 1)) / num_samples
-    hopeful = quick + MARGIN * uncertain_cost(size, steps, lengths) < colbourn
+        quick = quick + (round_cost(size) * expected_rounds(most, rare, num_samples) + WALK_CALL) / num_samples
+    spared = (colbourn - quick - MARGIN * uncertain_cost(size, steps, lengths)) * num_samples
+    hopeful = spared > 0  # (quick includes the LUs of the ROOT children it would draw)
     if not bool(hopeful.any()):
         return torch.zeros_like(hopeful)
     if dist.single_root:  # the likeliest ROOT children's walks, for the hopeful sentences
@@ -256,7 +339,7 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
         cost = walk_cost(n, walked, pairs[index], num_samples, walking) + unwalked * given_root_cost(n)
         rough = uncertain_cost(n, walked, walking, unwalked * given_root_cost(n))
         saving = torch.full_like(pairs, -torch.inf).index_put((index,), colbourn[index] - cost - MARGIN * rough)
-        peak = torch.full_like(pairs, torch.inf).index_put((index,), largest)
+        peak = torch.full_like(pairs, torch.inf).index_put((index,), largest.double())
         given_root = torch.zeros_like(pairs).index_put((index,), unwalked * num_samples)
     else:
         steps, peak, pairs = walk_features(dist, num_samples)
@@ -273,15 +356,17 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     if not bool(eligible.any()):
         return walk
     if alone:
-        rounds = ROUND * (1 + peak * math.log(num_samples + 1))
+        rounds = round_cost(size) * expected_rounds(peak, rare, num_samples) + WALK_CALL
         return eligible & (saving * num_samples > rounds + (1 - torch.exp(-given_root)) * given_root_call)
     index = eligible.nonzero().squeeze(-1)
     order = torch.argsort(peak[index])
     index = index[order]
     saved = torch.cumsum(saving[index] * num_samples, 0)  # walking the first i + 1
-    rounds = 1 + peak[index] * math.log(num_samples + 1)  # the largest peak so far (sorted)
+    # the largest peak so far (sorted; its sentence's draws), the unlikely ROOT children so far
+    rounds = expected_rounds(peak[index], torch.cumsum(rare[index], 0), num_samples)
     unwalked_draws = torch.cumsum(given_root[index], 0)  # expected draws given their ROOT child
-    gain = saved - ROUND * rounds - (1 - torch.exp(-unwalked_draws)) * given_root_call[index]
+    gain = saved - round_cost(size[index]) * rounds - WALK_CALL
+    gain -= (1 - torch.exp(-unwalked_draws)) * given_root_call[index]
     if index.numel() == lengths.numel():  # all walk: no Colbourn call at all
         gain[-1] += call_per_word(lengths) * float(lengths.max())
     best = int(gain.argmax())
