@@ -198,13 +198,16 @@ def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.nd
         return None
     index = _label_index(tuple(sentence.labels))
     label = [index.get(relation, -1) for relation in sentence.deprels]
-    if -1 not in label:  # the usual case: each word's row of relation scores in one read
-        # (also for scores computed when indexed, e.g. a calibration map's ScaledRelationScores:
-        # the same values as arc by arc, row-wise computations)
-        rows = numpy.asarray(sentence.rel[heads, numpy.arange(1, sentence.n + 1)])
-        values = numpy.take_along_axis(rows, numpy.asarray(label)[:, None], axis=-1)[:, 0].tolist()
+    if -1 not in label:  # the usual case: every word's value in one read
+        dependents = numpy.arange(1, sentence.n + 1)
+        if isinstance(sentence.rel, numpy.ndarray):
+            values = sentence.rel[heads, dependents, label].tolist()
+        else:  # scores computed when indexed (e.g. a calibration map's ScaledRelationScores):
+            # each word's row in one read, the same values as arc by arc (row-wise computations)
+            rows = numpy.asarray(sentence.rel[heads, dependents])
+            values = rows[dependents - 1, label].tolist()
         # math.exp of each value, and the product in float32, as word by word before
-        return head_prob * numpy.array([math.exp(v) for v in values]).astype(numpy.float32)
+        return head_prob * numpy.fromiter(map(math.exp, values), numpy.float64, len(values)).astype(numpy.float32)
     out = numpy.full(sentence.n, numpy.nan, dtype=numpy.float32)
     words = [m for m, known in enumerate(label) if known >= 0]  # 0-based: word m + 1
     if words:

@@ -61,6 +61,7 @@ with the (head, dependent) of a bad value:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy
@@ -82,6 +83,9 @@ LOG_NORMALISED_TOLERANCE = 1e-3
 
 #: Label scores the normalisation check reads at once (bounds its temporary memory).
 _CHUNK_CELLS = 1 << 22
+
+#: Label lists already found to be distinct strings (at most 64 kept).
+_CHECKED_LABELS: set = set()
 
 
 class Errors:
@@ -294,14 +298,14 @@ def _sentence(sent: Span, record: Any, where: str, single_root: bool) -> Sentenc
         raise ScoreSourceError(Errors.TXE016.format(message=error)) from error
     allowed = arc > -numpy.inf
     allowed[:, 0] = False
-    numpy.fill_diagonal(allowed, False)
+    allowed.flat[:: n + 2] = False  # the diagonal
     problem = _no_tree(allowed, sent, single_root)
     if problem is not None:
         raise ScoreSourceError(Errors.TXE017.format(where=where, problem=problem))
     for k, member in enumerate(() if scores.members is None else scores.members):
         member_allowed = member > -numpy.inf
         member_allowed[:, 0] = False
-        numpy.fill_diagonal(member_allowed, False)
+        member_allowed.flat[:: n + 2] = False
         problem = None if (member_allowed == allowed).all() else _no_tree(member_allowed, sent, single_root)
         if problem is not None:
             raise ScoreSourceError(Errors.TXE017.format(where=f"{where}, member {k}", problem=problem))
@@ -364,12 +368,20 @@ def _labels(value: Any, where: str) -> List[str]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         raise ScoreSourceError(Errors.TXE013.format(where=where, got=_kind(value)))
     labels = list(value)
+    try:
+        if tuple(labels) in _CHECKED_LABELS:  # a source gives the same label list for every sentence
+            return labels
+    except TypeError:  # an unhashable label: refused below
+        pass
     if set(map(type, labels)) - {str}:
         other = next(label for label in labels if not isinstance(label, str))
         raise ScoreSourceError(Errors.TXE013.format(where=where, got=f"a list holding {_kind(other)}"))
     if len(set(labels)) < len(labels):
         twice = next(label for k, label in enumerate(labels) if label in labels[:k])
         raise ScoreSourceError(Errors.TXE014.format(where=where, label=twice))
+    if len(_CHECKED_LABELS) >= 64:
+        _CHECKED_LABELS.clear()
+    _CHECKED_LABELS.add(tuple(labels))
     return labels
 
 
@@ -420,15 +432,34 @@ def _reachable(allowed: numpy.ndarray, start: int) -> numpy.ndarray:
 def _log_probabilities(rel: numpy.ndarray, allowed: numpy.ndarray, where: str) -> numpy.ndarray:
     """``rel`` itself when it holds log-probabilities over labels for every allowed arc,
     else its log-softmax over labels; refuses an allowed arc with no possible label."""
+    if _normalised(rel, allowed):  # the usual case, settled without logarithms
+        return rel
     log_sums = _log_sum_exp(rel)
-    dead = numpy.argwhere(allowed & numpy.isneginf(log_sums))
-    if len(dead):
-        raise ScoreSourceError(Errors.TXE018.format(where=where, head=int(dead[0, 0]), dep=int(dead[0, 1])))
+    dead = allowed & numpy.isneginf(log_sums)
+    if dead.any():
+        head, dep = (int(i) for i in numpy.argwhere(dead)[0])
+        raise ScoreSourceError(Errors.TXE018.format(where=where, head=head, dep=dep))
     if not (numpy.abs(log_sums[allowed]) > LOG_NORMALISED_TOLERANCE).any():
         return rel
     with numpy.errstate(invalid="ignore"):
         shift = numpy.where(numpy.isfinite(log_sums), log_sums, 0)
         return rel - shift[..., None].astype(log_sums.dtype)
+
+
+def _normalised(rel: numpy.ndarray, allowed: numpy.ndarray) -> bool:
+    """True when no label score exceeds the tolerance (so ``exp`` cannot overflow) and every
+    allowed arc's label probabilities sum to within ``LOG_NORMALISED_TOLERANCE`` of 1 in log
+    space; False sends the scores to the full check (which also finds an allowed arc whose
+    labels are all impossible: its sum is 0). Small arrays only: one temporary copy."""
+    if rel.size > _CHUNK_CELLS or not rel.max() <= LOG_NORMALISED_TOLERANCE:
+        return False
+    probabilities = numpy.exp(rel)
+    sums = (probabilities @ numpy.ones(rel.shape[-1], dtype=probabilities.dtype))[allowed]
+    return bool(sums.size) and _NORMALISED_LOW <= sums.min() and sums.max() <= _NORMALISED_HIGH
+
+
+#: The bounds of a normalised sum of label probabilities, exp(∓ LOG_NORMALISED_TOLERANCE).
+_NORMALISED_LOW, _NORMALISED_HIGH = math.exp(-LOG_NORMALISED_TOLERANCE), math.exp(LOG_NORMALISED_TOLERANCE)
 
 
 def _log_sum_exp(rel: numpy.ndarray) -> numpy.ndarray:
@@ -443,8 +474,8 @@ def _log_sum_exp(rel: numpy.ndarray) -> numpy.ndarray:
         for begin in range(0, size, rows):
             block = rel[begin : begin + rows].astype(dtype, copy=False)
             log_sums[begin : begin + rows] = numpy.log(numpy.exp(block).sum(axis=-1))
-        again = numpy.nonzero(~numpy.isfinite(log_sums))
-        if len(again[0]):
+        if not numpy.isfinite(log_sums).all():
+            again = numpy.nonzero(~numpy.isfinite(log_sums))
             block = rel[again].astype(dtype, copy=False)
             top = block.max(axis=-1)
             top = numpy.where(numpy.isfinite(top), top, 0)

@@ -110,6 +110,18 @@ def test_normalised_relation_scores_are_used_as_given():
         assert token._.dep_prob == pytest.approx(token._.head_prob * math.exp(rel[h, m, LABELS.index(token.dep_)]))
 
 
+@pytest.mark.parametrize("offset, as_given", [(-5e-4, True), (5e-4, True), (-2e-3, False), (2e-3, False)])
+def test_normalisation_tolerance_decides_whether_scores_are_used_as_given(offset, as_given):
+    # log-sums within LOG_NORMALISED_TOLERANCE (1e-3) of 0 are log-probabilities; beyond, logits
+    doc = labelled_doc()
+    given = (doc._.parser_scores[0]["rel"].astype(numpy.float64) + offset).copy()
+    component()(with_rel(doc, given))
+    for m, token in enumerate(doc, start=1):
+        h = 0 if token.head.i == token.i else token.head.i + 1
+        value = given[h, m, LABELS.index(token.dep_)] - (0.0 if as_given else offset)
+        assert token._.dep_prob == pytest.approx(token._.head_prob * math.exp(value), rel=1e-6)
+
+
 def test_impossible_labels_may_be_minus_infinity():
     doc = labelled_doc()
     rel = doc._.parser_scores[0]["rel"].astype(numpy.float64)
