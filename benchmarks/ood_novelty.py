@@ -1,23 +1,29 @@
-"""Out-of-domain detection by encoder novelty (issue 21, part 4): how unfamiliar a sentence
-is to the parser, as the distance of its tok2vec vectors from the training data's
-(``spacy_treexp.calibration.novelty``), beside the tree entropy per word.
+"""Out-of-domain detection (issue 21, part 4): encoder novelty
+(``spacy_treexp.calibration.novelty``, how far a sentence's tok2vec vectors are from the
+training data's) and the out-of-domain model built on it (``spacy_treexp.calibration.domain``,
+``sent._.out_of_domain``: novelty, tree entropy per word, the words' familiarity, surface and
+parts of speech), beside the tree entropy per word.
 
 Nothing is fitted on the evaluation sets: the novelty reference is fitted on the tok2vec
-vectors of ``--train`` (its first ``--train-sentences``, default all) (unlabelled text; the
-parser's own training data); the logistic combination of novelty and entropy per word is
-fitted on ``--dev`` (in domain) against ``benchmarks/data/ood_dev_sentences.tsv`` (160
-out-of-domain sentences we wrote, 22 styles, none shared with the evaluation set); the AUROC
-is then measured on ``--test`` against ``benchmarks/data/ood_sentences.tsv`` (130 sentences,
-12 styles). Every side goes through the pipeline's tokenizer, one sentence per Doc.
+vectors of ``--train`` (its first ``--train-sentences``, default all; unlabelled text, the
+parser's own training data), or taken from the map ``--reference-from``; the lexicon is the
+word forms of all of ``--train``; the domain model is fitted on ``--dev`` (in domain) against
+``benchmarks/data/ood_dev_sentences.tsv`` (160 out-of-domain sentences we wrote, 22 styles,
+none shared with the evaluation set), with its defaults (5 knots, ridge 1) chosen before
+looking at the evaluation set; the AUROC is then measured on ``--test`` against
+``benchmarks/data/ood_sentences.tsv`` (130 sentences, 12 styles), overall and per style.
+Every side goes through the pipeline's tokenizer and tagger, one sentence per Doc.
 
     OMP_NUM_THREADS=1 python benchmarks/ood_novelty.py --train .../en_ewt-ud-train.conllu \
         --dev .../en_ewt-ud-dev.conllu --test .../en_ewt-ud-test.conllu \
+        [--reference-from spacy_treexp/models/en_treexp_ewt/biaffine_parser/treexp_calibration.json] \
         [--write-map spacy_treexp/models/en_treexp_ewt/biaffine_parser/treexp_calibration.json]
 
 The token vectors are ``doc.tensor`` once the whole pipeline has run (what
 ``tree_expectations`` reads for ``sent._.novelty``; in the shipped pipeline the tagger's
-tok2vec writes it last), or with ``--encoder NAME`` that component's output. ``--write-map``
-adds the fitted reference to a calibration map file (the shipped one: ``sent._.novelty``).
+tok2vec writes it last), or with ``--encoder NAME`` that component's output (novelty only).
+``--write-map`` stores the reference with its domain model in a calibration map file (the
+shipped one: ``sent._.novelty`` and ``sent._.out_of_domain``).
 """
 
 from __future__ import annotations
@@ -35,16 +41,21 @@ import torch
 
 import spacy_treexp
 from spacy_treexp.calibration import CalibrationMap
-from spacy_treexp.calibration.novelty import fit_novelty
+from spacy_treexp.calibration.domain import fit_domain, lexicon_counts, sentence_features
+from spacy_treexp.calibration.novelty import NoveltyReference, fit_novelty
 from spacy_treexp.evaluation.epistemic import auroc_table
+from spacy_treexp.evaluation.metrics import auroc
 from spacy_treexp.io import read_conllu
 
 DATA = Path(__file__).parent / "data"
 
 
-def read_tsv(path: Path) -> List[str]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [line.split("\t", 1)[1].strip() for line in lines if line.strip() and not line.startswith("#")]
+def read_tsv(path: Path) -> Tuple[List[str], List[str]]:
+    """(styles, texts) of a ``style<TAB>text`` file (``#`` lines are comments)."""
+    lines = [
+        line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")
+    ]
+    return [line.split("\t", 1)[0] for line in lines], [line.split("\t", 1)[1].strip() for line in lines]
 
 
 def one_sentence(doc):
@@ -53,56 +64,49 @@ def one_sentence(doc):
     return doc
 
 
-def run(nlp, texts: Sequence[str], encoder: Optional[str]) -> Tuple[List[numpy.ndarray], numpy.ndarray]:
-    """Each text's token vectors and tree entropy per word, one sentence per Doc: the vectors
-    in ``doc.tensor`` once the whole pipeline has run (what ``tree_expectations`` reads), or
-    the output of the component ``encoder``."""
+@dataclasses.dataclass
+class Run:
+    """Per sentence: token vectors, tree entropy per word, words and UPOS tags."""
+
+    tensors: List[numpy.ndarray]
+    entropy: List[Optional[float]]
+    words: List[List[str]]
+    pos: List[List[str]]
+
+
+def run(nlp, texts: Sequence[str], encoder: Optional[str]) -> Run:
+    """Each text as one sentence through the pipeline: the vectors in ``doc.tensor`` once the
+    whole pipeline has run (what ``tree_expectations`` reads), or the output of the
+    component ``encoder``."""
     senters = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory in ("senter", "sentencizer")]
     docs = [one_sentence(nlp.make_doc(text)) for text in texts]
-    tensors, entropy = [], []
+    out = Run([], [], [], [])
     with nlp.select_pipes(disable=senters):
         for doc in nlp.pipe(docs, batch_size=128):
-            tensors.append(doc.tensor.astype(numpy.float32))
-            entropy.append(doc._.tree_expectations[0].entropy_per_word)
+            out.tensors.append(doc.tensor.astype(numpy.float32))
+            out.entropy.append(doc._.tree_expectations[0].entropy_per_word)
+            out.words.append([t.text for t in doc])
+            out.pos.append([t.pos_ for t in doc])
     if encoder:
         with nlp.select_pipes(enable=[encoder]):
-            tensors = [doc.tensor.astype(numpy.float32) for doc in nlp.pipe(texts, batch_size=128)]
-    return tensors, numpy.array(entropy)
+            out.tensors = [doc.tensor.astype(numpy.float32) for doc in nlp.pipe(texts, batch_size=128)]
+    return out
 
 
-def fit_logistic(features: numpy.ndarray, positive: numpy.ndarray, l2: float = 1e-3) -> numpy.ndarray:
-    """Weights (bias last) of a logistic regression on standardised features, classes weighted
-    equally (L-BFGS, ridge ``l2``); returns the weights for the raw features."""
-    mean, scale = features.mean(0), features.std(0) + 1e-12
-    x = torch.from_numpy((features - mean) / scale)
-    y = torch.from_numpy(positive.astype(numpy.float64))
-    weight = torch.where(y > 0, 0.5 / y.mean(), 0.5 / (1 - y.mean()))
-    w = torch.zeros(x.shape[1] + 1, dtype=torch.float64, requires_grad=True)
-    optimiser = torch.optim.LBFGS([w], max_iter=200, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimiser.zero_grad()
-        logits = x @ w[:-1] + w[-1]
-        loss = (weight * torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")).mean()
-        loss = loss + 0.5 * l2 * (w[:-1] ** 2).sum()
-        loss.backward()
-        return loss
-
-    optimiser.step(closure)
-    coef = w.detach().numpy()
-    raw = coef[:-1] / scale
-    return numpy.r_[raw, coef[-1] - (raw * mean).sum()]
+def rounded(table: Dict[str, Dict[str, float]]) -> Dict[str, Dict[str, float]]:
+    return {k: {m: round(v, 4) for m, v in row.items()} for k, row in table.items()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--train", required=True, help="in-domain text to fit the reference on (CoNLL-U)")
-    parser.add_argument("--dev", required=True, help="in-domain CoNLL-U to fit the combination on")
+    parser.add_argument("--train", required=True, help="in-domain text to fit the reference and lexicon on (CoNLL-U)")
+    parser.add_argument("--dev", required=True, help="in-domain CoNLL-U to fit the domain model on")
     parser.add_argument("--test", required=True, help="in-domain CoNLL-U to evaluate on")
     parser.add_argument("--ood-dev", default=str(DATA / "ood_dev_sentences.tsv"))
     parser.add_argument("--ood", default=str(DATA / "ood_sentences.tsv"))
     parser.add_argument("--train-sentences", type=int, default=0, help="first N sentences of --train (0: all)")
     parser.add_argument("--size", type=int, default=2048, help="reference directions")
+    parser.add_argument("--reference-from", default=None, help="take the novelty reference of this calibration map")
     parser.add_argument(
         "--encoder",
         default=None,
@@ -110,53 +114,105 @@ def main() -> int:
     )
     parser.add_argument("--write-map", default=None, help="add the reference to the calibration map in this JSON file")
     args = parser.parse_args()
+    for name in ("train", "dev", "test", "ood_dev", "ood", "reference_from"):
+        value = getattr(args, name)
+        if value is not None and not Path(value).is_file():
+            sys.exit(f"--{name.replace('_', '-')}: no such file: {value}")
     torch.set_num_threads(1)
     start = time.process_time()
     nlp = spacy_treexp.load(config={"components.biaffine_parser.members": 0})
     nlp.add_pipe("tree_expectations")
+    train = list(read_conllu(args.train))
+    styles, ood = read_tsv(Path(args.ood))
     texts = {
-        "train": [s.text or " ".join(s.forms) for s in read_conllu(args.train)][: args.train_sentences or None],
         "dev": [s.text or " ".join(s.forms) for s in read_conllu(args.dev)],
         "test": [s.text or " ".join(s.forms) for s in read_conllu(args.test)],
-        "ood_dev": read_tsv(Path(args.ood_dev)),
-        "ood": read_tsv(Path(args.ood)),
+        "ood_dev": read_tsv(Path(args.ood_dev))[1],
+        "ood": ood,
     }
     runs = {name: run(nlp, values, args.encoder) for name, values in texts.items()}
-    vecs = {name: tensors for name, (tensors, _) in runs.items()}
-    reference = fit_novelty(numpy.concatenate(vecs["train"]), size=args.size)
-    report: Dict = {
-        "reference": {
-            "tokens": int(sum(len(v) for v in vecs["train"])),
-            "size": args.size,
-            "width": reference.width,
-            "encoder": args.encoder or "doc.tensor after the pipeline",
+    if args.reference_from:
+        old = CalibrationMap.from_disk(args.reference_from).novelty
+        if old is None:
+            sys.exit(f"--reference-from: {args.reference_from} has no novelty reference")
+        reference = NoveltyReference(old.centre, old.rows)
+        report: Dict = {
+            "reference": {"from": Path(args.reference_from).name, "size": len(old.rows), "width": old.width}
         }
-    }
-    features = {}
-    for name in ("dev", "test", "ood_dev", "ood"):
-        novelty = numpy.array([reference.sentence_novelty(v) for v in vecs[name]])
-        features[name] = numpy.c_[novelty, runs[name][1]]
-    fit_x = numpy.r_[features["dev"], features["ood_dev"]]
-    fit_y = numpy.r_[numpy.zeros(len(features["dev"]), bool), numpy.ones(len(features["ood_dev"]), bool)]
-    coef = fit_logistic(fit_x, fit_y)
-    report["combination"] = {"novelty": coef[0], "entropy_per_word": coef[1], "bias": coef[2]}
+    else:
+        train_texts = [s.text or " ".join(s.forms) for s in train][: args.train_sentences or None]
+        vectors = run(nlp, train_texts, args.encoder).tensors
+        reference = fit_novelty(numpy.concatenate(vectors), size=args.size)
+        report = {
+            "reference": {
+                "tokens": int(sum(len(v) for v in vectors)),
+                "sentences": len(train_texts),
+                "size": args.size,
+                "width": reference.width,
+                "encoder": args.encoder or "doc.tensor after the pipeline",
+            }
+        }
+    lexicon = lexicon_counts(s.forms for s in train)
+    features: Dict[str, list] = {}
+    novelty: Dict[str, numpy.ndarray] = {}
+    for name, done in runs.items():
+        novelty[name] = numpy.array([reference.sentence_novelty(v) for v in done.tensors])
+        features[name] = [
+            sentence_features(w, p, v, e, lexicon)
+            for w, p, v, e in zip(done.words, done.pos, novelty[name], done.entropy)
+        ]
+    domain = fit_domain(features["dev"], features["ood_dev"], lexicon)
+    reference = NoveltyReference(reference.centre, reference.rows, domain)
+    report["domain"] = {"lexicon_words": len(lexicon), "features": len(domain.knots), "bias": round(domain.bias, 4)}
     for label, (inside, outside) in {
         "fit (dev vs ood_dev)": ("dev", "ood_dev"),
         "eval (test vs ood)": ("test", "ood"),
     }.items():
-        x = numpy.r_[features[inside], features[outside]]
-        y = numpy.r_[numpy.zeros(len(features[inside]), bool), numpy.ones(len(features[outside]), bool)]
-        scores = {"novelty": x[:, 0], "entropy_per_word": x[:, 1], "combination": x @ coef[:2] + coef[2]}
-        table = auroc_table(scores, y)
-        report[label] = {k: {m: round(v, 4) for m, v in row.items()} for k, row in table.items()}
+        y = numpy.r_[numpy.zeros(len(texts[inside]), bool), numpy.ones(len(texts[outside]), bool)]
+        scores = {
+            "novelty": numpy.r_[novelty[inside], novelty[outside]],
+            "entropy_per_word": numpy.array(
+                [numpy.nan if e is None else e for e in runs[inside].entropy + runs[outside].entropy]
+            ),
+            "out_of_domain": numpy.array([domain.probability(f) for f in features[inside] + features[outside]]),
+        }
+        report[label] = rounded(auroc_table(scores, y))
+    per_style: Dict[str, Dict[str, float]] = {}
+    test_scores = {
+        "novelty": novelty["test"],
+        "out_of_domain": numpy.array([domain.probability(f) for f in features["test"]]),
+    }
+    ood_scores = {
+        "novelty": novelty["ood"],
+        "out_of_domain": numpy.array([domain.probability(f) for f in features["ood"]]),
+    }
+    for style in sorted(set(styles)):
+        chosen = numpy.array([s == style for s in styles])
+        y = numpy.r_[numpy.zeros(len(texts["test"]), bool), numpy.ones(int(chosen.sum()), bool)]
+        per_style[style] = {
+            name: round(float(auroc(numpy.r_[test_scores[name], ood_scores[name][chosen]], y)), 3)
+            for name in test_scores
+        }
+    report["eval per style"] = per_style
     report["cpu_seconds"] = round(time.process_time() - start, 1)
     if args.write_map:
         calibration = CalibrationMap.from_disk(args.write_map)
         fit = dict(calibration.fit)
-        fit["novelty"] = {
-            "data": f"{len(texts['train'])} sentences of {Path(args.train).name} (text only)",
-            "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV --test TEST --write-map MAP",
-            **report["reference"],
+        if args.reference_from:  # the reference's own record stays; the domain model's is added
+            fit["novelty"] = dict(CalibrationMap.from_disk(args.reference_from).fit.get("novelty", {}))
+        else:
+            fit["novelty"] = {
+                "data": f"{len(train_texts)} sentences of {Path(args.train).name} (text only)",
+                "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV --test TEST --write-map MAP",
+                **report["reference"],
+            }
+        fit["novelty"]["domain"] = {
+            "data": f"lexicon: the forms of {Path(args.train).name}; fitted on {Path(args.dev).name} "
+            f"({len(texts['dev'])} sentences, text) vs {Path(args.ood_dev).name} ({len(texts['ood_dev'])})",
+            "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV --test TEST "
+            "[--reference-from MAP] --write-map MAP",
+            "knots": 5,
+            "l2": 1.0,
         }
         dataclasses.replace(calibration, novelty=reference, fit=fit).to_disk(args.write_map)
         report["wrote"] = args.write_map

@@ -202,6 +202,9 @@ class SentenceAnnotation:
         novelty: mean cosine distance of the sentence's encoder vectors from the training
             data's (``spacy_treexp.calibration.novelty``), where the calibration map carries a
             novelty reference and the vectors are at hand; else None.
+        out_of_domain: p(the sentence is out of the parser's domain), where the novelty
+            reference carries a domain model (``spacy_treexp.calibration.domain``) and the
+            novelty is known; else None.
 
     An annotation read back from CoNLL-U has only the values that format keeps; the others
     are None.
@@ -229,6 +232,7 @@ class SentenceAnnotation:
     mutual_information: Optional[float] = None
     expected_entropy: Optional[float] = None
     novelty: Optional[float] = None
+    out_of_domain: Optional[float] = None
 
     @property
     def n(self) -> int:

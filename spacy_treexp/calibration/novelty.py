@@ -17,13 +17,18 @@ text (:func:`fit_novelty`).
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy
 import torch
 
+from spacy_treexp.calibration.domain import DomainModel
 from spacy_treexp.calibration.map import CalibrationError
+
+#: Most vectors per product with the reference rows (bounds the similarity matrix to
+#: CHUNK x R floats, 32 MB at R = 2,048).
+CHUNK = 4096
 
 
 def _unit(rows: torch.Tensor) -> torch.Tensor:
@@ -32,10 +37,14 @@ def _unit(rows: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class NoveltyReference:
-    """Centre x̄ ``(width,)`` and reference directions ``(R, width)`` (unit rows), float32."""
+    """Centre x̄ ``(width,)`` and reference directions ``(R, width)`` (unit rows), float32;
+    ``domain``, the out-of-domain model that reads this novelty with other features of the
+    sentence (:class:`~spacy_treexp.calibration.domain.DomainModel`, ``sent._.out_of_domain``),
+    or None."""
 
     centre: numpy.ndarray
     rows: numpy.ndarray
+    domain: Optional[DomainModel] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # own, writable copies: torch warns on read-only arrays (e.g. a reference read from bytes)
@@ -56,13 +65,14 @@ class NoveltyReference:
 
     def token_distances(self, vectors: Any) -> numpy.ndarray:
         """d(x) of every row of ``vectors`` ``(n, width)``, ``(n,)`` (see the module doc; computed
-        in float32, one product of the n vectors with the R rows)."""
+        in float32, one product of the vectors with the R rows per :data:`CHUNK` vectors)."""
         x = torch.from_numpy(numpy.array(vectors, dtype=numpy.float32))  # a copy: doc.tensor may be read-only
         if x.ndim != 2 or x.shape[1] != self.width:
             raise ValueError(f"novelty: token vectors must be (n, {self.width}), got {tuple(x.shape)}")
         centred = _unit(x - torch.from_numpy(self.centre))  # float32: cosines of unit vectors to ~1e-7
-        similarity = centred @ torch.from_numpy(self.rows).T
-        return (1.0 - similarity.max(dim=1).values).double().numpy()
+        rows = torch.from_numpy(self.rows).T
+        best = [(chunk @ rows).max(dim=1).values for chunk in centred.split(CHUNK)]
+        return (1.0 - torch.cat(best)).double().numpy() if best else numpy.zeros(0)
 
     def sentence_novelty(self, vectors: Any) -> float:
         """Mean d over a sentence's word vectors ``(n, width)`` (NaN for no words)."""
@@ -77,6 +87,7 @@ class NoveltyReference:
             "size": int(self.rows.shape[0]),
             "centre": [float(v) for v in self.centre],
             "rows_float16_base64": base64.b64encode(rows.tobytes()).decode("ascii"),
+            **({} if self.domain is None else {"domain": self.domain.to_dict()}),
         }
 
     @classmethod
@@ -91,7 +102,8 @@ class NoveltyReference:
         if rows.size != width * size:
             raise CalibrationError(f"novelty reference: {rows.size} numbers for {size} rows of width {width}")
         rows = rows.reshape(size, width)  # unit again after float16 rounding: d stays a cosine distance
-        return cls(centre, rows / numpy.maximum(numpy.linalg.norm(rows, axis=1, keepdims=True), 1e-12))
+        domain = None if data.get("domain") is None else DomainModel.from_dict(data["domain"])
+        return cls(centre, rows / numpy.maximum(numpy.linalg.norm(rows, axis=1, keepdims=True), 1e-12), domain)
 
 
 def fit_novelty(vectors: Any, size: int = 4096, iterations: int = 10, seed: int = 0) -> NoveltyReference:
@@ -121,13 +133,37 @@ def fit_novelty(vectors: Any, size: int = 4096, iterations: int = 10, seed: int 
     return NoveltyReference(centre.numpy(), rows.numpy())
 
 
+def spans_novelty(
+    reference: Optional[NoveltyReference], spans: Sequence[Tuple[Any, int, int]]
+) -> List[Optional[float]]:
+    """:func:`span_novelty` of many ``(tensor, start, end)`` spans (e.g. every sentence of a
+    batch of Docs) with one product of all their word vectors with the reference's rows
+    (instead of one per sentence); the same values up to float32 rounding."""
+    out: List[Optional[float]] = [None] * len(spans)
+    if reference is None:
+        return out
+    usable = [i for i, (tensor, start, end) in enumerate(spans) if _has_rows(reference, tensor, start, end)]
+    if not usable:
+        return out
+    blocks = [numpy.asarray(spans[i][0][spans[i][1] : spans[i][2]], dtype=numpy.float32) for i in usable]
+    distances = reference.token_distances(numpy.concatenate(blocks))
+    offsets = numpy.cumsum([0] + [len(block) for block in blocks])
+    for k, i in enumerate(usable):
+        out[i] = float(distances[offsets[k] : offsets[k + 1]].mean())
+    return out
+
+
+def _has_rows(reference: NoveltyReference, tensor: Any, start: int, end: int) -> bool:
+    if tensor is None:
+        return False
+    shape = numpy.shape(tensor)
+    return len(shape) == 2 and shape[1] == reference.width and shape[0] >= end > start
+
+
 def span_novelty(reference: Optional[NoveltyReference], tensor: Any, start: int, end: int) -> Optional[float]:
     """The novelty of words ``start``..``end - 1`` of a document whose token vectors are the
     rows of ``tensor`` (spaCy's ``doc.tensor``); None without a reference, or where
     ``tensor`` has no rows of the reference's width for those words (e.g. no encoder ran)."""
-    if reference is None or tensor is None:
-        return None
-    shape = numpy.shape(tensor)
-    if len(shape) != 2 or shape[1] != reference.width or shape[0] < end or end <= start:
+    if reference is None or not _has_rows(reference, tensor, start, end):
         return None
     return reference.sentence_novelty(numpy.asarray(tensor[start:end]))

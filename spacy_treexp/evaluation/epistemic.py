@@ -12,7 +12,8 @@ or the command line:
   ``mutual_information_per_word``, ``head_mutual_information_mean`` (mean of
   ``token._.head_mutual_information``) and ``expected_entropy``;
 * with a calibration map that carries a novelty reference: ``novelty``
-  (``sent._.novelty``, how far the sentence's encoder vectors are from the training data's);
+  (``sent._.novelty``, how far the sentence's encoder vectors are from the training data's)
+  and, with its domain model, ``out_of_domain`` (``sent._.out_of_domain``);
 
 and, as baselines that need only a per-word softmax over the same arc scores, the local
 head entropy (mean over words of −Σ_h q(h|m) log q(h|m), q = softmax of the column) and the
@@ -46,6 +47,7 @@ ANNOTATION_SCORES = (
     "head_mutual_information_mean",
     "expected_entropy",
     "novelty",
+    "out_of_domain",
     "length",
 )
 #: Baselines from a per-word softmax over the same arc scores.
@@ -73,6 +75,7 @@ def annotation_scores(record: SentenceAnnotation) -> Dict[str, float]:
         "head_mutual_information_mean": nan if head_mi is None else float(numpy.mean(head_mi)),
         "expected_entropy": value(record.expected_entropy),
         "novelty": value(record.novelty),
+        "out_of_domain": value(record.out_of_domain),
         "length": float(record.n),
     }
 

@@ -229,6 +229,13 @@ def get_span_novelty(span: Span) -> Optional[float]:
     return _span_value(span, "novelty")
 
 
+def get_span_out_of_domain(span: Span) -> Optional[float]:
+    """p(the sentence is out of the parser's domain) from its novelty, words, parts of speech
+    and tree entropy (``spacy_treexp.calibration.domain``); None unless the novelty reference
+    carries a domain model and the novelty is known."""
+    return _span_value(span, "out_of_domain")
+
+
 # --- Token getters ----------------------------------------------------------------
 
 
@@ -298,6 +305,7 @@ SPAN_GETTERS = {
     "mutual_information": get_span_mutual_information,
     "expected_entropy": get_span_expected_entropy,
     "novelty": get_span_novelty,
+    "out_of_domain": get_span_out_of_domain,
 }
 TOKEN_GETTERS = {
     "head_prob": get_token_head_prob,

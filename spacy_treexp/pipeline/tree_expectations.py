@@ -18,7 +18,7 @@ used, and ``to_disk`` / ``to_bytes`` carry it in the component's own data. Set
 ``calibration`` to ``{"kind": "temperature", "log_scale": [0.0], "bias": [0.0]}`` (the
 identity) to use the parser's scores as they are. A map that carries a novelty reference
 also gives ``sent._.novelty``, read from ``doc.tensor`` (the vectors of the pipeline's last
-encoder). ``Doc._.parser_scores`` stays the parser's own.
+encoder), and, where the reference has a domain model, ``sent._.out_of_domain``. ``Doc._.parser_scores`` stays the parser's own.
 
 After annotating a Doc the component drops the parser's raw scores (``Doc._.parser_scores
 = None``) unless ``keep_scores`` is set: they take tens of times the memory of the
@@ -42,7 +42,7 @@ from spacy.util import minibatch
 
 from spacy_treexp.annotate import DEFAULTS, AnnotateOptions, SentenceScores, annotate_sentences, install_fork_hook
 from spacy_treexp.calibration.map import CalibrationError, CalibrationMap, read_map
-from spacy_treexp.calibration.novelty import span_novelty
+from spacy_treexp.calibration.novelty import spans_novelty
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.extensions import PARSER_SCORES
 from spacy_treexp.pipeline.score_sources import (
@@ -227,12 +227,20 @@ class TreeExpectations(Pipe):
         sentences = [s for doc_scores in per_doc for s in doc_scores]
         # sentence_scores held every record to the contract (SentenceScores.check included)
         annotations = annotate_sentences(sentences, self.options, self.calibration, checked=True)
-        offset = 0
         novelty = None if self.calibration is None else self.calibration.novelty
+        if novelty is not None:  # sent._.novelty: the map's reference against doc.tensor, one product per batch
+            docs_of = [doc for doc, doc_scores in zip(docs, per_doc) for _ in doc_scores]
+            spans = [(doc.tensor, record.start, record.end) for doc, record in zip(docs_of, annotations)]
+            for record, value in zip(annotations, spans_novelty(novelty, spans)):
+                record.novelty = value
+            if novelty.domain is not None:  # sent._.out_of_domain: the domain model on the sentence
+                for doc, record in zip(docs_of, annotations):
+                    words = doc[record.start : record.end]
+                    record.out_of_domain = novelty.domain.sentence_probability(
+                        [t.text for t in words], [t.pos_ for t in words], record.novelty, record.entropy_per_word
+                    )
+        offset = 0
         for doc, doc_scores in zip(docs, per_doc):
-            if novelty is not None:  # sent._.novelty: the map's reference against doc.tensor
-                for record in annotations[offset : offset + len(doc_scores)]:
-                    record.novelty = span_novelty(novelty, doc.tensor, record.start, record.end)
             doc._.set(attributes.STORE, annotations[offset : offset + len(doc_scores)])
             offset += len(doc_scores)
             if not self.keep_scores:

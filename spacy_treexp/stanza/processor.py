@@ -233,6 +233,7 @@ SENTENCE_PROPERTIES = {
     "mutual_information": _sentence_value("mutual_information"),
     "expected_entropy": _sentence_value("expected_entropy"),
     "novelty": _sentence_value("novelty"),  # None: a Stanza Document carries no token vectors
+    "out_of_domain": _sentence_value("out_of_domain"),  # None, as it reads the novelty
 }
 #: Word properties: name -> getter.
 WORD_PROPERTIES = {

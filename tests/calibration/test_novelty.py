@@ -159,3 +159,24 @@ def test_read_only_vectors_and_reference_give_no_warning():
         distances = reference.token_distances(vectors)
     unit = vectors / numpy.linalg.norm(vectors, axis=1, keepdims=True)
     numpy.testing.assert_allclose(distances, 1.0 - unit.max(axis=1), atol=1e-6)
+
+
+def test_batched_spans_match_one_sentence_at_a_time():
+    from spacy_treexp.calibration import novelty as module
+
+    reference = fit_novelty(clustered(seed=8), size=6, seed=0)
+    rng = numpy.random.default_rng(9)
+    doc_a, doc_b = rng.normal(0, 3, (7, 6)), rng.normal(0, 3, (4, 6))
+    spans = [(doc_a, 0, 3), (doc_a, 3, 7), (doc_b, 0, 4), (None, 0, 2), (doc_b[:, :5], 0, 2), (doc_b, 2, 9)]
+    batched = module.spans_novelty(reference, spans)
+    one_by_one = [module.span_novelty(reference, *span) for span in spans]
+    assert batched[3:] == [None, None, None] == one_by_one[3:]  # no tensor, another width, too few rows
+    for (tensor, start, end), got in zip(spans[:3], batched[:3]):
+        assert got == pytest.approx(direct_distances(reference, tensor[start:end]).mean(), abs=1e-6)
+    numpy.testing.assert_allclose(batched[:3], one_by_one[:3], atol=1e-6)
+    assert module.spans_novelty(None, spans) == [None] * len(spans)
+    old_chunk, module.CHUNK = module.CHUNK, 2  # products over several chunks give the same distances
+    try:
+        numpy.testing.assert_allclose(module.spans_novelty(reference, spans[:3]), batched[:3], atol=1e-7)
+    finally:
+        module.CHUNK = old_chunk

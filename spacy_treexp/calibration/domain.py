@@ -1,0 +1,237 @@
+"""Is a sentence out of the parser's domain? An additive logistic model over the sentence's
+surface, its words' familiarity and its uncertainty (issue 21, part 4).
+
+Encoder novelty alone (:mod:`.novelty`) misses text whose words and vectors look like the
+training data's while its style does not (legal clauses, poetry, recipes, fragments). The
+model adds cheap, documented features of the sentence (:data:`FEATURES`):
+
+* ``novelty``: the encoder novelty (:class:`~.novelty.NoveltyReference`);
+* ``entropy_per_word``: the tree entropy per word (nats);
+* ``log_length``: log of the number of words;
+* ``unseen`` / ``rare``: the share of words (lower-cased) absent from the training text /
+  seen there fewer than :data:`RARE` times (the :class:`DomainModel`'s lexicon);
+* surface: ``capitalised`` (words after the first that start upper-case), ``lower_start``
+  (the first word starts lower-case), ``final_punct`` (ends in ``.``, ``!`` or ``?``),
+  ``word_length`` (mean characters), ``digits`` (words with a digit), ``symbols`` (words
+  without a letter or digit), ``all_caps`` (words of 2+ characters, all upper-case);
+* parts of speech (UPOS, from the pipeline's tagger): ``pronouns``, ``verbs`` (VERB, AUX),
+  ``nouns`` (NOUN, PROPN), ``determiners`` and ``no_verb`` (none at all).
+
+Each feature x_j enters through a piecewise-linear function f_j fixed by its values at
+knots (quantiles of the fitting data) and constant beyond them (a degree-1 spline, i.e. a
+generalised additive model, Hastie & Tibshirani 1990), and
+
+    p(out of domain | x) = σ(b + Σ_j f_j(x_j)),
+
+fitted (:func:`fit_domain`) by ridge-penalised log-likelihood with the two classes weighted
+equally: the probability under even prior odds of in-domain and out-of-domain text. Fit it
+on held-out in-domain sentences against out-of-domain ones that no evaluation uses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+
+import numpy
+import torch
+
+from spacy_treexp.calibration.map import CalibrationError
+
+#: The model's features, in order (see the module doc).
+FEATURES = (
+    "novelty",
+    "entropy_per_word",
+    "log_length",
+    "unseen",
+    "rare",
+    "capitalised",
+    "lower_start",
+    "final_punct",
+    "word_length",
+    "digits",
+    "symbols",
+    "all_caps",
+    "pronouns",
+    "verbs",
+    "nouns",
+    "determiners",
+    "no_verb",
+)
+#: A word seen fewer than RARE times in the lexicon's text counts as rare.
+RARE = 3
+
+
+def lexicon_counts(sentences: Iterable[Sequence[str]], most: int = RARE) -> Dict[str, int]:
+    """The lexicon of :class:`DomainModel`: each lower-cased word of ``sentences`` with its
+    count, capped at ``most`` (all the model reads)."""
+    counts = Counter(word.lower() for words in sentences for word in words)
+    return {word: min(count, most) for word, count in counts.items()}
+
+
+def sentence_features(
+    words: Sequence[str],
+    pos: Sequence[str],
+    novelty: Optional[float],
+    entropy_per_word: Optional[float],
+    lexicon: Mapping[str, int],
+) -> Optional[Dict[str, float]]:
+    """:data:`FEATURES` of one sentence (its words and their UPOS tags); None for no words
+    or where ``novelty`` or ``entropy_per_word`` is None."""
+    n = len(words)
+    if n == 0 or novelty is None or entropy_per_word is None:
+        return None
+    counts = [lexicon.get(word.lower(), 0) for word in words]
+    tags = list(pos) + [""] * (n - len(pos))
+    return {
+        "novelty": float(novelty),
+        "entropy_per_word": float(entropy_per_word),
+        "log_length": math.log(n),
+        "unseen": sum(c == 0 for c in counts) / n,
+        "rare": sum(c < RARE for c in counts) / n,
+        "capitalised": sum(w[:1].isupper() for w in words[1:]) / (n - 1) if n > 1 else 0.0,
+        "lower_start": float(words[0][:1].islower()),
+        "final_punct": float(words[-1] in (".", "!", "?")),
+        "word_length": sum(len(w) for w in words) / n,
+        "digits": sum(any(c.isdigit() for c in w) for w in words) / n,
+        "symbols": sum(not any(c.isalnum() for c in w) for w in words) / n,
+        "all_caps": sum(len(w) > 1 and w.isupper() for w in words) / n,
+        "pronouns": sum(t == "PRON" for t in tags) / n,
+        "verbs": sum(t in ("VERB", "AUX") for t in tags) / n,
+        "nouns": sum(t in ("NOUN", "PROPN") for t in tags) / n,
+        "determiners": sum(t == "DET" for t in tags) / n,
+        "no_verb": float(not any(t in ("VERB", "AUX") for t in tags)),
+    }
+
+
+def hat_basis(x: numpy.ndarray, knots: numpy.ndarray) -> numpy.ndarray:
+    """``(len(x), len(knots))``: row i holds the weights with which Σ_k v_k B_ik linearly
+    interpolates the values v at ``knots`` (increasing) at x_i, constant beyond them."""
+    x = numpy.clip(numpy.asarray(x, dtype=numpy.float64), knots[0], knots[-1])
+    basis = numpy.zeros((len(x), len(knots)))
+    if len(knots) == 1:
+        basis[:, 0] = 1.0
+        return basis
+    right = numpy.clip(numpy.searchsorted(knots, x, side="right"), 1, len(knots) - 1)
+    left = right - 1
+    t = (x - knots[left]) / (knots[right] - knots[left])
+    rows = numpy.arange(len(x))
+    basis[rows, left] = 1.0 - t
+    basis[rows, right] += t
+    return basis
+
+
+@dataclass(frozen=True)
+class DomainModel:
+    """The fitted model (module doc): the lexicon, per feature its knots and the values of
+    f_j there, and the bias b."""
+
+    lexicon: Mapping[str, int]
+    knots: Tuple[Tuple[float, ...], ...]
+    values: Tuple[Tuple[float, ...], ...]
+    bias: float
+
+    def __post_init__(self) -> None:
+        if len(self.knots) != len(FEATURES) or len(self.values) != len(FEATURES):
+            raise CalibrationError(f"domain model: knots and values for the {len(FEATURES)} features expected")
+        for name, knots, values in zip(FEATURES, self.knots, self.values):
+            k = numpy.asarray(knots, dtype=numpy.float64)
+            if len(k) == 0 or len(values) != len(k) or not numpy.isfinite(k).all() or (numpy.diff(k) <= 0).any():
+                raise CalibrationError(f"domain model: feature {name}: knots must increase and match its values")
+            if not numpy.isfinite(numpy.asarray(values, dtype=numpy.float64)).all():
+                raise CalibrationError(f"domain model: feature {name}: values must be finite")
+        if not math.isfinite(self.bias):
+            raise CalibrationError("domain model: the bias must be finite")
+
+    def logit(self, features: Mapping[str, float]) -> float:
+        """b + Σ_j f_j(x_j)."""
+        total = self.bias
+        for name, knots, values in zip(FEATURES, self.knots, self.values):
+            total += float(numpy.interp(features[name], knots, values))
+        return total
+
+    def probability(self, features: Optional[Mapping[str, float]]) -> Optional[float]:
+        """p(out of domain | features) (module doc); None for None."""
+        if features is None:
+            return None
+        return 1.0 / (1.0 + math.exp(-self.logit(features)))
+
+    def sentence_probability(
+        self, words: Sequence[str], pos: Sequence[str], novelty: Optional[float], entropy_per_word: Optional[float]
+    ) -> Optional[float]:
+        """:meth:`probability` of :func:`sentence_features`."""
+        return self.probability(sentence_features(words, pos, novelty, entropy_per_word, self.lexicon))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "features": list(FEATURES),
+            "knots": [list(k) for k in self.knots],
+            "values": [list(v) for v in self.values],
+            "bias": self.bias,
+            "rare": RARE,
+            "lexicon": dict(sorted(self.lexicon.items())),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DomainModel:
+        try:
+            if tuple(data["features"]) != FEATURES or int(data["rare"]) != RARE:
+                raise CalibrationError(
+                    f"domain model: made for features {data['features']}, this version reads {FEATURES}"
+                )
+            return cls(
+                lexicon={str(w): int(c) for w, c in dict(data["lexicon"]).items()},
+                knots=tuple(tuple(float(v) for v in k) for k in data["knots"]),
+                values=tuple(tuple(float(v) for v in k) for k in data["values"]),
+                bias=float(data["bias"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, CalibrationError):
+                raise
+            raise CalibrationError(f"domain model: cannot read it ({e})") from e
+
+
+def fit_domain(
+    inside: Sequence[Mapping[str, float]],
+    outside: Sequence[Mapping[str, float]],
+    lexicon: Mapping[str, int],
+    knots: int = 5,
+    l2: float = 1.0,
+) -> DomainModel:
+    """Fit a :class:`DomainModel` on the :func:`sentence_features` of in-domain sentences
+    ``inside`` and out-of-domain ones ``outside``: per feature, ``knots`` knots at equally
+    spaced quantiles of both sets (repeats merged); the values and bias maximise Σ_i w_i log
+    p(y_i | x_i) − l2/2 Σ v², classes weighted equally (w = N / (2 N_class)), by L-BFGS in
+    float64 (a convex problem)."""
+    if not inside or not outside:
+        raise CalibrationError("fit_domain: needs sentences of both classes")
+    rows = list(inside) + list(outside)
+    x = numpy.array([[row[name] for name in FEATURES] for row in rows], dtype=numpy.float64)
+    y = numpy.r_[numpy.zeros(len(inside)), numpy.ones(len(outside))]
+    feature_knots = [numpy.unique(numpy.quantile(x[:, j], numpy.linspace(0, 1, knots))) for j in range(x.shape[1])]
+    basis = torch.from_numpy(numpy.concatenate([hat_basis(x[:, j], k) for j, k in enumerate(feature_knots)], axis=1))
+    target = torch.from_numpy(y)
+    weight = torch.from_numpy(numpy.where(y > 0, len(y) / (2 * len(outside)), len(y) / (2 * len(inside))))
+    values = torch.zeros(basis.shape[1], dtype=torch.float64, requires_grad=True)
+    bias = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    optimiser = torch.optim.LBFGS([values, bias], max_iter=500, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimiser.zero_grad()
+        logits = basis @ values + bias
+        loss = (weight * torch.nn.functional.binary_cross_entropy_with_logits(logits, target, reduction="none")).sum()
+        loss = loss + 0.5 * l2 * (values**2).sum()
+        loss.backward()
+        return loss
+
+    optimiser.step(closure)
+    fitted = values.detach().numpy()
+    splits = numpy.cumsum([0] + [len(k) for k in feature_knots])
+    return DomainModel(
+        lexicon=dict(lexicon),
+        knots=tuple(tuple(float(v) for v in k) for k in feature_knots),
+        values=tuple(tuple(float(v) for v in fitted[splits[j] : splits[j + 1]]) for j in range(len(FEATURES))),
+        bias=float(bias.detach()),
+    )

@@ -1,0 +1,196 @@
+"""The out-of-domain model: features checked by hand, the piecewise-linear basis against
+numpy.interp, the fit against its optimality conditions, the dict form, and the component."""
+
+import json
+import math
+
+import numpy
+import pytest
+
+from spacy_treexp.calibration import CalibrationError
+from spacy_treexp.calibration.domain import (
+    FEATURES,
+    DomainModel,
+    fit_domain,
+    hat_basis,
+    lexicon_counts,
+    sentence_features,
+)
+from spacy_treexp.calibration.novelty import NoveltyReference
+
+
+def test_features_of_a_sentence_by_hand():
+    lexicon = lexicon_counts([["The", "cat", "sat"], ["the", "cat"], ["the"]])
+    assert lexicon == {"the": 3, "cat": 2, "sat": 1}
+    words = ["The", "Cat", "ate", "42", "fish", "!!", "NOW"]
+    pos = ["DET", "NOUN", "VERB", "NUM", "NOUN", "PUNCT", "ADV"]
+    got = sentence_features(words, pos, 0.25, 0.5, lexicon)
+    assert list(got) == list(FEATURES)
+    expected = {
+        "novelty": 0.25,
+        "entropy_per_word": 0.5,
+        "log_length": math.log(7),
+        "unseen": 5 / 7,  # ate 42 fish !! NOW
+        "rare": 6 / 7,  # all but "The" (cat: 2 < 3)
+        "capitalised": 2 / 6,  # Cat, NOW
+        "lower_start": 0.0,
+        "final_punct": 0.0,  # "!!" is not one of . ! ?
+        "word_length": (3 + 3 + 3 + 2 + 4 + 2 + 3) / 7,
+        "digits": 1 / 7,
+        "symbols": 1 / 7,
+        "all_caps": 1 / 7,  # NOW ("42" has no cased letter)
+        "pronouns": 0.0,
+        "verbs": 1 / 7,
+        "nouns": 2 / 7,
+        "determiners": 1 / 7,
+        "no_verb": 0.0,
+    }
+    for name in FEATURES:
+        assert got[name] == pytest.approx(expected[name]), name
+    one = sentence_features(["hi"], [], 0.1, 0.0, lexicon)  # no tags: none of the UPOS shares
+    assert one["capitalised"] == 0.0 and one["lower_start"] == 1.0 and one["no_verb"] == 1.0
+    assert sentence_features([], [], 0.1, 0.0, lexicon) is None
+    assert sentence_features(["hi"], ["INTJ"], None, 0.0, lexicon) is None
+
+
+def test_hat_basis_interpolates_and_is_constant_beyond_the_knots():
+    rng = numpy.random.default_rng(0)
+    knots = numpy.array([-1.0, 0.0, 0.5, 2.0])
+    values = rng.normal(size=4)
+    x = numpy.r_[rng.uniform(-3, 4, 50), knots]
+    basis = hat_basis(x, knots)
+    numpy.testing.assert_allclose(basis.sum(1), 1.0)
+    assert (basis >= 0).all() and ((basis > 0).sum(1) <= 2).all()
+    numpy.testing.assert_allclose(basis @ values, numpy.interp(x, knots, values), atol=1e-12)
+    numpy.testing.assert_allclose(hat_basis(numpy.array([-9.0, 9.0]), knots) @ values, values[[0, -1]])
+    numpy.testing.assert_allclose(hat_basis(numpy.array([3.0]), numpy.array([1.0])), [[1.0]])
+
+
+def synthetic(seed, n_in=300, n_out=60):
+    """Feature rows where out-of-domain sentences have higher novelty and more unseen words."""
+    rng = numpy.random.default_rng(seed)
+
+    def rows(n, shift):
+        out = []
+        for _ in range(n):
+            row = {name: float(rng.uniform(0, 1)) for name in FEATURES}
+            row["novelty"] = float(rng.normal(0.3 + shift, 0.1))
+            row["unseen"] = float(numpy.clip(rng.normal(0.1 + shift / 2, 0.1), 0, 1))
+            row["lower_start"] = float(rng.integers(0, 2))
+            out.append(row)
+        return out
+
+    return rows(n_in, 0.0), rows(n_out, 0.3)
+
+
+def penalised_loss(model, inside, outside, l2):
+    """What fit_domain minimises, from the model's own knots and values (float64)."""
+    rows = list(inside) + list(outside)
+    y = numpy.r_[numpy.zeros(len(inside)), numpy.ones(len(outside))]
+    w = numpy.where(y > 0, len(y) / (2 * len(outside)), len(y) / (2 * len(inside)))
+    logits = numpy.array([model.logit(row) for row in rows])
+    nll = numpy.logaddexp(0, logits) - y * logits
+    return float((w * nll).sum() + 0.5 * l2 * sum(v**2 for values in model.values for v in values))
+
+
+def test_fit_separates_and_is_a_minimum_of_its_objective():
+    inside, outside = synthetic(1)
+    model = fit_domain(inside, outside, {"the": 3}, knots=4, l2=1.0)
+    for knots in model.knots:
+        assert 1 <= len(knots) <= 4 and all(b > a for a, b in zip(knots, knots[1:]))
+    assert len(model.knots[FEATURES.index("lower_start")]) == 2  # a 0/1 feature: its two values
+    test_in, test_out = synthetic(2)
+    p_in = numpy.array([model.probability(r) for r in test_in])
+    p_out = numpy.array([model.probability(r) for r in test_out])
+    assert (p_in[:, None] < p_out[None, :]).mean() > 0.95  # AUROC on fresh draws
+    # novelty's function rises: more novel, more likely out of domain
+    assert model.values[0][-1] > model.values[0][0]
+    best = penalised_loss(model, inside, outside, 1.0)
+    rng = numpy.random.default_rng(3)
+    for _ in range(20):  # a convex objective at its minimum: no small step lowers it
+        step = [tuple(v + 1e-3 * rng.normal() for v in values) for values in model.values]
+        moved = DomainModel(model.lexicon, model.knots, tuple(step), model.bias + 1e-3 * rng.normal())
+        assert penalised_loss(moved, inside, outside, 1.0) >= best - 1e-9
+    # balanced classes and the ridge: the mean prediction sits near 1/2 on the fitting data
+    p_fit = [model.probability(r) for r in inside + outside]
+    weights = numpy.r_[numpy.full(len(inside), 0.5 / len(inside)), numpy.full(len(outside), 0.5 / len(outside))]
+    assert float(numpy.dot(weights, p_fit)) == pytest.approx(0.5, abs=1e-4)  # the bias's optimality
+
+
+def test_dict_form_round_trips_through_json():
+    inside, outside = synthetic(4, 80, 20)
+    model = fit_domain(inside, outside, {"cat": 2, "the": 3})
+    back = DomainModel.from_dict(json.loads(json.dumps(model.to_dict())))
+    assert back == model
+    reference = NoveltyReference(numpy.zeros(3), numpy.eye(3), model)
+    again = NoveltyReference.from_dict(json.loads(json.dumps(reference.to_dict())))
+    assert again.domain == model
+    assert NoveltyReference.from_dict(NoveltyReference(numpy.zeros(3), numpy.eye(3)).to_dict()).domain is None
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.update(features=["novelty"]), "made for features"),
+        (lambda d: d.pop("lexicon"), "cannot read"),
+        (lambda d: d["knots"][0].reverse(), "knots must increase"),
+        (lambda d: d["values"][0].append(1.0), "match its values"),
+        (lambda d: d.update(bias=float("nan")), "bias must be finite"),
+        (lambda d: d["knots"].pop(), "for the 17 features"),
+    ],
+)
+def test_bad_dicts_are_named(change, message):
+    inside, outside = synthetic(5, 40, 10)
+    data = fit_domain(inside, outside, {}).to_dict()
+    change(data)
+    with pytest.raises(CalibrationError, match=message):
+        DomainModel.from_dict(data)
+
+
+def test_fit_needs_both_classes():
+    inside, _ = synthetic(6, 10, 1)
+    with pytest.raises(CalibrationError, match="both classes"):
+        fit_domain(inside, [], {})
+
+
+def test_component_gives_out_of_domain_from_the_sentence_and_batches_like_one_doc():
+    import spacy
+    from helpers.scorer import score_doc
+    from spacy.tokens import Doc
+
+    from spacy_treexp.calibration import CalibrationMap, fit_novelty
+
+    width = 5
+    rng = numpy.random.default_rng(7)
+    inside, outside = synthetic(8, 60, 15)
+    model = fit_domain(inside, outside, {"the": 3, "dog": 1})
+    reference = fit_novelty(rng.normal(size=(40, width)), size=4)
+    reference = NoveltyReference(reference.centre, reference.rows, model)
+    config = CalibrationMap.identity().to_dict() | {"novelty": reference.to_dict()}
+    nlp = spacy.blank("en")
+    component = nlp.add_pipe("tree_expectations", config={"calibration": config})
+    stored = CalibrationMap.from_dict(json.loads(json.dumps(config))).novelty
+
+    def doc_of(words, starts, seed):
+        doc = Doc(nlp.vocab, words=words, sent_starts=starts)
+        for token, tag in zip(doc, ["DET", "NOUN", "VERB", "PUNCT", "DET", "NOUN", "VERB", "ADV"]):
+            token.pos_ = tag
+        score_doc(doc)
+        doc.tensor = numpy.random.default_rng(seed).normal(0, 2, (len(words), width)).astype(numpy.float32)
+        return doc
+
+    words = "The dog barks . a cat sleeps here".split()
+    starts = [True, False, False, False, True, False, False, False]
+    docs = [doc_of(words, starts, 1), doc_of(words[:4], starts[:4], 2)]
+    one_by_one = [component(doc_of(words, starts, 1)), component(doc_of(words[:4], starts[:4], 2))]
+    batched = list(component.pipe(docs, batch_size=8))
+    for doc, single in zip(batched, one_by_one):
+        for sent, same in zip(doc.sents, single.sents):
+            novelty = stored.sentence_novelty(doc.tensor[sent.start : sent.end])
+            features = sentence_features(
+                [t.text for t in sent], [t.pos_ for t in sent], novelty, sent._.entropy_per_word, model.lexicon
+            )
+            expected = 1.0 / (1.0 + math.exp(-model.logit(features)))
+            assert sent._.out_of_domain == pytest.approx(expected, abs=1e-6)
+            assert sent._.novelty == pytest.approx(same._.novelty, abs=1e-6)
+            assert sent._.out_of_domain == pytest.approx(same._.out_of_domain, abs=1e-9)
