@@ -15,6 +15,9 @@ On N sentences of UD English-EWT test (gold tokens and sentences), measures:
 ``--members 0`` runs the parser without its MC-dropout members, and so the component
 without the epistemic part (the mixture's exact head MI and its sampled I(tree; member)).
 
+``--no-map`` runs the component on the parser's scores as they are (no calibration map, so
+no ``sent._.novelty`` either): the bare annotation core, as the component was before the map.
+
 ``--profile FILE`` writes a cProfile of the component (``n_samples=10``, seeded, and
 ``n_samples=0``) on the parsed Docs instead of the comparison (read it with ``pstats``).
 
@@ -63,6 +66,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
     parser.add_argument("--skip-full", action="store_true", help="skip the whole-pipeline docs/s")
     parser.add_argument("--members", type=int, default=None, help="the parser's MC-dropout members (default: its own)")
+    parser.add_argument("--no-map", action="store_true", help="the component without the parser's calibration map")
     parser.add_argument("--profile", default=None, help="write a cProfile of the component here instead")
     args = parser.parse_args()
     if args.threads:
@@ -97,6 +101,10 @@ def main() -> None:
     components = {
         name: host.add_pipe("tree_expectations", name=name, config=config) for name, config in settings.items()
     }
+    if args.no_map:
+        for component in components.values():
+            component.calibration = None
+    results["calibration_map"] = not args.no_map
     if args.profile:
         profile(nlp, components, run(nlp, gold_docs()), args)
         return
