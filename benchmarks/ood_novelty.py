@@ -9,8 +9,7 @@ vectors of ``--train`` (its first ``--train-sentences``, default all; unlabelled
 parser's own training data), or taken from the map ``--reference-from``; the lexicon is the
 word forms of all of ``--train``; the domain model is fitted on ``--dev`` (in domain) against
 ``benchmarks/data/ood_dev_sentences.tsv`` (160 out-of-domain sentences we wrote, 22 styles,
-none shared with the evaluation set), with its defaults (5 knots, ridge 1) chosen before
-looking at the evaluation set; the AUROC is then measured on ``--test`` against
+none shared with the evaluation set), with its defaults (5 knots, ridge 1); the AUROC is then measured on ``--test`` against
 ``benchmarks/data/ood_sentences.tsv`` (130 sentences, 12 styles), overall and per style.
 Every side goes through the pipeline's tokenizer and tagger, one sentence per Doc.
 
