@@ -150,11 +150,12 @@ def _blas_threads(device: torch.device) -> Iterator[None]:
         yield
 
 
-def _span_text(doc: Doc, start: int, end: int) -> str:
+def _span_text(doc: Doc, start: int, end: int, text: Optional[str] = None) -> str:
     """``doc[start:end].text`` (its characters, without the last token's trailing
-    whitespace), sliced from ``doc.text`` without building the Span."""
+    whitespace), sliced from ``doc.text`` (or ``text``, the same string built once per Doc:
+    spaCy joins the tokens again on every ``doc.text``) without building the Span."""
     last = doc[end - 1]
-    return doc.text[doc[start].idx : last.idx + len(last)]
+    return (doc.text if text is None else text)[doc[start].idx : last.idx + len(last)]
 
 
 @contextmanager
@@ -551,7 +552,10 @@ class BiaffineParser(TrainablePipe):
         when ``members`` is 0 or no sentence was scored."""
         if self.members == 0 or capture.H is None:
             return None
-        texts = [_span_text(doc, start, end) for doc, spans in zip(docs, sentences) for start, end in spans]
+        texts: List[str] = []
+        for doc, spans in zip(docs, sentences):
+            text = doc.text
+            texts.extend(_span_text(doc, start, end, text) for start, end in spans)
         generators = [sentence_generator(0, text) for text in texts]
         scores = arc_members(get_scorer_module(self.model), capture, self.members, self.member_kind, generators)
         members = scores.cpu().numpy() / self.arc_temperature

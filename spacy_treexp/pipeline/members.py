@@ -21,7 +21,7 @@ members do not depend on the batch it is parsed in.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, List, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -39,12 +39,14 @@ def sentence_generator(seed: int, text: str) -> torch.Generator:
 
 
 class ScorerCapture:
-    """What the parser's arc scorer saw in its last forward pass, recorded by torch hooks:
-    its token vectors ``X`` ``(B, N, width)`` and ``lengths`` (for ``"full"`` members) and
-    the encoder's output, the arc MLPs' input ``H`` ``(B, N+1, hidden)`` (for ``"head"``
-    members), so that members cost no second encoder pass. Use as a context manager around
-    the parser's prediction (the scorer must be in eval mode: no dropout); with ``enabled``
-    false it records nothing."""
+    """What the parser's arc scorer saw in its last forward pass: its token vectors ``X``
+    ``(B, N, width)`` and ``lengths`` (for ``"full"`` members), the encoder's output, the arc
+    MLPs' input ``H`` ``(B, N+1, hidden)``, and for ``"head"`` members the arc scorer's head
+    side ``by_head`` ``[r_head; 1] U`` and its dependents ``dep`` ``r_dep`` (``(B, N+1, arc
+    width)`` each), so that members cost no second encoder pass nor head product. Use as a context
+    manager around the parser's prediction (the scorer must be in eval mode: no dropout);
+    the scorer hands them over through its ``capture`` attribute (``record``). With
+    ``enabled`` false it records nothing."""
 
     def __init__(self, scorer: Any, enabled: bool = True) -> None:
         self.scorer = scorer
@@ -52,36 +54,22 @@ class ScorerCapture:
         self.X: Optional[Tensor] = None
         self.lengths: Optional[Tensor] = None
         self.H: Optional[Tensor] = None
-        self.head: Optional[Tensor] = None
+        self.by_head: Optional[Tensor] = None
         self.dep: Optional[Tensor] = None
-        self._handles: List[Any] = []
+
+    def record(self, X: Tensor, lengths: Tensor, H: Tensor, by_head: Tensor, dep: Tensor) -> None:
+        """Keep one pass's inputs, encoder output and arc scorer parts (called by the scorer)."""
+        self.X, self.lengths, self.H = X.detach(), lengths.detach(), H.detach()
+        self.by_head, self.dep = by_head.detach(), dep.detach()
 
     def __enter__(self) -> ScorerCapture:
-        def inputs(module, args):
-            self.X, self.lengths = args[0].detach(), args[1].detach()
-
-        def hidden(module, args):
-            self.H = args[0].detach()
-
-        def head(module, args, output):
-            self.head = output.detach()
-
-        def dep(module, args, output):
-            self.dep = output.detach()
-
         if self.enabled:
-            self._handles = [
-                self.scorer.register_forward_pre_hook(inputs),
-                self.scorer.arc_head.register_forward_pre_hook(hidden),
-                self.scorer.arc_head.register_forward_hook(head),
-                self.scorer.arc_dep.register_forward_hook(dep),
-            ]
+            self.scorer.capture = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        if self.scorer.capture is self:
+            self.scorer.capture = None
 
 
 def _masks(widths: Sequence[int], lengths: Tensor, k: int, p: float, generators: Sequence[torch.Generator], device):
@@ -126,11 +114,10 @@ def arc_members(
             X = (X.unsqueeze(0) * x_mask.to(X.dtype)).reshape(k * batch, n_max + 1, -1)
             H = _encode(scorer, X, lengths.repeat(k), n_max)
         else:
-            if capture.head is None or capture.dep is None:
+            if capture.by_head is None or capture.dep is None:
                 raise ValueError("no pass of the arc MLPs was recorded")
-            head = torch.cat([capture.head, capture.head.new_ones(capture.head.shape[:-1] + (1,))], dim=-1)
-            by_head = head @ scorer.arc_weight  # (B, N+1, arc width), shared by the members
-            (dep_mask,) = _masks([hidden], lengths, k, p, generators, head.device)
+            by_head = capture.by_head  # (B, N+1, arc width), shared by the members
+            (dep_mask,) = _masks([hidden], lengths, k, p, generators, by_head.device)
             dep = capture.dep.unsqueeze(0) * dep_mask.to(capture.dep.dtype)  # (K, B, N+1, arc width)
             return torch.matmul(by_head.unsqueeze(0), dep.transpose(-1, -2))
         H = H * h_mask.reshape(H.shape).to(H.dtype)

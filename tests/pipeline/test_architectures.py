@@ -228,3 +228,45 @@ def test_all_pairs_relations_match_brute_force(grad, temperature):
             logits = numpy.einsum("hlj,mj->hml", head_part, dep_part)
             got = logits - numpy.log(numpy.exp(logits).sum(axis=-1, keepdims=True))
             numpy.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_prediction_route_equals_the_module_route():
+    """In prediction on the CPU (no gradient) the scorer runs its four MLPs as one product on
+    the sentences' words only (``_prediction_parts``): the arc scores, the relation
+    log-probabilities and what a ``ScorerCapture`` records equal those of the module route
+    (training's, through each MLP), and the arc scores the float64 biaffine form of the MLPs'
+    outputs."""
+    from spacy_treexp.pipeline.architectures import BiaffineScorer
+    from spacy_treexp.pipeline.members import ScorerCapture
+
+    torch.manual_seed(0)
+    scorer = BiaffineScorer(6, arc_width=5, rel_width=3, lstm_depth=2, lstm_width=4, dropout=0.3)
+    scorer.set_n_labels(4)
+    with torch.no_grad():
+        for parameter in scorer.parameters():
+            parameter.normal_(0.0, 0.5)
+    scorer.eval()
+    lengths = torch.tensor([3, 1, 7, 5])
+    X = torch.randn(len(lengths), int(lengths.max()), 6)
+    capture = ScorerCapture(scorer)
+    with torch.no_grad(), capture:
+        arc, rel = scorer(X, lengths)
+    with torch.enable_grad():
+        ref_arc, ref_rel = scorer(X, lengths)
+    for b, n in enumerate(lengths.tolist()):
+        numpy.testing.assert_allclose(arc[b, : n + 1, : n + 1], ref_arc[b, : n + 1, : n + 1].detach(), atol=1e-5)
+        for got, want in zip(*(r if isinstance(r, tuple) else (r,) for r in (rel[b], ref_rel[b]))):
+            numpy.testing.assert_allclose(got, want.detach(), atol=1e-5)  # dense, or the factors of a long one
+        H = capture.H[b, : n + 1].double()
+        head = torch.nn.functional.leaky_relu(
+            H @ scorer.arc_head[0].weight.double().T + scorer.arc_head[0].bias.double(), 0.1
+        )
+        dep = torch.nn.functional.leaky_relu(
+            H @ scorer.arc_dep[0].weight.double().T + scorer.arc_dep[0].bias.double(), 0.1
+        )
+        expected = torch.cat([head, torch.ones(n + 1, 1, dtype=torch.float64)], -1) @ scorer.arc_weight.double() @ dep.T
+        numpy.testing.assert_allclose(arc[b, : n + 1, : n + 1], expected.detach(), atol=1e-5)
+        numpy.testing.assert_allclose(capture.dep[b, : n + 1], dep.detach(), atol=1e-5)
+        by_head = capture.by_head[b, : n + 1] @ capture.dep[b, : n + 1].T
+        numpy.testing.assert_allclose(by_head, arc[b, : n + 1, : n + 1], atol=1e-5)
+    assert scorer.capture is None  # the capture is released on exit

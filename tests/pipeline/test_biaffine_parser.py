@@ -286,6 +286,7 @@ def test_span_text_is_the_spans_text(text):
     ]
     for start, end in spans:
         assert _span_text(doc, start, end) == doc[start:end].text
+        assert _span_text(doc, start, end, doc.text) == doc[start:end].text
 
 
 def test_numpy_blas_runs_on_the_parsers_threads(monkeypatch):
