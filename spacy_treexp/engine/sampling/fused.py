@@ -151,17 +151,21 @@ def beam_search(
     """Stochastic beam search, the loop of :func:`.without_replacement._beam_search` fused per
     sentence (its k beams' inverses stay in cache).
 
-    inverse, weights, first, lengths as :func:`colbourn_draws`; the randomness comes from
-    numba's generator, seeded with ``seeds[b]`` (B,) at the start of sentence b (a search
-    draws about B k n^2 keys: drawing them from torch would cost more than the search). The
-    children of a beam are its heads with truncated Gumbels (Kool et al. 2019; the keys of
-    :func:`.without_replacement._child_gumbels`); beams are expanded by decreasing Gumbel, and
-    once k children are held a beam's children come from their exponential race run as one
-    Poisson process, stopped where its Gumbels fall below the k-th best, where that is
-    expected to take fewer than (n + 1) / 2 arrivals (memorylessness: the same law, without a
-    key per child). Returns heads (k, B, N+1) in draw order (-1 rows past
-    a sentence's trees) and failed (B,): the sentences to search again in torch
-    (Sherman-Morrison drift, no possible head, keys out of range).
+    inverse, weights, first, lengths as :func:`colbourn_draws`; the randomness comes from a
+    SplitMix64 stream seeded with ``seeds[b]`` (B,) at the start of sentence b (a search
+    draws its keys as it needs them: drawing them from torch would cost more than the
+    search). The children of a beam are its heads with truncated Gumbels (Kool et al. 2019;
+    the keys of :func:`.without_replacement._child_gumbels`): in exponential keys, a beam's
+    children arrive as one Poisson process of rate (mass of the children not arrived yet) /
+    e^(T - l), a child drawn by its conditional at each arrival; its Gumbel is
+    T - log1p(time since the first arrival), so each beam yields its children in decreasing
+    Gumbel, the first with the beam's own T. A word's k best children of all beams are a
+    k-way merge of these races (a max-heap of the beams by their next child's Gumbel): k
+    arrivals and k keys per word, conditionals only for the beams that have a child, and
+    nothing to discard. The exact law of the top k, not an approximation (memorylessness:
+    the wait for the next new child is Exp(1) / its rate). Returns heads (k, B, N+1) in
+    draw order (-1 rows past a sentence's trees) and failed (B,): the sentences to search
+    again in torch (Sherman-Morrison drift, no possible head, keys out of range).
     """
     batch, size = inverse.shape[0], inverse.shape[-1] + 1
     heads = np.full((k, batch, size), -1, dtype=np.int64)

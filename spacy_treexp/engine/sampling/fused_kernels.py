@@ -113,63 +113,6 @@ def colbourn(
 
 
 @jit
-def conditionals(A, w, first, m, n, end, root_free, single_root, probs):
-    """Word m's conditional head probabilities for one state (Conditioner.probs); returns
-    their total."""
-    j = m - 1
-    if m == 1:
-        for h in range(n + 1):
-            probs[h] = first[h]
-    else:
-        d = A[j, j]
-        if single_root:
-            probs[0] = A[j, 0] if root_free else 0.0
-            probs[1] = d
-        else:
-            probs[0] = d
-            probs[1] = d - A[j, 0]
-        for h in range(2, n + 1):
-            probs[h] = d - A[j, h - 1]
-        for h in range(n + 1):
-            p = probs[h] * w[m, h]
-            probs[h] = p if (p > 0.0 and end[h] != m) else 0.0
-    total = 0.0
-    for h in range(n + 1):
-        total += probs[h]
-    return total
-
-
-@jit
-def condition(A, m, n, head, single_root, end, lc, y):
-    """Sherman-Morrison: condition one state's rows j+1.. of L-hat^{-1} on head -> m
-    (Conditioner.fix; L^-1 c as _update_columns), and its chains of fixed heads."""
-    j = m - 1
-    if single_root and head == 0:
-        for r in range(j, n):
-            lc[r] = A[r, 0]
-    elif single_root and m == 1:
-        for r in range(j, n):
-            lc[r] = -A[r, head - 1]
-    elif head == 0 or (single_root and head == 1):
-        for r in range(j, n):
-            lc[r] = A[r, j]
-    else:
-        for r in range(j, n):
-            lc[r] = A[r, j] - A[r, head - 1]
-    coefficient = 1.0 / lc[j]
-    for c in range(n):
-        y[c] = A[j, c] * coefficient
-    for r in range(j + 1, n):
-        x = lc[r]
-        for c in range(n):
-            A[r, c] -= x * y[c]
-    new_end = end[head]
-    for v in range(n + 1):
-        if end[v] == m:
-            end[v] = new_end
-
-
-@jit
 def uniform(state):
     """The next U[0, 1) of a SplitMix64 stream (Steele et al. 2014), 53 random bits."""
     state[0] += np.uint64(0x9E3779B97F4A7C15)
@@ -181,198 +124,304 @@ def uniform(state):
 
 
 @jit
-def insert(best, best_parent, best_head, count, k, g, p, h):
-    """Insert child h of beam p with Gumbel g into the sorted top-k (ties: the earlier
-    first); returns the new count."""
-    slot = count if count < k else k - 1
-    while slot > 0 and best[slot - 1] < g:
-        best[slot] = best[slot - 1]
-        best_parent[slot] = best_parent[slot - 1]
-        best_head[slot] = best_head[slot - 1]
-        slot -= 1
-    best[slot] = g
-    best_parent[slot] = p
-    best_head[slot] = h
-    return count + 1 if count < k else k
+def pivot(A, p, m, n, w, head, single_root, lc, y):
+    """The rank-one factors of conditioning beam p's L-hat^{-1} ``A[p]`` on head -> m
+    (Conditioner.fix), j = m - 1: lc[j..] = rows j.. of L^-1 c (as _update_columns) and
+    y = row j / lc[j] over the ``w`` columns (the n columns and zero padding). (Whole arrays
+    and indices, never views: a view costs two atomic reference counts.)"""
+    j = m - 1
+    if single_root and head == 0:
+        for r in range(j, n):
+            lc[r] = A[p, r, 0]
+    elif single_root and m == 1:
+        for r in range(j, n):
+            lc[r] = -A[p, r, head - 1]
+    elif head == 0 or (single_root and head == 1):
+        for r in range(j, n):
+            lc[r] = A[p, r, j]
+    else:
+        for r in range(j, n):
+            lc[r] = A[p, r, j] - A[p, r, head - 1]
+    coefficient = 1.0 / lc[j]
+    for c in range(w):
+        y[c] = A[p, j, c] * coefficient
+
+
+@jit
+def condition(A, p, m, n, w, head, single_root, lc, y):
+    """Sherman-Morrison in place: rows j+1.. of beam p's L-hat^{-1} conditioned on head -> m.
+    The rows run over ``w`` columns, a multiple of 8 (zero padding beyond n): whole SIMD
+    vectors."""
+    pivot(A, p, m, n, w, head, single_root, lc, y)
+    for r in range(m, n):
+        x = lc[r]
+        for c in range(w):
+            A[p, r, c] -= x * y[c]
+
+
+@jit
+def condition_into(A, p, target, m, n, w, head, single_root, lc, y):
+    """:func:`condition` of beam p written into the rows of beam ``target`` (the copy and
+    the update in one pass; beam p unchanged)."""
+    pivot(A, p, m, n, w, head, single_root, lc, y)
+    for r in range(m, n):
+        x = lc[r]
+        for c in range(w):
+            A[target, r, c] = A[p, r, c] - x * y[c]
+
+
+@jit
+def first_above(cumulative, p, n, threshold):
+    """The first h <= n whose running sum ``cumulative[p, h]`` exceeds ``threshold`` (n if none)."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cumulative[p, mid] > threshold:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@jit
+def draw_unseen(probs, cumulative, p, total, seen, stamp, n, state):
+    """A head h of beam p with seen[p, h] != stamp, drawn in proportion to probs[p, h]: by
+    rejection from all heads (a few tries), then over the unseen heads directly (both exact)."""
+    for _ in range(4):
+        h = first_above(cumulative, p, n, uniform(state) * total)
+        while h > 0 and not probs[p, h] > 0.0:  # u * total rounded up to total: the last possible head
+            h -= 1
+        if seen[p, h] != stamp:
+            return h
+    unseen = 0.0
+    for h in range(n + 1):
+        if seen[p, h] != stamp:
+            unseen += probs[p, h]
+    threshold = uniform(state) * unseen
+    running = 0.0
+    last = -1
+    for h in range(n + 1):
+        if seen[p, h] != stamp and probs[p, h] > 0.0:
+            last = h
+            running += probs[p, h]
+            if running > threshold:
+                break
+    return last
+
+
+@jit
+def log1p(x):
+    """log(1 + x) for x >= 0 to a few ulps, by one log (Goldberg 1991, Theorem 4): half the
+    time of libm's log1p, called once per child."""
+    u = 1.0 + x
+    if u == 1.0 or x > 1e300:
+        return x if u == 1.0 else math.log(x)
+    return math.log(u) * (x / (u - 1.0))
 
 
 @jit
 def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, heads, failed, lo, hi):
-    """Stochastic beam search for sentences lo..hi-1 (without_replacement._beam_search)."""
+    """Stochastic beam search for sentences lo..hi-1 (without_replacement._beam_search): at each
+    word, the k best children of all beams by a k-way merge of the beams' exponential races
+    (see fused.beam_search)."""
     size = inverse.shape[1] + 1
     inf = np.inf
-    seen = np.zeros(size, dtype=np.int64)  # seen[h] == stamp: child h of this race arrived
-    stamp = 0
     state = np.zeros(1, dtype=np.uint64)
-    A = np.empty((k, size, size))
+    # per row: L-hat^{-1} conditioned on its prefix (rows j.. live), columns padded to 8s
+    A = np.zeros((k, size, ((size - 1 + 7) // 8) * 8))
     chosen = np.full((k, size), -1, dtype=np.int64)
     end = np.empty((k, size), dtype=np.int64)
     root_free = np.ones(k, dtype=np.bool_)
-    gumbel = np.full(k, -inf)
-    log_p = np.full(k, -inf)
-    alive = np.zeros(k, dtype=np.bool_)
+    gumbel = np.zeros(k)
     order = np.zeros(k, dtype=np.int64)  # live rows by decreasing Gumbel
     probs = np.empty((k, size))
-    ratio = np.empty(size)
-    best = np.empty(k)
-    best_parent = np.empty(k, dtype=np.int64)
-    best_head = np.empty(k, dtype=np.int64)
-    row_of = np.empty(k, dtype=np.int64)
-    kept = np.zeros(k, dtype=np.bool_)
+    cumulative = np.empty((k, size))
+    seen = np.zeros((k, size), dtype=np.int64)  # seen[p, h] == stamp: child h of p taken at this word
+    stamp = 0
+    started = np.zeros(k, dtype=np.bool_)  # the beam's race has begun at this word
+    rho = np.ones(k)  # e^(T - l), T the beam's Gumbel, l its log-probability: its race's time scale
+    elapsed = np.empty(k)  # race time since the beam's first child arrived
+    unseen = np.empty(k)  # the conditionals' mass of the children not taken yet
+    total_of = np.empty(k)
+    left = np.empty(k, dtype=np.int64)  # possible children not taken yet
+    heap_key = np.empty(k)  # max-heap of the beams by the Gumbel of their next child
+    heap_row = np.empty(k, dtype=np.int64)
     new_gumbel = np.empty(k)
-    new_log_p = np.empty(k)
+    new_rho = np.empty(k)
+    new_elapsed = np.empty(k)
+    new_parent = np.empty(k, dtype=np.int64)
+    new_head = np.empty(k, dtype=np.int64)
+    row_of = np.empty(k, dtype=np.int64)
+    stays = np.zeros(k, dtype=np.bool_)  # the child continues its parent's row
+    kept = np.zeros(k, dtype=np.bool_)
+    claimed = np.zeros(k, dtype=np.bool_)
     lc = np.empty(size)
     y = np.empty(size)
     for b in range(lo, hi):
         n = lengths[b]
+        w = ((n + 7) // 8) * 8
         state[0] = np.uint64(seeds[b])
         for r in range(n):
             for c in range(n):
                 A[0, r, c] = inverse[b, r, c]
+            for c in range(n, w):
+                A[0, r, c] = 0.0
         for v in range(n + 1):
             end[0, v] = v
-        end[0, 0] = size
-        for i in range(k):
-            alive[i] = False
-            for v in range(size):
-                chosen[i, v] = -1
+            chosen[0, v] = -1
+        end[0, 0] = size  # ROOT: its chain never ends at a word
         root_free[0] = True
-        gumbel[0] = 0.0
-        log_p[0] = 0.0
-        alive[0] = True
+        gumbel[0] = 0.0  # the empty prefix (a shift, not a bias)
+        rho[0] = 1.0  # e^(T - l) of the empty prefix
         order[0] = 0
         live = 1
         bad = False
         for m in range(1, n + 1):
             j = m - 1
-            # children of every live beam, by decreasing parent Gumbel; keep the k largest
+            stamp += 1
+            # the beams keyed by their first child's Gumbel, their own: ``order`` is a heap
+            for i in range(live):
+                p = order[i]
+                heap_key[i] = gumbel[p]
+                heap_row[i] = p
+                started[p] = False
+            heap = live
             count = 0
-            for o in range(live):
-                p = order[o]
+            while count < k and heap > 0:
+                g, p = heap_key[0], heap_row[0]  # the best child not taken yet is p's next
                 T = gumbel[p]
-                if count == k and not T > best[k - 1]:
-                    break  # no child of this beam or a later one can enter (G~ <= T)
-                total = conditionals(A[p], weights[b], first[b], m, n, end[p], root_free[p], single_root, probs[p])
-                if m > 1 and abs(total - 1.0) > tolerance or not total > 0.0:
-                    bad = True
-                    break
-                rho = math.exp(T - log_p[p])
-                # the race's expected arrivals before its Gumbels fall below the k-th best
-                race = inf if count < k else total / rho * math.expm1(T - best[k - 1])
-                if not race < 0.5 * (n + 1):
-                    # every child's key r = E rho / q (E ~ Exp(1)); G~ = T - log1p(r - min r)
-                    smallest = inf
-                    overflow = False
-                    for h in range(n + 1):
-                        q = probs[p, h]
-                        r = -math.log(1.0 - uniform(state)) * rho / q if q > 0.0 else inf
-                        overflow |= q > 0.0 and r == inf
-                        ratio[h] = r
-                        if r < smallest:
-                            smallest = r
-                    if overflow or smallest == inf or not rho > 0.0:
-                        bad = True  # keys out of range (torch restores them)
-                        break
-                    bound = inf  # r - smallest below it, or G~ cannot beat the k-th best
-                    if count == k:
-                        bound = math.expm1(T - best[k - 1]) * (1.0 + 1e-9) + 1e-300
-                    for h in range(n + 1):
-                        if ratio[h] - smallest < bound:
-                            g = T - math.log1p(ratio[h] - smallest)
-                            if count < k or g > best[k - 1]:
-                                count = insert(best, best_parent, best_head, count, k, g, p, h)
-                                if count == k:
-                                    bound = math.expm1(T - best[k - 1]) * (1.0 + 1e-9) + 1e-300
-                    continue
-                # the keys' race as one Poisson process of rate total / rho: each arrival is
-                # a child drawn by q, a child's key its first arrival; its G~ falls with the
-                # time s since the first arrival, so the race stops at the k-th best
-                scale = rho / total
-                if not (scale > 0.0 and scale < inf):
-                    bad = True
-                    break
-                cumulative = ratio  # (reused)
-                running = 0.0
-                for h in range(n + 1):
-                    running += probs[p, h]
-                    cumulative[h] = running
-                stamp += 1
-                elapsed = 0.0
-                g = T
-                arrivals = 0
-                while g > best[k - 1]:
-                    threshold = uniform(state) * cumulative[n]
-                    lo_h, hi_h = 0, n
-                    while lo_h < hi_h:  # the first h whose running sum exceeds the threshold
-                        mid = (lo_h + hi_h) // 2
-                        if cumulative[mid] > threshold:
-                            hi_h = mid
+                if not started[p]:
+                    # word m's conditionals (Conditioner.probs) and their running sums
+                    if m == 1:
+                        for h in range(n + 1):
+                            probs[p, h] = first[b, h]
+                    else:
+                        d = A[p, j, j]
+                        if single_root:
+                            probs[p, 0] = A[p, j, 0] if root_free[p] else 0.0
+                            probs[p, 1] = d
                         else:
-                            lo_h = mid + 1
-                    if seen[lo_h] != stamp:
-                        seen[lo_h] = stamp
-                        count = insert(best, best_parent, best_head, count, k, g, p, lo_h)
-                    elapsed += -math.log(1.0 - uniform(state)) * scale
-                    g = T - math.log1p(elapsed)
-                    arrivals += 1
-                    if arrivals > 1_000_000:
+                            probs[p, 0] = d
+                            probs[p, 1] = d - A[p, j, 0]
+                        for c in range(1, n):  # head c + 1
+                            probs[p, c + 1] = d - A[p, j, c]
+                        for h in range(n + 1):
+                            value = probs[p, h] * weights[b, m, h]
+                            probs[p, h] = value if (value > 0.0 and end[p, h] != m) else 0.0
+                    total = 0.0
+                    possible = 0
+                    for h in range(n + 1):
+                        total += probs[p, h]
+                        cumulative[p, h] = total
+                        possible += probs[p, h] > 0.0
+                    if (m > 1 and abs(total - 1.0) > tolerance) or not total > 0.0:
                         bad = True
                         break
-                if bad:
+                    if not (rho[p] > 0.0 and rho[p] < inf):
+                        bad = True  # keys out of range (torch restores them)
+                        break
+                    started[p] = True
+                    elapsed[p] = 0.0
+                    unseen[p] = total
+                    total_of[p] = total
+                    left[p] = possible
+                    h = first_above(cumulative, p, n, uniform(state) * total)
+                    while h > 0 and not probs[p, h] > 0.0:
+                        h -= 1
+                else:
+                    h = draw_unseen(probs, cumulative, p, total_of[p], seen, stamp, n, state)
+                new_gumbel[count] = g
+                new_elapsed[count] = elapsed[p]
+                new_parent[count] = p
+                new_head[count] = h
+                count += 1
+                seen[p, h] = stamp
+                left[p] -= 1
+                if count == k:
                     break
+                if left[p] == 0:  # every child of p taken: off the heap
+                    heap -= 1
+                    key, p = heap_key[heap], heap_row[heap]
+                else:
+                    # its next child arrives after an Exp(1) / (unseen mass / rho) wait
+                    unseen[p] -= probs[p, h]
+                    if not unseen[p] > 1e-6 * total_of[p]:  # exact where the difference cancels
+                        unseen[p] = 0.0
+                        for c in range(n + 1):
+                            if seen[p, c] != stamp:
+                                unseen[p] += probs[p, c]
+                    elapsed[p] += -math.log(1.0 - uniform(state)) * rho[p] / unseen[p]
+                    key = T - log1p(elapsed[p])
+                    if not key > -inf:
+                        bad = True
+                        break
+                i = 0  # sift (key, p) down from the top
+                while True:
+                    c = 2 * i + 1
+                    if c >= heap:
+                        break
+                    if c + 1 < heap and heap_key[c + 1] > heap_key[c]:
+                        c += 1
+                    if not heap_key[c] > key:
+                        break
+                    heap_key[i] = heap_key[c]
+                    heap_row[i] = heap_row[c]
+                    i = c
+                if heap > 0:
+                    heap_key[i] = key
+                    heap_row[i] = p
             if bad or count == 0:
                 bad = True
                 break
-            # rows (branch_plan): a parent's first child keeps its row, the others take the
-            # rows of dropped parents in order; at word 1 child i takes row i
+            # rows (branch_plan): a parent's first child keeps its row, its others take the
+            # rows of the beams without children, in order
             for i in range(k):
                 kept[i] = False
-            if m == 1:
-                for i in range(count):
-                    row_of[i] = i
-            else:
-                for i in range(count):
-                    kept[best_parent[i]] = True
-                free = 0
-                for p in range(k):  # duplicates in order of parent, then of rank
-                    taken = False
-                    for i in range(count):
-                        if best_parent[i] != p:
-                            continue
-                        if not taken:
-                            row_of[i] = p
-                            taken = True
-                        else:
-                            while kept[free]:
-                                free += 1
-                            row_of[i] = free
-                            free += 1
+                claimed[i] = False
             for i in range(count):
-                p = best_parent[i]
-                new_gumbel[i] = best[i]
-                new_log_p[i] = log_p[p] + math.log(probs[p, best_head[i]])
-            for i in range(count):  # copy the parents' states into the new rows
-                p, r = best_parent[i], row_of[i]
-                if r == p:
-                    continue
-                for a in range(j, n):
-                    for c in range(n):
-                        A[r, a, c] = A[p, a, c]
-                for v in range(n + 1):
-                    chosen[r, v] = chosen[p, v]
-                    end[r, v] = end[p, v]
-                root_free[r] = root_free[p]
-            for i in range(k):
-                alive[i] = False
+                kept[new_parent[i]] = True
+            free = 0
             for i in range(count):
-                r, h = row_of[i], best_head[i]
-                alive[r] = True
+                p = new_parent[i]
+                # e^(T - l) of the child: that of p / ((1 + its race time) q) (T - log1p(s) and l + log q)
+                new_rho[i] = rho[p] / ((1.0 + new_elapsed[i]) * probs[p, new_head[i]])
+                if not claimed[p]:
+                    claimed[p] = True
+                    row_of[i] = p
+                    stays[i] = True
+                else:
+                    while kept[free]:
+                        free += 1
+                    row_of[i] = free
+                    free += 1
+                    stays[i] = False
+            # the children in new rows first (copy and update in one pass, from their
+            # parent's state), then those that continue their parent's row (in place)
+            for sweep in range(2):
+                for i in range(count):
+                    if stays[i] != (sweep == 1):
+                        continue
+                    p, r, h = new_parent[i], row_of[i], new_head[i]
+                    if r != p:
+                        for v in range(1, m):
+                            chosen[r, v] = chosen[p, v]
+                        for v in range(n + 1):
+                            end[r, v] = end[p, v]
+                        root_free[r] = root_free[p]
+                    if m < n and r != p:
+                        condition_into(A, p, r, m, n, w, h, single_root, lc, y)
+                    elif m < n:
+                        condition(A, r, m, n, w, h, single_root, lc, y)
+                    new_end = end[r, h]  # the chains of fixed heads ending at m now end at h's end
+                    for v in range(n + 1):
+                        if end[r, v] == m:
+                            end[r, v] = new_end
+            for i in range(count):
+                r, h = row_of[i], new_head[i]
                 gumbel[r] = new_gumbel[i]
-                log_p[r] = new_log_p[i]
+                rho[r] = new_rho[i]
                 order[i] = r
                 chosen[r, m] = h
-                if m < n:
-                    condition(A[r], m, n, h, single_root, end[r], lc, y)
                 if h == 0:
                     root_free[r] = False
             live = count
