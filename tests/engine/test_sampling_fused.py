@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.enumerate_trees import tree_log_probs
-from helpers.goodness_of_fit import assert_first_two_draws_fit, assert_fits, codes
+from helpers.goodness_of_fit import ALPHA, assert_first_two_draws_fit, assert_fits, chi_square_p, codes
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.engine.native import NATIVE_ENV
@@ -115,6 +115,33 @@ def test_fused_beam_search_has_the_without_replacement_law(monkeypatch, single_r
     assert_first_two_draws_fit(heads[:, ::2], scores[0], 4, single_root)
     alive = log_probs > -torch.inf
     assert torch.allclose(log_probs[alive], dist.log_prob(heads)[alive])
+
+
+@pytest.mark.parametrize("single_root,k,scale", [(True, 3, 1.0), (True, 8, 4.0), (False, 20, 2.5)])
+def test_fused_beam_search_first_three_draws_have_the_without_replacement_law(monkeypatch, single_root, k, scale):
+    """The ordered first three of k draws of one sentence (n = 3): probability
+    p(a) p(b) / (1 - p(a)) p(c) / (1 - p(a) - p(b)) (chi-square). k > 3 and peaked scores (a
+    dominant head: the beams' races go on after their likely children, through the exact
+    recount of the unseen mass) exercise the k-way merge of the races beyond two children."""
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    scores, _ = ragged_batch(70 + k, scale)
+    n = 3
+    dist = TreeDistribution(scores[1:2].expand(DRAWS, -1, -1), torch.full((DRAWS,), n), single_root=single_root)
+    assert not bool(colbourn.Prepared.of(dist).trapped().any())  # every sentence by the kernel
+    heads, _ = sample_without_replacement(dist, k, method="sbs", generator=torch.Generator().manual_seed(k))
+    trees, log_probs = tree_log_probs(scores[1], n, single_root)
+    probs, tree_codes = log_probs.exp(), codes(trees, n)
+    drawn = [codes(heads[i], n) for i in range(3)]
+    assert ((drawn[0] != drawn[1]) & (drawn[1] != drawn[2]) & (drawn[0] != drawn[2])).all()
+    a, b, c = probs[:, None, None], probs[None, :, None], probs[None, None, :]
+    triple = a * b / (1 - a) * c / (1 - a - b).clamp_min(1e-300)
+    size = tree_codes.numel()
+    index = torch.arange(size)
+    distinct = (index[:, None, None] != index[None, :, None]) & (index[:, None, None] != index[None, None, :])
+    distinct &= index[None, :, None] != index[None, None, :]
+    triple_codes = (tree_codes[:, None, None] * 10_000 + tree_codes[None, :, None]) * 10_000 + tree_codes[None, None, :]
+    observed = (drawn[0] * 10_000 + drawn[1]) * 10_000 + drawn[2]
+    assert chi_square_p(observed, triple_codes[distinct], triple[distinct]) > ALPHA
 
 
 @pytest.mark.parametrize("single_root", [True, False])
