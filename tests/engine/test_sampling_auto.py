@@ -163,13 +163,18 @@ def test_the_quick_estimate_matches_the_matrix_powers():
         visits = torch.where(torch.arange(n) != end, 1 / (1 - back.clamp(max=1.0)), 0.0)
         assert steps[b].item() == pytest.approx(visits.sum().item(), rel=1e-4)
         assert most[b].item() == pytest.approx(visits.max().item(), rel=1e-4)
+    # on some sentences only, in their own padding: the same values, inf for the others
+    part_steps, part_most = auto.short_cycle_steps(dist, torch.tensor([1]))
+    assert part_steps[1].item() == pytest.approx(steps[1].item(), rel=1e-5)
+    assert part_most[1].item() == pytest.approx(most[1].item(), rel=1e-5)
+    assert torch.isinf(part_steps[[0, 2]]).all() and torch.isinf(part_most[[0, 2]]).all()
 
 
 def test_no_analysis_where_it_cannot_pay(monkeypatch):
     """Short sentences: Colbourn's tree costs less than the walks' first pointers, so the
     analysis (its quick estimate, its LUs) is not run at all; the walks priced cheap, it is."""
 
-    def analysed(dist):
+    def analysed(dist, index=None):
         raise AssertionError("the quick estimate ran")
 
     dist = TreeDistribution(torch.randn(4, 8, 8, dtype=torch.float64))

@@ -176,14 +176,25 @@ def rare_events(mu: Tensor, num_samples: int) -> Tensor:
     return 1 - torch.exp(-rare)
 
 
-def short_cycle_steps(dist) -> tuple[Tensor, Tensor]:
+def short_cycle_steps(dist, index: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """(B,) a quick estimate, O(n^3) in one batched float32 product, of the heads the walks draw
     per tree, and of the largest visits to one word: the word that most prefers ROOT is taken as
     the ROOT child (the walks' end); a word v whose walk comes back to it within 2 to 4 steps
     with probability r_v (sum_k (P^k)[v, v], P the walk over word heads) revisits it about
     1 / (1 - r_v) times. It filters out, before any LU, the sentences whose walks cannot be
     cheaper than Colbourn's sampler. (P^3 and P^4's diagonals are row sums of elementwise
-    products with P^2: one matrix product instead of four, :data:`SHORT_N3`.)"""
+    products with P^2: one matrix product instead of four, :data:`SHORT_N3`.) ``index``: for
+    those sentences only, in their own padding (inf elsewhere)."""
+    if index is not None:
+        steps = torch.full(dist.lengths.shape, torch.inf, dtype=torch.float64, device=dist.lengths.device)
+        most = steps.clone()
+        if index.numel():
+            size = int(dist.lengths[index].max()) + 1
+            part = type(dist)(
+                dist.scores.detach()[index, :size, :size], dist.lengths[index], single_root=dist.single_root
+            )
+            steps[index], most[index] = short_cycle_steps(part)
+        return steps, most
     weights, _ = shifted_weights(dist.scores.detach().float(), dist.arc_mask)  # an estimate: float32
     tiny = torch.finfo(torch.float32).tiny
     root = (weights[:, 0, 1:] / weights[:, :, 1:].sum(1).clamp_min(tiny)).argmax(-1)  # (B,) in 0..N-1
@@ -258,9 +269,9 @@ def pair_cost(lengths: Tensor) -> Tensor:
     return PAIR_N2 * n**2 + PAIR_N3 * n**3
 
 
-def analysis_cost(shape: torch.Size) -> float:
-    """Predicted microseconds of :func:`short_cycle_steps` on scores of ``shape`` (B, N+1, N+1)."""
-    return SHORT_FIXED + SHORT_N3 * shape[0] * (shape[-1] - 1) ** 3
+def analysis_cost(batch: int, n: int) -> float:
+    """Predicted microseconds of :func:`short_cycle_steps` on ``batch`` sentences padded to ``n`` words."""
+    return SHORT_FIXED + SHORT_N3 * batch * n**3
 
 
 def likely_children(mu: Tensor, num_samples: int) -> Tensor:
@@ -280,7 +291,7 @@ def _may_walk(dist, num_samples: int) -> bool:
     size = dist.lengths.new_tensor([dist.scores.shape[-1] - 1])
     spared = float(colbourn_cost(size) - WALK_FIXED - FIRST_N2 * size.double() ** 2)
     least = float(round_cost(size)) * (1 + math.log1p(num_samples)) + WALK_CALL
-    return spared * num_samples * dist.scores.shape[0] > least + analysis_cost(dist.scores.shape)
+    return spared * num_samples * dist.scores.shape[0] > least + analysis_cost(1, int(size))
 
 
 def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
@@ -319,10 +330,13 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     floor = walk_cost(size, lengths.double(), pairs, num_samples, lengths)
     fewest = round_cost(size) * expected_rounds(torch.ones_like(rare), rare, num_samples) + WALK_CALL
     possible = (colbourn - floor).clamp_min(0.0) * num_samples
-    possible = (possible - fewest).clamp_min(0.0).sum() if alone else possible.sum() - float(fewest.min())
-    if float(possible) <= analysis_cost(dist.scores.shape):
+    if alone:
+        possible = possible - fewest
+    candidates = (possible > 0).nonzero().squeeze(-1)  # the quick estimate runs on these only
+    possible = possible.clamp_min(0.0).sum() - (0.0 if alone else float(fewest.min()))
+    if candidates.numel() == 0 or float(possible) <= analysis_cost(candidates.numel(), int(lengths[candidates].max())):
         return torch.zeros_like(lengths, dtype=torch.bool)
-    steps, most = short_cycle_steps(dist)
+    steps, most = short_cycle_steps(dist, candidates)
     quick = walk_cost(size, steps, pairs, num_samples, lengths)
     if alone:  # its own rounds (in a batch they are shared: priced below)
         quick = quick + (round_cost(size) * expected_rounds(most, rare, num_samples) + WALK_CALL) / num_samples
