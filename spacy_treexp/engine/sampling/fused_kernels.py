@@ -171,26 +171,26 @@ def condition_into(A, p, target, m, n, w, head, single_root, lc, y):
 
 
 @jit
-def first_above(cumulative, p, n, threshold):
-    """The first h <= n whose running sum ``cumulative[p, h]`` exceeds ``threshold`` (n if none)."""
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if cumulative[p, mid] > threshold:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def scan(probs, p, n, threshold):
+    """The first head h <= n of beam p whose running sum of ``probs[p]`` exceeds ``threshold``;
+    the last possible head if rounding leaves none (-1 if none is possible)."""
+    running = 0.0
+    last = -1
+    for h in range(n + 1):
+        if probs[p, h] > 0.0:
+            last = h
+            running += probs[p, h]
+            if running > threshold:
+                return h
+    return last
 
 
 @jit
-def draw_unseen(probs, cumulative, p, total, seen, stamp, n, state):
+def draw_unseen(probs, p, total, seen, stamp, n, state):
     """A head h of beam p with seen[p, h] != stamp, drawn in proportion to probs[p, h]: by
     rejection from all heads (a few tries), then over the unseen heads directly (both exact)."""
     for _ in range(4):
-        h = first_above(cumulative, p, n, uniform(state) * total)
-        while h > 0 and not probs[p, h] > 0.0:  # u * total rounded up to total: the last possible head
-            h -= 1
+        h = scan(probs, p, n, uniform(state) * total)
         if seen[p, h] != stamp:
             return h
     unseen = 0.0
@@ -235,7 +235,6 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
     gumbel = np.zeros(k)
     order = np.zeros(k, dtype=np.int64)  # live rows by decreasing Gumbel
     probs = np.empty((k, size))
-    cumulative = np.empty((k, size))
     seen = np.zeros((k, size), dtype=np.int64)  # seen[p, h] == stamp: child h of p taken at this word
     stamp = 0
     started = np.zeros(k, dtype=np.bool_)  # the beam's race has begun at this word
@@ -243,7 +242,6 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
     elapsed = np.empty(k)  # race time since the beam's first child arrived
     unseen = np.empty(k)  # the conditionals' mass of the children not taken yet
     total_of = np.empty(k)
-    left = np.empty(k, dtype=np.int64)  # possible children not taken yet
     heap_key = np.empty(k)  # max-heap of the beams by the Gumbel of their next child
     heap_row = np.empty(k, dtype=np.int64)
     new_gumbel = np.empty(k)
@@ -291,7 +289,7 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
                 g, p = heap_key[0], heap_row[0]  # the best child not taken yet is p's next
                 T = gumbel[p]
                 if not started[p]:
-                    # word m's conditionals (Conditioner.probs) and their running sums
+                    # word m's conditionals (Conditioner.probs) and their sum
                     if m == 1:
                         for h in range(n + 1):
                             probs[p, h] = first[b, h]
@@ -308,12 +306,15 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
                         for h in range(n + 1):
                             value = probs[p, h] * weights[b, m, h]
                             probs[p, h] = value if (value > 0.0 and end[p, h] != m) else 0.0
-                    total = 0.0
-                    possible = 0
-                    for h in range(n + 1):
-                        total += probs[p, h]
-                        cumulative[p, h] = total
-                        possible += probs[p, h] > 0.0
+                    s0 = s1 = s2 = s3 = 0.0  # (four sums side by side: no chain of dependent adds)
+                    for c in range(0, n + 1 - 3, 4):
+                        s0 += probs[p, c]
+                        s1 += probs[p, c + 1]
+                        s2 += probs[p, c + 2]
+                        s3 += probs[p, c + 3]
+                    for h in range(n + 1 - (n + 1) % 4, n + 1):
+                        s0 += probs[p, h]
+                    total = (s0 + s1) + (s2 + s3)
                     if (m > 1 and abs(total - 1.0) > tolerance) or not total > 0.0:
                         bad = True
                         break
@@ -324,32 +325,28 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
                     elapsed[p] = 0.0
                     unseen[p] = total
                     total_of[p] = total
-                    left[p] = possible
-                    h = first_above(cumulative, p, n, uniform(state) * total)
-                    while h > 0 and not probs[p, h] > 0.0:
-                        h -= 1
+                    h = scan(probs, p, n, uniform(state) * total)
                 else:
-                    h = draw_unseen(probs, cumulative, p, total_of[p], seen, stamp, n, state)
+                    h = draw_unseen(probs, p, total_of[p], seen, stamp, n, state)
                 new_gumbel[count] = g
                 new_elapsed[count] = elapsed[p]
                 new_parent[count] = p
                 new_head[count] = h
                 count += 1
                 seen[p, h] = stamp
-                left[p] -= 1
                 if count == k:
                     break
-                if left[p] == 0:  # every child of p taken: off the heap
+                unseen[p] -= probs[p, h]
+                if not unseen[p] > 1e-6 * total_of[p]:  # exact where the difference cancels
+                    unseen[p] = 0.0
+                    for c in range(n + 1):
+                        if seen[p, c] != stamp:
+                            unseen[p] += probs[p, c]
+                if not unseen[p] > 0.0:  # every child of p taken: off the heap
                     heap -= 1
                     key, p = heap_key[heap], heap_row[heap]
                 else:
                     # its next child arrives after an Exp(1) / (unseen mass / rho) wait
-                    unseen[p] -= probs[p, h]
-                    if not unseen[p] > 1e-6 * total_of[p]:  # exact where the difference cancels
-                        unseen[p] = 0.0
-                        for c in range(n + 1):
-                            if seen[p, c] != stamp:
-                                unseen[p] += probs[p, c]
                     elapsed[p] += -math.log(1.0 - uniform(state)) * rho[p] / unseen[p]
                     key = T - log1p(elapsed[p])
                     if not key > -inf:
