@@ -298,17 +298,18 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     """(B,) bool: the sentences ``"auto"`` samples by Wilson's walks (the others: Colbourn).
 
     The analysis is priced like the samplers: none where even the cheapest walks (one head per
-    word, the fewest rounds) would save less than it costs (:func:`analysis_cost`: in a few
+    word, the fewest rounds) would save less than it costs (:func:`analysis_cost`; in a few
     scalar operations for short sentences, :func:`_may_walk`). Then, without any LU, the
-    sentences whose walks cannot win (:func:`short_cycle_steps`) go to Colbourn. Eligible: walks within :data:`.wilson.WALK_BUDGET` n heads per tree and cheaper
+    sentences whose walks cannot win (:func:`short_cycle_steps`, run on the others only) go to
+    Colbourn. Eligible: walks within :data:`.wilson.WALK_BUDGET` n heads per tree and cheaper
     per tree than Colbourn's by :data:`MARGIN` (:func:`walk_cost`, :func:`colbourn_cost`;
-    single-root: every likely ROOT child's walk, :func:`root_children_walks`). The rounds of cycle popping are
-    shared by the batch (:func:`expected_rounds`, :func:`round_cost`, the unlikely ROOT
-    children's tail included): of the eligible sentences, those whose largest visits are at
-    most t walk, for the t that minimises the predicted total (one pass over the sorted visits). A
-    function of the scores and ``num_samples`` only, never of a draw. ``alone``: each
-    sentence walks by itself (one generator per sentence), so each pays its own rounds and
-    its choice does not depend on the rest of the batch.
+    single-root: every likely ROOT child's walk, :func:`root_children_walks`). The rounds of
+    cycle popping are shared by the batch (:func:`expected_rounds`, :func:`round_cost`, the
+    unlikely ROOT children's tail included): of the eligible sentences, those whose largest
+    visits are at most t walk, for the t that minimises the predicted total (one pass over the
+    sorted visits). A function of the scores and ``num_samples`` only, never of a draw.
+    ``alone``: each sentence walks by itself (one generator per sentence), so each pays its own
+    rounds and its choice does not depend on the rest of the batch.
     """
     lengths = dist.lengths
     if not _may_walk(dist, num_samples):
@@ -320,7 +321,7 @@ def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
     # single-root: each distinct ROOT child drawn costs its walk's check (an LU), known from
     # the marginals without one: random scores draw dozens, and their checks outweigh Colbourn
     pairs = torch.ones_like(lengths, dtype=torch.float64)
-    rare = torch.zeros_like(pairs)  # whether the draws take a ROOT child not analysed ahead
+    rare = torch.zeros_like(pairs)  # P(the draws take a ROOT child not analysed ahead)
     if dist.single_root:
         mu = dist.marginals[:, 0, :].detach().double()
         pairs = (1 - (1 - mu.clamp(0, 1)) ** num_samples).sum(-1)
