@@ -9,7 +9,8 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   rank-one updates of the rows of L-hat^{-1} still needed, :mod:`.colbourn`), and the words
   of peaked sentences once their trapped words are drawn (phase 2 of
   :class:`.colbourn.TrappedModel`, each row on its own conditioned distribution);
-* :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`).
+* :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`);
+* :func:`strong_sets`: the strongly bound sets of a peaked sentence (:mod:`.trapped`).
 
 Randomness: the kernels draw nothing. The callers draw the uniforms from the caller's torch
 generator, in the order and shapes the torch code draws them, and pass them in, so a seed
@@ -48,7 +49,9 @@ def _kernels() -> dict[str, Any]:
         if not _KERNELS:
             from spacy_treexp.engine.sampling import fused_kernels
 
-            _KERNELS.update(colbourn=fused_kernels.colbourn, beam=fused_kernels.beam)
+            _KERNELS.update(
+                colbourn=fused_kernels.colbourn, beam=fused_kernels.beam, strong_sets=fused_kernels.strong_sets
+            )
     return _KERNELS
 
 
@@ -188,3 +191,11 @@ def beam_search(
         failed,
     )
     return torch.from_numpy(heads), torch.from_numpy(failed)
+
+
+def strong_sets(scores: np.ndarray, with_root: bool, bound: float) -> list[np.ndarray]:
+    """:func:`.trapped._strong_sets` (the reference) by the kernel: the same sets, in the same
+    order, for one sentence's float64 log-weights ``scores`` (n+1, n+1)."""
+    found = np.zeros((scores.shape[0], scores.shape[0]), dtype=np.bool_)
+    count = _kernels()["strong_sets"](np.ascontiguousarray(scores), bool(with_root), float(bound), found)
+    return [found[i].copy() for i in range(count)]

@@ -428,3 +428,133 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
                 r = order[i]
                 for v in range(n + 1):
                     heads[i, b, v] = chosen[r, v]
+
+
+@jit
+def strong_sets(scores, with_root, bound, found):
+    """The strongly bound sets of one sentence (trapped._strong_sets, the reference, step for
+    step: the same Chu-Liu-Edmonds contraction on sums, the same log-sum-exp order): fills
+    ``found`` (>= n, n+1) bool with their word masks, returns how many."""
+    size = scores.shape[0]
+    s = scores.copy()
+    for r in range(size):
+        s[r, 0] = -np.inf
+        s[r, r] = -np.inf
+        if not with_root:
+            s[0, r] = -np.inf
+    members = np.zeros((size, scores.shape[0]), dtype=np.bool_)  # node i holds the words members[i]
+    for i in range(size):
+        members[i, i] = True
+    binding = np.zeros(size)  # of each node: the sum along its most bound nesting (0: a word)
+    count = 0
+    words = scores.shape[0]
+    while True:
+        # every node's best head (the first maximum; NaN counts as the maximum, as np.argmax)
+        best = np.zeros(size, dtype=np.int64)
+        has_head = np.zeros(size, dtype=np.bool_)
+        for c in range(size):
+            top = 0
+            for r in range(1, size):
+                if np.isnan(s[top, c]):
+                    break
+                if s[r, c] > s[top, c] or np.isnan(s[r, c]):
+                    top = r
+            best[c] = top
+            has_head[c] = np.isfinite(s[top, c])
+        has_head[0] = False
+        # the cycles of node -> best[node], each in path order (trapped._cycles)
+        state = np.zeros(size, dtype=np.int8)
+        path = np.empty(size, dtype=np.int64)
+        flat = np.empty(size, dtype=np.int64)  # the cycles' nodes, one after another
+        starts = np.zeros(size + 1, dtype=np.int64)
+        cycles = 0
+        for start in range(1, size):
+            length = 0
+            node = start
+            while has_head[node] and state[node] == 0:
+                state[node] = 1
+                path[length] = node
+                length += 1
+                node = best[node]
+            if has_head[node] and state[node] == 1:
+                at = 0
+                while path[at] != node:
+                    at += 1
+                for i in range(at, length):
+                    flat[starts[cycles] + i - at] = path[i]
+                starts[cycles + 1] = starts[cycles] + length - at
+                cycles += 1
+            for i in range(length):
+                state[path[i]] = 2
+        if cycles == 0:
+            return count
+        adjusted = s.copy()
+        keep = np.ones(size, dtype=np.bool_)
+        for q in range(cycles):
+            for i in range(starts[q], starts[q + 1]):
+                c = flat[i]
+                shift = s[best[c], c]
+                for r in range(size):
+                    adjusted[r, c] -= shift
+        row = np.empty(size)
+        for q in range(cycles):
+            first = flat[starts[q]]
+            for x in range(size):
+                acc = adjusted[first, x]
+                for i in range(starts[q] + 1, starts[q + 1]):
+                    acc = np.logaddexp(acc, adjusted[flat[i], x])
+                row[x] = acc
+            for x in range(size):
+                adjusted[first, x] = row[x]
+            for x in range(size):
+                acc = adjusted[x, first]
+                for i in range(starts[q] + 1, starts[q + 1]):
+                    acc = np.logaddexp(acc, adjusted[x, flat[i]])
+                row[x] = acc
+            for x in range(size):
+                adjusted[x, first] = row[x]
+            adjusted[first, first] = -np.inf
+            for i in range(starts[q] + 1, starts[q + 1]):
+                keep[flat[i]] = False
+                for v in range(words):
+                    members[first, v] |= members[flat[i], v]
+        for q in range(cycles):
+            first = flat[starts[q]]
+            own = -np.inf
+            empty = True
+            for x in range(size):
+                if keep[x] and x != first:
+                    own = adjusted[x, first] if empty else np.logaddexp(own, adjusted[x, first])
+                    empty = False
+            least = binding[flat[starts[q]]]
+            for i in range(starts[q] + 1, starts[q + 1]):
+                value = binding[flat[i]]
+                if np.isnan(value) or value < least:
+                    least = value
+                if np.isnan(least):
+                    break
+            binding[first] = (0.0 if 0.0 < own else own) + least  # min(own, 0.0) as Python's
+            if binding[first] < -bound:
+                for v in range(words):
+                    found[count, v] = members[first, v]
+                count += 1
+        kept = 0
+        for x in range(size):
+            kept += keep[x]
+        s_next = np.empty((kept, kept))
+        members_next = np.empty((kept, words), dtype=np.bool_)
+        binding_next = np.empty(kept)
+        a = 0
+        for x in range(size):
+            if not keep[x]:
+                continue
+            b = 0
+            for y in range(size):
+                if keep[y]:
+                    s_next[a, b] = adjusted[x, y]
+                    b += 1
+            for v in range(words):
+                members_next[a, v] = members[x, v]
+            binding_next[a] = binding[x]
+            a += 1
+        s, members, binding, size = s_next, members_next, binding_next, kept

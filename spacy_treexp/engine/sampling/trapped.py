@@ -54,6 +54,7 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.decoding import max_spanning_trees
+from spacy_treexp.engine.native import native_enabled
 from spacy_treexp.engine.sampling import work
 
 NEG_INF = float("-inf")
@@ -79,9 +80,14 @@ class StrongSets:
     def of(cls, scores: Tensor, lengths: Tensor, with_root: bool) -> StrongSets:
         """``scores`` (B, N+1, N+1) float64 log-weights, -inf on the arcs that are not allowed;
         ``with_root``: whether ROOT heads words (multi-root), else the word-only graph."""
-        values = scores.detach().to("cpu", torch.float64).numpy()
+        values = scores.detach().to("cpu", torch.float64)
+        search = _strong_sets
+        if native_enabled(values):  # the same sets by the fused kernel
+            from spacy_treexp.engine.sampling import fused
+
+            search = fused.strong_sets
         found = [
-            _strong_sets(values[b, : n + 1, : n + 1], with_root, BOUND_NATS) for b, n in enumerate(lengths.tolist())
+            search(values.numpy()[b, : n + 1, : n + 1], with_root, BOUND_NATS) for b, n in enumerate(lengths.tolist())
         ]
         batch, size = scores.shape[0], scores.shape[-1]
         masks = np.zeros((batch, max(1, max(len(sets) for sets in found)), size), dtype=bool)
