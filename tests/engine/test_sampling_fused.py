@@ -299,3 +299,23 @@ def test_fused_strong_sets_are_the_reference_sets():
             assert all(np.array_equal(a, b) for a, b in zip(kernel, reference))
             found += len(reference)
     assert found > 100  # the graphs do have strongly bound sets
+
+
+@pytest.mark.parametrize("scale", [30.0, 1000.0])
+def test_fused_trace_chains_are_the_torch_ones(monkeypatch, scale):
+    """The trapped words' trace chains (:class:`.trapped.Groups`) by the kernel and by torch's
+    log-sum-exp agree to rounding, -inf for -inf, on peaked sentences."""
+    gen = torch.Generator().manual_seed(94)
+    scores = torch.randn(16, 21, 21, generator=gen, dtype=torch.float64) * scale
+    dist = TreeDistribution(scores)
+    index = torch.arange(16)
+    traces = []
+    for native in ("0", "1"):
+        monkeypatch.setenv(NATIVE_ENV, native)
+        setup = colbourn.TrappedSetup(dist, index)
+        setup.group(index, setup.root.argmax(-1))
+        traces.append(setup.groups.trace)
+    reference, fused = traces
+    finite = torch.isfinite(reference)
+    assert finite.any() and torch.equal(finite, torch.isfinite(fused))
+    assert torch.allclose(fused[finite], reference[finite], rtol=1e-13, atol=1e-11)

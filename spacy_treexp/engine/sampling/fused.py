@@ -10,7 +10,8 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   of peaked sentences once their trapped words are drawn (phase 2 of
   :class:`.colbourn.TrappedModel`, each row on its own conditioned distribution);
 * :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`);
-* :func:`strong_sets`: the strongly bound sets of a peaked sentence (:mod:`.trapped`).
+* :func:`strong_sets`, :func:`trace_columns`: the strongly bound sets of peaked sentences
+  and their trace chains (:mod:`.trapped`).
 
 Randomness: the kernels draw nothing. The callers draw the uniforms from the caller's torch
 generator, in the order and shapes the torch code draws them, and pass them in, so a seed
@@ -50,7 +51,10 @@ def _kernels() -> dict[str, Any]:
             from spacy_treexp.engine.sampling import fused_kernels
 
             _KERNELS.update(
-                colbourn=fused_kernels.colbourn, beam=fused_kernels.beam, strong_sets=fused_kernels.strong_sets
+                colbourn=fused_kernels.colbourn,
+                beam=fused_kernels.beam,
+                strong_sets=fused_kernels.strong_sets,
+                trace_columns=fused_kernels.trace_columns,
             )
     return _KERNELS
 
@@ -199,3 +203,12 @@ def strong_sets(scores: np.ndarray, with_root: bool, bound: float) -> list[np.nd
     found = np.zeros((scores.shape[0], scores.shape[0]), dtype=np.bool_)
     count = _kernels()["strong_sets"](np.ascontiguousarray(scores), bool(with_root), float(bound), found)
     return [found[i].copy() for i in range(count)]
+
+
+def trace_columns(scores: Tensor, order: Tensor, exits: Tensor, trace: Tensor) -> None:
+    """The trace chain's columns 1..P of :meth:`.trapped.Groups.of` into ``trace`` (G, P+1, P+1)
+    float64 (CPU, contiguous), in place: trace[g, s, t+1] = logsumexp_h(scores[g, h,
+    order[g, t]] + exits[g, h, s])."""
+    _kernels()["trace_columns"](
+        scores.contiguous().numpy(), order.contiguous().numpy(), exits.contiguous().numpy(), trace.numpy()
+    )

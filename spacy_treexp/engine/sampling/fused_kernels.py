@@ -558,3 +558,36 @@ def strong_sets(scores, with_root, bound, found):
             binding_next[a] = binding[x]
             a += 1
         s, members, binding, size = s_next, members_next, binding_next, kept
+
+
+@jit
+def trace_columns(scores, order, exits, trace):
+    """The trace chain's columns (trapped.Groups.of): trace[g, s, t + 1] = log sum_h
+    exp(scores[g, h, order[g, t]] + exits[g, h, s]) for every t, as torch.logsumexp over h
+    (shifted by the largest term). A term more than 746 below the largest is skipped: its
+    exp is exactly 0 in float64 (on peaked scores, most are)."""
+    groups, size, nodes = exits.shape
+    top = np.empty(nodes)
+    total = np.empty(nodes)
+    for g in range(groups):
+        for t in range(order.shape[1]):
+            word = order[g, t]
+            for s in range(nodes):
+                top[s] = -np.inf
+                total[s] = 0.0
+            for h in range(size):
+                arc = scores[g, h, word]
+                for s in range(nodes):
+                    value = arc + exits[g, h, s]
+                    if value > top[s]:
+                        top[s] = value
+            for h in range(size):
+                arc = scores[g, h, word]
+                if arc == -np.inf:
+                    continue
+                for s in range(nodes):
+                    gap = arc + exits[g, h, s] - top[s]
+                    if gap > -746.0:
+                        total[s] += math.exp(gap)
+            for s in range(nodes):
+                trace[g, s, t + 1] = top[s] + math.log(total[s]) if top[s] > -np.inf else -np.inf

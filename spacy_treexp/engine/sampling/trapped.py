@@ -262,7 +262,12 @@ class Groups:
         compact[:, 0] = 0  # ROOT's slot (padded order entries also wrote there)
         exits = _exit_distribution(scores, words & ~trapped, targets, compact, most)
         trace = torch.full((scores.shape[0], most + 1, most + 1), NEG_INF, dtype=scores.dtype, device=scores.device)
-        for t in range(most):  # into trapped word t+1: its direct arcs and the paths through the free words
+        if native_enabled(trace):  # the same sums by the fused kernel
+            from spacy_treexp.engine.sampling import fused
+
+            fused.trace_columns(scores, order, exits, trace)
+        for t in range(0 if native_enabled(trace) else most):
+            # into trapped word t+1: its direct arcs and the paths through the free words
             into = scores.gather(2, order[:, t].view(-1, 1, 1).expand(-1, size, 1))  # (G, N+1, 1)
             trace[:, :, t + 1] = torch.logsumexp(into + exits, dim=1)
         loops = torch.eye(most + 1, dtype=torch.bool, device=scores.device)
