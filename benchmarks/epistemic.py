@@ -19,6 +19,12 @@
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/epistemic.py --conllu ../shared/data/ud_en_ewt/en_ewt-ud-test.conllu
+
+The blind re-check of ``sent._.out_of_domain`` (``benchmarks/data/ood_blind_sentences.tsv``,
+written after the detector was fixed), per style::
+
+    OMP_NUM_THREADS=1 python benchmarks/epistemic.py --conllu .../en_ewt-ud-test.conllu \
+        --ood benchmarks/data/ood_blind_sentences.tsv --per-style --skip risk speed --full-members 0
 """
 
 from __future__ import annotations
@@ -48,10 +54,14 @@ from spacy_treexp.io import read_conllu
 OOD = Path(__file__).parent / "data" / "ood_sentences.tsv"
 
 
-def read_ood(path: Path) -> List[str]:
-    """The texts of a ``style<TAB>text`` file (``#`` lines are comments)."""
+def read_ood(path: Path, column: int = 1) -> List[str]:
+    """The texts (``column`` 1) or styles (0) of a ``style<TAB>text`` file (``#`` lines are comments)."""
     lines = path.read_text(encoding="utf-8").splitlines()
-    return [line.split("\t", 1)[1].strip() for line in lines if line.strip() and not line.startswith("#")]
+    return [line.split("\t", 1)[column].strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+#: The scores ``--per-style`` reports for each style of the out-of-domain file.
+PER_STYLE_SCORES = ("out_of_domain", "novelty", "entropy_per_word", "local_head_entropy")
 
 
 def pipeline(members: int, kind: str = "head", risk_temperature: float = EWT_RISK_TEMPERATURE):
@@ -109,12 +119,22 @@ def fit_on_dev(path: Path) -> Dict[str, float]:
     return {k: round(v, 4) for k, v in fit_risk_temperature(arcs, heads, wrong).items()}
 
 
-def out_of_domain(nlp, in_domain: Sequence[str], ood: Sequence[str]) -> Dict:
+def out_of_domain(nlp, in_domain: Sequence[str], ood: Sequence[str], styles: Sequence[str] = ()) -> Dict:
+    """AUROCs for telling ``ood`` from ``in_domain``; with ``styles`` (one per ``ood`` text),
+    also each style's ``PER_STYLE_SCORES`` against all of ``in_domain``."""
     docs = [one_sentence(nlp.make_doc(text)) for text in list(in_domain) + list(ood)]
     records, arcs, _ = annotate(nlp, docs)
     positive = numpy.r_[numpy.zeros(len(in_domain), bool), numpy.ones(len(ood), bool)]
-    table = auroc_table(score_table(records, arcs), positive)
-    return {"in_domain": len(in_domain), "out_of_domain": len(ood), "auroc": rounded(table)}
+    scores = score_table(records, arcs)
+    out = {"in_domain": len(in_domain), "out_of_domain": len(ood), "auroc": rounded(auroc_table(scores, positive))}
+    if styles:
+        per_style = {}
+        for style in sorted(set(styles)):
+            keep = numpy.r_[numpy.ones(len(in_domain), bool), numpy.array([s == style for s in styles])]
+            chosen = {name: scores[name][keep] for name in PER_STYLE_SCORES if name in scores}
+            per_style[style] = rounded(auroc_table(chosen, positive[keep]))
+        out["per_style"] = per_style
+    return out
 
 
 def speed(texts: Sequence[str], default_members: int, full_members: int, repeats: int) -> Dict:
@@ -157,6 +177,7 @@ def main() -> None:
     parser.add_argument("--timing-sentences", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip", nargs="*", default=[], choices=["risk", "ood", "speed"])
+    parser.add_argument("--per-style", action="store_true", help="also the AUROCs of each style of --ood")
     args = parser.parse_args()
     path = Path(args.conllu)
     if not path.is_file():
@@ -180,7 +201,8 @@ def main() -> None:
             if "risk" not in args.skip:
                 report[f"risk_{label}"] = risk(nlp, sentences)
             if "ood" not in args.skip:
-                report[f"ood_{label}"] = out_of_domain(nlp, texts, read_ood(Path(args.ood)))
+                styles = read_ood(Path(args.ood), 0) if args.per_style else ()
+                report[f"ood_{label}"] = out_of_domain(nlp, texts, read_ood(Path(args.ood)), styles)
             print(json.dumps(report, indent=1), file=sys.stderr, flush=True)
     if "speed" not in args.skip:
         report["speed"] = speed(texts[: args.timing_sentences], default, args.full_members, args.repeats)
