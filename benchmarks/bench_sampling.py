@@ -345,7 +345,7 @@ def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> No
 
 
 def interleaved(
-    make, methods: tuple[str, ...], samples: int, repeats: int, least: float = 1.0
+    make, methods: tuple[str, ...], samples: int, repeats: int, least: float = 3.0
 ) -> dict[str, list[float]]:
     """Seconds per call of each of ``methods`` on a fresh distribution from ``make()`` (its
     marginals computed before timing), in interleaved rounds after one warm-up round: at least

@@ -117,15 +117,20 @@ def colbourn_cost(lengths: Tensor, padded: Tensor | None = None) -> Tensor:
     sent EWT sentences of 50-80 words to walks that cost 2.4x more), else the torch loop's
     (its loops and matrices run to the batch's longest sentence)."""
     if native_enabled(lengths):
-        n = lengths.double()
-        return NATIVE_N3 * n**3 + NATIVE_N2 * n**2 + NATIVE_FIXED
+        return _colbourn_tree(lengths.double(), native=True)
     return torch_colbourn_cost(lengths if padded is None else padded)
 
 
 def torch_colbourn_cost(lengths: Tensor) -> Tensor:
     """Predicted microseconds per tree of Colbourn's torch loop (also what a draw given its
     ROOT child costs: :func:`given_root_cost`)."""
-    n = lengths.double()
+    return _colbourn_tree(lengths.double(), native=False)
+
+
+def _colbourn_tree(n, native: bool):
+    """Colbourn's predicted microseconds per tree at ``n`` words (a float or a float tensor)."""
+    if native:
+        return NATIVE_N3 * n**3 + NATIVE_N2 * n**2 + NATIVE_FIXED
     return COLBOURN_N3 * n**3 / (1 + n / COLBOURN_KNEE)
 
 
@@ -157,9 +162,12 @@ def uncertain_cost(lengths: Tensor, steps: Tensor, words: Tensor, given_root: Te
     return redraw_cost(lengths, steps, words) + given_root
 
 
-def round_cost(lengths: Tensor) -> Tensor:
-    """Predicted microseconds of one round of cycle popping on sentences padded to ``lengths``."""
-    return ROUND_BASE + ROUND_LOG * torch.log2(lengths.double() + 1)
+def round_cost(lengths):
+    """Predicted microseconds of one round of cycle popping on sentences padded to ``lengths``
+    (a tensor, or a float)."""
+    if isinstance(lengths, Tensor):
+        return ROUND_BASE + ROUND_LOG * torch.log2(lengths.double() + 1)
+    return ROUND_BASE + ROUND_LOG * math.log2(lengths + 1)
 
 
 def expected_rounds(peak: Tensor, events: Tensor, num_samples: int) -> Tensor:
@@ -288,10 +296,10 @@ def _may_walk(dist, num_samples: int) -> bool:
     """False where no sentence can walk: even at the batch's padded size, Colbourn's tree costs
     less than the walks' first pointers, or all sentences' savings together stay below the
     quick estimate's cost (a bound in a few scalar operations, for short sentences)."""
-    size = dist.lengths.new_tensor([dist.scores.shape[-1] - 1])
-    spared = float(colbourn_cost(size) - WALK_FIXED - FIRST_N2 * size.double() ** 2)
-    least = float(round_cost(size)) * (1 + math.log1p(num_samples)) + WALK_CALL
-    return spared * num_samples * dist.scores.shape[0] > least + analysis_cost(1, int(size))
+    n = dist.scores.shape[-1] - 1
+    spared = _colbourn_tree(float(n), native_enabled(dist.lengths)) - WALK_FIXED - FIRST_N2 * n**2
+    least = round_cost(float(n)) * (1 + math.log1p(num_samples)) + WALK_CALL
+    return spared * num_samples * dist.scores.shape[0] > least + analysis_cost(1, n)
 
 
 def walk_or_not(dist, num_samples: int, alone: bool = False) -> Tensor:
