@@ -10,8 +10,8 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   of peaked sentences once their trapped words are drawn (phase 2 of
   :class:`.colbourn.TrappedModel`, each row on its own conditioned distribution);
 * :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`);
-* :func:`strong_sets`, :func:`trace_columns`: the strongly bound sets of peaked sentences
-  and their trace chains (:mod:`.trapped`).
+* :func:`strong_sets`, :func:`trace_columns`, :func:`settled_tables`: the strongly bound
+  sets of peaked sentences, their trace chains and settled head distributions (:mod:`.trapped`).
 
 Randomness: the kernels draw nothing. The callers draw the uniforms from the caller's torch
 generator, in the order and shapes the torch code draws them, and pass them in, so a seed
@@ -55,6 +55,7 @@ def _kernels() -> dict[str, Any]:
                 beam=fused_kernels.beam,
                 strong_sets=fused_kernels.strong_sets,
                 trace_columns=fused_kernels.trace_columns,
+                settled_tables=fused_kernels.settled_tables,
             )
     return _KERNELS
 
@@ -212,3 +213,28 @@ def trace_columns(scores: Tensor, order: Tensor, exits: Tensor, trace: Tensor) -
     _kernels()["trace_columns"](
         scores.contiguous().numpy(), order.contiguous().numpy(), exits.contiguous().numpy(), trace.numpy()
     )
+
+
+def settled_tables(
+    scores: Tensor, order: Tensor, count: Tensor, exits: Tensor, trace: Tensor
+) -> tuple[Tensor, list[Tensor]]:
+    """:func:`.trapped._settled_conditionals` (the reference) by the kernel, the same results up
+    to rounding: (G, P, N+1) and the first meetings ``meets[j-1]`` (G, P+1, j+1) for each j."""
+    groups, size, nodes = exits.shape
+    sizes = [groups * nodes * (j + 1) for j in range(1, nodes)]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    flat = np.empty(int(offsets[-1]), dtype=np.float64)
+    out = np.zeros((groups, nodes - 1, size), dtype=np.float64)
+    _kernels()["settled_tables"](
+        scores.contiguous().numpy(),
+        order.contiguous().numpy(),
+        count.contiguous().numpy(),
+        exits.contiguous().numpy(),
+        trace.contiguous().numpy(),
+        out,
+        flat,
+        offsets,
+    )
+    flat_tensor = torch.from_numpy(flat)
+    blocks = [flat_tensor[int(offsets[j - 1]) : int(offsets[j])].view(groups, nodes, j + 1) for j in range(1, nodes)]
+    return torch.from_numpy(out), blocks

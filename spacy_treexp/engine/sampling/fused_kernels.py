@@ -591,3 +591,118 @@ def trace_columns(scores, order, exits, trace):
                         total[s] += math.exp(gap)
             for s in range(nodes):
                 trace[g, s, t + 1] = top[s] + math.log(total[s]) if top[s] > -np.inf else -np.inf
+
+
+@jit
+def log_add(a, b):
+    """log(e^a + e^b) as torch.logaddexp; a term more than 50 below the other changes the
+    larger by under 2e-22 (less than its rounding unless it is within 1e-6 of 0): skipped."""
+    if a == b and a == -np.inf:
+        return a
+    top = a if a > b else b
+    gap = -abs(a - b)
+    if gap < -50.0:
+        return top
+    return top + math.log1p(math.exp(gap))
+
+
+@jit
+def settled_tables(scores, order, count, exits, trace, out, flat, offsets):
+    """trapped._settled_conditionals (the reference) per group, in the same steps: GTH in
+    log space on the trace chain from the last trapped word down, then the walks' first
+    meetings pushed one word further for each j, and trapped word j's head distribution.
+    ``out`` (G, P, N+1); ``flat``: the meetings of each j, (G, P+1, j+1) from ``offsets[j-1]``.
+    Terms whose exp is exactly 0 in float64 (more than 746 below the largest) are skipped."""
+    groups, size, nodes = exits.shape
+    chain = np.empty((nodes, nodes))
+    steps = np.empty((nodes, nodes))
+    meets = np.empty((nodes, nodes))
+    reach = np.empty(nodes)
+    meet = np.empty(nodes)
+    for g in range(groups):
+        for x in range(nodes):
+            for y in range(nodes):
+                chain[x, y] = trace[g, x, y]
+                steps[x, y] = -np.inf
+                meets[x, y] = -np.inf
+        for u in range(nodes - 1, 1, -1):  # the nodes left are ROOT and words 1..u-1
+            if count[g] < u:
+                continue
+            top = -np.inf
+            for x in range(u):
+                if chain[x, u] > top:
+                    top = chain[x, u]
+            pivot = -np.inf
+            if top > -np.inf:
+                total = 0.0
+                for x in range(u):
+                    gap = chain[x, u] - top
+                    if gap > -746.0:
+                        total += math.exp(gap)
+                pivot = top + math.log(total)
+            shift = pivot if abs(pivot) < np.inf else 0.0
+            for x in range(u):
+                steps[u, x] = chain[x, u] - shift
+            for x in range(u):
+                for y in range(u):
+                    chain[x, y] = log_add(chain[x, y], steps[u, x] + chain[u, y])
+        for j in range(nodes - 1, 0, -1):
+            if j + 1 < nodes:  # word j+1 joins the eliminated words: push the walks that met it
+                for x in range(j + 2, nodes):
+                    passing = meets[x, j + 1]
+                    for y in range(j + 1):
+                        meets[x, y] = log_add(meets[x, y], passing + steps[j + 1, y])
+                    meets[x, j + 1] = -np.inf
+                for y in range(j + 1):
+                    meets[j + 1, y] = steps[j + 1, y]
+            start = offsets[j - 1] + g * nodes * (j + 1)
+            for x in range(nodes):
+                for y in range(j + 1):
+                    flat[start + x * (j + 1) + y] = meets[x, y]
+            for x in range(nodes):  # words after j: ROOT or 1..j-1 before j; ROOT and 1..j-1: 0
+                if x > count[g]:
+                    reach[x] = -np.inf
+                elif x < j:
+                    reach[x] = 0.0
+                elif x == j:
+                    reach[x] = -np.inf
+                else:
+                    top = -np.inf
+                    for y in range(j):
+                        if meets[x, y] > top:
+                            top = meets[x, y]
+                    reach[x] = -np.inf
+                    if top > -np.inf:
+                        total = 0.0
+                        for y in range(j):
+                            gap = meets[x, y] - top
+                            if gap > -746.0:
+                                total += math.exp(gap)
+                        reach[x] = top + math.log(total)
+            # the head distribution (trapped._head_distribution): the trace node first met,
+            # then the head given it
+            word = order[g, j - 1]
+            top = -np.inf
+            for s in range(nodes):
+                meet[s] = trace[g, s, j] + reach[s]
+                if meet[s] > top:
+                    top = meet[s]
+            shift = top if abs(top) < np.inf else 0.0
+            total = 0.0
+            for s in range(nodes):
+                gap = meet[s] - shift
+                meet[s] = math.exp(gap) if gap > -746.0 else 0.0
+                total += meet[s]
+            if total > 0.0:
+                for s in range(nodes):
+                    meet[s] /= total
+            for h in range(size):
+                out[g, j - 1, h] = 0.0
+            for s in range(nodes):
+                into = trace[g, s, j]
+                if meet[s] == 0.0 or not abs(into) < np.inf:
+                    continue
+                for h in range(size):
+                    gap = scores[g, h, word] + exits[g, h, s] - into
+                    if gap > -746.0:
+                        out[g, j - 1, h] += math.exp(gap) * meet[s]

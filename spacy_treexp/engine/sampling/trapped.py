@@ -273,7 +273,12 @@ class Groups:
         loops = torch.eye(most + 1, dtype=torch.bool, device=scores.device)
         unused = torch.arange(most + 1, device=scores.device) > count.view(-1, 1)
         trace = trace.masked_fill(loops | unused.unsqueeze(1) | unused.unsqueeze(2), NEG_INF)
-        settled, meets = _settled_conditionals(scores, order, count, exits, trace)
+        if native_enabled(trace):  # the same tables by the fused kernel
+            from spacy_treexp.engine.sampling import fused
+
+            settled, meets = fused.settled_tables(scores, order, count, exits, trace)
+        else:
+            settled, meets = _settled_conditionals(scores, order, count, exits, trace)
         work.add("setup_nodes", int(words.sum()) * size + int(count.sum()) * size * most)
         return cls(scores, order, count, trapped, exits, trace, root_child, settled, meets)
 
