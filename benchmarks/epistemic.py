@@ -49,6 +49,7 @@ from spacy_treexp.evaluation.epistemic import (
     parse_log_probs,
     score_table,
 )
+from spacy_treexp.evaluation.scores import text_docs
 from spacy_treexp.io import read_conllu
 
 OOD = Path(__file__).parent / "data" / "ood_sentences.tsv"
@@ -74,12 +75,6 @@ def pipeline(members: int, kind: str = "head", risk_temperature: float = EWT_RIS
 
 def senters(nlp) -> List[str]:
     return [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory in ("senter", "sentencizer")]
-
-
-def one_sentence(doc: Doc) -> Doc:
-    for i, token in enumerate(doc):
-        token.is_sent_start = i == 0
-    return doc
 
 
 def annotate(nlp, docs: Sequence[Doc]):
@@ -122,7 +117,7 @@ def fit_on_dev(path: Path) -> Dict[str, float]:
 def out_of_domain(nlp, in_domain: Sequence[str], ood: Sequence[str], styles: Sequence[str] = ()) -> Dict:
     """AUROCs for telling ``ood`` from ``in_domain``; with ``styles`` (one per ``ood`` text),
     also each style's ``PER_STYLE_SCORES`` against all of ``in_domain``."""
-    docs = [one_sentence(nlp.make_doc(text)) for text in list(in_domain) + list(ood)]
+    docs = list(text_docs(nlp, list(in_domain) + list(ood)))
     records, arcs, _ = annotate(nlp, docs)
     positive = numpy.r_[numpy.zeros(len(in_domain), bool), numpy.ones(len(ood), bool)]
     scores = score_table(records, arcs)

@@ -40,10 +40,11 @@ import torch
 
 import spacy_treexp
 from spacy_treexp.calibration import CalibrationMap
-from spacy_treexp.calibration.domain import fit_domain, lexicon_counts, sentence_features
+from spacy_treexp.calibration.domain import SentenceSignals, fit_domain, lexicon_counts, sentence_features
 from spacy_treexp.calibration.novelty import NoveltyReference, fit_novelty, span_novelty, spans_novelty
 from spacy_treexp.evaluation.epistemic import auroc_table
 from spacy_treexp.evaluation.metrics import auroc
+from spacy_treexp.evaluation.scores import sentence_signals, text_docs
 from spacy_treexp.io import read_conllu
 
 DATA = Path(__file__).parent / "data"
@@ -57,46 +58,22 @@ def read_tsv(path: Path) -> Tuple[List[str], List[str]]:
     return [line.split("\t", 1)[0] for line in lines], [line.split("\t", 1)[1].strip() for line in lines]
 
 
-def one_sentence(doc):
-    for i, token in enumerate(doc):
-        token.is_sent_start = i == 0
-    return doc
-
-
-@dataclasses.dataclass
-class Run:
-    """Per sentence: token vectors, tree entropy per word, words and UPOS tags."""
-
-    tensors: List[numpy.ndarray]
-    entropy: List[Optional[float]]
-    words: List[List[str]]
-    pos: List[List[str]]
-
-
-def run(nlp, texts: Sequence[str], encoder: Optional[str]) -> Run:
-    """Each text as one sentence through the pipeline: the vectors in ``doc.tensor`` once the
-    whole pipeline has run (what ``tree_expectations`` reads), or the output of the
-    component ``encoder``."""
-    senters = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory in ("senter", "sentencizer")]
-    docs = [one_sentence(nlp.make_doc(text)) for text in texts]
-    out = Run([], [], [], [])
-    with nlp.select_pipes(disable=senters):
-        for doc in nlp.pipe(docs, batch_size=128):
-            out.tensors.append(doc.tensor.astype(numpy.float32))
-            out.entropy.append(doc._.tree_expectations[0].entropy_per_word)
-            out.words.append([t.text for t in doc])
-            out.pos.append([t.pos_ for t in doc])
+def run(nlp, texts: Sequence[str], encoder: Optional[str]) -> SentenceSignals:
+    """Each text as one sentence through the pipeline (``sentence_signals``: the vectors in
+    ``doc.tensor`` once the whole pipeline has run, what ``tree_expectations`` reads), or with
+    ``encoder`` the vectors that component writes."""
+    out = sentence_signals(nlp, text_docs(nlp, texts))
     if encoder:
         with nlp.select_pipes(enable=[encoder]):
-            out.tensors = [doc.tensor.astype(numpy.float32) for doc in nlp.pipe(texts, batch_size=128)]
+            out.vectors = [doc.tensor.astype(numpy.float32) for doc in nlp.pipe(texts, batch_size=128)]
     return out
 
 
-def cost(reference: NoveltyReference, done: Run, repeats: int = 3) -> Dict[str, float]:
+def cost(reference: NoveltyReference, done: SentenceSignals, repeats: int = 3) -> Dict[str, float]:
     """CPU seconds per 1,000 sentences (best of ``repeats``) of the novelty of ``done``'s
     sentences one product per sentence (as before) and one per batch of 128 Docs (what
     ``tree_expectations`` does), and of the domain model's features and probability."""
-    spans = [(tensor, 0, len(tensor)) for tensor in done.tensors]
+    spans = [(tensor, 0, len(tensor)) for tensor in done.vectors]
     per_1000 = 1000.0 / max(len(spans), 1)
     domain = reference.domain
 
@@ -116,7 +93,7 @@ def cost(reference: NoveltyReference, done: Run, repeats: int = 3) -> Dict[str, 
         "out_of_domain_s": best(
             lambda: [
                 domain.sentence_probability(w, p, 0.1, e) if domain else None
-                for w, p, e in zip(done.words, done.pos, done.entropy)
+                for w, p, e in zip(done.words, done.pos, done.entropy_per_word)
             ]
         ),
     }
@@ -170,7 +147,7 @@ def main() -> int:
         }
     else:
         train_texts = [s.text or " ".join(s.forms) for s in train][: args.train_sentences or None]
-        vectors = run(nlp, train_texts, args.encoder).tensors
+        vectors = run(nlp, train_texts, args.encoder).vectors
         reference = fit_novelty(numpy.concatenate(vectors), size=args.size)
         report = {
             "reference": {
@@ -185,10 +162,10 @@ def main() -> int:
     features: Dict[str, list] = {}
     novelty: Dict[str, numpy.ndarray] = {}
     for name, done in runs.items():
-        novelty[name] = numpy.array([reference.sentence_novelty(v) for v in done.tensors])
+        novelty[name] = numpy.array([reference.sentence_novelty(v) for v in done.vectors])
         features[name] = [
             sentence_features(w, p, v, e, lexicon)
-            for w, p, v, e in zip(done.words, done.pos, novelty[name], done.entropy)
+            for w, p, v, e in zip(done.words, done.pos, novelty[name], done.entropy_per_word)
         ]
     domain = fit_domain(features["dev"], features["ood_dev"], lexicon)
     reference = NoveltyReference(reference.centre, reference.rows, domain)
@@ -201,7 +178,7 @@ def main() -> int:
         scores = {
             "novelty": numpy.r_[novelty[inside], novelty[outside]],
             "entropy_per_word": numpy.array(
-                [numpy.nan if e is None else e for e in runs[inside].entropy + runs[outside].entropy]
+                [numpy.nan if e is None else e for e in runs[inside].entropy_per_word + runs[outside].entropy_per_word]
             ),
             "out_of_domain": numpy.array([domain.probability(f) for f in features[inside] + features[outside]]),
         }

@@ -8,7 +8,7 @@ vectors are to the parser; :class:`DomainModel` (:mod:`.domain`, :func:`fit_doma
 with the sentence's words, parts of speech and tree entropy, into p(out of domain).
 """
 
-from spacy_treexp.calibration.domain import DomainModel, fit_domain
+from spacy_treexp.calibration.domain import DomainModel, SentenceSignals, fit_domain
 from spacy_treexp.calibration.fit import fit_calibration, fit_rel_temperature
 from spacy_treexp.calibration.map import (
     DEFAULT_EDGES,
@@ -19,7 +19,7 @@ from spacy_treexp.calibration.map import (
     calibrate_sentences,
     read_map,
 )
-from spacy_treexp.calibration.novelty import NoveltyReference, fit_novelty
+from spacy_treexp.calibration.novelty import NoveltyReference, fit_novelty, fit_reference
 
 __all__ = [
     "DEFAULT_EDGES",
@@ -27,12 +27,14 @@ __all__ = [
     "DomainModel",
     "KINDS",
     "NoveltyReference",
+    "SentenceSignals",
     "CalibrationError",
     "CalibrationMap",
     "calibrate_sentences",
     "fit_domain",
     "fit_calibration",
     "fit_novelty",
+    "fit_reference",
     "fit_rel_temperature",
     "read_map",
 ]

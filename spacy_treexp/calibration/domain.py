@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -62,6 +62,27 @@ FEATURES = (
 )
 #: A word seen fewer than RARE times in the lexicon's text counts as rare.
 RARE = 3
+
+
+@dataclass
+class SentenceSignals:
+    """What the novelty reference and the out-of-domain model read of each sentence, as any
+    adapter gives it: its token vectors ``(n, width)`` (the encoder's, e.g. spaCy's
+    ``doc.tensor``), tree entropy per word (None where there is none), words and UPOS tags."""
+
+    vectors: List[numpy.ndarray] = field(default_factory=list)
+    entropy_per_word: List[Optional[float]] = field(default_factory=list)
+    words: List[List[str]] = field(default_factory=list)
+    pos: List[List[str]] = field(default_factory=list)
+
+    def features(
+        self, novelty: Sequence[Optional[float]], lexicon: Mapping[str, int]
+    ) -> List[Optional[Dict[str, float]]]:
+        """:func:`sentence_features` of every sentence, given each one's ``novelty``."""
+        return [
+            sentence_features(w, p, v, e, lexicon)
+            for w, p, v, e in zip(self.words, self.pos, novelty, self.entropy_per_word)
+        ]
 
 
 def lexicon_counts(sentences: Iterable[Sequence[str]], most: int = RARE) -> Dict[str, int]:

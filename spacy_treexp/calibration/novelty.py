@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy
 import torch
 
-from spacy_treexp.calibration.domain import DomainModel
+from spacy_treexp.calibration.domain import DomainModel, SentenceSignals, fit_domain, lexicon_counts
 from spacy_treexp.calibration.map import CalibrationError
 
 #: Most vectors per product with the reference rows (bounds the similarity matrix to
@@ -131,6 +131,33 @@ def fit_novelty(vectors: Any, size: int = 4096, iterations: int = 10, seed: int 
         filled = torch.bincount(nearest, minlength=size) > 0
         rows = torch.where(filled.unsqueeze(1), _unit(sums), rows)
     return NoveltyReference(centre.numpy(), rows.numpy())
+
+
+def fit_reference(
+    train: SentenceSignals,
+    size: int = 2048,
+    inside: Optional[SentenceSignals] = None,
+    outside: Optional[SentenceSignals] = None,
+    seed: int = 0,
+) -> NoveltyReference:
+    """The novelty reference of ``train``'s token vectors (:func:`fit_novelty`, ``size``
+    directions) and, given in-domain sentences ``inside`` (held out from the training data)
+    and out-of-domain ones ``outside``, the out-of-domain model that reads it
+    (:func:`~spacy_treexp.calibration.domain.fit_domain`; its lexicon: ``train``'s words).
+    Sentences whose features cannot be formed (no words, no entropy) are left out of that fit."""
+    vectors = [v for v in train.vectors if len(v)]
+    if not vectors:
+        raise CalibrationError("fit_reference: the training sentences have no token vectors")
+    reference = fit_novelty(numpy.concatenate(vectors), size=size, seed=seed)
+    if inside is None or outside is None:
+        return reference
+    lexicon = lexicon_counts(train.words)
+
+    def rows(signals: SentenceSignals) -> List[Dict[str, float]]:
+        novelty = [reference.sentence_novelty(v) if len(v) else None for v in signals.vectors]
+        return [row for row in signals.features(novelty, lexicon) if row is not None]
+
+    return NoveltyReference(reference.centre, reference.rows, fit_domain(rows(inside), rows(outside), lexicon))
 
 
 def spans_novelty(

@@ -16,6 +16,13 @@ A part of DEV (``--held-out-fraction``, by a seeded draw of sentences) or anothe
 band, labelled ECE, AUROC and gold-head NLL before and after, on the part fitted and on
 the held-out part. Fitting always starts from the parser's own scores, so a second run
 replaces an earlier map instead of stacking on it.
+
+spaCy only: ``--novelty-text FILE`` (the parser's training text: CoNLL-U, or one sentence per
+line) also fits a novelty reference on the vectors the pipeline leaves in ``doc.tensor``
+(``sent._.novelty``; ``--novelty-size`` directions), and ``--ood-dev FILE`` (out-of-domain
+sentences: one per line, or ``style<TAB>text`` lines in a ``.tsv``) with it the out-of-domain
+model (``sent._.out_of_domain``), fitted on DEV's sentences against those, with the new map's
+tree entropy. Both are stored in the map. Stanza's processor has no token vectors.
 """
 
 from __future__ import annotations
@@ -57,6 +64,23 @@ def calibrate(
     stanza_tags: Annotated[
         StanzaTags, typer.Option("--stanza-tags", help="Stanza: gold tags of the CoNLL-U or the folder's tagger.")
     ] = StanzaTags.auto,
+    novelty_text: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--novelty-text",
+            help="spaCy: in-domain text (the parser's training data; CoNLL-U or one sentence per line) to fit "
+            "sent._.novelty's reference on.",
+        ),
+    ] = None,
+    novelty_size: Annotated[int, typer.Option("--novelty-size", min=1, help="Directions of the reference.")] = 2048,
+    ood_dev: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--ood-dev",
+            help="spaCy, with --novelty-text: out-of-domain sentences (one per line, or style<TAB>text in a .tsv) "
+            "to fit sent._.out_of_domain against --dev's.",
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
     threads: Annotated[int, typer.Option("--threads", min=1, help="Torch threads.")] = 1,
 ) -> int:
@@ -67,9 +91,18 @@ def calibrate(
 
     if model is not None and stanza is not None:
         raise UserError("use either --model or --stanza, not both")
-    for path, what in ((dev, "--dev"), (held_out, "--held-out")):
+    for path, what in (
+        (dev, "--dev"),
+        (held_out, "--held-out"),
+        (novelty_text, "--novelty-text"),
+        (ood_dev, "--ood-dev"),
+    ):
         if path is not None and not path.is_file():
             raise UserError(f"{what} {path}: no such file")
+    if stanza is not None and (novelty_text is not None or ood_dev is not None):
+        raise UserError("--novelty-text and --ood-dev need a spaCy pipeline: Stanza's processor has no token vectors")
+    if ood_dev is not None and novelty_text is None:
+        raise UserError("--ood-dev needs --novelty-text: the out-of-domain model reads the novelty reference")
     if held_out is None and not 0 < held_out_fraction < 1:
         raise UserError(f"--held-out-fraction {held_out_fraction}: expected a number between 0 and 1")
     if not l2 >= 0:
@@ -105,6 +138,8 @@ def calibrate(
         typer.echo(
             _table(calibration, [("fitted", fit_gold, fit_scores), ("held-out", report_gold, report_scores)], seed)
         )
+        if nlp is not None and novelty_text is not None:
+            calibration = _with_reference(nlp, calibration, novelty_text, novelty_size, fit_gold, ood_dev)
     if nlp is None:
         calibration.to_disk(target)
         typer.echo(f"stored the map in {target} (read by the Stanza tree_expectations processor)")
@@ -112,6 +147,64 @@ def calibrate(
         _store_spacy(nlp, calibration, target)
         typer.echo(f"stored the calibrated pipeline in {target} (spacy.load it; its tree_expectations applies the map)")
     return 0
+
+
+def _with_reference(
+    nlp: Any, calibration: Any, text: Path, size: int, dev_gold: Sequence[Any], ood_dev: Optional[Path]
+) -> Any:
+    """``calibration`` with a novelty reference fitted on ``text``'s vectors and, given
+    ``ood_dev``, its out-of-domain model (in domain: the dev sentences ``dev_gold``), read
+    under the new map."""
+    import dataclasses
+
+    from spacy_treexp.calibration import CalibrationError, fit_reference
+    from spacy_treexp.evaluation.scores import gold_docs, sentence_signals, text_docs
+
+    nlp.get_pipe("tree_expectations").calibration = calibration  # the entropy the new map gives
+    train = sentence_signals(nlp, _docs(nlp, text, "--novelty-text"))
+    inside = outside = None
+    if ood_dev is not None:
+        inside = sentence_signals(nlp, gold_docs(nlp, dev_gold))
+        outside = sentence_signals(nlp, text_docs(nlp, _lines(ood_dev, "--ood-dev")))
+    try:
+        reference = fit_reference(train, size, inside, outside)
+    except CalibrationError as e:
+        raise UserError(f"--novelty-text {text}: {e}") from e
+    tokens = sum(len(v) for v in train.vectors)
+    record: Dict[str, Any] = {"data": f"{len(train.words)} sentences of {text.name}", "tokens": tokens, "size": size}
+    warn(f"novelty reference: {len(reference.rows)} directions of width {reference.width} from {tokens} tokens")
+    if ood_dev is not None and inside is not None and outside is not None:
+        record["domain"] = f"{len(inside.words)} dev sentences vs {len(outside.words)} of {ood_dev.name}"
+        warn(f"out-of-domain model fitted on {record['domain']}")
+    return dataclasses.replace(calibration, novelty=reference, fit={**calibration.fit, "novelty": record})
+
+
+def _docs(nlp: Any, path: Path, what: str) -> Any:
+    """A CoNLL-U file's sentences (gold words), or a text file's lines, as one-sentence Docs."""
+    from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
+    from spacy_treexp.evaluation.scores import gold_docs, text_docs
+
+    if path.suffix == ".conllu":
+        try:
+            return gold_docs(nlp, read_conllu(path))
+        except ConlluError as e:
+            raise UserError(f"{what} {path}: {e}") from e
+    return text_docs(nlp, _lines(path, what))
+
+
+def _lines(path: Path, what: str) -> List[str]:
+    """The sentences of a text file, one per line (a ``.tsv``: ``style<TAB>text``, ``#`` lines
+    skipped); refuses a file without any."""
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what} {path}: not UTF-8 text ({e})") from e
+    if path.suffix == ".tsv":
+        lines = [line.split("\t", 1)[-1].strip() for line in lines if not line.startswith("#")]
+    lines = [line for line in lines if line]
+    if not lines:
+        raise UserError(f"{what} {path}: no sentences")
+    return lines
 
 
 def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Sequence[Path]) -> Path:

@@ -17,6 +17,7 @@ from typing import Any, Iterable, List, Optional, Sequence
 import numpy
 
 from spacy_treexp.annotate import SentenceScores
+from spacy_treexp.calibration.domain import SentenceSignals
 from spacy_treexp.evaluation.conllu import GoldSentence
 
 #: Components that would change the gold sentence boundaries or only add our own outputs.
@@ -53,7 +54,7 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
 
     out: List[SentenceScores] = []
     with nlp.select_pipes(disable=skipped):
-        for sentence, doc in zip(gold, nlp.pipe(_gold_docs(nlp, gold), batch_size=batch_size)):
+        for sentence, doc in zip(gold, nlp.pipe(gold_docs(nlp, gold), batch_size=batch_size)):
             where = f"sentence {sentence.sent_id}"
             records = doc._.get("parser_scores")
             if not records:
@@ -80,7 +81,7 @@ def component_scores(
 
     out: List[SentenceScores] = []
     with nlp.select_pipes(disable=skipped):
-        for sentence, doc in zip(gold, nlp.pipe(_gold_docs(nlp, gold), batch_size=batch_size)):
+        for sentence, doc in zip(gold, nlp.pipe(gold_docs(nlp, gold), batch_size=batch_size)):
             records = component.sentence_scores(doc)
             if len(records) != 1 or records[0].n != sentence.n:
                 raise ValueError(f"sentence {sentence.sent_id}: the pipeline changed the gold sentence boundaries")
@@ -194,12 +195,41 @@ def _numpy(value: Any) -> Optional[numpy.ndarray]:
     return numpy.asarray(value)
 
 
+def sentence_signals(nlp: Any, docs: Iterable[Any], batch_size: int = 128) -> SentenceSignals:
+    """What the novelty reference and the out-of-domain model read of each Doc (taken as one
+    sentence) once the whole pipeline but its sentence splitters has run: ``doc.tensor`` (what
+    ``tree_expectations`` reads for ``sent._.novelty``; an empty ``(0, 0)`` array where the
+    pipeline wrote no vectors for every word), the first sentence's tree entropy per word
+    (None without ``tree_expectations``), the words and their UPOS tags."""
+    senters = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory in ("senter", "sentencizer")]
+    out = SentenceSignals()
+    with nlp.select_pipes(disable=senters):
+        for doc in nlp.pipe(docs, batch_size=batch_size):
+            tensor = numpy.asarray(doc.tensor, dtype=numpy.float32)
+            whole = tensor.ndim == 2 and tensor.shape[0] == len(doc) and tensor.shape[1] > 0
+            annotations = doc._.get("tree_expectations") if doc.has_extension("tree_expectations") else None
+            out.vectors.append(tensor if whole else numpy.zeros((0, 0), dtype=numpy.float32))
+            out.entropy_per_word.append(annotations[0].entropy_per_word if annotations else None)
+            out.words.append([token.text for token in doc])
+            out.pos.append([token.pos_ for token in doc])
+    return out
+
+
+def text_docs(nlp: Any, texts: Iterable[str]) -> Iterable[Any]:
+    """Each text as one Doc of one sentence (the pipeline's tokenizer)."""
+    for text in texts:
+        doc = nlp.make_doc(text)
+        for i, token in enumerate(doc):
+            token.is_sent_start = i == 0
+        yield doc
+
+
 def _skipped_components(nlp: Any) -> List[str]:
     """The components of ``nlp`` that would change the gold boundaries or annotate."""
     return [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory in SKIPPED_FACTORIES]
 
 
-def _gold_docs(nlp: Any, gold: Sequence[GoldSentence]) -> Iterable[Any]:
+def gold_docs(nlp: Any, gold: Sequence[GoldSentence]) -> Iterable[Any]:
     """One Doc per gold sentence: its words, spaces, and one sentence."""
     from spacy.tokens import Doc
 

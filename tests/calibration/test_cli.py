@@ -94,6 +94,9 @@ def test_stanza_folder_gets_a_map_the_processor_reads(tmp_path, capsys):
         (["--dev", "{fixture}", "--out", "{tmp}/full", "--model", "{model}"], "not empty"),
         (["--dev", "{fixture}", "--out", "{tmp}/no/such/o", "--model", "{model}"], "no such folder"),
         (["--dev", "{fixture}", "--stanza", "{tmp}/nostanza"], "no such directory"),
+        (["--dev", "{fixture}", "--out", "{tmp}/o", "--ood-dev", "{fixture}"], "--ood-dev needs --novelty-text"),
+        (["--dev", "{fixture}", "--stanza", "{tmp}", "--novelty-text", "{fixture}"], "no token vectors"),
+        (["--dev", "{fixture}", "--out", "{tmp}/o", "--novelty-text", "{tmp}/none.txt"], "--novelty-text"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, message, pipeline_dir, tmp_path, capsys):
@@ -104,6 +107,34 @@ def test_bad_input_is_one_line_exit_2(args, message, pipeline_dir, tmp_path, cap
     assert main(["calibrate", *filled]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
+
+
+def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tmp_path):
+    from spacy_treexp.calibration import fit_reference
+    from spacy_treexp.evaluation.scores import sentence_signals, text_docs
+
+    ood = tmp_path / "ood.tsv"
+    ood.write_text(
+        "# style<TAB>text\nchat\tlol ok c u l8r !!\ncode\tx = foo ( bar ) ; return x\n"
+        "headline\tMAYOR VOWS PROBE INTO CITY HALL LEAKS\nchat\tbrb , gotta feed teh cat\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "calibrated"
+    argv = ["calibrate", "--model", str(pipeline_dir), "--dev", str(FIXTURE), "--out", str(out)]
+    argv += ["--kind", "temperature", "--novelty-text", str(FIXTURE), "--novelty-size", "16", "--ood-dev", str(ood)]
+    assert main(argv) == 0
+    nlp = spacy.load(out)
+    calibration = nlp.get_pipe("tree_expectations").calibration
+    reference = calibration.novelty
+    assert reference is not None and reference.domain is not None and len(reference.rows) == 16
+    assert calibration.fit["novelty"]["tokens"] == sum(g.n for g in read_conllu(FIXTURE))
+    # the stored reference is the one fitted on the same signals under the new map
+    train = sentence_signals(nlp, text_docs(nlp, [" ".join(g.words) for g in read_conllu(FIXTURE)]))
+    numpy.testing.assert_allclose(fit_reference(train, 16).centre, reference.centre, atol=1e-5)
+    doc = nlp("lol ok c u l8r !!")
+    sent = next(iter(doc.sents))
+    assert sent._.novelty == pytest.approx(reference.sentence_novelty(doc.tensor[sent.start : sent.end]), abs=2e-3)
+    assert 0.0 < sent._.out_of_domain < 1.0
 
 
 def test_map_beside_the_parser_is_used_and_carried(pipeline_dir, tmp_path):
