@@ -11,7 +11,8 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   :class:`.colbourn.TrappedModel`, each row on its own conditioned distribution);
 * :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`);
 * :func:`strong_sets`, :func:`trace_columns`, :func:`settled_tables`: the strongly bound
-  sets of peaked sentences, their trace chains and settled head distributions (:mod:`.trapped`).
+  sets of peaked sentences, their trace chains and settled head distributions, and
+  :func:`log_matmul`, :func:`head_rows` for the other states' (:mod:`.trapped`).
 
 Randomness: the kernels draw nothing. The callers draw the uniforms from the caller's torch
 generator, in the order and shapes the torch code draws them, and pass them in, so a seed
@@ -56,6 +57,8 @@ def _kernels() -> dict[str, Any]:
                 strong_sets=fused_kernels.strong_sets,
                 trace_columns=fused_kernels.trace_columns,
                 settled_tables=fused_kernels.settled_tables,
+                log_matmul=fused_kernels.log_matmul,
+                head_rows=fused_kernels.head_rows,
             )
     return _KERNELS
 
@@ -238,3 +241,28 @@ def settled_tables(
     flat_tensor = torch.from_numpy(flat)
     blocks = [flat_tensor[int(offsets[j - 1]) : int(offsets[j])].view(groups, nodes, j + 1) for j in range(1, nodes)]
     return torch.from_numpy(out), blocks
+
+
+def log_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """(U, I, K) log sum_x exp(a[u, i, x] + b[u, x, k]) of float64 CPU ``a`` (U, I, X) and
+    ``b`` (U, X, K): torch.logsumexp((a.unsqueeze(-1) + b.unsqueeze(1)), 2) without the
+    (U, I, X, K) sum, and without the exps that are 0 in float64."""
+    out = np.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=np.float64)
+    _kernels()["log_matmul"](a.contiguous().numpy(), b.contiguous().numpy(), out)
+    return torch.from_numpy(out)
+
+
+def head_rows(scores: Tensor, group: Tensor, word: Tensor, exits: Tensor, into: Tensor, reach: Tensor) -> Tensor:
+    """:func:`.trapped._head_distribution` of rows of groups ``group`` (U,), reading the
+    groups' ``scores`` (G, N+1, N+1) in place: (U, N+1) float64."""
+    out = np.empty((group.shape[0], scores.shape[-1]), dtype=np.float64)
+    _kernels()["head_rows"](
+        scores.contiguous().numpy(),
+        group.contiguous().numpy(),
+        word.contiguous().numpy(),
+        exits.contiguous().numpy(),
+        into.contiguous().numpy(),
+        reach.contiguous().numpy(),
+        out,
+    )
+    return torch.from_numpy(out)

@@ -706,3 +706,62 @@ def settled_tables(scores, order, count, exits, trace, out, flat, offsets):
                     gap = scores[g, h, word] + exits[g, h, s] - into
                     if gap > -746.0:
                         out[g, j - 1, h] += math.exp(gap) * meet[s]
+
+
+@jit
+def log_matmul(a, b, out):
+    """out[u, i, k] = log sum_x exp(a[u, i, x] + b[u, x, k]), as torch.logsumexp over x of the
+    broadcast sum (shifted by the largest term; terms whose exp is 0 in float64 skipped)."""
+    rows, inner, width = a.shape[0], a.shape[2], b.shape[2]
+    for u in range(rows):
+        for i in range(a.shape[1]):
+            for k in range(width):
+                top = -np.inf
+                for x in range(inner):
+                    value = a[u, i, x] + b[u, x, k]
+                    if value > top:
+                        top = value
+                if not top > -np.inf:
+                    out[u, i, k] = top if top == top else np.nan
+                    continue
+                total = 0.0
+                for x in range(inner):
+                    gap = a[u, i, x] + b[u, x, k] - top
+                    if gap > -746.0:
+                        total += math.exp(gap)
+                out[u, i, k] = top + math.log(total)
+
+
+@jit
+def head_rows(scores, group, word, exits, into, reach, out):
+    """trapped._head_distribution for rows u of groups ``group[u]`` (their scores read in place):
+    out[u, h] ∝ w(h -> word[u]) P_h(the walk reaches ROOT before the word), in two normalised
+    stages (the trace node met first, then the head given it)."""
+    rows, size, nodes = exits.shape
+    meet = np.empty(nodes)
+    for u in range(rows):
+        g, w = group[u], word[u]
+        top = -np.inf
+        for s in range(nodes):
+            meet[s] = into[u, s] + reach[u, s]
+            if meet[s] > top:
+                top = meet[s]
+        shift = top if abs(top) < np.inf else 0.0
+        total = 0.0
+        for s in range(nodes):
+            gap = meet[s] - shift
+            meet[s] = math.exp(gap) if gap > -746.0 else 0.0
+            total += meet[s]
+        if total > 0.0:
+            for s in range(nodes):
+                meet[s] /= total
+        for h in range(size):
+            out[u, h] = 0.0
+        for s in range(nodes):
+            known = into[u, s]
+            if meet[s] == 0.0 or not abs(known) < np.inf:
+                continue
+            for h in range(size):
+                gap = scores[g, h, w] + exits[u, h, s] - known
+                if gap > -746.0:
+                    out[u, h] += math.exp(gap) * meet[s]

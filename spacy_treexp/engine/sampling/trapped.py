@@ -483,7 +483,13 @@ def unsettled_conditionals(
     carry = torch.cat([torch.full_like(meets[:, : j + 1], NEG_INF), meets[:, j + 1 :]], 1)  # (U, P+1, j+1)
     carry[:, : j + 1] = torch.where(before.unsqueeze(-1) == before, 0.0, NEG_INF)
     steps_u = columns.gather(1, (which - 1).clamp_min(0).unsqueeze(-1).expand(-1, -1, nodes))  # (U, u, P+1)
-    onto = torch.logsumexp(steps_u.unsqueeze(-1) + carry.unsqueeze(1), 2)  # (U, u, j+1)
+    native = native_enabled(exits)
+    if native:  # the same sums by the fused kernel
+        from spacy_treexp.engine.sampling import fused
+
+        onto = fused.log_matmul(steps_u, carry)  # (U, u, j+1)
+    else:
+        onto = torch.logsumexp(steps_u.unsqueeze(-1) + carry.unsqueeze(1), 2)  # (U, u, j+1)
     small = _log_scatter(onto, place, most + 2).transpose(1, 2)  # (U, from u+2, into u)
     small[:, 2:] = small[:, 2:].masked_fill(torch.eye(most, dtype=torch.bool, device=device), NEG_INF)
     small = small.masked_fill(~taken.unsqueeze(1), NEG_INF)
@@ -509,6 +515,10 @@ def unsettled_conditionals(
     count = groups.count[group]
     reach = torch.where((slots > j) & (slots <= count.unsqueeze(-1)), far, reach)
     work.add("trapped_nodes", states * most * nodes * (j + 1))
+    if native:
+        return fused.head_rows(
+            groups.scores, group, groups.order[group, j - 1], exits, groups.trace[group, :, j], reach
+        )
     return _head_distribution(groups.scores[group], groups.order[group, j - 1], exits, groups.trace[group, :, j], reach)
 
 
