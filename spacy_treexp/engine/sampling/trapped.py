@@ -42,6 +42,12 @@ their product is the tree distribution:
 the trie) as a sequence of *steps*, each a categorical over N + 1 choices: step 0 the root
 child, steps 1..N the words of E, steps N+1..2N the words 1..N (those of E and r then have
 one possible head). A step a row does not take has the single choice 0 and probability 1.
+
+With numba (:func:`spacy_treexp.engine.native.native_enabled`), the strongly bound sets, the
+trace chains' columns, the settled tables and the unsettled states' carried walks and head
+distributions run in fused kernels (:mod:`.fused`): the same sets, and the same sums up to
+rounding, skipping the terms whose exp is 0 in float64 (most, on peaked scores). The numpy
+and torch code here stays the reference (tests compare both).
 """
 
 from __future__ import annotations

@@ -143,11 +143,12 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
 
 def _search(dist, k: int, prepared: Prepared, generator: Randomness) -> Tensor:
     """SBS over sentences whose L-hat is well conditioned: heads (k, B, N+1). By the fused
-    CPU kernel (:func:`.fused.beam_search`) where :func:`.native.native_enabled` says so: its
-    children's uniforms come from numba's generator, seeded per sentence by one draw from the
+    CPU kernel (:func:`.fused.beam_search`: a word's top k children by a k-way merge of the
+    beams' exponential races) where :func:`.native.native_enabled` says so: its uniforms
+    come from the kernel's SplitMix64 stream, seeded per sentence by one draw from the
     caller's generator (or from sentence b's own generator), so a seed gives the same trees
-    on every run and thread count, but not the torch search's trees (drawing its B k n^2
-    uniforms from torch would cost more than the search). The sentences the kernel flags are
+    on every run and thread count, but not the torch search's trees (nor the trees of the
+    kernel before the merge of races, which drew a key per child). The sentences the kernel flags are
     searched again by :func:`_beam_search`, each from a generator seeded with its seed."""
     if not native_enabled(prepared.inverse):
         return _beam_search(_conditioner(dist, k, prepared), dist.lengths, k, generator)
