@@ -303,24 +303,25 @@ def test_fused_strong_sets_are_the_reference_sets():
 
 @pytest.mark.parametrize("scale", [30.0, 1000.0])
 def test_fused_trace_chains_and_settled_tables_are_the_torch_ones(monkeypatch, scale):
-    """The trapped words' trace chains, settled head distributions and first meetings
-    (:class:`.trapped.Groups`) by the kernels and by torch agree to rounding, -inf for -inf,
-    on peaked sentences."""
+    """The walks' exit distributions, the trapped words' trace chains, settled head
+    distributions and first meetings (:class:`.trapped.Groups`) by the kernels and by torch
+    agree to rounding, -inf for -inf, on peaked sentences."""
     gen = torch.Generator().manual_seed(94)
     scores = torch.randn(16, 21, 21, generator=gen, dtype=torch.float64) * scale
     dist = TreeDistribution(scores)
     index = torch.arange(16)
-    traces, tables = [], []
+    traces, tables, exits = [], [], []
     for native in ("0", "1"):
         monkeypatch.setenv(NATIVE_ENV, native)
         setup = colbourn.TrappedSetup(dist, index)
         setup.group(index, setup.root.argmax(-1))
         traces.append(setup.groups.trace)
         tables.append((setup.groups.settled, setup.groups.meets))
-    reference, fused = traces
-    finite = torch.isfinite(reference)
-    assert finite.any() and torch.equal(finite, torch.isfinite(fused))
-    assert torch.allclose(fused[finite], reference[finite], rtol=1e-13, atol=1e-11)
+        exits.append(setup.groups.exits)
+    for reference, fused in (exits, traces):
+        finite = torch.isfinite(reference)
+        assert finite.any() and torch.equal(finite, torch.isfinite(fused))
+        assert torch.allclose(fused[finite], reference[finite], rtol=1e-13, atol=1e-11)
     (settled, meets), (fused_settled, fused_meets) = tables
     assert torch.allclose(fused_settled, settled, rtol=1e-12, atol=1e-15)
     for block, fused_block in zip(meets, fused_meets, strict=True):

@@ -10,8 +10,9 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   of peaked sentences once their trapped words are drawn (phase 2 of
   :class:`.colbourn.TrappedModel`, each row on its own conditioned distribution);
 * :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`);
-* :func:`strong_sets`, :func:`trace_columns`, :func:`settled_tables`: the strongly bound
-  sets of peaked sentences, their trace chains and settled head distributions, and
+* :func:`strong_sets`, :func:`exit_distribution`, :func:`trace_columns`, :func:`settled_tables`:
+  the strongly bound sets of peaked sentences, their walks' exits, trace chains and settled
+  head distributions, and
   :func:`log_matmul`, :func:`head_rows` for the other states' (:mod:`.trapped`).
 
 Randomness: the kernels draw nothing. The callers draw the uniforms from the caller's torch
@@ -59,6 +60,7 @@ def _kernels() -> dict[str, Any]:
                 settled_tables=fused_kernels.settled_tables,
                 log_matmul=fused_kernels.log_matmul,
                 head_rows=fused_kernels.head_rows,
+                exit_distribution=fused_kernels.exit_distribution,
             )
     return _KERNELS
 
@@ -266,3 +268,17 @@ def head_rows(scores: Tensor, group: Tensor, word: Tensor, exits: Tensor, into: 
         out,
     )
     return torch.from_numpy(out)
+
+
+def exit_distribution(scores: Tensor, free: Tensor, targets: Tensor, compact: Tensor, most: int) -> Tensor:
+    """:func:`.trapped._exit_distribution` (the reference) by the kernel: (G, N+1, P+1) log,
+    the same up to rounding."""
+    hits = np.zeros((scores.shape[0], scores.shape[-1], most + 1), dtype=np.float64)
+    _kernels()["exit_distribution"](
+        scores.contiguous().numpy(),
+        free.contiguous().numpy(),
+        targets.contiguous().numpy(),
+        compact.clamp_min(0).contiguous().numpy(),
+        hits,
+    )
+    return torch.from_numpy(hits).log()

@@ -765,3 +765,56 @@ def head_rows(scores, group, word, exits, into, reach, out):
                 gap = scores[g, h, w] + exits[u, h, s] - known
                 if gap > -746.0:
                     out[u, h] += math.exp(gap) * meet[s]
+
+
+@jit
+def exit_distribution(scores, free, targets, compact, hits):
+    """trapped._exit_distribution (the reference) per group, in the same steps, before its log:
+    GTH elimination of the free words in index order in plain float64, then the exit
+    distributions backwards; ``hits`` (G, N+1, P+1) zeros on entry."""
+    groups, size = scores.shape[0], scores.shape[1]
+    weights = np.empty((size, size))
+    steps = np.zeros((size, size))
+    remaining = np.empty(size, dtype=np.bool_)
+    for g in range(groups):
+        for m in range(size):  # each column shifted by its largest weight
+            top = -np.inf
+            for h in range(size):
+                if scores[g, h, m] > top:
+                    top = scores[g, h, m]
+            shift = top if abs(top) < np.inf else 0.0
+            for h in range(size):
+                weights[h, m] = math.exp(scores[g, h, m] - shift)
+        for x in range(size):
+            remaining[x] = free[g, x] or targets[g, x]
+            for y in range(size):
+                steps[x, y] = 0.0
+        for k in range(size):
+            if not free[g, k]:
+                continue
+            pivot = 0.0
+            for x in range(size):
+                if remaining[x] and x != k:
+                    pivot += weights[x, k]
+            if not pivot > 0.0:
+                pivot = 1.0
+            for x in range(size):
+                if remaining[x] and x != k:
+                    steps[k, x] = weights[x, k] / pivot
+            for x in range(size):
+                step = steps[k, x]
+                if step != 0.0:
+                    for y in range(size):
+                        weights[x, y] += step * weights[k, y]
+            remaining[k] = False
+        for x in range(size):
+            if targets[g, x]:
+                hits[g, x, compact[g, x]] = 1.0
+        for k in range(size - 1, -1, -1):
+            if not free[g, k]:
+                continue
+            for s in range(hits.shape[2]):
+                total = 0.0
+                for x in range(size):
+                    total += steps[k, x] * hits[g, x, s]
+                hits[g, k, s] = total

@@ -266,22 +266,24 @@ class Groups:
         compact = torch.full((scores.shape[0], size), -1, dtype=torch.long, device=scores.device)
         compact.scatter_(1, torch.where(used, order, 0), torch.where(used, slot, 0))
         compact[:, 0] = 0  # ROOT's slot (padded order entries also wrote there)
-        exits = _exit_distribution(scores, words & ~trapped, targets, compact, most)
-        trace = torch.full((scores.shape[0], most + 1, most + 1), NEG_INF, dtype=scores.dtype, device=scores.device)
-        if native_enabled(trace):  # the same sums by the fused kernel
+        native = native_enabled(scores)  # the fused kernels: the same results up to rounding
+        if native:
             from spacy_treexp.engine.sampling import fused
 
+            exits = fused.exit_distribution(scores, words & ~trapped, targets, compact, most)
+        else:
+            exits = _exit_distribution(scores, words & ~trapped, targets, compact, most)
+        trace = torch.full((scores.shape[0], most + 1, most + 1), NEG_INF, dtype=scores.dtype, device=scores.device)
+        if native:
             fused.trace_columns(scores, order, exits, trace)
-        for t in range(0 if native_enabled(trace) else most):
+        for t in range(0 if native else most):
             # into trapped word t+1: its direct arcs and the paths through the free words
             into = scores.gather(2, order[:, t].view(-1, 1, 1).expand(-1, size, 1))  # (G, N+1, 1)
             trace[:, :, t + 1] = torch.logsumexp(into + exits, dim=1)
         loops = torch.eye(most + 1, dtype=torch.bool, device=scores.device)
         unused = torch.arange(most + 1, device=scores.device) > count.view(-1, 1)
         trace = trace.masked_fill(loops | unused.unsqueeze(1) | unused.unsqueeze(2), NEG_INF)
-        if native_enabled(trace):  # the same tables by the fused kernel
-            from spacy_treexp.engine.sampling import fused
-
+        if native:
             settled, meets = fused.settled_tables(scores, order, count, exits, trace)
         else:
             settled, meets = _settled_conditionals(scores, order, count, exits, trace)
