@@ -1,20 +1,25 @@
 """Out-of-domain detection (issue 21, part 4): encoder novelty
 (``spacy_treexp.calibration.novelty``, how far a sentence's tok2vec vectors are from the
 training data's) and the out-of-domain model built on it (``spacy_treexp.calibration.domain``,
-``sent._.out_of_domain``: novelty, tree entropy per word, the words' familiarity, surface and
-parts of speech), beside the tree entropy per word.
+``sent._.out_of_domain``: a subset of novelty, tree entropy per word, the words' familiarity,
+surface and parts of speech), beside the tree entropy per word.
 
 Nothing is fitted on the evaluation sets: the novelty reference is fitted on the tok2vec
 vectors of ``--train`` (its first ``--train-sentences``, default all; unlabelled text, the
 parser's own training data), or taken from the map ``--reference-from``; the lexicon is the
 word forms of all of ``--train``; the domain model is fitted on ``--dev`` (in domain) against
 ``benchmarks/data/ood_dev_sentences.tsv`` (160 out-of-domain sentences we wrote, 22 styles,
-none shared with the evaluation set), with its defaults (5 knots, ridge 1); the AUROC is then measured on ``--test`` against
-``benchmarks/data/ood_sentences.tsv`` (130 sentences, 12 styles), overall and per style.
+none shared with the evaluation sets) with ``fit_domain``'s defaults, or, with ``--select``,
+with the features, knots and ridge that score best by leave-one-style-out cross-validation on
+those two sets alone (for each OOD style: fit on one half of ``--dev`` against the other
+styles, score the other half against the held-out style, and the other way round; the mean
+AUROC over styles; the candidates are listed below, fixed before their results were seen).
+With ``--test``, the AUROC is then measured on ``--test`` against ``--ood``
+(``benchmarks/data/ood_sentences.tsv``, 130 sentences, 12 styles), overall and per style.
 Every side goes through the pipeline's tokenizer and tagger, one sentence per Doc.
 
     OMP_NUM_THREADS=1 python benchmarks/ood_novelty.py --train .../en_ewt-ud-train.conllu \
-        --dev .../en_ewt-ud-dev.conllu --test .../en_ewt-ud-test.conllu \
+        --dev .../en_ewt-ud-dev.conllu [--test .../en_ewt-ud-test.conllu] [--select] \
         [--reference-from spacy_treexp/models/en_treexp_ewt/biaffine_parser/treexp_calibration.json] \
         [--write-map spacy_treexp/models/en_treexp_ewt/biaffine_parser/treexp_calibration.json]
 
@@ -22,7 +27,8 @@ The token vectors are ``doc.tensor`` once the whole pipeline has run (what
 ``tree_expectations`` reads for ``sent._.novelty``; in the shipped pipeline the tagger's
 tok2vec writes it last), or with ``--encoder NAME`` that component's output (novelty only).
 ``--write-map`` stores the reference with its domain model in a calibration map file (the
-shipped one: ``sent._.novelty`` and ``sent._.out_of_domain``).
+shipped one: ``sent._.novelty`` and ``sent._.out_of_domain``); the shipped model was chosen
+and written with ``--reference-from MAP --select --write-map MAP`` (no ``--test``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,16 @@ import torch
 
 import spacy_treexp
 from spacy_treexp.calibration import CalibrationMap
-from spacy_treexp.calibration.domain import SentenceSignals, fit_domain, lexicon_counts, sentence_features
+from spacy_treexp.calibration.domain import (
+    DEFAULT_FEATURES,
+    DEFAULT_KNOTS,
+    DEFAULT_L2,
+    FEATURES,
+    SentenceSignals,
+    fit_domain,
+    lexicon_counts,
+    sentence_features,
+)
 from spacy_treexp.calibration.novelty import NoveltyReference, fit_novelty, span_novelty, spans_novelty
 from spacy_treexp.evaluation.epistemic import auroc_table
 from spacy_treexp.evaluation.metrics import auroc
@@ -48,6 +63,30 @@ from spacy_treexp.evaluation.scores import sentence_signals, text_docs
 from spacy_treexp.io import read_conllu
 
 DATA = Path(__file__).parent / "data"
+
+# --select: the candidates, fixed before any of their results was seen. Feature sets (in the
+# order of FEATURES): entropy_per_word alone; uncertainty (entropy_per_word, novelty,
+# log_length); + lexicon (unseen, rare); + lexicon + UPOS shares (= all but the surface
+# features); + lexicon + surface (= all but the UPOS shares); all 17 (the model shipped before).
+# Each with 2 knots (linear terms) and 5, and ridge 1, 10 and 100: 36 candidates. The raw
+# entropy_per_word (no fit) is a reference row. Chosen: the highest mean leave-one-style-out
+# AUROC; a candidate within SELECT_TIE of it that is simpler (fewer features, then fewer
+# knots, then a stronger ridge) wins the tie.
+UNCERTAINTY = ("entropy_per_word", "novelty", "log_length")
+LEXICON = ("unseen", "rare")
+UPOS = ("pronouns", "verbs", "nouns", "determiners", "no_verb")
+SURFACE = ("capitalised", "lower_start", "final_punct", "word_length", "digits", "symbols", "all_caps")
+FEATURE_SETS = {
+    "entropy": ("entropy_per_word",),
+    "uncertainty": UNCERTAINTY,
+    "+lexicon": UNCERTAINTY + LEXICON,
+    "+lexicon+upos": UNCERTAINTY + LEXICON + UPOS,
+    "+lexicon+surface": UNCERTAINTY + LEXICON + SURFACE,
+    "all": FEATURES,
+}
+SELECT_KNOTS = (2, 5)
+SELECT_L2 = (1.0, 10.0, 100.0)
+SELECT_TIE = 0.005
 
 
 def read_tsv(path: Path) -> Tuple[List[str], List[str]]:
@@ -99,15 +138,111 @@ def cost(reference: NoveltyReference, done: SentenceSignals, repeats: int = 3) -
     }
 
 
+def ordered(features: Sequence[str]) -> Tuple[str, ...]:
+    return tuple(name for name in FEATURES if name in features)
+
+
+def halves(n: int, seed: int = 0) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """A fixed random split of ``n`` in-domain sentences into two halves (indices)."""
+    order = numpy.random.default_rng(seed).permutation(n)
+    return numpy.sort(order[: n // 2]), numpy.sort(order[n // 2 :])
+
+
+def leave_one_style_out(
+    inside: List[Dict[str, float]],
+    outside: List[Dict[str, float]],
+    styles: Sequence[str],
+    lexicon: Dict[str, int],
+    features: Optional[Sequence[str]],
+    knots: int = 0,
+    l2: float = 0.0,
+) -> Dict[str, float]:
+    """Per out-of-domain style, the AUROC of a model fitted without it on unseen text: the
+    in-domain rows split in two fixed halves; for each half, fit on it against the other
+    styles' rows and score the held-out half against the style's; the mean of the two.
+    ``features`` None: the raw ``entropy_per_word`` (no fit)."""
+    split = halves(len(inside))
+    out: Dict[str, float] = {}
+    for style in sorted(set(styles)):
+        held = [row for row, s in zip(outside, styles) if s == style]
+        rest = [row for row, s in zip(outside, styles) if s != style]
+        aurocs = []
+        for fit_part, eval_part in (split, split[::-1]):
+            evaluated = [inside[i] for i in eval_part] + held
+            if features is None:
+                scores = [row["entropy_per_word"] for row in evaluated]
+            else:
+                model = fit_domain([inside[i] for i in fit_part], rest, lexicon, knots, l2, features)
+                scores = [model.logit(row) for row in evaluated]
+            y = numpy.r_[numpy.zeros(len(eval_part), bool), numpy.ones(len(held), bool)]
+            aurocs.append(auroc(numpy.array(scores), y))
+        out[style] = float(numpy.mean(aurocs))
+    return out
+
+
+def select(
+    inside: List[Dict[str, float]], outside: List[Dict[str, float]], styles: Sequence[str], lexicon: Dict[str, int]
+) -> Tuple[Dict[str, Dict], Tuple[Tuple[str, ...], int, float]]:
+    """The leave-one-style-out table of every candidate (mean over styles, the worst style)
+    and the chosen (features, knots, l2) (see the candidates above; printed to stderr)."""
+    table: Dict[str, Dict] = {}
+    settings: Dict[str, Tuple[Tuple[str, ...], int, float]] = {}
+
+    def summary(per_style: Dict[str, float]) -> Dict:
+        worst = sorted(per_style, key=per_style.__getitem__)
+        return {
+            "mean": round(float(numpy.mean(list(per_style.values()))), 4),
+            "worst": {style: round(per_style[style], 3) for style in worst[:3]},
+        }
+
+    table["entropy_per_word (raw score, reference)"] = summary(
+        leave_one_style_out(inside, outside, styles, lexicon, None)
+    )
+    for set_name, features in FEATURE_SETS.items():
+        for knots in SELECT_KNOTS:
+            for l2 in SELECT_L2:
+                name = f"{set_name} ({len(features)}), knots {knots}, ridge {l2:g}"
+                per_style = leave_one_style_out(inside, outside, styles, lexicon, ordered(features), knots, l2)
+                table[name] = summary(per_style) | {"per_style": {k: round(v, 3) for k, v in per_style.items()}}
+                settings[name] = (ordered(features), knots, l2)
+                print(f"{table[name]['mean']:.4f}  worst {table[name]['worst']}  {name}", file=sys.stderr, flush=True)
+    best = max(table[name]["mean"] for name in settings)
+    tied = [name for name in settings if table[name]["mean"] >= best - SELECT_TIE]
+    chosen = min(tied, key=lambda name: (len(settings[name][0]), settings[name][1], -settings[name][2]))
+    table[chosen]["chosen"] = True
+    return table, settings[chosen]
+
+
 def rounded(table: Dict[str, Dict[str, float]]) -> Dict[str, Dict[str, float]]:
     return {k: {m: round(v, 4) for m, v in row.items()} for k, row in table.items()}
+
+
+def per_style_table(domain, novelty, features, texts, styles) -> Dict[str, Dict[str, float]]:
+    """Per style of the evaluation set, the AUROC of novelty and out_of_domain against --test."""
+    per_style: Dict[str, Dict[str, float]] = {}
+    test_scores = {
+        "novelty": novelty["test"],
+        "out_of_domain": numpy.array([domain.probability(f) for f in features["test"]]),
+    }
+    ood_scores = {
+        "novelty": novelty["ood"],
+        "out_of_domain": numpy.array([domain.probability(f) for f in features["ood"]]),
+    }
+    for style in sorted(set(styles)):
+        chosen = numpy.array([s == style for s in styles])
+        y = numpy.r_[numpy.zeros(len(texts["test"]), bool), numpy.ones(int(chosen.sum()), bool)]
+        per_style[style] = {
+            name: round(float(auroc(numpy.r_[test_scores[name], ood_scores[name][chosen]], y)), 3)
+            for name in test_scores
+        }
+    return per_style
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", required=True, help="in-domain text to fit the reference and lexicon on (CoNLL-U)")
     parser.add_argument("--dev", required=True, help="in-domain CoNLL-U to fit the domain model on")
-    parser.add_argument("--test", required=True, help="in-domain CoNLL-U to evaluate on")
+    parser.add_argument("--test", default=None, help="in-domain CoNLL-U to evaluate on (none: no evaluation)")
     parser.add_argument("--ood-dev", default=str(DATA / "ood_dev_sentences.tsv"))
     parser.add_argument("--ood", default=str(DATA / "ood_sentences.tsv"))
     parser.add_argument("--train-sentences", type=int, default=0, help="first N sentences of --train (0: all)")
@@ -119,6 +254,12 @@ def main() -> int:
         help="read this component's doc.tensor (default: the pipeline's last, as the component does)",
     )
     parser.add_argument("--write-map", default=None, help="add the reference to the calibration map in this JSON file")
+    parser.add_argument(
+        "--select",
+        action="store_true",
+        help="choose the domain model's features, knots and ridge by leave-one-style-out AUROC on "
+        "--dev vs --ood-dev (the candidates in this script); without it, fit_domain's defaults",
+    )
     args = parser.parse_args()
     for name in ("train", "dev", "test", "ood_dev", "ood", "reference_from"):
         value = getattr(args, name)
@@ -130,12 +271,10 @@ def main() -> int:
     nlp.add_pipe("tree_expectations")
     train = list(read_conllu(args.train))
     styles, ood = read_tsv(Path(args.ood))
-    texts = {
-        "dev": [s.text or " ".join(s.forms) for s in read_conllu(args.dev)],
-        "test": [s.text or " ".join(s.forms) for s in read_conllu(args.test)],
-        "ood_dev": read_tsv(Path(args.ood_dev))[1],
-        "ood": ood,
-    }
+    dev_styles, ood_dev = read_tsv(Path(args.ood_dev))
+    texts = {"dev": [s.text or " ".join(s.forms) for s in read_conllu(args.dev)], "ood_dev": ood_dev}
+    if args.test:
+        texts |= {"test": [s.text or " ".join(s.forms) for s in read_conllu(args.test)], "ood": ood}
     runs = {name: run(nlp, values, args.encoder) for name, values in texts.items()}
     if args.reference_from:
         old = CalibrationMap.from_disk(args.reference_from).novelty
@@ -167,40 +306,46 @@ def main() -> int:
             sentence_features(w, p, v, e, lexicon)
             for w, p, v, e in zip(done.words, done.pos, novelty[name], done.entropy_per_word)
         ]
-    domain = fit_domain(features["dev"], features["ood_dev"], lexicon)
+    chosen: Tuple[Tuple[str, ...], int, float] = (DEFAULT_FEATURES, DEFAULT_KNOTS, DEFAULT_L2)
+    table: Dict[str, Dict] = {}
+    if args.select:
+        kept = [(row, style) for row, style in zip(features["ood_dev"], dev_styles) if row is not None]
+        table, chosen = select(
+            [row for row in features["dev"] if row is not None],
+            [row for row, _ in kept],
+            [style for _, style in kept],
+            lexicon,
+        )
+        report["select (leave one style out, dev halves vs ood_dev)"] = table
+    inside_rows = [row for row in features["dev"] if row is not None]
+    outside_rows = [row for row in features["ood_dev"] if row is not None]
+    domain = fit_domain(inside_rows, outside_rows, lexicon, chosen[1], chosen[2], chosen[0])
     reference = NoveltyReference(reference.centre, reference.rows, domain)
-    report["domain"] = {"lexicon_words": len(lexicon), "features": len(domain.knots), "bias": round(domain.bias, 4)}
-    for label, (inside, outside) in {
-        "fit (dev vs ood_dev)": ("dev", "ood_dev"),
-        "eval (test vs ood)": ("test", "ood"),
-    }.items():
+    report["domain"] = {
+        "lexicon_words": len(lexicon),
+        "features": list(domain.features),
+        "knots": chosen[1],
+        "l2": chosen[2],
+        "bias": round(domain.bias, 4),
+    }
+    evaluations = {"fit (dev vs ood_dev)": ("dev", "ood_dev")}
+    if args.test:
+        evaluations["eval (test vs ood)"] = ("test", "ood")
+    for label, (inside, outside) in evaluations.items():
         y = numpy.r_[numpy.zeros(len(texts[inside]), bool), numpy.ones(len(texts[outside]), bool)]
         scores = {
             "novelty": numpy.r_[novelty[inside], novelty[outside]],
             "entropy_per_word": numpy.array(
                 [numpy.nan if e is None else e for e in runs[inside].entropy_per_word + runs[outside].entropy_per_word]
             ),
-            "out_of_domain": numpy.array([domain.probability(f) for f in features[inside] + features[outside]]),
+            "out_of_domain": numpy.array(
+                [numpy.nan if f is None else domain.probability(f) for f in features[inside] + features[outside]]
+            ),
         }
         report[label] = rounded(auroc_table(scores, y))
-    per_style: Dict[str, Dict[str, float]] = {}
-    test_scores = {
-        "novelty": novelty["test"],
-        "out_of_domain": numpy.array([domain.probability(f) for f in features["test"]]),
-    }
-    ood_scores = {
-        "novelty": novelty["ood"],
-        "out_of_domain": numpy.array([domain.probability(f) for f in features["ood"]]),
-    }
-    for style in sorted(set(styles)):
-        chosen = numpy.array([s == style for s in styles])
-        y = numpy.r_[numpy.zeros(len(texts["test"]), bool), numpy.ones(int(chosen.sum()), bool)]
-        per_style[style] = {
-            name: round(float(auroc(numpy.r_[test_scores[name], ood_scores[name][chosen]], y)), 3)
-            for name in test_scores
-        }
-    report["eval per style"] = per_style
-    report["cost"] = cost(reference, runs["test"])
+    if args.test:
+        report["eval per style"] = per_style_table(domain, novelty, features, texts, styles)
+    report["cost"] = cost(reference, runs["test" if args.test else "dev"])
     report["cpu_seconds"] = round(time.process_time() - start, 1)
     if args.write_map:
         calibration = CalibrationMap.from_disk(args.write_map)
@@ -216,10 +361,19 @@ def main() -> int:
         fit["novelty"]["domain"] = {
             "data": f"lexicon: the forms of {Path(args.train).name}; fitted on {Path(args.dev).name} "
             f"({len(texts['dev'])} sentences, text) vs {Path(args.ood_dev).name} ({len(texts['ood_dev'])})",
-            "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV --test TEST "
-            "[--reference-from MAP] --write-map MAP",
-            "knots": 5,
-            "l2": 1.0,
+            "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV "
+            "[--reference-from MAP] --select --write-map MAP",
+            "features": list(domain.features),
+            "knots": chosen[1],
+            "l2": chosen[2],
+            **(
+                {
+                    "chosen by": "--select: leave-one-style-out AUROC on the dev halves vs ood_dev, mean over "
+                    f"styles {next(v['mean'] for v in table.values() if v.get('chosen'))}"
+                }
+                if args.select
+                else {}
+            ),
         }
         dataclasses.replace(calibration, novelty=reference, fit=fit).to_disk(args.write_map)
         report["wrote"] = args.write_map

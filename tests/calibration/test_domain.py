@@ -95,7 +95,7 @@ def penalised_loss(model, inside, outside, l2):
 
 def test_fit_separates_and_is_a_minimum_of_its_objective():
     inside, outside = synthetic(1)
-    model = fit_domain(inside, outside, {"the": 3}, knots=4, l2=1.0)
+    model = fit_domain(inside, outside, {"the": 3}, knots=4, l2=1.0, features=FEATURES)
     for knots in model.knots:
         assert 1 <= len(knots) <= 4 and all(b > a for a, b in zip(knots, knots[1:]))
     assert len(model.knots[FEATURES.index("lower_start")]) == 2  # a 0/1 feature: its two values
@@ -131,26 +131,74 @@ def test_dict_form_round_trips_through_json():
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda d: d.update(features=["novelty"]), "made for features"),
+        (lambda d: d.update(features=["novelty"]), "knots and values for the 1 features"),
+        (lambda d: d["features"].__setitem__(1, "surprise"), "distinct names of"),
+        (lambda d: d["features"].__setitem__(1, "novelty"), "distinct names of"),
+        (lambda d: d.update(features=[], knots=[], values=[]), "at least one"),
+        (lambda d: d.update(rare=5), "made for rare = 5"),
         (lambda d: d.pop("lexicon"), "cannot read"),
         (lambda d: d["knots"][0].reverse(), "knots must increase"),
         (lambda d: d["values"][0].append(1.0), "match its values"),
         (lambda d: d.update(bias=float("nan")), "bias must be finite"),
-        (lambda d: d["knots"].pop(), "for the 17 features"),
+        (lambda d: d["knots"].pop(), "knots and values for the 17 features"),
     ],
 )
 def test_bad_dicts_are_named(change, message):
     inside, outside = synthetic(5, 40, 10)
-    data = fit_domain(inside, outside, {}).to_dict()
+    data = fit_domain(inside, outside, {}, knots=5, features=FEATURES).to_dict()
     change(data)
     with pytest.raises(CalibrationError, match=message):
         DomainModel.from_dict(data)
 
 
-def test_fit_needs_both_classes():
-    inside, _ = synthetic(6, 10, 1)
+def test_fit_needs_both_classes_and_sound_settings():
+    inside, outside = synthetic(6, 10, 2)
     with pytest.raises(CalibrationError, match="both classes"):
         fit_domain(inside, [], {})
+    with pytest.raises(CalibrationError, match="distinct names of"):
+        fit_domain(inside, outside, {}, features=["novelty", "surprise"])
+    with pytest.raises(CalibrationError, match="knots must be >= 2"):
+        fit_domain(inside, outside, {}, knots=1)
+
+
+def test_a_subset_of_features_reads_only_them_and_is_the_fit_of_that_subset():
+    inside, outside = synthetic(9, 200, 50)
+    subset = ("novelty", "unseen")
+    model = fit_domain(inside, outside, {"the": 3}, knots=2, l2=10.0, features=subset)
+    assert model.features == subset and len(model.knots) == len(model.values) == 2
+    # the other features do not matter: change them all, the probability stays
+    row = dict(inside[0])
+    changed = {name: (value if name in subset else value + 7.0) for name, value in row.items()}
+    assert model.probability(changed) == model.probability(row)
+    # knots 2: a linear term between the two extreme values of each feature in the fitting data
+    values = [r["novelty"] for r in inside + outside]
+    assert model.knots[0] == (min(values), max(values))
+    assert model.logit(row) == pytest.approx(
+        model.bias + sum(numpy.interp(row[n], k, v) for n, k, v in zip(subset, model.knots, model.values))
+    )
+    # a minimum of its own objective (the ridge 10, only the subset's values)
+    best = penalised_loss(model, inside, outside, 10.0)
+    rng = numpy.random.default_rng(4)
+    for _ in range(10):
+        step = tuple(tuple(v + 1e-3 * rng.normal() for v in values) for values in model.values)
+        moved = DomainModel(model.lexicon, model.knots, step, model.bias + 1e-3 * rng.normal(), subset)
+        assert penalised_loss(moved, inside, outside, 10.0) >= best - 1e-9
+    # a stronger ridge shrinks the values
+    weak = fit_domain(inside, outside, {}, knots=2, l2=0.1, features=subset)
+    assert sum(v * v for vs in model.values for v in vs) < sum(v * v for vs in weak.values for v in vs)
+    back = DomainModel.from_dict(json.loads(json.dumps(model.to_dict())))
+    assert back == model and back.features == subset
+
+
+def test_a_stored_model_of_all_17_features_still_reads():
+    inside, outside = synthetic(10, 60, 15)
+    model = fit_domain(inside, outside, {}, knots=3, l2=1.0, features=FEATURES)
+    data = model.to_dict()
+    assert data["features"] == list(FEATURES)
+    back = DomainModel.from_dict(json.loads(json.dumps(data)))
+    assert back.features == FEATURES and back == model
+    # the positional form of before (no features: all of them)
+    assert DomainModel(model.lexicon, model.knots, model.values, model.bias) == model
 
 
 def test_component_gives_out_of_domain_from_the_sentence_and_batches_like_one_doc():
