@@ -10,14 +10,15 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   of peaked sentences once their trapped words are drawn (phase 2 of
   :class:`.colbourn.TrappedModel`, each row on its own conditioned distribution);
 * :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`);
-* :func:`strong_sets`, :func:`exit_distribution`, :func:`trace_columns`, :func:`settled_tables`:
-  the strongly bound sets of peaked sentences, their walks' exits, trace chains and settled
-  head distributions, and
-  :func:`log_matmul`, :func:`head_rows` for the other states' (:mod:`.trapped`).
+* :func:`strong_sets`, :func:`exit_distribution`, :func:`trace_columns`, :func:`settled_tables`,
+  :func:`log_matmul`, :func:`head_rows`: the set-up of peaked sentences (:mod:`.trapped`):
+  their strongly bound sets (the same sets), walks' exits, trace chains, settled head
+  distributions and the other states' (the same sums up to rounding; one thread, the caller's).
 
-Randomness: the kernels draw nothing. The callers draw the uniforms from the caller's torch
-generator, in the order and shapes the torch code draws them, and pass them in, so a seed
-gives the same trees on both paths (up to floating-point rounding: a tree differs only where
+Randomness: Colbourn's kernel draws nothing (the beam search draws its keys from a stream
+seeded per sentence: see :func:`beam_search`). Its callers draw the uniforms from the
+caller's torch generator, in the order and shapes the torch code draws them, and pass them
+in, so a seed gives the same trees on both paths (up to floating-point rounding: a tree differs only where
 a uniform falls within rounding of a category boundary, or where the two paths' top-k
 break an exact tie). A sample or sentence the kernel cannot finish by its own checks
 (Sherman-Morrison's conditionals off :data:`.colbourn.SUM_TOLERANCE`, no possible head, a
