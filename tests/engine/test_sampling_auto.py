@@ -205,3 +205,42 @@ def test_unlikely_root_children_lengthen_the_rounds():
     assert events[0].item() < 1e-6 and events[1].item() > 0.99
     one = torch.tensor([2.0], dtype=torch.float64)
     assert bool(auto.expected_rounds(one, events[1], samples) > auto.expected_rounds(one, events[0], samples))
+
+
+def test_the_checks_of_unlikely_root_children_are_priced_before_they_are_paid(monkeypatch):
+    """The analysis checks each likely ROOT child's walk by an LU; beyond a sentence's likeliest
+    child those LUs are priced ahead: a sentence whose ROOT children spread over four is not
+    analysed where its quick saving is below their cost, one with a certain child still is."""
+    for name in ("WALK_FIXED", "FIRST_N2", "PAIR_N3", "STEP_LOG", "ROUND_BASE", "ROUND_LOG", "TAIL", "WALK_CALL"):
+        monkeypatch.setattr(auto, name, 0.0)
+    for name in ("SHORT_FIXED", "SHORT_N3", "MARGIN"):
+        monkeypatch.setattr(auto, name, 0.0)
+    monkeypatch.setattr(auto, "STEP_BASE", 1e-9)
+    gen = torch.Generator().manual_seed(37)
+    scores = torch.randn(2, 6, 6, generator=gen, dtype=torch.float64) * 0.1
+    scores[0, 0, 3] = 30.0  # sentence 0: word 3 is the ROOT child
+    scores[1, 0, 5] = -30.0  # sentence 1: words 1-4 alike as ROOT children, word 5 never
+    dist = TreeDistribution(scores)
+    samples = 100
+    mu = dist.marginals[:, 0, :].double()
+    assert auto.likely_children(mu, samples).sum(-1).tolist() == [1, 4]
+    saved = float(auto.colbourn_cost(dist.lengths)[0]) * samples  # per sentence, walks all but free
+    pairs = (1 - (1 - mu) ** samples).sum(-1)  # about 1 and 4 LUs in the walks
+    analysed = []
+    original = auto.root_children_walks
+
+    def recorded(dist, index, num_samples):
+        analysed.append(index.tolist())
+        return original(dist, index, num_samples)
+
+    monkeypatch.setattr(auto, "root_children_walks", recorded)
+    # one LU costs saved / 5.5: sentence 1 saves ~ saved - 4 LUs, below its 3 extra LUs
+    monkeypatch.setattr(auto, "PAIR_N2", saved / 5.5 / 25)
+    assert float(saved - pairs[1] * saved / 5.5) < 3 * saved / 5.5
+    auto.walk_or_not(dist, samples)
+    assert analysed == [[0]]
+    # LUs cheap enough (saved / 10: sentence 1 saves ~0.6 saved, its 3 extra LUs cost 0.3)
+    monkeypatch.setattr(auto, "PAIR_N2", saved / 10 / 25)
+    analysed.clear()
+    auto.walk_or_not(dist, samples)
+    assert analysed == [[0, 1]]
