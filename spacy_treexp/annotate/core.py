@@ -133,7 +133,7 @@ def _infer(
     return annotations
 
 
-#: Trees drawn from each ensemble member per sentence for the estimate of I(tree; member).
+#: Trees drawn from the members' mixture per sentence for the estimate of I(tree; member).
 MEMBER_SAMPLES = 1
 
 
@@ -147,7 +147,8 @@ def _epistemic(
     (``SentenceScores.members``), from the mixture of their tree distributions
     (:class:`~spacy_treexp.engine.TreeMixture`): exact per-word head mutual information and
     mean member entropy, and an unbiased estimate of the sentence's I(tree; member) from
-    ``MEMBER_SAMPLES`` trees per member (seeded per sentence like the samples)."""
+    ``MEMBER_SAMPLES`` trees of the mixture (seeded per sentence like the samples; the
+    member's posterior given the tree against its weights: ``TreeMixture.mutual_information``)."""
     by_size: dict = {}
     for b, sentence in enumerate(bucket):
         if sentence.members is not None:

@@ -13,27 +13,31 @@ tree and the member (Depeweg et al. 2018, eq. 4; Malinin & Gales 2021, eq. 6 for
   the mutual information between its head and the member,
   I(h_m; K) = H(Σ_k w_k μ_k(·, m)) − Σ_k w_k H(μ_k(·, m)) (both terms are functions of the
   marginals, so this is exact);
-* exact samples: a member k ~ w, then a tree ~ p_k;
+* exact samples: a member k ~ w, then a tree ~ p_k (only the chosen member is sampled);
 * unbiased estimate of the sentence's I(T; K) and H(p) (no closed form: log p(t) is a
-  log-sum of K tree probabilities): from S trees drawn from every member, each scored under
-  every member exactly (log p(t) = logsumexp_j (log w_j + log p_j(t))),
+  log-sum of K tree probabilities): from S trees t_s of the mixture, each scored under every
+  member exactly (log p(t) = logsumexp_j (log w_j + log p_j(t))),
 
-      Î = Σ_k w_k (1/S) Σ_s [log p_k(t_ks) − log p(t_ks)],   t_ks ~ p_k,
+      Î = (1/S) Σ_s KL(π(· | t_s) ‖ w),   π_k(t) = w_k p_k(t) / p(t),   t_s ~ p,
 
-  stratified by member, whose expectation is Σ_k w_k KL(p_k ‖ p) = I(T; K); and
-  Ĥ(p) = Σ_k w_k H(p_k) + Î, which is the plain Monte Carlo estimate
-  Σ_k w_k mean_s[−log p(t_ks)] with the control variate log p_k(t_ks) + H(p_k) (mean 0, known
-  exactly) removed. Each term of Î lies in (−∞, −log w_k], so its variance stays small where
-  H(p) itself varies by many nats between trees.
+  the divergence of the member's posterior given the tree from its prior (I(T; K) read as
+  H(K) − H(K | T)), whose expectation is E_p[Σ_k π_k(t) log(p_k(t) / p(t))]
+  = Σ_k w_k KL(p_k ‖ p) = I(T; K); and Ĥ(p) = Σ_k w_k H(p_k) + Î. It is the plain estimate
+  log p_k(t) − log p(t) of a joint draw (k ~ w, t ~ p_k) with the member integrated out given
+  the tree (Rao-Blackwell: never a larger variance). Each term lies in
+  [0, −log min_k w_k], so the estimate is never negative; where the members agree
+  (p_k(t) = p(t)(1 + ε_k)) a term is of order Σ_k w_k ε_k², and so is its spread, where the
+  plain terms spread by order ε.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
+from spacy_treexp.engine import sampling
 from spacy_treexp.engine.distribution import TreeDistribution
 from spacy_treexp.engine.sampling.streams import Randomness
 
@@ -81,6 +85,7 @@ class TreeMixture:
         )
         self.single_root = single_root
         self.weights = _normalised(weights, batch, k, scores.device)
+        self._member_entropy: Optional[Tensor] = None
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -112,13 +117,19 @@ class TreeMixture:
         """The mixture's arc marginals Σ_k w_k μ_k(h, m), ``(B, N+1, N+1)`` (exact)."""
         return self._out(self._weighted(self._per_member(self.members.marginals)))
 
+    def _entropies(self) -> Tensor:
+        """H(p_k) ``(B, K)`` in the members' dtype, computed once."""
+        if self._member_entropy is None:
+            self._member_entropy = self._per_member(self.members.entropy())
+        return self._member_entropy
+
     def member_entropy(self) -> Tensor:
         """Each member's tree entropy H(p_k), ``(B, K)`` (exact)."""
-        return self._out(self._per_member(self.members.entropy()))
+        return self._out(self._entropies())
 
     def expected_entropy(self) -> Tensor:
         """Σ_k w_k H(p_k), the aleatoric part of the mixture's entropy, ``(B,)`` (exact)."""
-        return self._out(self._weighted(self._per_member(self.members.entropy())))
+        return self._out(self._weighted(self._entropies()))
 
     def head_entropy(self) -> Tensor:
         """Entropy of each word's head under the mixture, H(Σ_k w_k μ_k(·, m)), ``(B, N+1)``
@@ -137,24 +148,11 @@ class TreeMixture:
     # -------------------------------------------------------------- sampling
     def sample(self, num_samples: int, method: Optional[str] = None, generator: Randomness = None) -> Tensor:
         """``num_samples`` independent trees per sentence from the mixture, ``(S, B, N+1)``
-        (exact: the member of each draw ~ w, then its tree ~ that member; draws
-        ``num_samples`` trees of every member and keeps the chosen one's).
+        (exact: the member of each draw ~ w, then its tree ~ that member).
 
         ``generator``: a ``torch.Generator`` or (``colbourn``) one per sentence, whose
         trees then do not depend on the batch."""
-        trees = self._member_trees(num_samples, method, generator)
-        weights = self.weights.to(torch.float64)
-        if generator is None or isinstance(generator, torch.Generator):
-            choice = torch.multinomial(weights, num_samples, replacement=True, generator=generator)
-        else:
-            choice = torch.stack(
-                [
-                    torch.multinomial(weights[b].to(g.device), num_samples, replacement=True, generator=g)
-                    for b, g in enumerate(generator)
-                ]
-            )
-        index = choice.t().to(trees.device)[..., None, None].expand(num_samples, self.batch, 1, trees.shape[-1])
-        picked = torch.gather(trees, 2, index).squeeze(2)
+        picked = self._mixture_trees(num_samples, method, generator)
         return picked.squeeze(1) if self._unbatched else picked
 
     def log_prob(self, heads: Tensor) -> Tensor:
@@ -175,32 +173,52 @@ class TreeMixture:
         log_w = self.weights.to(torch.float64).log()
         return member, torch.logsumexp(member + log_w, dim=-1)
 
-    def _member_trees(self, num_samples: int, method: Optional[str], generator: Randomness) -> Tensor:
-        """``num_samples`` trees from every member, ``(S, B, K, N+1)``."""
+    def _mixture_trees(self, num_samples: int, method: Optional[str], generator: Randomness) -> Tensor:
+        """``num_samples`` trees per sentence from the mixture, ``(S, B, N+1)``: each draw's
+        member ~ w, then one tree of that member (the chosen members' rows alone are sampled,
+        as one batch, draw s of sentence b at row s B + b).
+
+        With one generator per sentence, sentence b's generator first draws its S members
+        (S uniforms against the cumulative weights), then serves its tree itself (S = 1) or
+        seeds one generator per draw (S > 1)."""
         if num_samples < 1:
             raise ValueError(f"num_samples must be at least 1, got {num_samples}")
-        generators = _per_member_generators(generator, self.k)
-        heads = self.members.sample((num_samples,), method=method, generator=generators)
-        return heads.reshape(num_samples, self.batch, self.k, heads.shape[-1])
+        self.members.marginals  # noqa: B018 -- a sentence without a tree is named here (cached)
+        device = self.members.scores.device
+        weights = self.weights.to(torch.float64)
+        streams: Randomness = generator
+        if generator is None or isinstance(generator, torch.Generator):
+            choice = torch.multinomial(weights, num_samples, replacement=True, generator=generator).to(device)
+        else:
+            if len(generator) != self.batch:
+                raise ValueError(f"got {len(generator)} per-sentence generators for a batch of {self.batch} sentences")
+            choice = _choose_members(weights, num_samples, generator).to(device)
+            streams = list(generator) if num_samples == 1 else _per_draw_generators(generator, num_samples)
+        rows = (torch.arange(self.batch, device=device).unsqueeze(-1) * self.k + choice).t().reshape(-1)
+        chosen = TreeDistribution(
+            self.members.scores.detach().index_select(0, rows),
+            self.lengths.repeat(num_samples),
+            single_root=self.single_root,
+        )
+        heads = sampling.sample(chosen, (1,), method=method, generator=streams)[0]
+        return heads.reshape(num_samples, self.batch, heads.shape[-1])
 
     def mutual_information(
         self, num_samples: int = 8, method: Optional[str] = None, generator: Randomness = None
     ) -> Tuple[Tensor, Tensor]:
         """Unbiased estimates of (I(T; K), H(p)) per sentence, ``(B,)`` each, in float64, from
-        ``num_samples`` trees of every member scored exactly under every member (see the module
-        doc: Î = Σ_k w_k mean_s[log p_k(t_ks) − log p(t_ks)], Ĥ = Σ_k w_k H(p_k) + Î).
+        ``num_samples`` trees of the mixture per sentence, each scored exactly under every
+        member (see the module doc: Î = mean_s KL(π(· | t_s) ‖ w) ≥ 0, Ĥ = Σ_k w_k H(p_k) + Î).
 
         ``generator``: a ``torch.Generator``, or (``colbourn``) one per sentence, whose
         draws then do not depend on the batch."""
-        trees = self._member_trees(num_samples, method, generator)
-        # each tree under every member: (S, K_from, B, N+1) → log-probs (S, K_from, B, K_under)
-        under = self._log_probs_all(trees.permute(0, 2, 1, 3))[0].permute(0, 2, 1, 3)
-        log_w = self.weights.to(torch.float64).log()
-        log_mix = torch.logsumexp(under + log_w[None, :, None, :], dim=-1)  # (S, B, K_from)
-        own = torch.diagonal(under, dim1=-2, dim2=-1)  # log p_k(t_ks), (S, B, K)
-        kl = (own - log_mix).mean(0)  # (B, K)
-        mi = self._weighted(kl)
-        entropy = self._weighted(self._per_member(self.members.entropy().to(torch.float64))) + mi
+        trees = self._mixture_trees(num_samples, method, generator)
+        member, mixture = self._log_probs_all(trees)  # (S, B, K), (S, B)
+        log_ratio = member - mixture.unsqueeze(-1)  # log p_k(t) − log p(t) = log π_k(t) − log w_k
+        posterior = torch.exp(self.weights.to(torch.float64).log() + log_ratio)  # π_k(t): 0 for w_k = 0
+        terms = torch.where(posterior > 0, posterior * log_ratio, torch.zeros_like(posterior))
+        mi = terms.sum(-1).clamp_min(0.0).mean(0)  # KL(π ‖ w) ≥ 0 (below 0 only by rounding)
+        entropy = self._weighted(self._entropies().to(torch.float64)) + mi
         return self._out(mi), self._out(entropy)
 
 
@@ -224,12 +242,27 @@ def _column_entropy(marginals: Tensor) -> Tensor:
     return (-torch.special.xlogy(mu, mu).sum(dim=-2)).clamp_min(0.0)
 
 
-def _per_member_generators(generator: Randomness, k: int) -> Randomness:
-    """One generator per sentence → one per (sentence, member), seeded from the sentence's."""
-    if generator is None or isinstance(generator, torch.Generator):
-        return generator
-    out: List[torch.Generator] = []
-    for g in generator:
-        seeds = torch.randint(0, 2**62, (k,), generator=g, device=g.device).tolist()
-        out.extend(torch.Generator(device=g.device).manual_seed(int(s)) for s in seeds)
-    return out
+def _choose_members(weights: Tensor, num_samples: int, generators: Sequence[torch.Generator]) -> Tensor:
+    """``(B, S)`` members, draw s of sentence b ~ weights[b] by one uniform of its own
+    generator (never a member of weight 0)."""
+    uniforms = torch.stack(
+        [
+            torch.rand(num_samples, dtype=torch.float64, generator=g, device=g.device).to(weights.device)
+            for g in generators
+        ]
+    )  # (B, S)
+    cumulative = weights.cumsum(-1)
+    choice = (uniforms.unsqueeze(-1) * cumulative[:, -1:].unsqueeze(1) >= cumulative.unsqueeze(1)).sum(-1)
+    last = weights.shape[-1] - 1 - (weights.flip(-1) > 0).to(torch.long).argmax(-1)  # the last member of weight > 0
+    return torch.minimum(choice, last.unsqueeze(-1))
+
+
+def _per_draw_generators(generators: Sequence[torch.Generator], num_samples: int) -> List[torch.Generator]:
+    """One generator per sentence → one per (draw s, sentence b) at s B + b, seeded from the
+    sentence's."""
+    seeds = [torch.randint(0, 2**62, (num_samples,), generator=g, device=g.device).tolist() for g in generators]
+    return [
+        torch.Generator(device=g.device).manual_seed(int(seed[s]))
+        for s in range(num_samples)
+        for g, seed in zip(generators, seeds)
+    ]
