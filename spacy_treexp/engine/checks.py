@@ -12,6 +12,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from spacy_treexp.engine.native import native_enabled
+
 
 def prepare_scores(scores: Tensor, lengths: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor], bool, Tensor]:
     """Validate and normalise ``scores`` and ``lengths``.
@@ -62,17 +64,36 @@ def prepare_scores(scores: Tensor, lengths: Optional[Tensor]) -> Tuple[Tensor, T
                 f"lengths must have shape ({batch},) to match scores {tuple(scores.shape)}; got {tuple(lengths.shape)}"
             )
         lengths = lengths.to(device=scores.device, dtype=torch.long)
-        bad = ((lengths < 1) | (lengths > n_max)).nonzero()
-        if bad.numel():
-            b = int(bad[0, 0])
-            raise ValueError(
-                f"lengths[{b}] = {int(lengths[b])} is out of range: each sentence needs 1 <= n <= N = {n_max} words"
-            )
-    mask = arc_mask(lengths, n_max)
-    allowed = _allowed_arcs(arc_scores, mask, lengths)
-    if label_scores is not None:
-        _check_finite(label_scores, mask.unsqueeze(-1).expand_as(label_scores), "label scores")
+    allowed = _scanned_arcs(arc_scores, lengths) if label_scores is None else None
+    if allowed is None:  # the torch checks: they raise where something is off
+        _check_lengths(lengths, n_max)
+        mask = arc_mask(lengths, n_max)
+        allowed = _allowed_arcs(arc_scores, mask, lengths)
+        if label_scores is not None:
+            _check_finite(label_scores, mask.unsqueeze(-1).expand_as(label_scores), "label scores")
     return arc_scores, lengths, label_scores, unbatched, allowed
+
+
+def _check_lengths(lengths: Tensor, n_max: int) -> None:
+    """Reject the first length outside 1..N."""
+    bad = ((lengths < 1) | (lengths > n_max)).nonzero()
+    if bad.numel():
+        b = int(bad[0, 0])
+        raise ValueError(
+            f"lengths[{b}] = {int(lengths[b])} is out of range: each sentence needs 1 <= n <= N = {n_max} words"
+        )
+
+
+def _scanned_arcs(scores: Tensor, lengths: Tensor) -> Optional[Tensor]:
+    """The allowed arcs by one pass of the fused CPU kernel (:func:`.fused.scan_scores`) where
+    it runs and finds every length and score in order (the common case, in a few
+    microseconds instead of some fifteen torch calls); ``None`` otherwise, and the torch checks
+    (the reference, and the path on other devices) run and name the problem."""
+    if scores.dtype not in (torch.float32, torch.float64) or not native_enabled(scores):
+        return None
+    from spacy_treexp.engine import fused
+
+    return fused.scan_scores(scores, lengths)
 
 
 def _allowed_arcs(scores: Tensor, mask: Tensor, lengths: Tensor) -> Tensor:

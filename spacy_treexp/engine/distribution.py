@@ -7,7 +7,7 @@ it is a function of the scores, differentiable with respect to them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -22,6 +22,19 @@ if TYPE_CHECKING:
     from spacy_treexp.engine.sampling.streams import Randomness
 
 NEG_INF = float("-inf")
+
+
+class _Pass(NamedTuple):
+    """One fast-path pass (:meth:`TreeDistribution._fast_pass`), per sentence ``(B,)`` unless noted."""
+
+    log_z_shifted: Tensor  #: log Z' = log det L̂ in float64
+    shift_total: Tensor  #: Σ_m shift[m] in float64
+    marginals: Tensor  #: ``(B, N+1, N+1)`` in the pass's dtype
+    accepted: Tensor  #: bool: the result is kept
+    shift: Tensor  #: ``(B, N+1)``
+    log_weights: Tensor  #: ``(B, N+1, N+1)`` s', -inf off the arcs
+    entropy: Optional[Tensor] = None  #: log Z' − Σ μ s', at least 0, in float64 (the fused kernel's)
+    all_accepted: Optional[bool] = None  #: every sentence accepted (the fused kernel's)
 
 
 class TreeDistribution(Distribution):
@@ -143,6 +156,9 @@ class TreeDistribution(Distribution):
     def _require_trees(self, what: str) -> None:
         """Raise ``ValueError`` for a sentence with no tree, or whose trees float64 cannot
         resolve (:meth:`_require_resolved`)."""
+        self._inference()
+        if self._cache.get("settled"):  # the first fast pass kept every sentence: none can fail
+            return
         empty = ~torch.isfinite(self._log_partition().detach())
         if empty.any():
             b = int(empty.nonzero()[0, 0])
@@ -181,10 +197,13 @@ class TreeDistribution(Distribution):
         scores, mask, lengths = self.scores, self.arc_mask, self.lengths
         inner = _inner_dtype(scores.dtype)
         first = None if self.stable else self._fast_pass(scores, mask, lengths, inner)
-        if first is not None and bool(first[3].all()):  # the common case: one pass, no copies
-            shifted, shift_total, marginals, _, shift, log_weights = first
+        if first is not None and (first.all_accepted if first.all_accepted is not None else bool(first.accepted.all())):
+            # the common case: one pass, no copies; every sentence has a finite, resolved log Z
+            shifted, shift_total, marginals = first.log_z_shifted, first.shift_total, first.marginals
             # the column maxima (the same in any dtype) and s' (-inf off the arcs), for the entropy
-            self._cache.update(shift=shift, log_weights=log_weights, used_stable=torch.zeros_like(first[3]))
+            self._cache.update(shift=first.shift, log_weights=first.log_weights, settled=True)
+            if first.entropy is not None:
+                self._cache["entropy"] = first.entropy
         else:
             shifted, shift_total, marginals = self._escalate(first)
         log_z = _log_partition_with_gradient(scores, (shift_total + shifted).to(scores.dtype), marginals)
@@ -192,22 +211,30 @@ class TreeDistribution(Distribution):
         self._cache["marginals"] = marginals.to(scores.dtype)
         return log_z, self._cache["marginals"]
 
-    def _fast_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> Tuple[Tensor, ...]:
-        """One fast-path pass in ``dtype``: ``(log Z' float64, Σ shift float64, marginals,
-        accepted (B,), shift, s')``; by the fused CPU kernel (:mod:`.fused`) where it runs."""
+    def _fast_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> _Pass:
+        """One fast-path pass in ``dtype``; by the fused CPU kernel (:mod:`.fused`) where it runs."""
         if _use_fused_kernel(scores):
             from spacy_treexp.engine import fused
 
-            log_det, marginals, error, deviation, shift, log_weights = fused.native_fast_pass(
-                scores.to(dtype), mask, lengths, self.single_root
+            result = fused.native_fast_pass(
+                scores.to(dtype),
+                mask,
+                lengths,
+                self.single_root,
+                laplacian.fast_tolerance(dtype),
+                laplacian.normalisation_tolerance(dtype),
+                fast_only=self.stable is False,
             )
-            if self.stable is False:
-                accepted = torch.isfinite(log_det)
-            else:
-                accepted = laplacian.fast_accepted(log_det, error, dtype) & (
-                    deviation <= laplacian.normalisation_tolerance(dtype)
-                )
-            return log_det, shift.to(torch.float64).sum(-1), marginals, accepted, shift, log_weights
+            return _Pass(
+                result.log_det,
+                result.shift_total,
+                result.marginals,
+                result.accepted,
+                result.shift,
+                result.log_weights,
+                result.entropy,
+                result.all_accepted,
+            )
         log_weights, shift = laplacian.shifted_log_weights(scores.to(dtype), mask)
         log_det, marginals, error = laplacian.fast_partition_and_marginals(
             torch.exp(log_weights), lengths, self.single_root
@@ -219,9 +246,9 @@ class TreeDistribution(Distribution):
                 marginals, lengths, self.single_root, dtype
             )
         total = shift.to(torch.float64).sum(-1)
-        return log_det.to(torch.float64), total, marginals, accepted, shift, log_weights
+        return _Pass(log_det.to(torch.float64), total, marginals, accepted, shift, log_weights)
 
-    def _escalate(self, first: Optional[Tuple[Tensor, ...]]) -> Tuple[Tensor, Tensor, Tensor]:
+    def _escalate(self, first: Optional[_Pass]) -> Tuple[Tensor, Tensor, Tensor]:
         """``(log Z', Σ shift, marginals)`` where the first fast pass (if any) did not settle every
         sentence: float64 fast pass, stable path, and the sentences float64 cannot resolve.
 
@@ -233,7 +260,7 @@ class TreeDistribution(Distribution):
         shift_total = torch.zeros_like(shifted)
         parts = []  # (sentences, their marginals), put together at the end
         todo = torch.ones_like(lengths, dtype=torch.bool)
-        passes: List[Optional[Tuple[Tensor, ...]]] = [] if first is None else [first]
+        passes: List[Optional[_Pass]] = [] if first is None else [first]
         if first is not None and self.stable is None and first[2].dtype != torch.float64:
             passes.append(None)  # the float64 pass, on the sentences the first one left
         for result in passes:
@@ -326,7 +353,8 @@ class TreeDistribution(Distribution):
     def used_stable_path(self) -> Tensor:
         """Which sentences were computed on the subtraction-free path, ``(B,)`` bool."""
         self._inference()
-        return self._out(self._cache["used_stable"])
+        used = self._cache.get("used_stable")  # not set where the first fast pass settled every sentence
+        return self._out(torch.zeros_like(self.lengths, dtype=torch.bool) if used is None else used)
 
     def _log_z_shifted(self) -> Tensor:
         """log Z' = log Z − Σ_m shift[m] in float64, ``(B,)``, differentiable (its gradient is μ).
@@ -492,6 +520,12 @@ class TreeDistribution(Distribution):
 
     def _entropy(self) -> Tensor:
         """H(p) in float64, ``(B,)``."""
+        self._inference()
+        fused = self._cache.get("entropy")
+        if fused is not None and not (torch.is_grad_enabled() and self.scores.requires_grad):
+            # the fused kernel's log Z' − Σ μ s' (it settled every sentence): what the general
+            # form below gives, without its dozen tensor calls
+            return fused
         value = _non_negative(self._cross_entropy(self, "entropy"))  # below 0: rounding
         dominant = self._dominant()
         return value if dominant is None else torch.where(dominant, torch.zeros_like(value), value)

@@ -10,7 +10,7 @@ pytest.importorskip("numba")
 
 from spacy_treexp import TreeDistribution  # noqa: E402
 from spacy_treexp.engine import fused, laplacian  # noqa: E402
-from spacy_treexp.engine.checks import prepare_scores  # noqa: E402
+from spacy_treexp.engine.checks import prepare_scores, score_limit  # noqa: E402
 from spacy_treexp.engine.native import NATIVE_ENV  # noqa: E402
 
 TOL = 1e-8
@@ -23,9 +23,9 @@ def kernel_calls(monkeypatch):
     calls = []
     original = fused.native_fast_pass
 
-    def counted(*args):
+    def counted(*args, **kwargs):
         calls.append(args[0].shape[0])
-        return original(*args)
+        return original(*args, **kwargs)
 
     monkeypatch.setattr(fused, "native_fast_pass", counted)
     return calls
@@ -79,19 +79,30 @@ def test_same_outputs_as_torch_fast_path(dtype, single_root):
     """Every output of the kernel, including the certificate, is the torch path's."""
     scores, lengths = _ragged(seed=3, dtype=dtype)
     scores, lengths, _, _, mask = prepare_scores(scores, lengths)
-    log_det, mu, error, deviation, shift, log_weights = fused.native_fast_pass(scores, mask, lengths, single_root)
+    tolerance, normalisation = laplacian.fast_tolerance(dtype), laplacian.normalisation_tolerance(dtype)
+    out = fused.native_fast_pass(scores, mask, lengths, single_root, tolerance, normalisation)
     want_log_weights, want_shift = laplacian.shifted_log_weights(scores, mask)
     want_det, want_mu, want_error = laplacian.fast_partition_and_marginals(
         torch.exp(want_log_weights), lengths, single_root
     )
     eps = torch.finfo(dtype).eps
-    assert torch.equal(shift, want_shift) and torch.equal(log_weights, want_log_weights)
-    assert torch.allclose(log_det, want_det.to(torch.float64), atol=100 * eps, rtol=0)
-    assert torch.allclose(mu, want_mu, atol=100 * eps, rtol=0)
-    assert torch.allclose(error, want_error, rtol=100 * eps, atol=0)
+    assert torch.equal(out.shift, want_shift) and torch.equal(out.log_weights, want_log_weights)
+    assert torch.allclose(out.log_det, want_det.to(torch.float64), atol=100 * eps, rtol=0)
+    assert torch.allclose(out.marginals, want_mu, atol=100 * eps, rtol=0)
+    assert torch.allclose(out.error, want_error.to(torch.float64), rtol=100 * eps, atol=0)
     want_normalised = laplacian.marginals_normalised(want_mu, lengths, single_root, dtype)
-    assert torch.equal(deviation <= laplacian.normalisation_tolerance(dtype), want_normalised)
-    assert deviation.max() < 100 * eps
+    assert torch.equal(out.deviation <= normalisation, want_normalised)
+    assert out.deviation.max() < 100 * eps
+    want_accepted = laplacian.fast_accepted(want_det, want_error, dtype) & want_normalised
+    assert torch.equal(out.accepted, want_accepted) and out.all_accepted == bool(want_accepted.all())
+    assert torch.allclose(out.shift_total, want_shift.to(torch.float64).sum(-1), rtol=1e-14, atol=0)
+    # the entropy's terms: Σ μ s' over the allowed arcs, and log Z' − it (at least 0)
+    want_expected = (want_mu.double() * want_log_weights.double()).nan_to_num(nan=0.0).sum((1, 2))
+    assert torch.allclose(out.expected, want_expected, atol=1e3 * eps, rtol=0)
+    want_entropy = (want_det.double() - want_expected).clamp(min=0.0)
+    assert torch.allclose(out.entropy, want_entropy, atol=1e3 * eps, rtol=0)
+    fast_only = fused.native_fast_pass(scores, mask, lengths, single_root, tolerance, normalisation, fast_only=True)
+    assert torch.equal(fast_only.accepted, torch.isfinite(want_det))
 
 
 @pytest.mark.parametrize("single_root", [True, False])
@@ -164,3 +175,63 @@ def test_falls_back_to_torch(kernel_calls, monkeypatch):
     assert kernel_calls and half.dtype == torch.float16
     want = TreeDistribution(scores.half().double(), lengths).marginals
     assert torch.allclose(half.double(), want, atol=2e-3, rtol=0)
+
+
+def _message(scores, lengths):
+    """The ValueError message of building a distribution, or None where it builds."""
+    try:
+        TreeDistribution(scores, lengths)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_input_scan_same_masks_and_messages_as_torch_checks(dtype, monkeypatch):
+    """The kernel's one-pass check of the input (fused.scan_scores) gives the torch checks'
+    allowed arcs where all is well and leaves them to name every problem otherwise."""
+    scores, lengths = _ragged(seed=13, dtype=dtype)
+    scores[0, 3, 4] = float("nan")  # padding of sentence 0 (1 word): ignored
+    scores[5, 6, 6] = float("inf")  # the diagonal: ignored
+    limit = score_limit(dtype, 6)
+    scores[1, 0, 2] = 1.5 * limit  # within the limit of a 2-word sentence, above that of 6 words
+    cases = {"clean": (scores, lengths)}
+    for name, (b, h, m, value) in {
+        "nan": (4, 2, 3, float("nan")),
+        "+inf": (6, 0, 5, float("inf")),
+        "too large": (5, 1, 2, -2 * limit),
+        "too large for its length": (6, 1, 2, 1.5 * limit),
+    }.items():
+        bad = scores.clone()
+        bad[b, h, m] = value
+        cases[name] = (bad, lengths)
+    cases["length 0"] = (scores, torch.tensor([1, 2, 3, 0, 5, 6, 6, 3]))
+    cases["length 7"] = (scores, torch.tensor([1, 2, 3, 4, 5, 6, 7, 3]))
+    for name, (values, sizes) in cases.items():
+        monkeypatch.setenv(NATIVE_ENV, "0")
+        want = _message(values, sizes)
+        monkeypatch.setenv(NATIVE_ENV, "1")
+        assert _message(values, sizes) == want, name
+        assert (want is None) == (name == "clean"), name
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    assert fused.scan_scores(scores, lengths) is not None  # the kernel settled the clean case
+    native = TreeDistribution(scores, lengths)
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    reference = TreeDistribution(scores, lengths)
+    assert torch.equal(native.arc_mask, reference.arc_mask) and not native.arc_mask[3, 2, 3]
+    assert torch.allclose(native.entropy(), reference.entropy(), atol=1e-6 if dtype == torch.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_entropy_from_the_kernel_matches_brute_force(single_root, kernel_calls, monkeypatch):
+    """The entropy the fused pass forms (log Z' − Σ μ s') against enumeration and the torch path."""
+    scores, lengths = _ragged(seed=17 + single_root)
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    entropy = dist.entropy()
+    assert kernel_calls and "entropy" in dist._cache
+    for b, n in enumerate(lengths.tolist()):
+        _, log_p = tree_log_probs(scores[b], n, single_root)
+        want = -torch.special.xlogy(log_p.exp(), log_p.exp()).sum()
+        assert abs(entropy[b].item() - want.item()) < TOL
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    assert torch.allclose(entropy, TreeDistribution(scores, lengths, single_root=single_root).entropy(), atol=1e-12)
