@@ -118,7 +118,7 @@ WITHOUT_REPLACEMENT_METHODS = ("sbs", "trie")
 #: cost is O(n^3) per tree whatever the scores (see the module docstring). ``"auto"`` is
 #: faster on most batches (``benchmarks/bench_sampling.py --section auto``) but not the
 #: default: it needs the marginals, its choice rests on constants measured on one machine,
-#: and where no sentence walks it adds its analysis (a few ms per batch) to Colbourn's cost.
+#: and where no sentence walks it adds its priced analysis (1-2% on EWT batches) to Colbourn's cost.
 DEFAULT_METHOD = "colbourn"
 DEFAULT_WITHOUT_REPLACEMENT = "sbs"
 
