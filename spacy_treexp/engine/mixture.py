@@ -245,12 +245,9 @@ def _column_entropy(marginals: Tensor) -> Tensor:
 def _choose_members(weights: Tensor, num_samples: int, generators: Sequence[torch.Generator]) -> Tensor:
     """``(B, S)`` members, draw s of sentence b ~ weights[b] by one uniform of its own
     generator (never a member of weight 0)."""
-    uniforms = torch.stack(
-        [
-            torch.rand(num_samples, dtype=torch.float64, generator=g, device=g.device).to(weights.device)
-            for g in generators
-        ]
-    )  # (B, S)
+    uniforms = torch.empty((len(generators), num_samples), dtype=torch.float64, device=weights.device)
+    for row, generator in zip(uniforms, generators):  # (the same values as torch.rand, in one buffer)
+        row.uniform_(generator=generator)
     cumulative = weights.cumsum(-1)
     choice = (uniforms.unsqueeze(-1) * cumulative[:, -1:].unsqueeze(1) >= cumulative.unsqueeze(1)).sum(-1)
     last = weights.shape[-1] - 1 - (weights.flip(-1) > 0).to(torch.long).argmax(-1)  # the last member of weight > 0
