@@ -340,3 +340,92 @@ def test_per_sentence_generators_keep_a_peaked_sentences_trees_in_any_batch(meth
     mine = draw(alone, [31])[:, 0]
     in_batch = draw(batch, [30, 31])[:, 1, :6]
     assert torch.equal(mine, in_batch)
+
+
+# ---------------------------------------------------------------- the beam kernel's exact conditionals
+def chain_ends(heads: list[int], size: int) -> list[int]:
+    """The beam kernel's ``end``: where each node's chain of fixed heads ends (ROOT: size)."""
+    ends = []
+    for v in range(size):
+        x = v
+        while x != 0 and heads[x] >= 0:
+            x = heads[x]
+        ends.append(size if x == 0 else x)
+    return ends
+
+
+@pytest.mark.parametrize("scale", [1.0, 100.0, 1000.0])
+@pytest.mark.parametrize("seed", [8, 24])
+def test_exact_conditionals_are_the_enumerated_conditionals(scale, seed):
+    """:func:`.fused_kernels.exact_conditionals` (the log-space last-exit reduction the beam
+    kernel falls back on) gives each word's head distribution given the heads of the words
+    before it, as enumeration does (multi-root, every prefix of the likeliest trees)."""
+    pytest.importorskip("numba")
+    import numpy as np
+
+    from spacy_treexp.engine.sampling import fused_kernels
+
+    scores, _ = peaked_batch(scale, (seed,))
+    scores[0, 3, 2] = -torch.inf  # a masked arc
+    n, size = 5, 6
+    trees, log_probs = tree_log_probs(scores[0], n, False)
+    grid = np.ascontiguousarray(scores.numpy())
+    probs = np.zeros((1, size))
+    chain, reach, leave = np.empty((size, size)), np.empty(size), np.empty(size)
+    checked = 0
+    for tree in trees[log_probs.argsort(descending=True)[:8]].tolist():
+        for m in range(1, n + 1):
+            prefix = [-1] + [tree[v] if v < m else -1 for v in range(1, size)]
+            end = np.array([chain_ends(prefix, size)], dtype=np.int64)
+            total = fused_kernels.exact_conditionals(grid, 0, end, probs, 0, m, n, size, chain, reach, leave)
+            agree = (trees[:, 1:m] == torch.tensor(tree[1:m])).all(-1)
+            expected = torch.zeros(size, dtype=torch.float64)
+            weights = (log_probs[agree] - log_probs[agree].max()).exp()
+            expected.index_add_(0, trees[agree, m], weights)
+            expected /= expected.sum()
+            assert total == 1.0
+            assert torch.allclose(torch.from_numpy(probs[0].copy()), expected, rtol=1e-9, atol=1e-300)
+            checked += 1
+    assert checked == 8 * n
+
+
+@pytest.mark.parametrize("scale", [100.0, 1000.0])
+@pytest.mark.parametrize("single_root", [True, False])
+def test_peaked_sbs_with_exact_conditionals_everywhere_keeps_its_law(monkeypatch, scale, single_root):
+    """SBS's fused word steps on peaked sentences with every beam on the exact log-space
+    conditionals (as if no conditioned L-hat were trusted): the first two draws have the
+    law of draws without replacement, and on a ragged batch the first draw fits p."""
+    pytest.importorskip("numba")
+    from spacy_treexp.engine.sampling import without_replacement
+
+    monkeypatch.setattr(without_replacement, "CONDITIONED_ERROR", -1.0)  # no L-hat trusted
+    scores, _ = peaked_batch(scale, (24,))
+    dist = TreeDistribution(scores.expand(DRAWS // 2, -1, -1), single_root=single_root)
+    heads, log_probs = sample_without_replacement(dist, 2, method="sbs", generator=torch.Generator().manual_seed(7))
+    first_two_law(heads, scores[0], 5, single_root)
+    assert torch.equal(log_probs, dist.log_prob(heads))
+    scores, lengths = peaked_batch(scale)
+    copies = DRAWS // 4
+    ragged = TreeDistribution(scores.repeat(copies, 1, 1), lengths.repeat(copies), single_root=single_root)
+    heads, _ = sample_without_replacement(ragged, 3, method="sbs", generator=torch.Generator().manual_seed(8))
+    assert_fits(heads[0].view(copies, 2, -1), scores, lengths, single_root)
+
+
+def test_peaked_sbs_sentences_the_kernel_flags_are_searched_again_in_torch(monkeypatch):
+    """A peaked sentence whose fused word steps fail is searched again whole by the torch
+    steps, with the same law."""
+    pytest.importorskip("numba")
+    from spacy_treexp.engine.sampling import fused
+
+    original = fused.beam_search_from
+
+    def failing(*args, **kwargs):
+        heads, failed = original(*args, **kwargs)
+        failed[::3] = True
+        return heads, failed
+
+    monkeypatch.setattr(fused, "beam_search_from", failing)
+    scores, _ = peaked_batch(100.0, (24,))
+    dist = TreeDistribution(scores.expand(DRAWS // 2, -1, -1))
+    heads, _ = sample_without_replacement(dist, 2, method="sbs", generator=torch.Generator().manual_seed(9))
+    first_two_law(heads, scores[0], 5, True)

@@ -74,7 +74,8 @@ class Prepared:
     representable in float64 is lost to float32 underflow): from the same LU as ``inverse``
     where its error estimate is within ``tolerance`` (the engine's for float64 by default),
     else the engine's stable path (by default not for the sentences :meth:`trapped` sends to
-    :class:`TrappedModel`, which never read it);
+    :class:`TrappedModel`, which never read it; with ``engine=False`` and a ``tolerance``, NaN
+    where the LU is not trusted: the caller computes those itself);
     error (B,): the LU's error estimate (:func:`.laplacian.fast_inverse`; inf where singular);
     update_columns (N+1, N+1, 2), update_coefficients (N+1, N+1): the table of
     :func:`_update_columns`.
@@ -90,7 +91,7 @@ class Prepared:
     _by_sentence: Tensor | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def of(cls, dist, tolerance: float | None = None) -> Prepared:
+    def of(cls, dist, tolerance: float | None = None, engine: bool = True) -> Prepared:
         scores = dist.scores.detach()
         weights, _ = shifted_weights(scores.double(), dist.arc_mask)
         log_det, inverse, error = fast_inverse(weights, dist.lengths, dist.single_root)
@@ -111,16 +112,18 @@ class Prepared:
                 untrusted = ~fast_accepted(log_det, error, torch.float64) & (error <= TRAPPED_ERROR)
             else:
                 untrusted = ~((error <= tolerance) & torch.isfinite(log_det))
-            if bool(untrusted.any()):
+            if bool(untrusted.any()) and not engine:  # (the caller computes them exactly)
+                first = first.masked_fill(untrusted.unsqueeze(-1), torch.nan)
+            elif bool(untrusted.any()):
                 index = untrusted.nonzero().squeeze(-1)
-                engine = engine_marginals(dist, scores.double()[index], dist.lengths[index])
-                first = first.index_put((index,), engine[:, :, 1])
+                exact = engine_marginals(dist, scores.double()[index], dist.lengths[index])
+                first = first.index_put((index,), exact[:, :, 1])
                 work.add("refactorisations", index.numel())
         columns, coefficients = _update_columns(weights.shape[-1], dist.single_root)
         return cls(
             weights.permute(2, 0, 1).contiguous(),
             inverse,
-            torch.where(first > 0, first, 0.0),
+            torch.where((first > 0) | first.isnan(), first, 0.0),  # (NaN: see ``engine``)
             error,
             columns.to(weights.device),
             coefficients.to(weights.device),
@@ -653,12 +656,13 @@ class TrappedModel:
         dist, prepared, which = self.conditioned()
         self.inner = Conditioner(dist, which, prepared)
 
-    def conditioned(self) -> tuple[Any, Prepared, Tensor]:
+    def conditioned(self, engine: bool = True) -> tuple[Any, Prepared, Tensor]:
         """One distribution per distinct (group, heads of the trapped words): the fixed words'
         columns hold their one arc, the arcs that would close a cycle with them are removed
         (they are in no tree of the conditioned distribution), and each column is shifted anew
         (by :func:`.laplacian.shifted_weights`). Returns those distributions, their
-        :class:`Prepared`, and the distribution of each row (R,)."""
+        :class:`Prepared` (``engine`` False: word 1's marginals NaN where the LU is not trusted,
+        not the engine's: see :meth:`Prepared.of`), and the distribution of each row (R,)."""
         groups = self.setup.groups
         assert groups is not None
         _, first, which = _first_of_each(self.state)
@@ -684,7 +688,7 @@ class TrappedModel:
         scores = scores.masked_fill(closing, NEG_INF)
         lengths = self.setup.lengths[self.setup.group_sentence[group]]
         dist = type(self.setup.dist)(scores, lengths, single_root=False)
-        return dist, Prepared.of(dist, tolerance=CONDITIONED_ERROR), which
+        return dist, Prepared.of(dist, tolerance=CONDITIONED_ERROR, engine=engine), which
 
 
 def draw_positive(

@@ -9,7 +9,11 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   rank-one updates of the rows of L-hat^{-1} still needed, :mod:`.colbourn`), and the words
   of peaked sentences once their trapped words are drawn (phase 2 of
   :class:`.colbourn.TrappedModel`, each row on its own conditioned distribution);
-* :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`);
+* :func:`beam_search`: stochastic beam search over those sentences (:mod:`.without_replacement`),
+  and :func:`beam_search_from`: its word steps on peaked sentences once the trapped steps
+  are searched, each beam on its conditioned distribution, a beam whose L-hat is not trusted
+  on exact log-space conditionals (:func:`.fused_kernels.exact_conditionals`) instead of
+  the engine;
 * :func:`strong_sets`, :func:`exit_distribution`, :func:`trace_columns`, :func:`settled_tables`,
   :func:`log_matmul`, :func:`head_rows`: the set-up of peaked sentences (:mod:`.trapped`):
   their strongly bound sets (the same sets), walks' exits, trace chains, settled head
@@ -181,11 +185,50 @@ def beam_search(
     draw order (-1 rows past a sentence's trees) and failed (B,): the sentences to search
     again in torch (Sherman-Morrison drift, no possible head, keys out of range).
     """
-    batch, size = inverse.shape[0], inverse.shape[-1] + 1
+    batch = inverse.shape[0]
+    which = torch.full((batch, k), -1, dtype=torch.long)
+    which[:, 0] = torch.arange(batch)
+    gumbel = torch.zeros((batch, k), dtype=torch.float64)  # the empty prefix: Gumbel 0 ...
+    log_rho = torch.zeros((batch, k), dtype=torch.float64)  # ... and T - l = 0
+    return _beam(inverse, weights, first, None, None, which, gumbel, log_rho, lengths, seeds, k, single_root, tolerance)
+
+
+def beam_search_from(
+    inverse: Tensor,
+    weights: Tensor,
+    first: Tensor,
+    scores: Tensor,
+    exact: Tensor,
+    which: Tensor,
+    gumbel: Tensor,
+    log_rho: Tensor,
+    lengths: Tensor,
+    seeds: Tensor,
+    k: int,
+    tolerance: float,
+) -> tuple[Tensor, Tensor]:
+    """:func:`beam_search` continued from beams already searched (phase 2 of
+    :class:`.colbourn.TrappedModel`: the words of peaked sentences, given each beam's root
+    child and trapped words), over multi-root distributions: beam i of sentence b searches
+    distribution ``which[b, i]`` (-1: no beam; the beams packed first by decreasing Gumbel
+    ``gumbel[b, i]``, with T - l ``log_rho[b, i]``) of ``inverse``, ``weights``, ``first``
+    (as :class:`.colbourn.Prepared`) and float64 log-weights ``scores`` (D, N+1, N+1).
+    A beam on a distribution flagged ``exact`` (D,) (L-hat not trusted), or whose
+    Sherman-Morrison conditionals miss ``tolerance``, takes its conditionals from the exact log-space
+    reduction :func:`.fused_kernels.exact_conditionals` for the rest of its tree (O(n^3) per
+    word, no engine call). Returns heads (k, B, N+1) in draw order and failed (B,)."""
+    return _beam(inverse, weights, first, scores, exact, which, gumbel, log_rho, lengths, seeds, k, False, tolerance)
+
+
+def _beam(inverse, weights, first, scores, exact, which, gumbel, log_rho, lengths, seeds, k, single_root, tolerance):
+    """The beam kernel's call (:func:`beam_search`, :func:`beam_search_from`); ``scores`` None:
+    no exact conditionals (a drifted beam fails its sentence)."""
+    batch, size = lengths.shape[0], inverse.shape[-1] + 1
     heads = np.full((k, batch, size), -1, dtype=np.int64)
     failed = np.zeros(batch, dtype=np.bool_)
     lengths_np = lengths.to(torch.int64).contiguous().numpy()
     cost = k * lengths_np.astype(np.float64) ** 3
+    can_exact = scores is not None
     _run(
         _kernels()["beam"],
         lengths_np,
@@ -193,10 +236,16 @@ def beam_search(
         inverse.contiguous().numpy(),
         weights.contiguous().numpy(),
         first.contiguous().numpy(),
+        scores.contiguous().numpy() if scores is not None else np.zeros((1, 1, 1)),
+        exact.contiguous().numpy() if exact is not None else np.zeros(1, dtype=np.bool_),
+        which.to(torch.int64).contiguous().numpy(),
+        gumbel.to(torch.float64).contiguous().numpy(),
+        log_rho.to(torch.float64).contiguous().numpy(),
         lengths_np,
         seeds.to(torch.int64).contiguous().numpy(),
         int(k),
         bool(single_root),
+        can_exact,
         float(tolerance),
         heads,
         failed,

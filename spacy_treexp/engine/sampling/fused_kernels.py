@@ -220,10 +220,122 @@ def log1p(x):
 
 
 @jit
-def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, heads, failed, lo, hi):
+def softplus(x):
+    """log(1 + e^x) without overflow (0 at x = -inf)."""
+    if x > 0.0:
+        return x + math.log1p(math.exp(-x))
+    return math.log1p(math.exp(x))
+
+
+@jit
+def exact_conditionals(scores, q, end, probs, p, m, n, size, chain, reach, leave):
+    """Word m's head distribution (into probs[p]) under multi-root log-weights ``scores[q]``
+    ([h, v]) given the heads of words 1..m-1 (the chains of beam p's ``end``), exactly and in
+    log space: P(h) is proportional to w(h -> m) P_h(the walk reaches ROOT before m) (Wilson
+    1996: the last exit from m of the loop-erased walk from m; :mod:`.trapped` uses the same
+    decomposition), a fixed head's walk following its chain of fixed heads. The absorption
+    probabilities come from GTH state reduction of the walk on the words after m (sums of
+    positive terms only, in log space; Grassmann, Taksar & Heyman 1985), then back
+    substitution: O((n - m)^3). Returns the distribution's sum (1 up to rounding; 0: no
+    head possible)."""
+    neg = -np.inf
+    # the walk's log-weights between states: ROOT 0 (absorbing), m (absorbing), words m+1..n
+    for u in range(m + 1, n + 1):
+        for x in range(n + 1):
+            chain[u, x] = neg
+        for h in range(n + 1):
+            s = scores[q, h, u]
+            if s == neg or h == u:
+                continue
+            e = end[p, h]
+            target = 0 if e == size else e
+            if target != u:  # (else an arc closing a cycle with fixed heads: in no tree)
+                chain[u, target] = log_add(chain[u, target], s)
+    # eliminate words m+1..n in order; leave[u]: log of u's weight to the states left after it
+    for u in range(m + 1, n + 1):
+        out = log_add(chain[u, 0], chain[u, m])
+        for x in range(u + 1, n + 1):
+            out = log_add(out, chain[u, x])
+        leave[u] = out
+        if out == neg:
+            continue  # (a state with no way out is never entered on a tree's walk)
+        for a in range(u + 1, n + 1):
+            into = chain[a, u]
+            if into == neg:
+                continue
+            c = into - out
+            chain[a, 0] = log_add(chain[a, 0], c + chain[u, 0])
+            chain[a, m] = log_add(chain[a, m], c + chain[u, m])
+            for x in range(u + 1, n + 1):
+                if x != a and chain[u, x] > neg:
+                    chain[a, x] = log_add(chain[a, x], c + chain[u, x])
+    # back substitution: reach[x] = log P_x(the walk reaches ROOT before m)
+    reach[0] = 0.0
+    reach[m] = neg
+    for u in range(n, m, -1):
+        value = chain[u, 0]
+        for x in range(u + 1, n + 1):
+            if chain[u, x] > neg and reach[x] > neg:
+                value = log_add(value, chain[u, x] + reach[x])
+        reach[u] = value - leave[u] if leave[u] > neg else neg
+    top = neg
+    for h in range(n + 1):
+        probs[p, h] = neg
+        s = scores[q, h, m]
+        if s == neg or h == m:
+            continue
+        e = end[p, h]
+        target = 0 if e == size else e
+        if target == m:  # closes a cycle with the fixed heads
+            continue
+        value = s + reach[target]
+        probs[p, h] = value
+        if value > top:
+            top = value
+    total = 0.0
+    for h in range(n + 1):
+        value = math.exp(probs[p, h] - top) if top > neg and probs[p, h] > neg else 0.0
+        probs[p, h] = value
+        total += value
+    if not total > 0.0:
+        return 0.0
+    for h in range(n + 1):
+        probs[p, h] /= total
+    return 1.0
+
+
+@jit
+def beam(
+    inverse,
+    weights,
+    first,
+    scores,
+    exact_dist,
+    which,
+    gumbel0,
+    log_rho0,
+    lengths,
+    seeds,
+    k,
+    single_root,
+    can_exact,
+    tolerance,
+    heads,
+    failed,
+    lo,
+    hi,
+):
     """Stochastic beam search for sentences lo..hi-1 (without_replacement._beam_search): at each
     word, the k best children of all beams by a k-way merge of the beams' exponential races
-    (see fused.beam_search)."""
+    (see fused.beam_search). Sentence b starts from the beams i with ``which[b, i] >= 0``
+    (packed first, by decreasing Gumbel ``gumbel0[b, i]``, T - l ``log_rho0[b, i]``), beam i
+    on distribution ``which[b, i]`` of ``inverse``, ``weights``, ``first``, ``scores``. A beam
+    whose conditionals miss ``tolerance`` (or whose distribution has ``exact_dist``) takes
+    them from :func:`exact_conditionals` for the rest of its tree when ``can_exact``
+    (multi-root log-weights ``scores``), else its sentence fails. With ``can_exact`` the races
+    run in log space (``rho``: log e^(T - l), ``elapsed``: log of the race time), where a
+    beam's children may be far below it (exact conditionals of 1e-300); else in linear space
+    (cheaper: a beam's keys stay in range on well-conditioned sentences)."""
     size = inverse.shape[1] + 1
     inf = np.inf
     state = np.zeros(1, dtype=np.uint64)
@@ -254,26 +366,39 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
     kept = np.zeros(k, dtype=np.bool_)
     claimed = np.zeros(k, dtype=np.bool_)
     lc = np.empty(size)
-    y = np.empty(size)
+    y = np.empty(A.shape[2])
+    dist_of = np.zeros(k, dtype=np.int64)  # each row's distribution
+    exact = np.zeros(k, dtype=np.bool_)  # each row's conditionals by exact_conditionals
+    chain = np.empty((size, size))  # exact_conditionals' work space
+    reach = np.empty(size)
+    leave = np.empty(size)
     for b in range(lo, hi):
         n = lengths[b]
         w = ((n + 7) // 8) * 8
         state[0] = np.uint64(seeds[b])
-        for r in range(n):
-            for c in range(n):
-                A[0, r, c] = inverse[b, r, c]
-            for c in range(n, w):
-                A[0, r, c] = 0.0
-        for v in range(n + 1):
-            end[0, v] = v
-            chosen[0, v] = -1
-        end[0, 0] = size  # ROOT: its chain never ends at a word
-        root_free[0] = True
-        gumbel[0] = 0.0  # the empty prefix (a shift, not a bias)
-        rho[0] = 1.0  # e^(T - l) of the empty prefix
-        order[0] = 0
-        live = 1
-        bad = False
+        live = 0
+        for i in range(k):
+            q = which[b, i]
+            if q < 0:
+                break
+            dist_of[i] = q
+            exact[i] = can_exact and exact_dist[q]
+            if not exact[i]:
+                for r in range(n):
+                    for c in range(n):
+                        A[i, r, c] = inverse[q, r, c]
+                    for c in range(n, w):
+                        A[i, r, c] = 0.0
+            for v in range(n + 1):
+                end[i, v] = v
+                chosen[i, v] = -1
+            end[i, 0] = size  # ROOT: its chain never ends at a word
+            root_free[i] = True
+            gumbel[i] = gumbel0[b, i]  # the empty prefix: 0 (a shift, not a bias)
+            rho[i] = log_rho0[b, i] if can_exact else math.exp(log_rho0[b, i])  # the empty prefix's: 0
+            order[i] = i
+            live += 1
+        bad = live == 0
         for m in range(1, n + 1):
             j = m - 1
             stamp += 1
@@ -290,9 +415,12 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
                 T = gumbel[p]
                 if not started[p]:
                     # word m's conditionals (Conditioner.probs) and their sum
-                    if m == 1:
+                    q = dist_of[p]
+                    if exact[p]:
+                        pass
+                    elif m == 1:
                         for h in range(n + 1):
-                            probs[p, h] = first[b, h]
+                            probs[p, h] = first[q, h]
                     else:
                         d = A[p, j, j]
                         if single_root:
@@ -304,7 +432,7 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
                         for c in range(1, n):  # head c + 1
                             probs[p, c + 1] = d - A[p, j, c]
                         for h in range(n + 1):
-                            value = probs[p, h] * weights[b, m, h]
+                            value = probs[p, h] * weights[q, m, h]
                             probs[p, h] = value if (value > 0.0 and end[p, h] != m) else 0.0
                     s0 = s1 = s2 = s3 = 0.0  # (four sums side by side: no chain of dependent adds)
                     for c in range(0, n + 1 - 3, 4):
@@ -315,14 +443,21 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
                     for h in range(n + 1 - (n + 1) % 4, n + 1):
                         s0 += probs[p, h]
                     total = (s0 + s1) + (s2 + s3)
-                    if (m > 1 and abs(total - 1.0) > tolerance) or not total > 0.0:
-                        bad = True
-                        break
-                    if not (rho[p] > 0.0 and rho[p] < inf):
+                    if not exact[p] and ((m > 1 and abs(total - 1.0) > tolerance) or not total > 0.0):
+                        exact[p] = can_exact  # drifted: exact from now on, or the sentence fails
+                        if not can_exact:
+                            bad = True
+                            break
+                    if exact[p]:
+                        total = exact_conditionals(scores, q, end, probs, p, m, n, size, chain, reach, leave)
+                        if not total > 0.0:
+                            bad = True
+                            break
+                    if not ((rho[p] > -inf if can_exact else rho[p] > 0.0) and rho[p] < inf):
                         bad = True  # keys out of range (torch restores them)
                         break
                     started[p] = True
-                    elapsed[p] = 0.0
+                    elapsed[p] = -inf if can_exact else 0.0
                     unseen[p] = total
                     total_of[p] = total
                     h = scan(probs, p, n, uniform(state) * total)
@@ -347,8 +482,13 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
                     key, p = heap_key[heap], heap_row[heap]
                 else:
                     # its next child arrives after an Exp(1) / (unseen mass / rho) wait
-                    elapsed[p] += -math.log(1.0 - uniform(state)) * rho[p] / unseen[p]
-                    key = T - log1p(elapsed[p])
+                    if can_exact:  # (in logs)
+                        wait = math.log(-math.log(1.0 - uniform(state))) + rho[p] - math.log(unseen[p])
+                        elapsed[p] = log_add(elapsed[p], wait)
+                        key = T - softplus(elapsed[p])
+                    else:
+                        elapsed[p] += -math.log(1.0 - uniform(state)) * rho[p] / unseen[p]
+                        key = T - log1p(elapsed[p])
                     if not key > -inf:
                         bad = True
                         break
@@ -381,7 +521,10 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
             for i in range(count):
                 p = new_parent[i]
                 # e^(T - l) of the child: that of p / ((1 + its race time) q) (T - log1p(s) and l + log q)
-                new_rho[i] = rho[p] / ((1.0 + new_elapsed[i]) * probs[p, new_head[i]])
+                if can_exact:
+                    new_rho[i] = rho[p] - softplus(new_elapsed[i]) - math.log(probs[p, new_head[i]])
+                else:
+                    new_rho[i] = rho[p] / ((1.0 + new_elapsed[i]) * probs[p, new_head[i]])
                 if not claimed[p]:
                     claimed[p] = True
                     row_of[i] = p
@@ -405,7 +548,11 @@ def beam(inverse, weights, first, lengths, seeds, k, single_root, tolerance, hea
                         for v in range(n + 1):
                             end[r, v] = end[p, v]
                         root_free[r] = root_free[p]
-                    if m < n and r != p:
+                        dist_of[r] = dist_of[p]
+                        exact[r] = exact[p]
+                    if exact[r]:
+                        pass  # (its inverse is not read again)
+                    elif m < n and r != p:
                         condition_into(A, p, r, m, n, w, h, single_root, lc, y)
                     elif m < n:
                         condition(A, r, m, n, w, h, single_root, lc, y)

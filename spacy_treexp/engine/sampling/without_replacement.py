@@ -35,6 +35,7 @@ from spacy_treexp.engine.native import native_enabled
 from spacy_treexp.engine.sampling import fused
 from spacy_treexp.engine.sampling.colbourn import (
     CHUNK_ENTRIES,
+    CONDITIONED_ERROR,
     SUM_TOLERANCE,
     Conditioner,
     Prepared,
@@ -129,9 +130,7 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
             chunk = index[start : start + step]
             streams = [generator[i] for i in chunk.tolist()] if per_sentence(generator) else generator
             if hard:
-                rows = torch.arange(chunk.numel(), device=chunk.device).repeat_interleave(k)
-                state = TrappedModel(TrappedSetup(dist, chunk), rows)
-                heads[:, chunk] = _beam_search(state, dist.lengths[chunk], k, streams)
+                heads[:, chunk] = _trapped_search(dist, chunk, k, streams)
             elif chunk.numel() == batch:
                 heads[:, chunk] = _search(dist, k, prepared, streams)
             else:
@@ -177,6 +176,57 @@ def _search(dist, k: int, prepared: Prepared, generator: Randomness) -> Tensor:
     return heads
 
 
+def _trapped_search(dist, index: Tensor, k: int, generator: Randomness) -> Tensor:
+    """SBS over the sentences ``index`` of ``dist`` whose L-hat is ill-conditioned: heads (k, B',
+    N+1), over :class:`.colbourn.TrappedModel`'s steps (root child, trapped words, words).
+    Where :func:`.native.native_enabled` says so, the word steps (phase 2) run in the fused
+    kernel (:func:`.fused.beam_search_from`): each beam continues on its own conditioned
+    distribution, and a beam whose L-hat is not trusted or whose Sherman-Morrison
+    conditionals drift takes exact log-space conditionals instead of the engine's
+    refactorisations. Its keys come from a stream seeded per sentence by one draw from the
+    caller's generator after the trapped steps (as :func:`_search`); the sentences the kernel
+    flags are searched again whole by the torch steps from a generator seeded with their seed."""
+    lengths = dist.lengths[index]
+    batch = index.numel()
+    rows = torch.arange(batch, device=index.device).repeat_interleave(k)
+    state = TrappedModel(TrappedSetup(dist, index), rows)
+    if not native_enabled(dist.scores):
+        return _beam_search(state, lengths, k, generator)
+    gumbel, log_p = _beam_steps(state, lengths, k, generator, state.words + 1)  # the root child, trapped words
+    conditioned, prepared, which = state.conditioned(engine=False)
+    exact = ~(prepared.error <= CONDITIONED_ERROR) | torch.isnan(prepared.first).any(-1)
+    gumbel, order = gumbel.sort(dim=-1, descending=True, stable=True)
+    alive = gumbel > -torch.inf
+    log_p = log_p.gather(1, order)
+    log_rho = torch.where(alive, gumbel - torch.where(alive, log_p, 0.0), 0.0)
+    beams = torch.where(alive, which.view(batch, k).gather(1, order), -1)
+    if per_sentence(generator):
+        seeds = torch.cat([torch.randint(2**32, (1,), generator=stream) for stream in generator])
+    else:
+        seeds = torch.randint(2**32, (batch,), generator=generator)
+    heads, failed = fused.beam_search_from(
+        prepared.inverse,
+        prepared.by_sentence(),
+        prepared.first.nan_to_num(0.0),
+        conditioned.scores.detach(),
+        exact,
+        beams,
+        gumbel,
+        log_rho,
+        lengths,
+        seeds,
+        k,
+        SUM_TOLERANCE,
+    )
+    if bool(failed.any()):
+        again = failed.nonzero().squeeze(-1)
+        streams = [torch.Generator().manual_seed(int(seeds[i])) for i in again.tolist()]
+        rows = torch.arange(again.numel(), device=index.device).repeat_interleave(k)
+        state = TrappedModel(TrappedSetup(dist, index[again]), rows)
+        heads[:, again] = _beam_search(state, lengths[again], k, streams)
+    return heads
+
+
 def _search_uniforms(lengths: Tensor, k: int, size: int, generator: Randomness) -> Tensor:
     """(B, N, k, N+1) the uniforms :func:`_beam_search` draws at words 1..N, in its order: one
     (B, beams, N+1) draw per word from a shared generator (beams = 1 at word 1, then k), or
@@ -205,7 +255,25 @@ def _conditioner(dist, k: int, prepared: Prepared) -> Conditioner:
 def _beam_search(
     state: Conditioner | TrappedModel, lengths: Tensor, k: int, generator: Randomness, drawn: Tensor | None = None
 ) -> Tensor:
-    """Stochastic beam search over all sentences of ``state`` at once: heads (k, B, N+1).
+    """Stochastic beam search over all sentences of ``state`` at once: heads (k, B, N+1) (the
+    steps of :func:`_beam_steps`, then the beams in draw order)."""
+    batch, size = lengths.shape[0], state.choices
+    gumbel, _ = _beam_steps(state, lengths, k, generator, state.steps, drawn)
+    gumbel, order = gumbel.sort(dim=-1, descending=True, stable=True)  # draw order
+    heads = state.heads.view(batch, k, size).gather(1, order.unsqueeze(-1).expand(-1, -1, size)).transpose(0, 1)
+    return torch.where((gumbel > -torch.inf).T.unsqueeze(-1), heads, -1)
+
+
+def _beam_steps(
+    state: Conditioner | TrappedModel,
+    lengths: Tensor,
+    k: int,
+    generator: Randomness,
+    stop: int,
+    drawn: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The steps ``state.first_step .. stop - 1`` of stochastic beam search over all sentences
+    of ``state`` at once; returns each row's beam Gumbel and log-probability (B, k).
 
     Sentence b owns the state rows b * k .. b * k + k - 1 throughout (see
     :meth:`Conditioner.branch`), so every per-step tensor is a view (B, k, N+1) and the
@@ -229,7 +297,7 @@ def _beam_search(
     top = torch.zeros(batch, dtype=torch.float64, device=device)  # each sentence's best beam Gumbel
     first = True
     children = torch.empty(0)
-    for t in range(state.first_step, state.steps):
+    for t in range(state.first_step, stop):
         active = state.active(t).view(batch, k)
         if not bool(active.any()):
             continue
@@ -282,9 +350,7 @@ def _beam_search(
         gumbel = _by_row(rows, best)
         log_p = _by_row(rows, beam_log_p)
         state.fix(t, _by_row(rows, head).view(-1), None if conditioned is None else _by_row(rows, conditioned).view(-1))
-    gumbel, order = gumbel.sort(dim=-1, descending=True, stable=True)  # draw order
-    heads = state.heads.view(batch, k, size).gather(1, order.unsqueeze(-1).expand(-1, -1, size)).transpose(0, 1)
-    return torch.where((gumbel > -torch.inf).T.unsqueeze(-1), heads, -1)
+    return gumbel, log_p
 
 
 def _by_row(rows: Tensor, values: Tensor) -> Tensor:
