@@ -63,7 +63,8 @@ def prepare_scores(scores: Tensor, lengths: Optional[Tensor]) -> Tuple[Tensor, T
             raise ValueError(
                 f"lengths must have shape ({batch},) to match scores {tuple(scores.shape)}; got {tuple(lengths.shape)}"
             )
-        lengths = lengths.to(device=scores.device, dtype=torch.long)
+        if lengths.dtype != torch.long or lengths.device != scores.device:
+            lengths = lengths.to(device=scores.device, dtype=torch.long)
     allowed = _scanned_arcs(arc_scores, lengths) if label_scores is None else None
     if allowed is None:  # the torch checks: they raise where something is off
         _check_lengths(lengths, n_max)

@@ -7,6 +7,7 @@ it is a function of the scores, differentiable with respect to them.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -35,6 +36,7 @@ class _Pass(NamedTuple):
     log_weights: Tensor  #: ``(B, N+1, N+1)`` s', -inf off the arcs
     entropy: Optional[Tensor] = None  #: log Z' − Σ μ s', at least 0, in float64 (the fused kernel's)
     all_accepted: Optional[bool] = None  #: every sentence accepted (the fused kernel's)
+    log_z: Optional[Tensor] = None  #: log Z' + Σ shift in float64 (the fused kernel's)
 
 
 class TreeDistribution(Distribution):
@@ -197,27 +199,35 @@ class TreeDistribution(Distribution):
         scores, mask, lengths = self.scores, self.arc_mask, self.lengths
         inner = _inner_dtype(scores.dtype)
         first = None if self.stable else self._fast_pass(scores, mask, lengths, inner)
+        total = None
         if first is not None and (first.all_accepted if first.all_accepted is not None else bool(first.accepted.all())):
             # the common case: one pass, no copies; every sentence has a finite, resolved log Z
-            shifted, shift_total, marginals = first.log_z_shifted, first.shift_total, first.marginals
+            shifted, shift_total, marginals, total = (
+                first.log_z_shifted,
+                first.shift_total,
+                first.marginals,
+                first.log_z,
+            )
             # the column maxima (the same in any dtype) and s' (-inf off the arcs), for the entropy
             self._cache.update(shift=first.shift, log_weights=first.log_weights, settled=True)
             if first.entropy is not None:
                 self._cache["entropy"] = first.entropy
         else:
             shifted, shift_total, marginals = self._escalate(first)
-        log_z = _log_partition_with_gradient(scores, (shift_total + shifted).to(scores.dtype), marginals)
+        if total is None:
+            total = shift_total + shifted
+        log_z = _log_partition_with_gradient(
+            scores, total if total.dtype == scores.dtype else total.to(scores.dtype), marginals
+        )
         self._cache.update(log_z=log_z, marginals_inner=marginals, log_z_shifted=shifted)
-        self._cache["marginals"] = marginals.to(scores.dtype)
+        self._cache["marginals"] = marginals if marginals.dtype == scores.dtype else marginals.to(scores.dtype)
         return log_z, self._cache["marginals"]
 
     def _fast_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> _Pass:
         """One fast-path pass in ``dtype``; by the fused CPU kernel (:mod:`.fused`) where it runs."""
         if _use_fused_kernel(scores):
-            from spacy_treexp.engine import fused
-
-            result = fused.native_fast_pass(
-                scores.to(dtype),
+            result = _fused().native_fast_pass(
+                scores if scores.dtype == dtype else scores.to(dtype),
                 mask,
                 lengths,
                 self.single_root,
@@ -234,6 +244,7 @@ class TreeDistribution(Distribution):
                 result.log_weights,
                 result.entropy,
                 result.all_accepted,
+                result.log_z,
             )
         log_weights, shift = laplacian.shifted_log_weights(scores.to(dtype), mask)
         log_det, marginals, error = laplacian.fast_partition_and_marginals(
@@ -745,9 +756,20 @@ def _use_fused_kernel(scores: Tensor) -> bool:
     sentences are short enough for it to beat LAPACK (:data:`.fused.NATIVE_MAX_LENGTH`)."""
     if not native_enabled(scores) or (torch.is_grad_enabled() and scores.requires_grad):
         return False
-    from spacy_treexp.engine.fused import NATIVE_MAX_LENGTH
+    return scores.shape[-1] - 1 <= _fused().NATIVE_MAX_LENGTH
 
-    return scores.shape[-1] - 1 <= NATIVE_MAX_LENGTH
+
+def _fused() -> ModuleType:
+    """:mod:`.fused`, imported on first use (it imports numba)."""
+    global _FUSED
+    if _FUSED is None:
+        from spacy_treexp.engine import fused
+
+        _FUSED = fused
+    return _FUSED
+
+
+_FUSED: Optional[ModuleType] = None
 
 
 def _inner_dtype(dtype: torch.dtype) -> torch.dtype:

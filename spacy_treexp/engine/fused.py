@@ -23,7 +23,7 @@ Importing this module imports numba; it compiles on first use and caches the mac
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numba
 import numpy as np
@@ -37,20 +37,54 @@ from torch import Tensor
 NATIVE_MAX_LENGTH = 600
 
 
-class FusedPass(NamedTuple):
-    """What :func:`native_fast_pass` returns, per sentence ``(B,)`` unless noted."""
+class FusedPass:
+    """What :func:`native_fast_pass` returns: tensors over the kernel's buffers, per sentence
+    ``(B,)`` unless noted. The rows only the checks and tests read are made on access (each
+    tensor made costs about a microsecond, as much as the kernel on a short sentence)."""
 
-    log_det: Tensor  #: log |det L̂| in float64 (-inf on a zero pivot)
-    marginals: Tensor  #: ``(B, N+1, N+1)`` in the scores' dtype (0 where log_det is -inf)
-    error: Tensor  #: the error estimate in float64 (inf where det L̂ <= 0)
-    deviation: Tensor  #: max |Σ_h μ(h→m) − 1| (single-root: and ROOT's) in float64
-    shift: Tensor  #: ``(B, N+1)`` the column shifts in the scores' dtype
-    log_weights: Tensor  #: ``(B, N+1, N+1)`` s' = score − shift, -inf off the arcs
-    shift_total: Tensor  #: Σ_m shift[m] in float64
-    expected: Tensor  #: Σ μ s' over the allowed arcs in float64 (the entropy's second term)
-    entropy: Tensor  #: log det − Σ μ s', at least 0, in float64 (the entropy where accepted)
-    accepted: Tensor  #: bool: the result is kept (see :func:`native_fast_pass`)
-    all_accepted: bool  #: every sentence accepted
+    def __init__(
+        self,
+        stats: np.ndarray,
+        accepted: np.ndarray,
+        marginals: np.ndarray,
+        shift: np.ndarray,
+        log_weights: np.ndarray,
+        all_accepted: bool,
+    ) -> None:
+        self._stats = stats
+        #: log |det L̂| = log Z' in float64 (-inf on a zero pivot)
+        self.log_det = torch.from_numpy(stats[_LOG_DET])
+        #: log Z = log Z' + Σ_m shift[m] in float64
+        self.log_z = torch.from_numpy(stats[_LOG_Z])
+        #: Σ_m shift[m] in float64
+        self.shift_total = torch.from_numpy(stats[_SHIFT_TOTAL])
+        #: log Z' − Σ μ s', at least 0, in float64: the entropy where accepted (Zmigrod et al. 2021, T1)
+        self.entropy = torch.from_numpy(stats[_ENTROPY])
+        #: ``(B, N+1, N+1)`` in the scores' dtype (0 where log_det is -inf)
+        self.marginals = torch.from_numpy(marginals)
+        #: ``(B, N+1)`` the column shifts in the scores' dtype
+        self.shift = torch.from_numpy(shift)
+        #: ``(B, N+1, N+1)`` s' = score − shift, -inf off the arcs
+        self.log_weights = torch.from_numpy(log_weights)
+        #: bool: the result is kept (see :func:`native_fast_pass`)
+        self.accepted = torch.from_numpy(accepted)
+        #: every sentence accepted
+        self.all_accepted = all_accepted
+
+    @property
+    def error(self) -> Tensor:
+        """The error estimate in float64 (inf where det L̂ <= 0)."""
+        return torch.from_numpy(self._stats[_ERROR])
+
+    @property
+    def deviation(self) -> Tensor:
+        """max |Σ_h μ(h→m) − 1| (single-root: and ROOT's) in float64."""
+        return torch.from_numpy(self._stats[_DEVIATION])
+
+    @property
+    def expected(self) -> Tensor:
+        """Σ μ s' over the allowed arcs in float64 (the entropy's second term)."""
+        return torch.from_numpy(self._stats[_EXPECTED])
 
 
 def native_fast_pass(
@@ -97,25 +131,12 @@ def native_fast_pass(
         shift,
         log_weights,
     )
-    log_det, error, deviation, shift_total, expected, entropy = [torch.from_numpy(row) for row in stats]
-    return FusedPass(
-        log_det,
-        torch.from_numpy(marginals),
-        error,
-        deviation,
-        torch.from_numpy(shift),
-        torch.from_numpy(log_weights),
-        shift_total,
-        expected,
-        entropy,
-        torch.from_numpy(accepted),
-        all_accepted,
-    )
+    return FusedPass(stats, accepted, marginals, shift, log_weights, all_accepted)
 
 
-#: Rows of the float64 buffer :func:`_fused_pass` writes: log det, error, deviation, Σ shift,
-#: Σ μ s', entropy (in :class:`FusedPass`'s order).
-_STATS = 6
+#: Rows of the float64 buffer :func:`_fused_pass` writes.
+_LOG_DET, _ERROR, _DEVIATION, _SHIFT_TOTAL, _EXPECTED, _ENTROPY, _LOG_Z = range(7)
+_STATS = 7
 _EPS = {torch.float32: float(torch.finfo(torch.float32).eps), torch.float64: float(torch.finfo(torch.float64).eps)}
 
 
@@ -162,7 +183,7 @@ def _fused_pass(
                 best[m] = 0.0
             shift[b, m] = best[m]
             total += best[m]
-        stats[3, b] = total
+        stats[_SHIFT_TOTAL, b] = total
         for h in range(size):
             for m in range(size):
                 if mask[b, h, m]:
@@ -174,13 +195,14 @@ def _fused_pass(
                     weights[h, m] = 0.0
         _laplacian(weights, n, single_root, lap, column_scale)
         log_det, ratio = _invert_in_place(lap, n, column_scale, row_swap, top, factor)
-        stats[0, b] = log_det
+        stats[_LOG_DET, b] = log_det
+        stats[_LOG_Z, b] = total + log_det
         marginals[b] = 0.0
-        stats[4, b] = 0.0
-        stats[5, b] = 0.0
+        stats[_EXPECTED, b] = 0.0
+        stats[_ENTROPY, b] = 0.0
         if not math.isfinite(log_det):
-            stats[1, b] = np.inf
-            stats[2, b] = np.inf
+            stats[_ERROR, b] = np.inf
+            stats[_DEVIATION, b] = np.inf
             accepted[b] = False
             all_accepted = False
             continue
@@ -188,16 +210,16 @@ def _fused_pass(
             error = np.inf
         else:  # padding columns of the torch path have scale 1 and pivot 1
             error = (max(ratio, 1.0) if n < n_max else ratio) * eps * n_max
-        stats[1, b] = error
+        stats[_ERROR, b] = error
         deviation = _marginals(weights, lap, n, single_root, marginals[b])
-        stats[2, b] = deviation
+        stats[_DEVIATION, b] = deviation
         expected = 0.0
         for h in range(n + 1):
             for m in range(1, n + 1):
                 if mask[b, h, m]:
                     expected += float(marginals[b, h, m]) * float(log_weights[b, h, m])
-        stats[4, b] = expected
-        stats[5, b] = max(log_det - expected, 0.0) + 0.0  # below 0: rounding (as _non_negative)
+        stats[_EXPECTED, b] = expected
+        stats[_ENTROPY, b] = max(log_det - expected, 0.0) + 0.0  # below 0: rounding (as _non_negative)
         accepted[b] = fast_only or (error <= tolerance and deviation <= normalisation)
         all_accepted = all_accepted and accepted[b]
     return all_accepted
