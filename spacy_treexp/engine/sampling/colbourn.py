@@ -33,7 +33,7 @@ from spacy_treexp.engine.laplacian import closed_form_marginals, fast_accepted, 
 from spacy_treexp.engine.native import native_enabled
 from spacy_treexp.engine.sampling import fused, work
 from spacy_treexp.engine.sampling.streams import Randomness, block_seeds, per_sentence, sample_block_uniforms
-from spacy_treexp.engine.sampling.trapped import NEG_INF, Groups, StrongSets, unsettled_conditionals
+from spacy_treexp.engine.sampling.trapped import NEG_INF, Groups, StrongSets, unsettled_conditionals, word_depths
 from spacy_treexp.engine.sampling.wilson import draw_categorical
 
 #: Sherman-Morrison's conditionals of a word must sum to 1 within this (a residual check of
@@ -475,6 +475,7 @@ class TrappedSetup:
         self.index = torch.full((batch, size), -1, dtype=torch.long, device=self.scores.device)
         self.groups: Groups | None = None
         self.group_sentence = torch.zeros(0, dtype=torch.long, device=self.scores.device)
+        self._depth: Tensor | None = None  # of the words in each sentence's best tree
         self._reach: tuple[Tensor, Tensor] | None = None
 
     def reach(self) -> tuple[Tensor, Tensor]:
@@ -516,7 +517,9 @@ class TrappedSetup:
             scores[rows, :, root_child] = NEG_INF
             scores[rows, 0, root_child] = 0.0
         trapped = self.sets.trapped(sentence, root_child if self.single_root else None)
-        new = Groups.of(scores, self.lengths[sentence], trapped, root_child)
+        if self._depth is None:  # the trapped words of every group top-down in its sentence's best tree
+            self._depth = word_depths(self.scores, self.lengths, self.single_root)
+        new = Groups.of(scores, self.lengths[sentence], trapped, root_child, self._depth[sentence])
         first = 0 if self.groups is None else len(self.groups)
         self.groups = new if self.groups is None else self.groups.cat(new)
         self.group_sentence = torch.cat([self.group_sentence, sentence])

@@ -247,7 +247,13 @@ class Groups:
         )
 
     @classmethod
-    def of(cls, scores: Tensor, lengths: Tensor, trapped: Tensor, root_child: Tensor) -> Groups:
+    def of(
+        cls, scores: Tensor, lengths: Tensor, trapped: Tensor, root_child: Tensor, depth: Tensor | None = None
+    ) -> Groups:
+        """The groups of ``scores`` (G, N+1, N+1); ``depth`` (G, N+1): each word's depth in the
+        tree that orders the trapped words (:func:`word_depths`; by default each group's own
+        best tree). Any order gives the exact conditionals; top-down in a likely tree keeps the
+        fixed words settled."""
         size = scores.shape[-1]
         positions = torch.arange(size, device=scores.device)
         words = (positions >= 1) & (positions <= lengths.unsqueeze(-1))
@@ -255,7 +261,8 @@ class Groups:
         most = max(1, int(count.max()))
         # the trapped words top-down in the best tree (then by index): a word's likely head is
         # then fixed before it (see :func:`_settled_conditionals`); the first ``count`` are E
-        depth = _depths(max_spanning_trees(scores, lengths, single_root=False), words)
+        if depth is None:
+            depth = word_depths(scores, lengths, single_root=False)
         key = torch.where(trapped, depth * size + positions, size * size + positions)
         order = torch.argsort(key, dim=-1, stable=True)[:, :most]
         order = torch.where(torch.arange(most, device=scores.device) < count.unsqueeze(-1), order, 0)
@@ -289,6 +296,13 @@ class Groups:
             settled, meets = _settled_conditionals(scores, order, count, exits, trace)
         work.add("setup_nodes", int(words.sum()) * size + int(count.sum()) * size * most)
         return cls(scores, order, count, trapped, exits, trace, root_child, settled, meets)
+
+
+def word_depths(scores: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """(B, N+1) each word's depth in the best tree of ``scores`` (ROOT and padding: 0)."""
+    positions = torch.arange(scores.shape[-1], device=scores.device)
+    words = (positions >= 1) & (positions <= lengths.unsqueeze(-1))
+    return _depths(max_spanning_trees(scores, lengths, single_root=single_root), words)
 
 
 def _depths(heads: Tensor, words: Tensor) -> Tensor:
