@@ -4,6 +4,7 @@
     python benchmarks/bench_sampling.py --quick    # smaller, for a smoke test
     python benchmarks/bench_sampling.py --section swor   # one table (throughput, swor, acceptance, cuda, scale)
     python benchmarks/bench_sampling.py --section scale --threads 1   # cost against the score scale
+    python benchmarks/bench_sampling.py --section scale --threads 1 --cpu-time --methods sbs colbourn
 
 On a shared, busy machine spinning OpenMP threads that compete for cores make every
 2-thread timing several times slower; there ``--threads 1 --cpu-time`` measures the
@@ -31,6 +32,8 @@ Prints these tables:
    engine's inference (log Z, marginals) is computed before timing: it is the engine's cost,
    not the sampler's. Beside the ratios, the sampler's counted work at x1000
    (:mod:`spacy_treexp.engine.sampling.work`): L-hat factorisations and engine refactorisations.
+   ``--methods sbs colbourn``: those samplers only (B = 64 and B = 1 at n = 30 and 60);
+   ``--float32``: the same draw in float32.
 7. (``--section auto``, not in ``all``) ``sampler="auto"`` against Colbourn and Wilson-Marginal
    at n = 10, 30, 60, 100 on random, parser-like and peaked (x3, x10) float32 scores; run it
    with ``--threads 1 --cpu-time``. With ``--conllu FILE`` (e.g. UD EWT dev), 7b: the same on
@@ -519,8 +522,13 @@ SCALE_METHODS = (
 
 
 def scale_table(
-    repeats: int, configs=((30, 64, 100, 20), (30, 1, 100, 100), (60, 64, 100, 20), (60, 1, 100, 100))
+    repeats: int,
+    configs=((30, 64, 100, 20), (30, 1, 100, 100), (60, 64, 100, 20), (60, 1, 100, 100)),
+    only: list[str] | None = None,
+    dtype: torch.dtype = torch.float64,
 ) -> None:
+    """Section 6; ``only``: these methods alone (e.g. ``sbs colbourn``); ``dtype``: of the scores
+    (the same draw, rounded)."""
     print(
         "\n6. Cost against the score scale: ms per call at N(0,1) scores x1 / x30 / x100 / x1000 "
         "(ratio to x1); at x1000 the counted L-hat factorisations and engine refactorisations"
@@ -530,14 +538,16 @@ def scale_table(
         + "".join(f" {'x' + format(scale, 'g'):>16}" for scale in SCALES)
         + f" {'LU':>6} {'engine':>7}"
     )
-    runs = [(n, batch, samples, trees, SCALE_METHODS) for n, batch, samples, trees in configs]
-    runs.append((200, 4, 100, 100, (("colbourn", True),)))
+    methods = tuple(item for item in SCALE_METHODS if only is None or item[0] in only)
+    runs = [(n, batch, samples, trees, methods) for n, batch, samples, trees in configs]
+    if only is None or "colbourn" in only:
+        runs.append((200, 4, 100, 100, (("colbourn", True),)))
     for n, batch, samples, trees, methods in runs:
         base = torch.randn(batch, n + 1, n + 1, generator=torch.Generator().manual_seed(n + batch), dtype=torch.float64)
         dists = {}
         for scale in SCALES:
             for single_root in {single for _, single in methods}:
-                dist = TreeDistribution(base * scale, single_root=single_root)
+                dist = TreeDistribution((base * scale).to(dtype), single_root=single_root)
                 dist.marginals  # the engine's inference, shared by every sampler: not timed
                 dists[scale, single_root] = dist
         for method, single_root in methods:
@@ -578,6 +588,8 @@ def main() -> None:
         choices=["all", "throughput", "swor", "acceptance", "cuda", "scale", "auto", "fit-walks", "targets"],
         default="all",
     )
+    parser.add_argument("--methods", nargs="+", help="--section scale: only these methods (e.g. sbs colbourn)")
+    parser.add_argument("--float32", action="store_true", help="--section scale: float32 scores (default float64)")
     parser.add_argument(
         "--conllu", help="--section auto: also time the shipped EWT parser's scores on this file's texts"
     )
@@ -600,7 +612,9 @@ def main() -> None:
         ),
         "acceptance": lambda: acceptance_table([10, 30, 60], batch=64, samples=200),
         "cuda": lambda: cuda_table(n=100, batch=64, k=100),
-        "scale": lambda: scale_table(repeats=3),
+        "scale": lambda: scale_table(
+            repeats=3, only=args.methods, dtype=torch.float32 if args.float32 else torch.float64
+        ),
         "auto": lambda: (
             auto_table([10, 30, 60, 100], batch=64, samples=100, repeats=5),
             auto_parser_table(args.conllu, batch=64, samples=100, repeats=3) if args.conllu else None,
