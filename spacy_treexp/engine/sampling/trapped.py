@@ -36,7 +36,10 @@ their product is the tree distribution:
    with the fixed heads are removed and each column is rescaled; no strongly bound set is
    left, so L-hat is well conditioned again and Colbourn's Sherman-Morrison updates finish
    the tree (:class:`.colbourn.Conditioner`), from one LU factorisation per distinct
-   (sentence, r, heads of E) in the batch.
+   (sentence, r, heads of E) in the batch. (Unlikely heads of E can bind new sets: a
+   stochastic beam search meets them. Its fused kernel then gives such a beam exact
+   log-space conditionals, :func:`.fused_kernels.exact_conditionals`; the torch code
+   refactorises on the engine's stable path.)
 
 :class:`TrappedModel` offers these phases to every sampler (Colbourn, stochastic beam search,
 the trie) as a sequence of *steps*, each a categorical over N + 1 choices: step 0 the root

@@ -113,7 +113,8 @@ def stochastic_beam_search(dist, k: int, generator: Randomness = None) -> tuple[
     entries, k N^2 per sentence (one sentence is never split: its beams compete with each
     other; a per-sentence generator keeps each sentence's draws whatever the chunks). The
     sentences whose L-hat is ill-conditioned are searched over :class:`.colbourn.TrappedModel`'s
-    steps (root child, trapped words, then the words), apart from the others.
+    steps (root child, trapped words, then the words: :func:`_trapped_search`), apart from the
+    others.
     """
     batch, size = dist.scores.shape[0], dist.scores.shape[-1]
     prepared = Prepared.of(dist)
