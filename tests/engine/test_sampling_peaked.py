@@ -429,3 +429,24 @@ def test_peaked_sbs_sentences_the_kernel_flags_are_searched_again_in_torch(monke
     dist = TreeDistribution(scores.expand(DRAWS // 2, -1, -1))
     heads, _ = sample_without_replacement(dist, 2, method="sbs", generator=torch.Generator().manual_seed(9))
     first_two_law(heads, scores[0], 5, True)
+
+
+def test_peaked_sbs_gives_the_same_trees_on_any_thread_count(monkeypatch):
+    """The fused word steps of peaked sentences split the batch over threads: a seed gives
+    the same trees on one thread and on two, as many per sentence as the torch search finds
+    (at x1000 some sentences have fewer than k trees of probability above 0 in float64)."""
+    pytest.importorskip("numba")
+    scores, lengths = peaked_batch(1000.0, (8, 19, 24, 27))
+    dist = TreeDistribution(scores, torch.tensor([5, 4, 5, 3]))
+    found = []
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            found.append(sample_without_replacement(dist, 6, method="sbs", generator=torch.Generator().manual_seed(4)))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(found[0][0], found[1][0])
+    monkeypatch.setenv("SPACY_TREEXP_NATIVE", "0")
+    reference, _ = sample_without_replacement(dist, 6, method="sbs", generator=torch.Generator().manual_seed(4))
+    assert torch.equal((found[0][0][:, :, 1] >= 0).sum(0), (reference[:, :, 1] >= 0).sum(0))
