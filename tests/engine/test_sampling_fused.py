@@ -275,6 +275,39 @@ def test_fused_trapped_rows_that_fail_go_to_torch_with_their_uniforms(monkeypatc
     assert torch.equal(reference, fused)
 
 
+@pytest.mark.parametrize("single_root", [True, False])
+@pytest.mark.parametrize("scale", [100.0, 1000.0])
+def test_fused_trapped_steps_are_the_torch_steps(monkeypatch, single_root, scale):
+    """The trapped-word steps by the kernel (settled states) and by TrappedModel's torch steps
+    (every step: a kernel stand-in that stops every row at its first step) on the same
+    groups: the same trees, log-probabilities to rounding; some rows leave the kernel for
+    torch at an unsettled state."""
+    gen = torch.Generator().manual_seed(33)
+    scores = torch.randn(12, 11, 11, generator=gen, dtype=torch.float64) * scale
+    lengths = torch.tensor([10, 9, 10, 4, 10, 7, 10, 10, 8, 10, 3, 10])
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    assert bool(colbourn.Prepared.of(dist).trapped().any())
+    real, handed = colbourn.fused.trapped_steps, []
+
+    def kernel(settled, group, count, *rest):
+        start = real(settled, group, count, *rest)
+        handed.append(int((start > 0).sum()))
+        return start
+
+    def torch_steps(settled, group, count, *rest):  # every row's steps by the torch loop
+        return torch.where((group >= 0) & (count[group.clamp_min(0)] > 0), 1, 0)
+
+    found = []
+    for stand_in in (kernel, torch_steps):
+        monkeypatch.setattr(colbourn.fused, "trapped_steps", stand_in)
+        found.append(colbourn.colbourn_sample(dist, 400, torch.Generator().manual_seed(5)))
+    (heads, log_probs), (torch_heads, torch_log_probs) = found
+    assert 0 < handed[0] < 12 * 400  # most rows by the kernel, some by torch
+    assert torch.equal(heads, torch_heads)
+    assert torch.allclose(log_probs, torch_log_probs, rtol=0, atol=1e-12)
+    assert torch.allclose(log_probs, dist.log_prob(heads).double(), rtol=0, atol=1e-6)
+
+
 def test_fused_strong_sets_are_the_reference_sets():
     """The kernel's strongly bound sets (Chu-Liu-Edmonds on sums) are the numpy reference's,
     set for set and in order, on random, peaked and masked graphs of 2 to 30 words."""

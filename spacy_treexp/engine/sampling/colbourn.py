@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -574,7 +575,9 @@ class TrappedModel:
             return torch.zeros_like(self.sentence, dtype=torch.bool)
         return self.lengths < t - self.words
 
-    def probs(self, t: int) -> Tensor:
+    def probs(self, t: int, needed: Tensor | None = None) -> Tensor:
+        """(R, N+1) step t's probabilities; ``needed`` (R,) bool: only those rows' are used (the
+        other rows' unsettled states are not reduced: they may read the settled table)."""
         active = self.active(t)
         size = self.words + 1
         if t == 0:
@@ -587,7 +590,8 @@ class TrappedModel:
             assert groups is not None
             group = self.group.clamp_min(0)
             probs = groups.settled[group, min(t, groups.settled.shape[1]) - 1]
-            index = (active & (self.horizon >= t)).nonzero().squeeze(-1)
+            unsettled = active & (self.horizon >= t)
+            index = (unsettled if needed is None else unsettled & needed).nonzero().squeeze(-1)
             if index.numel():  # the other states: their own reduction, once per state
                 states, first, which = _first_of_each(self.state[index])
                 rows = index[first]
@@ -836,7 +840,8 @@ def _trapped_chunk(setup: TrappedSetup, num_samples: int, generator: torch.Gener
     log_prob = torch.zeros(sentence.numel(), dtype=torch.float64, device=sentence.device)
     native = native_enabled(setup.scores)
     for t in range(state.first_step, state.steps):
-        if native and t == state.words + 1:  # phase 2 (the words) by the fused kernel
+        if native and t == 1:  # the trapped words, then the words (phase 2) by the fused kernels
+            log_prob = _fused_trapped_steps(state, generator, uniforms, log_prob)
             heads, words_log_prob = _fused_words(state, num_samples, generator, uniforms)
             return heads, log_prob + words_log_prob
         active = state.active(t)
@@ -860,6 +865,80 @@ def _trapped_chunk(setup: TrappedSetup, num_samples: int, generator: torch.Gener
         log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
         state.fix(t, head, active)
     return state.heads, log_prob
+
+
+def _fused_trapped_steps(
+    state: TrappedModel, generator: torch.Generator | None, uniforms: Tensor | None, log_prob: Tensor
+) -> Tensor:
+    """Phase 1 of :func:`_trapped_chunk` (steps 1..N: the trapped words) by the fused kernel
+    (:func:`.fused.trapped_steps`) while each row's state is settled, with the uniforms the
+    torch steps would use (drawn here in their order when ``uniforms`` is None); a row's steps
+    from its first unsettled state (or one with no possible head) by :class:`TrappedModel`'s
+    torch steps, with the same uniforms. Leaves ``state`` as the torch steps would (its
+    ``state`` numbering too) and returns ``log_prob`` plus the trapped words' log-probabilities."""
+    setup, words = state.setup, state.words
+    groups = setup.groups
+    assert groups is not None  # made by step 0 or TrappedModel's __init__
+    rows = state.sentence.numel()
+    count = torch.where(state.group >= 0, groups.count[state.group.clamp_min(0)], 0)
+    steps = int(count.max()) if rows else 0
+    if steps == 0:
+        return log_prob
+    if uniforms is None:  # draw_categorical's draws: (R, 1) at each step some row takes
+        by_row = torch.cat([torch.rand((rows, 1), dtype=torch.float64, generator=generator) for _ in range(steps)], 1)
+    else:  # (B, S, 2N+1): step t of sentence b at column t (see _sample_trapped)
+        by_row = uniforms[:, :, 1 : steps + 1].to(torch.float64).transpose(0, 1).reshape(rows, steps)
+    log_prob = log_prob.clone()
+    start = fused.trapped_steps(
+        groups.settled,
+        state.group,
+        groups.count,
+        setup.reach(),
+        by_row,
+        state.fixed,
+        state.reaches,
+        state.horizon,
+        log_prob,
+    )
+    index = start.nonzero().squeeze(-1)
+    if index.numel():  # from its first unsettled step, each row by the torch steps
+        sub = TrappedModel(setup, state.sentence[index])
+        for name in ("root_child", "group", "fixed", "reaches", "horizon"):
+            setattr(sub, name, getattr(state, name)[index].clone())
+        begin = start[index]
+        key = torch.cat([sub.group.unsqueeze(-1), begin.unsqueeze(-1), sub.fixed], 1)
+        sub.state = torch.unique(key, dim=0, return_inverse=True)[1]
+        part = torch.zeros(index.numel(), dtype=torch.float64)
+        for t in range(int(begin.min()), steps + 1):
+            active = sub.active(t) & (begin <= t)
+            if not bool(active.any()):
+                continue
+            probs = sub.probs(t, active)
+            head, possible = draw_positive(probs, None, by_row[index, t - 1])
+            dead = active & ~possible
+            if dead.any():
+                stuck = sorted(set(sub.sentence[dead].tolist()))
+                raise ValueError(
+                    f"Colbourn's sampler found no possible head at step {t} of sentence(s) {stuck[:10]} "
+                    "(the tree distribution has no tree there)."
+                )
+            chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
+            part = part + torch.where(active, chosen.log(), torch.zeros_like(chosen))
+            sub.fix(t, head, active)
+        for name in ("fixed", "reaches", "horizon"):
+            getattr(state, name)[index] = getattr(sub, name)
+        log_prob[index] += part
+    # the torch steps' numbering of the states: (group, choice or N+1 past its count) in order
+    past = torch.arange(1, words + 1) > count.unsqueeze(-1)
+    codes = torch.where(past, words + 1, state.fixed)
+    keys = torch.cat([state.group.unsqueeze(-1), codes], 1).numpy()
+    ordered = np.lexsort(keys.T[::-1])
+    changed = np.ones(rows, dtype=np.int64)
+    changed[1:] = (keys[ordered[1:]] != keys[ordered[:-1]]).any(1)
+    numbers = np.empty(rows, dtype=np.int64)
+    numbers[ordered] = np.cumsum(changed) - 1
+    state.state = torch.from_numpy(numbers)
+    return log_prob
 
 
 def _fused_words(

@@ -14,6 +14,9 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   are searched, each beam on its conditioned distribution, a beam whose L-hat is not trusted
   on exact log-space conditionals (:func:`.fused_kernels.exact_conditionals`) instead of
   the engine;
+* :func:`trapped_steps`: Colbourn's draws of the trapped words of peaked sentences (phase 1 of
+  :class:`.colbourn.TrappedModel`) while their states are settled (the other states' steps
+  stay in torch);
 * :func:`strong_sets`, :func:`exit_distribution`, :func:`trace_columns`, :func:`settled_tables`,
   :func:`log_matmul`, :func:`head_rows`: the set-up of peaked sentences (:mod:`.trapped`):
   their strongly bound sets (the same sets), walks' exits, trace chains, settled head
@@ -66,6 +69,7 @@ def _kernels() -> dict[str, Any]:
                 log_matmul=fused_kernels.log_matmul,
                 head_rows=fused_kernels.head_rows,
                 exit_distribution=fused_kernels.exit_distribution,
+                trapped_steps=fused_kernels.trapped_steps,
             )
     return _KERNELS
 
@@ -332,3 +336,39 @@ def exit_distribution(scores: Tensor, free: Tensor, targets: Tensor, compact: Te
         hits,
     )
     return torch.from_numpy(hits).log()
+
+
+def trapped_steps(
+    settled: Tensor,
+    group: Tensor,
+    count: Tensor,
+    reach: tuple[Tensor, Tensor],
+    uniforms: Tensor,
+    fixed: Tensor,
+    reaches: Tensor,
+    horizon: Tensor,
+    log_prob: Tensor,
+) -> Tensor:
+    """The trapped-word steps of :class:`.colbourn.TrappedModel` by the kernel, for rows of
+    groups ``group`` (R,) (-1: none) while their states are settled, reading the groups'
+    ``settled`` tables (G, P, N+1), ``count`` (G,) and :meth:`.colbourn.TrappedSetup.reach`,
+    with each row's uniform per step ``uniforms`` (R, T >= its steps): the heads drawn into
+    ``fixed`` (R, N), ``reaches`` (R, N), ``horizon`` (R,) and their log-probabilities added to
+    ``log_prob`` (R,) float64, in place (contiguous CPU tensors). Returns (R,) the step each row
+    stopped at, for the torch steps (an unsettled state, or no possible head), 0 where done."""
+    start = np.zeros(group.shape[0], dtype=np.int64)
+    last, second = reach
+    _kernels()["trapped_steps"](
+        settled.contiguous().numpy(),
+        group.contiguous().numpy(),
+        count.contiguous().numpy(),
+        last.contiguous().numpy(),
+        second.contiguous().numpy(),
+        uniforms.contiguous().numpy(),
+        fixed.numpy(),
+        reaches.numpy(),
+        horizon.numpy(),
+        log_prob.numpy(),
+        start,
+    )
+    return torch.from_numpy(start)

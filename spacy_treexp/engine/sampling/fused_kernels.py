@@ -965,3 +965,50 @@ def exit_distribution(scores, free, targets, compact, hits):
                 for x in range(size):
                     total += steps[k, x] * hits[g, x, s]
                 hits[g, k, s] = total
+
+
+@jit
+def trapped_steps(settled, group, count, last, second, uniforms, fixed, reaches, horizon, log_prob, start):
+    """The trapped-word steps of :class:`.colbourn.TrappedModel` (phase 1, steps 1..count) row by
+    row while the row's fixed trapped words are settled (:meth:`TrappedModel.probs` then reads
+    ``settled``; :meth:`TrappedModel.fix` updates ``fixed``, ``reaches`` and ``horizon``), drawn
+    as :func:`.colbourn.draw_positive` draws: the first head whose running sum exceeds
+    ``uniforms[r, t-1]`` times the total. A row stops at the first step whose state is not
+    settled or that has no possible head; ``start[r]`` is that step (0: all steps done)."""
+    rows = group.shape[0]
+    width = settled.shape[1]
+    size = settled.shape[2]
+    cdf = np.empty(size)
+    for r in range(rows):
+        start[r] = 0
+        g = group[r]
+        if g < 0:
+            continue
+        h = horizon[r]
+        for t in range(1, count[g] + 1):
+            if h >= t:
+                start[r] = t
+                break
+            k = min(t, width) - 1
+            running = 0.0
+            for x in range(size):
+                running += settled[g, k, x]
+                cdf[x] = running
+            total = cdf[size - 1]
+            if not total > 0.0:
+                start[r] = t
+                break
+            target = uniforms[r, t - 1] * total
+            head = size - 1
+            for x in range(size):
+                if cdf[x] > target:
+                    head = x
+                    break
+            log_prob[r] += math.log(settled[g, k, head] / total)
+            fixed[r, t - 1] = head
+            found = last[g, head]
+            reached = second[g, head] if found == t else found
+            reaches[r, t - 1] = reached
+            if reached > h:
+                h = reached
+        horizon[r] = h
