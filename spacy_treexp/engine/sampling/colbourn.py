@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -928,16 +927,10 @@ def _fused_trapped_steps(
         for name in ("fixed", "reaches", "horizon"):
             getattr(state, name)[index] = getattr(sub, name)
         log_prob[index] += part
-    # the torch steps' numbering of the states: (group, choice or N+1 past its count) in order
-    past = torch.arange(1, words + 1) > count.unsqueeze(-1)
-    codes = torch.where(past, words + 1, state.fixed)
-    keys = torch.cat([state.group.unsqueeze(-1), codes], 1).numpy()
-    ordered = np.lexsort(keys.T[::-1])
-    changed = np.ones(rows, dtype=np.int64)
-    changed[1:] = (keys[ordered[1:]] != keys[ordered[:-1]]).any(1)
-    numbers = np.empty(rows, dtype=np.int64)
-    numbers[ordered] = np.cumsum(changed) - 1
-    state.state = torch.from_numpy(numbers)
+    # the states numbered as the torch steps number them (see TrappedModel.fix)
+    for t in range(1, steps + 1):
+        key = state.state * (words + 2) + torch.where(count >= t, state.fixed[:, t - 1], words + 1)
+        state.state = torch.unique(key, return_inverse=True)[1]
     return log_prob
 
 
