@@ -826,33 +826,7 @@ def settled_tables(scores, order, count, exits, trace, out, flat, offsets):
                             if gap > -746.0:
                                 total += math.exp(gap)
                         reach[x] = top + math.log(total)
-            # the head distribution (trapped._head_distribution): the trace node first met,
-            # then the head given it
-            word = order[g, j - 1]
-            top = -np.inf
-            for s in range(nodes):
-                meet[s] = trace[g, s, j] + reach[s]
-                if meet[s] > top:
-                    top = meet[s]
-            shift = top if abs(top) < np.inf else 0.0
-            total = 0.0
-            for s in range(nodes):
-                gap = meet[s] - shift
-                meet[s] = math.exp(gap) if gap > -746.0 else 0.0
-                total += meet[s]
-            if total > 0.0:
-                for s in range(nodes):
-                    meet[s] /= total
-            for h in range(size):
-                out[g, j - 1, h] = 0.0
-            for s in range(nodes):
-                into = trace[g, s, j]
-                if meet[s] == 0.0 or not abs(into) < np.inf:
-                    continue
-                for h in range(size):
-                    gap = scores[g, h, word] + exits[g, h, s] - into
-                    if gap > -746.0:
-                        out[g, j - 1, h] += math.exp(gap) * meet[s]
+            head_row(scores[g, :, order[g, j - 1]], exits[g], trace[g, :, j], reach, meet, out[g, j - 1])
 
 
 @jit
@@ -882,36 +856,43 @@ def log_matmul(a, b, out):
 @jit
 def head_rows(scores, group, word, exits, into, reach, out):
     """trapped._head_distribution for rows u of groups ``group[u]`` (their scores read in place):
-    out[u, h] ∝ w(h -> word[u]) P_h(the walk reaches ROOT before the word), in two normalised
-    stages (the trace node met first, then the head given it)."""
-    rows, size, nodes = exits.shape
-    meet = np.empty(nodes)
-    for u in range(rows):
-        g, w = group[u], word[u]
-        top = -np.inf
+    :func:`head_row` of each."""
+    meet = np.empty(exits.shape[2])
+    for u in range(exits.shape[0]):
+        head_row(scores[group[u], :, word[u]], exits[u], into[u], reach[u], meet, out[u])
+
+
+@jit
+def head_row(column, exits, into, reach, meet, out):
+    """One row of trapped._head_distribution (the reference): out[h] ∝ w(h -> word) P_h(the
+    walk reaches ROOT before the word), in two normalised stages: the trace node s met first
+    (``meet``, a work buffer: into[s] + reach[s], normalised), then the head given it.
+    ``column``: the word's scores (N+1,); ``exits`` (N+1, P+1); ``into``, ``reach`` (P+1,)."""
+    nodes = into.shape[0]
+    top = -np.inf
+    for s in range(nodes):
+        meet[s] = into[s] + reach[s]
+        if meet[s] > top:
+            top = meet[s]
+    shift = top if abs(top) < np.inf else 0.0
+    total = 0.0
+    for s in range(nodes):
+        gap = meet[s] - shift
+        meet[s] = math.exp(gap) if gap > -746.0 else 0.0
+        total += meet[s]
+    if total > 0.0:
         for s in range(nodes):
-            meet[s] = into[u, s] + reach[u, s]
-            if meet[s] > top:
-                top = meet[s]
-        shift = top if abs(top) < np.inf else 0.0
-        total = 0.0
-        for s in range(nodes):
-            gap = meet[s] - shift
-            meet[s] = math.exp(gap) if gap > -746.0 else 0.0
-            total += meet[s]
-        if total > 0.0:
-            for s in range(nodes):
-                meet[s] /= total
-        for h in range(size):
-            out[u, h] = 0.0
-        for s in range(nodes):
-            known = into[u, s]
-            if meet[s] == 0.0 or not abs(known) < np.inf:
-                continue
-            for h in range(size):
-                gap = scores[g, h, w] + exits[u, h, s] - known
-                if gap > -746.0:
-                    out[u, h] += math.exp(gap) * meet[s]
+            meet[s] /= total
+    for h in range(column.shape[0]):
+        out[h] = 0.0
+    for s in range(nodes):
+        known = into[s]
+        if meet[s] == 0.0 or not abs(known) < np.inf:
+            continue
+        for h in range(column.shape[0]):
+            gap = column[h] + exits[h, s] - known
+            if gap > -746.0:
+                out[h] += math.exp(gap) * meet[s]
 
 
 @jit
