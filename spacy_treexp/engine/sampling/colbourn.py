@@ -852,18 +852,32 @@ def _trapped_chunk(setup: TrappedSetup, num_samples: int, generator: torch.Gener
             column = setup.lengths + (t - state.words) if t > state.words else torch.full_like(setup.lengths, t)
             picked = uniforms.gather(2, column.view(-1, 1, 1).expand(-1, uniforms.shape[1], 1)).squeeze(-1)
             uniform = picked.T.reshape(-1)  # row s * B + b
-        head, possible = draw_positive(probs, generator, uniform)
-        dead = active & ~possible
-        if dead.any():
-            stuck = sorted(set(sentence[dead].tolist()))
-            raise ValueError(
-                f"Colbourn's sampler found no possible head at step {t} of sentence(s) {stuck[:10]} "
-                "(the tree distribution has no tree there)."
-            )
-        chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
-        log_prob = log_prob + torch.where(active, chosen.log(), torch.zeros_like(chosen))
-        state.fix(t, head, active)
+        log_prob = log_prob + _trapped_step(state, t, probs, active, generator, uniform)
     return state.heads, log_prob
+
+
+def _trapped_step(
+    state: TrappedModel,
+    t: int,
+    probs: Tensor,
+    active: Tensor,
+    generator: torch.Generator | None,
+    uniform: Tensor | None,
+) -> Tensor:
+    """One torch step of :class:`TrappedModel`: each active row's head drawn from ``probs``
+    (``uniform``: the draws to use, else from ``generator``) and fixed; returns the log-probability
+    of each draw (0 for inactive rows). A row with no possible head is refused by name."""
+    head, possible = draw_positive(probs, generator, uniform)
+    dead = active & ~possible
+    if dead.any():
+        stuck = sorted(set(state.sentence[dead].tolist()))
+        raise ValueError(
+            f"Colbourn's sampler found no possible head at step {t} of sentence(s) {stuck[:10]} "
+            "(the tree distribution has no tree there)."
+        )
+    chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
+    state.fix(t, head, active)
+    return torch.where(active, chosen.log(), torch.zeros_like(chosen))
 
 
 def _fused_trapped_steps(
@@ -912,18 +926,7 @@ def _fused_trapped_steps(
             active = sub.active(t) & (begin <= t)
             if not bool(active.any()):
                 continue
-            probs = sub.probs(t, active)
-            head, possible = draw_positive(probs, None, by_row[index, t - 1])
-            dead = active & ~possible
-            if dead.any():
-                stuck = sorted(set(sub.sentence[dead].tolist()))
-                raise ValueError(
-                    f"Colbourn's sampler found no possible head at step {t} of sentence(s) {stuck[:10]} "
-                    "(the tree distribution has no tree there)."
-                )
-            chosen = probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)
-            part = part + torch.where(active, chosen.log(), torch.zeros_like(chosen))
-            sub.fix(t, head, active)
+            part = part + _trapped_step(sub, t, sub.probs(t, active), active, None, by_row[index, t - 1])
         for name in ("fixed", "reaches", "horizon"):
             getattr(state, name)[index] = getattr(sub, name)
         log_prob[index] += part
