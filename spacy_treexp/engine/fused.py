@@ -22,6 +22,7 @@ Importing this module imports numba; it compiles on first use and caches the mac
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -29,6 +30,8 @@ import numba
 import numpy as np
 import torch
 from torch import Tensor
+
+from spacy_treexp.engine.checks import score_limit
 
 #: Longest padded sentence (N) the fused kernel takes; longer batches run on LAPACK. Measured
 #: with ``python benchmarks/bench_kernels.py --threads 1 --sweep 20 40 60 80 100 120 160 200
@@ -233,18 +236,26 @@ def scan_scores(scores: Tensor, lengths: Tensor) -> Optional[Tensor]:
     the problem."""
     values = scores.detach().numpy()
     allowed = np.empty(values.shape, np.bool_)
-    if _scan_scores(values, lengths.contiguous().numpy(), _MAX[scores.dtype], allowed) != SCAN_CLEAN:
+    limits = _score_limits(scores.dtype, values.shape[-1] - 1)
+    if _scan_scores(values, lengths.contiguous().numpy(), limits, allowed) != SCAN_CLEAN:
         return None
     return torch.from_numpy(allowed)
 
 
 SCAN_CLEAN, SCAN_BAD_LENGTHS, SCAN_BAD_SCORES = 0, 1, 2
-_MAX = {torch.float32: float(torch.finfo(torch.float32).max), torch.float64: float(torch.finfo(torch.float64).max)}
+
+
+@functools.lru_cache(maxsize=64)
+def _score_limits(dtype: torch.dtype, n_max: int) -> np.ndarray:
+    """:func:`.checks.score_limit` of sentences of 0..N words, float64 ``(N+1,)`` (read-only)."""
+    limits = np.array([score_limit(dtype, n) for n in range(n_max + 1)], dtype=np.float64)
+    limits.flags.writeable = False
+    return limits
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_scores(scores, lengths, dtype_max, allowed):
-    """The kernel of :func:`scan_scores`; the limit is :func:`.checks.score_limit`'s."""
+def _scan_scores(scores, lengths, limits, allowed):
+    """The kernel of :func:`scan_scores`; ``limits[n]``: :func:`.checks.score_limit` of n words."""
     batch, size, _ = scores.shape
     n_max = size - 1
     for b in range(batch):
@@ -252,7 +263,7 @@ def _scan_scores(scores, lengths, dtype_max, allowed):
             return SCAN_BAD_LENGTHS
     for b in range(batch):
         n = lengths[b]
-        limit = min(dtype_max / (2 * (n + 1)), _FLOAT64_MAX / (4 * (n + 1)))
+        limit = limits[n]
         for h in range(size):
             for m in range(size):
                 allowed[b, h, m] = False
@@ -263,9 +274,6 @@ def _scan_scores(scores, lengths, dtype_max, allowed):
                             return SCAN_BAD_SCORES
                         allowed[b, h, m] = True
     return SCAN_CLEAN
-
-
-_FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 @numba.njit(cache=True, nogil=True)
