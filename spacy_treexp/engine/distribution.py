@@ -272,7 +272,7 @@ class TreeDistribution(Distribution):
         parts = []  # (sentences, their marginals), put together at the end
         todo = torch.ones_like(lengths, dtype=torch.bool)
         passes: List[Optional[_Pass]] = [] if first is None else [first]
-        if first is not None and self.stable is None and first[2].dtype != torch.float64:
+        if first is not None and self.stable is None and first.marginals.dtype != torch.float64:
             passes.append(None)  # the float64 pass, on the sentences the first one left
         for result in passes:
             index = todo.nonzero().squeeze(-1)
@@ -280,14 +280,19 @@ class TreeDistribution(Distribution):
                 break
             if result is None:
                 result = self._fast_pass(scores[index], mask[index], lengths[index], torch.float64)
-            sub_shifted, sub_total, sub_marginals, accepted = result[:4]
+            sub_shifted, sub_total, sub_marginals, accepted = (
+                result.log_z_shifted,
+                result.shift_total,
+                result.marginals,
+                result.accepted,
+            )
             keep = index[accepted]
             shifted = shifted.index_put((keep,), sub_shifted[accepted].detach())
             shift_total = shift_total.index_put((keep,), sub_total[accepted])
             if sub_marginals.requires_grad and keep.numel():
                 # The rejected sentences' inverse may hold inf: even a zero gradient through it
                 # is NaN, so the kept ones are computed again on their own.
-                sub_marginals = self._fast_pass(scores[keep], mask[keep], lengths[keep], sub_marginals.dtype)[2]
+                sub_marginals = self._fast_pass(scores[keep], mask[keep], lengths[keep], sub_marginals.dtype).marginals
                 parts.append((keep, sub_marginals))
             elif keep.numel():
                 parts.append((keep, sub_marginals[accepted]))
