@@ -5,6 +5,9 @@ Chu–Liu–Edmonds (Chu & Liu 1965; Edmonds 1967) on each sentence, in float64,
 The single-root constraint is imposed exactly by swapping ROOT arcs out of the greedy tree
 one at a time, cheapest first (Gabow & Tarjan 1984; Zmigrod, Vieira & Cotterell 2020,
 "Please Mind the Root"), which needs no penalty constant and so no score-dependent rounding.
+On the CPU with numba (:func:`.native.native_enabled`) the same algorithm runs as a kernel
+(:mod:`.decoding_kernels`: the same trees, ties included, about 10x faster at n = 30); the
+Python code here stays the reference and the path on other devices.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine.checks import is_tree, word_mask
+from spacy_treexp.engine.native import native_enabled
 
 NEG_INF = float("-inf")
 
@@ -48,7 +52,10 @@ def _best_trees(weights: Tensor, lengths: Tensor, single_root: bool, strict: boo
         on_cpu = on_cpu.to(torch.float64)  # numpy has no bfloat16
     values = on_cpu.numpy()
     heads = greedy.cpu().numpy().copy()
-    for b in (~done).nonzero().squeeze(-1).tolist():
+    todo = ~done.cpu()
+    if native_enabled(weights):  # the same trees by the kernel; what it leaves, by _best_tree
+        todo = _kernel_trees(on_cpu.to(torch.float64).contiguous().numpy(), lengths, todo.numpy(), single_root, heads)
+    for b in todo.nonzero().squeeze(-1).tolist():
         n = int(lengths[b])
         try:
             heads[b, : n + 1] = _best_tree(values[b, : n + 1, : n + 1], single_root)
@@ -58,6 +65,20 @@ def _best_trees(weights: Tensor, lengths: Tensor, single_root: bool, strict: boo
             heads[b] = -1
             exists[b] = False
     return torch.from_numpy(heads).to(weights.device), exists
+
+
+def _kernel_trees(
+    values: np.ndarray, lengths: Tensor, todo: np.ndarray, single_root: bool, heads: np.ndarray
+) -> Tensor:
+    """:func:`_best_tree` of the sentences ``todo`` (B,) of float64 ``values`` (B, N+1, N+1) by
+    the numba kernel (:mod:`.decoding_kernels`), into ``heads`` (B, N+1) in place; returns (B,)
+    the sentences it left to :func:`_best_tree` (no tree, or a NaN or +inf weight)."""
+    from spacy_treexp.engine import decoding_kernels
+
+    status = np.zeros(todo.shape[0], dtype=np.int64)
+    sizes = np.ascontiguousarray(lengths.cpu().numpy(), dtype=np.int64)
+    decoding_kernels.best_trees(values, sizes, np.ascontiguousarray(todo), bool(single_root), heads, status)
+    return torch.from_numpy(todo & (status != decoding_kernels.OK))
 
 
 def dominant_trees(weights: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
