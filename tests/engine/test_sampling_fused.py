@@ -16,7 +16,7 @@ from helpers.goodness_of_fit import ALPHA, assert_first_two_draws_fit, assert_fi
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.engine.native import NATIVE_ENV
-from spacy_treexp.engine.sampling import colbourn, sample, sample_without_replacement, without_replacement
+from spacy_treexp.engine.sampling import colbourn, sample, sample_without_replacement, without_replacement, work
 
 pytest.importorskip("numba")
 
@@ -278,16 +278,18 @@ def test_fused_trapped_rows_that_fail_go_to_torch_with_their_uniforms(monkeypatc
 @pytest.mark.parametrize("single_root", [True, False])
 @pytest.mark.parametrize("scale", [100.0, 1000.0])
 def test_fused_trapped_steps_are_the_torch_steps(monkeypatch, single_root, scale):
-    """The trapped-word steps by the kernel (settled states) and by TrappedModel's torch steps
-    (every step: a kernel stand-in that stops every row at its first step) on the same
-    groups: the same trees, log-probabilities to rounding; some rows leave the kernel for
-    torch at an unsettled state."""
+    """The trapped-word steps by the kernel (settled states from their tables, the other
+    states by their own reduction) and by TrappedModel's torch steps (every step: a kernel
+    stand-in that stops every row at its first step) on the same groups: the same trees,
+    log-probabilities to rounding, the same state numbering; the kernel reduces unsettled
+    states itself and hands no row to torch."""
     gen = torch.Generator().manual_seed(33)
     scores = torch.randn(12, 11, 11, generator=gen, dtype=torch.float64) * scale
     lengths = torch.tensor([10, 9, 10, 4, 10, 7, 10, 10, 8, 10, 3, 10])
     dist = TreeDistribution(scores, lengths, single_root=single_root)
     assert bool(colbourn.Prepared.of(dist).trapped().any())
-    real, handed = colbourn.fused.trapped_steps, []
+    real, handed, numbered = colbourn.fused.trapped_steps, [], []
+    real_words = colbourn._fused_words
 
     def kernel(settled, group, count, *rest):
         start = real(settled, group, count, *rest)
@@ -297,15 +299,80 @@ def test_fused_trapped_steps_are_the_torch_steps(monkeypatch, single_root, scale
     def torch_steps(settled, group, count, *rest):  # every row's steps by the torch loop
         return torch.where((group >= 0) & (count[group.clamp_min(0)] > 0), 1, 0)
 
-    found = []
+    def words(state, *rest):  # the states phase 2 reads
+        numbered.append(state.state.clone())
+        return real_words(state, *rest)
+
+    monkeypatch.setattr(colbourn, "_fused_words", words)
+    found, nodes = [], []
     for stand_in in (kernel, torch_steps):
         monkeypatch.setattr(colbourn.fused, "trapped_steps", stand_in)
-        found.append(colbourn.colbourn_sample(dist, 400, torch.Generator().manual_seed(5)))
+        with work.counting() as counted:
+            found.append(colbourn.colbourn_sample(dist, 400, torch.Generator().manual_seed(5)))
+        nodes.append(counted["trapped_nodes"])
     (heads, log_probs), (torch_heads, torch_log_probs) = found
-    assert 0 < handed[0] < 12 * 400  # most rows by the kernel, some by torch
+    assert handed == [0] and nodes[0] > 0  # unsettled states met, and reduced by the kernel
+    assert torch.equal(numbered[0], numbered[1])
     assert torch.equal(heads, torch_heads)
     assert torch.allclose(log_probs, torch_log_probs, rtol=0, atol=1e-12)
     assert torch.allclose(log_probs, dist.log_prob(heads).double(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+@pytest.mark.parametrize("scale", [30.0, 100.0])
+def test_kernel_unsettled_states_are_the_full_reduction(monkeypatch, single_root, scale):
+    """The kernel's reduction of an unsettled state (trapped_kernels.unsettled_row) gives the
+    conditionals of the full GTH reduction on the trace (trapped_conditionals, float64) and of
+    the torch reduction (unsettled_conditionals), state by state along the torch steps' draws."""
+    import math
+
+    import numpy as np
+
+    from spacy_treexp.engine.sampling import trapped_kernels
+    from spacy_treexp.engine.sampling.trapped import trapped_conditionals, unsettled_conditionals
+
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    gen = torch.Generator().manual_seed(41)
+    scores = torch.randn(6, 13, 13, generator=gen, dtype=torch.float64) * scale
+    dist = TreeDistribution(scores, torch.tensor([12, 12, 9, 12, 11, 12]), single_root=single_root)
+    setup = colbourn.TrappedSetup(dist, torch.arange(6))
+    state = colbourn.TrappedModel(setup, torch.arange(6).repeat(50))
+    draws = torch.Generator().manual_seed(7)
+    checked = 0
+    for t in range(state.first_step, state.words + 1):
+        active = state.active(t)
+        if not bool(active.any()):
+            continue
+        probs = state.probs(t)
+        rows = (active & (state.horizon >= t) & (t >= 2)).nonzero().squeeze(-1)  # the unsettled states
+        if rows.numel():
+            groups, group = setup.groups, state.group[rows]
+            full = trapped_conditionals(groups, group, state.fixed[rows], t)
+            fewer = unsettled_conditionals(groups, group, state.fixed[rows], state.reaches[rows], t, 1e-20)
+            nodes = groups.exits.shape[-1]
+            scratch = np.empty(nodes * nodes + 2 * (nodes + 2) ** 2 + 5 * (nodes + 2))
+            kernel = np.zeros(tuple(full.shape))
+            for i, (g, fixed) in enumerate(zip(group.tolist(), state.fixed[rows].numpy())):
+                trapped_kernels.unsettled_row(
+                    g,
+                    fixed,
+                    t,
+                    groups.exits.numpy(),
+                    groups.trace.numpy(),
+                    groups.scores.numpy(),
+                    groups.order.numpy(),
+                    groups.count.numpy(),
+                    groups.meets[t - 1].contiguous().numpy(),
+                    math.log(colbourn.SETTLED_LEAK),
+                    kernel[i],
+                    scratch,
+                )
+            torch.testing.assert_close(torch.from_numpy(kernel), full, rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(torch.from_numpy(kernel), fewer, rtol=1e-12, atol=1e-14)
+            checked += rows.numel()
+        head, _ = colbourn.draw_positive(probs, draws)
+        state.fix(t, head, active)
+    assert checked > 0
 
 
 def test_fused_strong_sets_are_the_reference_sets():

@@ -884,11 +884,12 @@ def _fused_trapped_steps(
     state: TrappedModel, generator: torch.Generator | None, uniforms: Tensor | None, log_prob: Tensor
 ) -> Tensor:
     """Phase 1 of :func:`_trapped_chunk` (steps 1..N: the trapped words) by the fused kernel
-    (:func:`.fused.trapped_steps`) while each row's state is settled, with the uniforms the
-    torch steps would use (drawn here in their order when ``uniforms`` is None); a row's steps
-    from its first unsettled state (or one with no possible head) by :class:`TrappedModel`'s
-    torch steps, with the same uniforms. Leaves ``state`` as the torch steps would (its
-    ``state`` numbering too) and returns ``log_prob`` plus the trapped words' log-probabilities."""
+    (:func:`.fused.trapped_steps`: settled states from their tables, each other distinct state
+    by its own reduction once per step), with the uniforms the torch steps would use (drawn
+    here in their order when ``uniforms`` is None); a row from a step where it has no possible
+    head by :class:`TrappedModel`'s torch steps, with the same uniforms (they name the
+    sentence). Leaves ``state`` as the torch steps would (its ``state`` numbering too) and
+    returns ``log_prob`` plus the trapped words' log-probabilities."""
     setup, words = state.setup, state.words
     groups = setup.groups
     assert groups is not None  # made by step 0 or TrappedModel's __init__
@@ -902,6 +903,7 @@ def _fused_trapped_steps(
     else:  # (B, S, 2N+1): step t of sentence b at column t (see _sample_trapped)
         by_row = uniforms[:, :, 1 : steps + 1].to(torch.float64).transpose(0, 1).reshape(rows, steps)
     log_prob = log_prob.clone()
+    numbered = state.state.clone()  # (the groups, as TrappedModel.fix(0) leaves them)
     start = fused.trapped_steps(
         groups.settled,
         state.group,
@@ -912,24 +914,30 @@ def _fused_trapped_steps(
         state.reaches,
         state.horizon,
         log_prob,
+        groups,
+        SETTLED_LEAK,
+        numbered,
     )
     index = start.nonzero().squeeze(-1)
-    if index.numel():  # from its first unsettled step, each row by the torch steps
-        sub = TrappedModel(setup, state.sentence[index])
-        for name in ("root_child", "group", "fixed", "reaches", "horizon"):
-            setattr(sub, name, getattr(state, name)[index].clone())
-        begin = start[index]
-        key = torch.cat([sub.group.unsqueeze(-1), begin.unsqueeze(-1), sub.fixed], 1)
-        sub.state = torch.unique(key, dim=0, return_inverse=True)[1]
-        part = torch.zeros(index.numel(), dtype=torch.float64)
-        for t in range(int(begin.min()), steps + 1):
-            active = sub.active(t) & (begin <= t)
-            if not bool(active.any()):
-                continue
-            part = part + _trapped_step(sub, t, sub.probs(t, active), active, None, by_row[index, t - 1])
-        for name in ("fixed", "reaches", "horizon"):
-            getattr(state, name)[index] = getattr(sub, name)
-        log_prob[index] += part
+    if index.numel() == 0:  # every row done by the kernel, which numbered the states
+        state.state = numbered
+        return log_prob
+    # from the step it stopped at, each row by the torch steps
+    sub = TrappedModel(setup, state.sentence[index])
+    for name in ("root_child", "group", "fixed", "reaches", "horizon"):
+        setattr(sub, name, getattr(state, name)[index].clone())
+    begin = start[index]
+    key = torch.cat([sub.group.unsqueeze(-1), begin.unsqueeze(-1), sub.fixed], 1)
+    sub.state = torch.unique(key, dim=0, return_inverse=True)[1]
+    part = torch.zeros(index.numel(), dtype=torch.float64)
+    for t in range(int(begin.min()), steps + 1):
+        active = sub.active(t) & (begin <= t)
+        if not bool(active.any()):
+            continue
+        part = part + _trapped_step(sub, t, sub.probs(t, active), active, None, by_row[index, t - 1])
+    for name in ("fixed", "reaches", "horizon"):
+        getattr(state, name)[index] = getattr(sub, name)
+    log_prob[index] += part
     # the states numbered as the torch steps number them (see TrappedModel.fix)
     for t in range(1, steps + 1):
         key = state.state * (words + 2) + torch.where(count >= t, state.fixed[:, t - 1], words + 1)

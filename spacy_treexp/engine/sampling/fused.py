@@ -15,8 +15,8 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   on exact log-space conditionals (:func:`.fused_kernels.exact_conditionals`) instead of
   the engine;
 * :func:`trapped_steps`: Colbourn's draws of the trapped words of peaked sentences (phase 1 of
-  :class:`.colbourn.TrappedModel`) while their states are settled (the other states' steps
-  stay in torch);
+  :class:`.colbourn.TrappedModel`), settled states from their tables and each other distinct
+  state by its own reduction (:mod:`.trapped_kernels`);
 * :func:`strong_sets`, :func:`exit_distribution`, :func:`trace_columns`, :func:`settled_tables`,
   :func:`log_matmul`, :func:`head_rows`: the set-up of peaked sentences (:mod:`.trapped`):
   their strongly bound sets (the same sets), walks' exits, trace chains, settled head
@@ -39,6 +39,7 @@ used. Compiled on first use and cached on disk (``cache=True``).
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 from torch import Tensor
+
+from spacy_treexp.engine.sampling import work
 
 _KERNELS: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -69,7 +72,6 @@ def _kernels() -> dict[str, Any]:
                 log_matmul=fused_kernels.log_matmul,
                 head_rows=fused_kernels.head_rows,
                 exit_distribution=fused_kernels.exit_distribution,
-                trapped_steps=fused_kernels.trapped_steps,
             )
     return _KERNELS
 
@@ -348,27 +350,47 @@ def trapped_steps(
     reaches: Tensor,
     horizon: Tensor,
     log_prob: Tensor,
+    groups: Any,
+    leak: float,
+    state: Tensor,
 ) -> Tensor:
-    """The trapped-word steps of :class:`.colbourn.TrappedModel` by the kernel, for rows of
-    groups ``group`` (R,) (-1: none) while their states are settled, reading the groups'
-    ``settled`` tables (G, P, N+1), ``count`` (G,) and :meth:`.colbourn.TrappedSetup.reach`,
-    with each row's uniform per step ``uniforms`` (R, T >= its steps): the heads drawn into
-    ``fixed`` (R, N), ``reaches`` (R, N), ``horizon`` (R,) and their log-probabilities added to
-    ``log_prob`` (R,) float64, in place (contiguous CPU tensors). Returns (R,) the step each row
-    stopped at, for the torch steps (an unsettled state, or no possible head), 0 where done."""
+    """The trapped-word steps of :class:`.colbourn.TrappedModel` by the kernel
+    (:func:`.trapped_kernels.trapped_walk`), for rows of groups ``group`` (R,) (-1: none), step
+    after step: a settled state reads the groups' ``settled`` tables (G, P, N+1), each other
+    distinct state its own reduction (:func:`.trapped.unsettled_conditionals`, from
+    ``groups``: :class:`.trapped.Groups`; ``leak``: its leak), with ``count`` (G,) and
+    :meth:`.colbourn.TrappedSetup.reach`, and each row's uniform per step ``uniforms``
+    (R, T >= its steps): the heads drawn into ``fixed`` (R, N), ``reaches`` (R, N), ``horizon``
+    (R,), their log-probabilities added to ``log_prob`` (R,) float64 and the rows' states
+    numbered into ``state`` (R,) (each row's group on entry) as the torch steps number them,
+    in place (contiguous CPU tensors). Returns (R,) the step at which a row found no possible
+    head (for the torch steps, which name it), 0 where done."""
+    from numba.typed import List
+
+    from spacy_treexp.engine.sampling import trapped_kernels
+
     start = np.zeros(group.shape[0], dtype=np.int64)
     last, second = reach
-    _kernels()["trapped_steps"](
+    meets = List([block.contiguous().numpy() for block in groups.meets])
+    nodes = trapped_kernels.trapped_walk(
         settled.contiguous().numpy(),
         group.contiguous().numpy(),
         count.contiguous().numpy(),
         last.contiguous().numpy(),
         second.contiguous().numpy(),
         uniforms.contiguous().numpy(),
+        groups.exits.contiguous().numpy(),
+        groups.trace.contiguous().numpy(),
+        groups.scores.contiguous().numpy(),
+        groups.order.contiguous().numpy(),
+        meets,
+        math.log(leak),
         fixed.numpy(),
         reaches.numpy(),
         horizon.numpy(),
         log_prob.numpy(),
         start,
+        state.numpy(),
     )
+    work.add("trapped_nodes", int(nodes))
     return torch.from_numpy(start)

@@ -1,0 +1,287 @@
+"""The numba kernel of Colbourn's trapped-word steps (phase 1 of
+:class:`.colbourn.TrappedModel`), settled and unsettled states alike, so that no row leaves
+the kernel for torch (but one with no possible head, which torch then names). Imported by
+:mod:`.fused` on first use only: importing this module needs numba. Each function mirrors
+its torch twin, named in its docstring: the same steps and sums up to rounding, skipping
+the terms whose exp is 0 in float64."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spacy_treexp.engine.sampling.fused_kernels import head_row, jit, log_add
+
+
+@jit
+def log_sum(values, first, last):
+    """log sum_x exp(values[x]) for x in first..last-1, as torch.logsumexp (shifted by the
+    largest; -inf where every term is -inf)."""
+    top = -np.inf
+    for x in range(first, last):
+        if values[x] > top:
+            top = values[x]
+    if not top > -np.inf:
+        return top
+    total = 0.0
+    for x in range(first, last):
+        gap = values[x] - top
+        if gap > -746.0:
+            total += math.exp(gap)
+    return top + math.log(total)
+
+
+@jit
+def unsettled_row(g, fixed, j, exits, trace, scores, order, count, meets, log_leak, out, work):
+    """trapped.unsettled_conditionals (the reference) for one state: trapped word j's head
+    distribution (N+1,) into ``out``, given the heads ``fixed`` (>= j-1,) of trapped words
+    1..j-1 of group ``g``; ``meets``: the groups' first meetings for this j (G, P+1, j+1);
+    ``log_leak``: log of the leak below which a step is left out. ``work``: scratch (at
+    least (P+1)^2 + 2 (P+3)^2 + 5 (P+3) floats). Returns the small chain's node updates
+    (unsettled words x (P+1) x (j+1), as the reference counts them)."""
+    nodes = exits.shape[2]
+    fixed_words = j - 1
+    width = nodes + 2
+    # scratch views
+    columns = work[: fixed_words * nodes].reshape((fixed_words, nodes))
+    rest = work[fixed_words * nodes :]
+    small = rest[: width * width].reshape((width, width))
+    steps = rest[width * width : 2 * width * width].reshape((width, width))
+    line = rest[2 * width * width : 2 * width * width + width]
+    solved = rest[2 * width * width + width : 2 * width * width + 2 * width]
+    near = rest[2 * width * width + 2 * width : 2 * width * width + 3 * width]
+    reach = rest[2 * width * width + 3 * width : 2 * width * width + 4 * width]
+    meet = rest[2 * width * width + 4 * width : 2 * width * width + 5 * width]
+    support = np.zeros((fixed_words, nodes), dtype=np.bool_)
+    stand = np.empty(j + 1, dtype=np.int64)
+    jumped = np.empty(j + 1, dtype=np.int64)
+    # each fixed word's next step (its own slot left out), and where it may go (above the leak)
+    for i in range(fixed_words):
+        for x in range(nodes):
+            columns[i, x] = -np.inf if x == i + 1 else exits[g, fixed[i], x]
+        least = log_sum(columns[i], 0, nodes) + log_leak
+        found, first = 0, -1
+        for x in range(nodes):
+            if columns[i, x] > least:
+                support[i, x] = True
+                found += 1
+                if first < 0:
+                    first = x
+        # a word that surely steps to one node of ROOT, 1..j stands for it
+        stand[i + 1] = first if found == 1 and first <= j else i + 1
+    stand[0], stand[j] = 0, j
+    for _ in range(max(1, math.ceil(math.log2(j + 1)))):
+        for x in range(j + 1):
+            jumped[x] = stand[stand[x]]
+        stand[:] = jumped
+    # unsettled: a word standing for itself whose next step may reach j, a later word, or a
+    # word that stands for j or for an unsettled word
+    itself = np.empty(fixed_words, dtype=np.bool_)
+    unsettled = np.empty(fixed_words, dtype=np.bool_)
+    spread = np.empty(fixed_words, dtype=np.bool_)
+    for i in range(fixed_words):
+        itself[i] = stand[i + 1] == i + 1
+        far = False
+        for x in range(j + 1, nodes):
+            far |= support[i, x]
+        for x in range(j + 1):
+            far |= support[i, x] and stand[x] == j
+        unsettled[i] = itself[i] and far
+    for _ in range(j - 1):
+        changed = False
+        for i in range(fixed_words):
+            spread[i] = unsettled[i]
+            if itself[i] and not unsettled[i]:
+                for x in range(j + 1):
+                    if support[i, x] and 1 <= stand[x] < j and unsettled[stand[x] - 1]:
+                        spread[i] = True
+                        changed = True
+                        break
+        unsettled[:] = spread
+        if not changed:
+            break
+    # the small chain: 0 ROOT (and what reaches it surely), 1 word j, 2.. the unsettled words
+    which = np.empty(fixed_words, dtype=np.int64)
+    node = np.zeros(j + 1, dtype=np.int64)
+    most = 0
+    for i in range(fixed_words):
+        if unsettled[i]:
+            which[most] = i
+            node[i + 1] = 2 + most
+            most += 1
+    node[j] = 1
+    place = np.empty(j + 1, dtype=np.int64)
+    for x in range(j + 1):
+        place[x] = node[stand[x]]
+    # the unsettled words' next steps carried through the free words onto ROOT and 1..j
+    # (log_matmul with the identity on 0..j and ``meets`` below), gathered by chain node
+    for c in range(most + 2):
+        for k in range(most):
+            small[c, k] = -np.inf
+    onto = np.empty(j + 1)
+    for k in range(most):
+        row = columns[which[k]]
+        for y in range(j + 1):
+            top = row[y]
+            for x in range(j + 1, nodes):
+                value = row[x] + meets[g, x, y]
+                if value > top:
+                    top = value
+            if not top > -np.inf:
+                onto[y] = top
+                continue
+            total = 0.0
+            gap = row[y] - top
+            if gap > -746.0:
+                total += math.exp(gap)
+            for x in range(j + 1, nodes):
+                gap = row[x] + meets[g, x, y] - top
+                if gap > -746.0:
+                    total += math.exp(gap)
+            onto[y] = top + math.log(total)
+        for c in range(most + 2):  # trapped._log_scatter: each bucket shifted by its largest
+            top = -np.inf
+            for y in range(j + 1):
+                if place[y] == c and onto[y] > top:
+                    top = onto[y]
+            shift = top if abs(top) < np.inf else 0.0
+            total = 0.0
+            for y in range(j + 1):
+                if place[y] == c:
+                    total += math.exp(onto[y] - shift)
+            small[c, k] = math.log(total) + shift if total > 0.0 else -np.inf
+        small[2 + k, k] = -np.inf
+    # GTH: eliminate the unsettled words in turn, then P(ROOT before j) backwards
+    for u in range(most):
+        for c in range(most + 2):
+            line[c] = small[c, u] if c != u + 2 and (c < 2 or c - 2 >= u) else -np.inf
+        pivot = log_sum(line, 0, most + 2)
+        shift = pivot if abs(pivot) < np.inf else 0.0
+        for c in range(most + 2):
+            steps[u, c] = line[c] - shift
+        for c in range(most + 2):
+            for v in range(most):
+                small[c, v] = log_add(small[c, v], steps[u, c] + small[u + 2, v])
+    solved[0] = 0.0
+    for c in range(1, most + 2):
+        solved[c] = -np.inf
+    for u in range(most - 1, -1, -1):
+        for c in range(most + 2):
+            line[c] = steps[u, c] + solved[c]
+        solved[u + 2] = log_sum(line, 0, most + 2)
+    for x in range(j + 1):
+        near[x] = solved[place[x]]
+        reach[x] = near[x]
+    for x in range(j + 1, nodes):
+        reach[x] = -np.inf
+        if x <= count[g]:
+            for y in range(j + 1):
+                line[y] = meets[g, x, y] + near[y]
+            reach[x] = log_sum(line, 0, j + 1)
+    head_row(scores[g, :, order[g, j - 1]], exits[g], trace[g, :, j], reach[:nodes], meet[:nodes], out)
+    return most * nodes * (j + 1)
+
+
+@jit
+def trapped_walk(
+    settled,
+    group,
+    count,
+    last,
+    second,
+    uniforms,
+    exits,
+    trace,
+    scores,
+    order,
+    meets,
+    log_leak,
+    fixed,
+    reaches,
+    horizon,
+    log_prob,
+    start,
+    state,
+):
+    """The trapped-word steps of :class:`.colbourn.TrappedModel` (phase 1, steps t = 1..most
+    count) for every row, step after step: :meth:`TrappedModel.probs` (a settled state reads
+    ``settled``; each other distinct state its :func:`unsettled_row`, once per step) drawn as
+    :func:`.colbourn.draw_positive` draws (the first head whose running sum exceeds
+    ``uniforms[r, t-1]`` times the total), then :meth:`TrappedModel.fix`: ``fixed``,
+    ``reaches``, ``horizon`` updated and ``state`` (R,) (each row's group on entry) numbered
+    as torch.unique numbers the keys state * (N+2) + choice (N+1 for a row not at step t).
+    ``meets``: list of the groups' first meetings per j (G, P+1, j+1). A row with no possible
+    head stops: ``start[r]`` is that step (0: every step done). Returns the node updates of
+    the unsettled states' small chains (see :func:`unsettled_row`)."""
+    rows, width, size = group.shape[0], settled.shape[1], settled.shape[2]
+    nodes = exits.shape[2]
+    words = size - 1
+    steps = 0
+    for r in range(rows):
+        start[r] = 0
+        if group[r] >= 0 and count[group[r]] > steps:
+            steps = count[group[r]]
+    states = 1
+    for r in range(rows):
+        states = max(states, state[r] + 1)
+    capacity = max(states, rows)
+    probs = np.empty((capacity, size))
+    stamp = np.zeros(capacity, dtype=np.int64)  # the step at which a state's probs were made
+    marks = np.zeros(capacity * (words + 2), dtype=np.int64)
+    keys = np.empty(rows, dtype=np.int64)
+    work = np.empty(nodes * nodes + 2 * (nodes + 2) ** 2 + 5 * (nodes + 2))
+    made = 0
+    for t in range(1, steps + 1):
+        block = meets[t - 1]
+        for r in range(rows):
+            g = group[r]
+            choice = words + 1
+            if g >= 0 and count[g] >= t and start[r] == 0:
+                if horizon[r] >= t:  # an unsettled state: its own reduction, once per state
+                    s = state[r]
+                    if stamp[s] != t:
+                        made += unsettled_row(
+                            g, fixed[r], t, exits, trace, scores, order, count, block, log_leak, probs[s], work
+                        )
+                        stamp[s] = t
+                    row = probs[s]
+                else:
+                    row = settled[g, min(t, width) - 1]
+                total = 0.0
+                for x in range(size):
+                    total += row[x]
+                if not total > 0.0:
+                    start[r] = t
+                else:
+                    target = uniforms[r, t - 1] * total
+                    head = size - 1
+                    running = 0.0
+                    for x in range(size):
+                        running += row[x]
+                        if running > target:
+                            head = x
+                            break
+                    log_prob[r] += math.log(row[head] / total)
+                    fixed[r, t - 1] = head
+                    found = last[g, head]
+                    reached = second[g, head] if found == t else found
+                    reaches[r, t - 1] = reached
+                    if reached > horizon[r]:
+                        horizon[r] = reached
+                    choice = head
+            keys[r] = state[r] * (words + 2) + choice
+        # the new states, numbered in the order of their keys (as torch.unique)
+        span = states * (words + 2)
+        for r in range(rows):
+            marks[keys[r]] = 1
+        states = 0
+        for key in range(span):
+            if marks[key]:
+                marks[key] = states + 1
+                states += 1
+        for r in range(rows):
+            state[r] = marks[keys[r]] - 1
+        for key in range(span):
+            marks[key] = 0
+    return made
