@@ -235,15 +235,25 @@ def padded(lengths: Sequence[int], gen: torch.Generator, features: int = 0) -> T
     return out
 
 
-def paired_medians(functions: Sequence[Callable[[], object]], repeats: int) -> List[float]:
+def paired_medians(functions: Sequence[Callable[[], object]], repeats: int, warm: bool = True) -> List[float]:
     """Median CPU seconds of this process for each function, calls interleaved so that load
     drift hits all alike (CPU time: steadier than wall time on a shared machine; run with
-    ``--threads 1`` so that it is also the time the call takes)."""
+    ``--threads 1`` so that it is also the time the call takes).
+
+    ``warm``: each timed call follows an untimed call of the same function, as in a timing
+    loop (timeit), so that every contender finds its own code and data in the caches. Without
+    it (``--cold``) each timed call follows the previous contender's, which evicts them: that
+    charges every contender for its neighbour in the rotation, unequally (the engine always
+    ran after the largest, the per-word loop; the O(n⁴) baseline after T1, whose torch calls
+    it shares), e.g. the engine's batched call on the 6-12 bucket took 0.08 ms alone and
+    0.15-0.25 ms cold."""
     for function in functions:
         function()
     times: List[List[float]] = [[] for _ in functions]
     for _ in range(repeats):
         for slot, function in zip(times, functions):
+            if warm:
+                function()
             start = time.process_time()
             function()
             slot.append(time.process_time() - start)
@@ -271,7 +281,7 @@ def singles(batch: Tuple[torch.Tensor, ...], lengths: Sequence[int]) -> List[Tup
     return out
 
 
-def entropy_table(buckets, repeats: int) -> None:
+def entropy_table(buckets, repeats: int, warm: bool = True) -> None:
     """Section 4: entropy, ours and T1 alone vs Smith & Eisner's O(n⁴), by length bucket."""
     print("\n4. entropy: T1 O(n^3) vs one MTT determinant per word O(n^4) (Smith & Eisner 2007), float64,")
     print("   random scores N(0, 2^2); ms per sentence (unbatched) or per bucket (batched: one padded call).")
@@ -292,10 +302,11 @@ def entropy_table(buckets, repeats: int) -> None:
             if mode == "unbatched":
                 alone = singles(batch, lengths)
                 times = [
-                    1e3 * t / len(lengths) for t in paired_medians([one_by_one(f, alone) for f in contenders], repeats)
+                    1e3 * t / len(lengths)
+                    for t in paired_medians([one_by_one(f, alone) for f in contenders], repeats, warm)
                 ]
             else:
-                times = [1e3 * t for t in paired_medians([lambda f=f: f(*batch) for f in contenders], repeats)]
+                times = [1e3 * t for t in paired_medians([lambda f=f: f(*batch) for f in contenders], repeats, warm)]
             ours, t1, base, loop = times
             best = min(base, loop)
             print(
@@ -305,7 +316,7 @@ def entropy_table(buckets, repeats: int) -> None:
             )
 
 
-def ge_table(buckets, repeats: int, features: int, max_cov_mb: float) -> None:
+def ge_table(buckets, repeats: int, features: int, max_cov_mb: float, warm: bool = True) -> None:
     """Section 5: the GE gradient, ours and T2 alone vs the covariance method, by length bucket."""
     print(f"\n5. GE objective gradient, F = {features}, float64, random scores and features; ms as in 4.")
     print("   ours = reverse mode through the engine's T1 (the T2 quantity Cov[r, 1_e], O(n^3 + n^2 F));")
@@ -336,11 +347,12 @@ def ge_table(buckets, repeats: int, features: int, max_cov_mb: float) -> None:
             if mode == "unbatched":
                 alone = singles(batch, lengths)
                 times = [
-                    1e3 * t / len(lengths) for t in paired_medians([one_by_one(f, alone) for f in contenders], repeats)
+                    1e3 * t / len(lengths)
+                    for t in paired_medians([one_by_one(f, alone) for f in contenders], repeats, warm)
                 ]
             else:
                 calls = [lambda: ge_gradient_ours(*batch), lambda: ge_gradient_t2(*batch), covariance_chunked]
-                times = [1e3 * t for t in paired_medians(calls, repeats)]
+                times = [1e3 * t for t in paired_medians(calls, repeats, warm)]
             ours, t2, base = times
             print(
                 f"{low:>4}-{high:<4} {len(lengths):>5} {statistics.mean(lengths):>5.1f} |"
@@ -356,7 +368,10 @@ def main() -> None:
     parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="which sections to run")
     parser.add_argument("--conllu", default=None, help="sections 4-5: sentence lengths from this CoNLL-U file")
     parser.add_argument("--per-bucket", type=int, default=32, help="sections 4-5: sentences per length bucket")
-    parser.add_argument("--bucket-repeats", type=int, default=7, help="sections 4-5: median of this many runs")
+    parser.add_argument("--bucket-repeats", type=int, default=15, help="sections 4-5: median of this many runs")
+    parser.add_argument(
+        "--cold", action="store_true", help="sections 4-5: time each call right after the previous contender's"
+    )
     parser.add_argument("--features", type=int, default=20, help="section 5: GE features F")
     parser.add_argument("--max-cov-mb", type=float, default=256.0, help="section 5: largest covariance chunk")
     args = parser.parse_args()
@@ -369,9 +384,9 @@ def main() -> None:
     if 4 in args.sections or 5 in args.sections:
         buckets = bucket_lengths(args.conllu, args.per_bucket, gen)
         if 4 in args.sections:
-            entropy_table(buckets, args.bucket_repeats)
+            entropy_table(buckets, args.bucket_repeats, not args.cold)
         if 5 in args.sections:
-            ge_table(buckets, args.bucket_repeats, args.features, args.max_cov_mb)
+            ge_table(buckets, args.bucket_repeats, args.features, args.max_cov_mb, not args.cold)
 
 
 def sections_1_to_3(args: argparse.Namespace, gen: torch.Generator) -> None:

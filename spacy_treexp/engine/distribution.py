@@ -20,6 +20,7 @@ from spacy_treexp.engine.decoding import dominant_trees, max_spanning_trees
 from spacy_treexp.engine.native import native_enabled
 
 if TYPE_CHECKING:
+    from spacy_treexp.engine.fused import FusedPass
     from spacy_treexp.engine.sampling.streams import Randomness
 
 NEG_INF = float("-inf")
@@ -33,7 +34,7 @@ class _Pass(NamedTuple):
     marginals: Tensor  #: ``(B, N+1, N+1)`` in the pass's dtype
     accepted: Tensor  #: bool: the result is kept
     shift: Tensor  #: ``(B, N+1)``
-    log_weights: Tensor  #: ``(B, N+1, N+1)`` s', -inf off the arcs
+    log_weights: Optional[Tensor]  #: ``(B, N+1, N+1)`` s', -inf off the arcs (the torch path's)
     entropy: Optional[Tensor] = None  #: log Z' − Σ μ s', at least 0, in float64 (the fused kernel's)
     all_accepted: Optional[bool] = None  #: every sentence accepted (the fused kernel's)
     log_z: Optional[Tensor] = None  #: log Z' + Σ shift in float64 (the fused kernel's)
@@ -198,7 +199,11 @@ class TreeDistribution(Distribution):
             return self._cache["log_z"], self._cache["marginals"]
         scores, mask, lengths = self.scores, self.arc_mask, self.lengths
         inner = _inner_dtype(scores.dtype)
-        first = None if self.stable else self._fast_pass(scores, mask, lengths, inner)
+        pending = self._cache.pop("fused_pass", None)  # the pass :meth:`_fused_entropy` ran
+        if pending is not None:
+            first: Optional[_Pass] = _from_fused(pending)
+        else:
+            first = None if self.stable else self._fast_pass(scores, mask, lengths, inner)
         total = None
         if first is not None and (first.all_accepted if first.all_accepted is not None else bool(first.accepted.all())):
             # the common case: one pass, no copies; every sentence has a finite, resolved log Z
@@ -210,7 +215,7 @@ class TreeDistribution(Distribution):
             )
             # the column maxima (the same in any dtype) and s' (-inf off the arcs), for the entropy
             self._cache.update(shift=first.shift, log_weights=first.log_weights, settled=True)
-            if first.entropy is not None:
+            if first.entropy is not None and "entropy" not in self._cache:
                 self._cache["entropy"] = first.entropy
         else:
             shifted, shift_total, marginals = self._escalate(first)
@@ -226,26 +231,7 @@ class TreeDistribution(Distribution):
     def _fast_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> _Pass:
         """One fast-path pass in ``dtype``; by the fused CPU kernel (:mod:`.fused`) where it runs."""
         if _use_fused_kernel(scores):
-            result = _fused().native_fast_pass(
-                scores if scores.dtype == dtype else scores.to(dtype),
-                mask,
-                lengths,
-                self.single_root,
-                laplacian.fast_tolerance(dtype),
-                laplacian.normalisation_tolerance(dtype),
-                fast_only=self.stable is False,
-            )
-            return _Pass(
-                result.log_det,
-                result.shift_total,
-                result.marginals,
-                result.accepted,
-                result.shift,
-                result.log_weights,
-                result.entropy,
-                result.all_accepted,
-                result.log_z,
-            )
+            return _from_fused(self._native_pass(scores, mask, lengths, dtype))
         log_weights, shift = laplacian.shifted_log_weights(scores.to(dtype), mask)
         log_det, marginals, error = laplacian.fast_partition_and_marginals(
             torch.exp(log_weights), lengths, self.single_root
@@ -258,6 +244,34 @@ class TreeDistribution(Distribution):
             )
         total = shift.to(torch.float64).sum(-1)
         return _Pass(log_det.to(torch.float64), total, marginals, accepted, shift, log_weights)
+
+    def _native_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> FusedPass:
+        """The fused CPU kernel's fast pass in ``dtype`` (where :func:`_use_fused_kernel` holds)."""
+        return _fused().native_fast_pass(
+            scores if scores.dtype == dtype else scores.to(dtype),
+            mask,
+            lengths,
+            self.single_root,
+            laplacian.fast_tolerance(dtype),
+            laplacian.normalisation_tolerance(dtype),
+            fast_only=self.stable is False,
+        )
+
+    def _fused_entropy(self) -> Optional[Tensor]:
+        """The entropy of every sentence straight from the fused kernel's first pass, where it
+        runs and settles them all (the common case), else ``None``. The pass is kept for
+        :meth:`_inference`, which makes the tensors of log Z and the marginals only if asked:
+        the entropy alone reads one row of the kernel's output (Zmigrod et al. 2021, T1)."""
+        if self.stable or "log_z" in self._cache or not _use_fused_kernel(self.scores):
+            return None
+        result = self._cache.get("fused_pass")
+        if result is None:
+            result = self._native_pass(self.scores, self.arc_mask, self.lengths, _inner_dtype(self.scores.dtype))
+            self._cache["fused_pass"] = result
+        if not result.all_accepted:
+            return None
+        self._cache["entropy"] = entropy = result.entropy
+        return entropy
 
     def _escalate(self, first: Optional[_Pass]) -> Tuple[Tensor, Tensor, Tensor]:
         """``(log Z', Σ shift, marginals)`` where the first fast pass (if any) did not settle every
@@ -532,12 +546,14 @@ class TreeDistribution(Distribution):
         shifts never cancel; ≥ 0, and exactly 0 for a sentence found to be a single tree
         (see the class docstring).
         """
-        return self._out(self._entropy().to(self.scores.dtype))
+        entropy = self._entropy()
+        return self._out(entropy if entropy.dtype == self.scores.dtype else entropy.to(self.scores.dtype))
 
     def _entropy(self) -> Tensor:
         """H(p) in float64, ``(B,)``."""
-        self._inference()
         fused = self._cache.get("entropy")
+        if fused is None:
+            fused = self._fused_entropy()
         if fused is not None and not (torch.is_grad_enabled() and self.scores.requires_grad):
             # the fused kernel's log Z' − Σ μ s' (it settled every sentence): what the general
             # form below gives, without its dozen tensor calls
@@ -742,6 +758,21 @@ class TreeDistribution(Distribution):
 #: are taken as they are; above it (|log Z'| beyond about 1e8 for 80 words, from scores
 #: around 1e7 and up) only a tree that carries all the probability is a defined answer.
 _RESOLUTION = 1e-6
+
+
+def _from_fused(result: FusedPass) -> _Pass:
+    """The fused kernel's pass as a :class:`_Pass` (each tensor made here)."""
+    return _Pass(
+        result.log_det,
+        result.shift_total,
+        result.marginals,
+        result.accepted,
+        result.shift,
+        None,  # s' stays in the kernel: the entropy comes with the pass, other uses form it
+        result.entropy,
+        result.all_accepted,
+        result.log_z,
+    )
 
 
 def _rounding(log_z_shifted: Tensor, lengths: Tensor) -> Tensor:

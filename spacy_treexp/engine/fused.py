@@ -42,8 +42,8 @@ NATIVE_MAX_LENGTH = 600
 
 class FusedPass:
     """What :func:`native_fast_pass` returns: tensors over the kernel's buffers, per sentence
-    ``(B,)`` unless noted. The rows only the checks and tests read are made on access (each
-    tensor made costs about a microsecond, as much as the kernel on a short sentence)."""
+    ``(B,)`` unless noted, each made when read (each tensor made costs about a microsecond,
+    as much as the kernel on a short sentence: the entropy alone reads one of them)."""
 
     def __init__(
         self,
@@ -51,28 +51,49 @@ class FusedPass:
         accepted: np.ndarray,
         marginals: np.ndarray,
         shift: np.ndarray,
-        log_weights: np.ndarray,
         all_accepted: bool,
     ) -> None:
         self._stats = stats
-        #: log |det L̂| = log Z' in float64 (-inf on a zero pivot)
-        self.log_det = torch.from_numpy(stats[_LOG_DET])
-        #: log Z = log Z' + Σ_m shift[m] in float64
-        self.log_z = torch.from_numpy(stats[_LOG_Z])
-        #: Σ_m shift[m] in float64
-        self.shift_total = torch.from_numpy(stats[_SHIFT_TOTAL])
-        #: log Z' − Σ μ s', at least 0, in float64: the entropy where accepted (Zmigrod et al. 2021, T1)
-        self.entropy = torch.from_numpy(stats[_ENTROPY])
-        #: ``(B, N+1, N+1)`` in the scores' dtype (0 where log_det is -inf)
-        self.marginals = torch.from_numpy(marginals)
-        #: ``(B, N+1)`` the column shifts in the scores' dtype
-        self.shift = torch.from_numpy(shift)
-        #: ``(B, N+1, N+1)`` s' = score − shift, -inf off the arcs
-        self.log_weights = torch.from_numpy(log_weights)
-        #: bool: the result is kept (see :func:`native_fast_pass`)
-        self.accepted = torch.from_numpy(accepted)
+        self._accepted = accepted
+        self._marginals = marginals
+        self._shift = shift
         #: every sentence accepted
         self.all_accepted = all_accepted
+
+    @property
+    def log_det(self) -> Tensor:
+        """log |det L̂| = log Z' in float64 (-inf on a zero pivot)."""
+        return torch.from_numpy(self._stats[_LOG_DET])
+
+    @property
+    def log_z(self) -> Tensor:
+        """log Z = log Z' + Σ_m shift[m] in float64."""
+        return torch.from_numpy(self._stats[_LOG_Z])
+
+    @property
+    def shift_total(self) -> Tensor:
+        """Σ_m shift[m] in float64."""
+        return torch.from_numpy(self._stats[_SHIFT_TOTAL])
+
+    @property
+    def entropy(self) -> Tensor:
+        """log Z' − Σ μ s', at least 0, in float64: the entropy where accepted (Zmigrod et al. 2021, T1)."""
+        return torch.from_numpy(self._stats[_ENTROPY])
+
+    @property
+    def marginals(self) -> Tensor:
+        """``(B, N+1, N+1)`` in the scores' dtype (0 where log_det is -inf)."""
+        return torch.from_numpy(self._marginals)
+
+    @property
+    def shift(self) -> Tensor:
+        """``(B, N+1)`` the column shifts in the scores' dtype."""
+        return torch.from_numpy(self._shift)
+
+    @property
+    def accepted(self) -> Tensor:
+        """bool: the result is kept (see :func:`native_fast_pass`)."""
+        return torch.from_numpy(self._accepted)
 
     @property
     def error(self) -> Tensor:
@@ -105,19 +126,20 @@ def native_fast_pass(
     ``(B,)``. Each result equals the torch path's up to rounding: log det and marginals of
     :func:`.laplacian.fast_partition_and_marginals`, its error estimate (infinite where
     det L̂ is not positive), max_m |Σ_h μ(h→m) − 1| (and, single-root, |Σ_m μ(0→m) − 1|)
-    as checked by :func:`.laplacian.marginals_normalised`, and the shift and column-shifted
-    scores of :func:`.laplacian.shifted_log_weights`. A sentence with a zero pivot gets
+    as checked by :func:`.laplacian.marginals_normalised`, and the shift of
+    :func:`.laplacian.shifted_log_weights` (its column-shifted scores s' stay in the kernel:
+    the caller forms them where it needs them). A sentence with a zero pivot gets
     log det -inf, error and deviation inf, and zero marginals. A sentence is accepted where
     its log det is finite and (unless ``fast_only``) its error is at most ``tolerance`` and
     its deviation at most ``normalisation`` (:func:`.laplacian.fast_accepted`).
     """
-    values = scores.detach().contiguous().numpy()
+    # read in place, strided or not (a sentence cut from a padded batch: no copy)
+    values = (scores.detach() if scores.requires_grad else scores).numpy()
     batch, size, _ = values.shape
     # numpy buffers wrapped by torch.from_numpy: a fifth of torch.empty's cost on small tensors
     stats = np.empty((_STATS, batch), np.float64)
     accepted = np.empty(batch, np.bool_)
-    marginals = np.empty_like(values)
-    log_weights = np.empty_like(values)
+    marginals = np.empty((batch, size, size), values.dtype)
     shift = np.empty((batch, size), values.dtype)
     all_accepted = _fused_pass(
         values,
@@ -132,9 +154,8 @@ def native_fast_pass(
         accepted,
         marginals,
         shift,
-        log_weights,
     )
-    return FusedPass(stats, accepted, marginals, shift, log_weights, all_accepted)
+    return FusedPass(stats, accepted, marginals, shift, all_accepted)
 
 
 #: Rows of the float64 buffer :func:`_fused_pass` writes.
@@ -157,19 +178,23 @@ def _fused_pass(
     accepted,
     marginals,
     shift,
-    log_weights,
 ):
     """The kernel of :func:`native_fast_pass`, one sentence after another; writes the outputs
     and returns whether every sentence was accepted."""
     batch, size, _ = scores.shape
     n_max = size - 1
     weights = np.zeros((size, size), scores.dtype)
+    flat_weights = weights.reshape(size * size)  # a view: the weights by one vectorised exp
+    log_weights = np.empty((size, size), scores.dtype)  # s' = score - shift, -inf off the arcs
+    flat_log_weights = log_weights.reshape(size * size)
+    exp_scratch = np.empty(size * size, np.float64)
     rows = (n_max + 3) // 4 * 4  # rows of L̂'s buffer: the elimination updates four at a time
-    lap = np.zeros((rows, n_max), scores.dtype)
+    columns = (n_max + 7) // 8 * 8  # and its rows are whole vectors of 8
+    lap = np.zeros((rows, columns), scores.dtype)
     column_scale = np.empty(n_max, scores.dtype)
     best = np.empty(size, scores.dtype)
     row_swap = np.empty(n_max, np.int64)
-    top = np.empty(n_max, scores.dtype)
+    top = np.empty(columns, scores.dtype)
     factor = np.empty(rows, scores.dtype)
     all_accepted = True
     for b in range(batch):
@@ -189,13 +214,8 @@ def _fused_pass(
         stats[_SHIFT_TOTAL, b] = total
         for h in range(size):
             for m in range(size):
-                if mask[b, h, m]:
-                    value = scores[b, h, m] - best[m]
-                    log_weights[b, h, m] = value
-                    weights[h, m] = math.exp(value)
-                else:
-                    log_weights[b, h, m] = -np.inf
-                    weights[h, m] = 0.0
+                log_weights[h, m] = scores[b, h, m] - best[m] if mask[b, h, m] else -np.inf
+        _exp_nonpositive(flat_log_weights, flat_weights, exp_scratch)
         _laplacian(weights, n, single_root, lap, column_scale)
         log_det, ratio = _invert_in_place(lap, n, column_scale, row_swap, top, factor)
         stats[_LOG_DET, b] = log_det
@@ -214,18 +234,61 @@ def _fused_pass(
         else:  # padding columns of the torch path have scale 1 and pivot 1
             error = (max(ratio, 1.0) if n < n_max else ratio) * eps * n_max
         stats[_ERROR, b] = error
-        deviation = _marginals(weights, lap, n, single_root, marginals[b])
+        deviation, expected = _marginals(weights, lap, n, single_root, marginals[b], log_weights)
         stats[_DEVIATION, b] = deviation
-        expected = 0.0
-        for h in range(n + 1):
-            for m in range(1, n + 1):
-                if mask[b, h, m]:
-                    expected += float(marginals[b, h, m]) * float(log_weights[b, h, m])
         stats[_EXPECTED, b] = expected
         stats[_ENTROPY, b] = max(log_det - expected, 0.0) + 0.0  # below 0: rounding (as _non_negative)
         accepted[b] = fast_only or (error <= tolerance and deviation <= normalisation)
         all_accepted = all_accepted and accepted[b]
     return all_accepted
+
+
+#: exp by Cody–Waite range reduction: x = k ln 2 + r, |r| <= ln 2 / 2, ln 2 in two parts so
+#: that k ln 2 is exact, and the Taylor series of e^r to degree 13 (its remainder below 1e-17).
+_LOG2_E = 1.4426950408889634
+_LN2_HIGH = 6.93147180369123816490e-01  # the leading 32 bits of ln 2: k * _LN2_HIGH is exact
+_LN2_LOW = 1.90821492927058770002e-10
+_ROUND = 6755399441055744.0  # 1.5 * 2**52: adding and subtracting it rounds to an integer
+_ROUND_BITS = 0x4338000000000000  # its bits: those of y + _ROUND minus these are round(y)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _exp_nonpositive(x, out, scratch):
+    """``out[i] = exp(x[i])`` for ``x[i] <= 0`` (-inf gives 0; subnormal results as libm's),
+    1-D, within an ulp of libm's exp in float64 (tested); ``scratch``: float64 of ``x``'s length.
+
+    libm's exp is one call per element (about a third of the kernel's time at 36 words);
+    these two loops are branch-free, so LLVM vectorises them. 2^k is built from its bits in
+    two factors 2^⌊k/2⌋ 2^(k − ⌊k/2⌋) so that subnormal results are rounded once, not flushed.
+    """
+    for i in range(x.shape[0]):
+        value = min(max(float(x[i]), -746.0), 0.0)  # below -745.2 the result rounds to 0
+        shifted = value * _LOG2_E + _ROUND
+        k = shifted - _ROUND
+        r = (value - k * _LN2_HIGH) - k * _LN2_LOW
+        p = 1.0 / 6227020800.0
+        p = p * r + 1.0 / 479001600.0
+        p = p * r + 1.0 / 39916800.0
+        p = p * r + 1.0 / 3628800.0
+        p = p * r + 1.0 / 362880.0
+        p = p * r + 1.0 / 40320.0
+        p = p * r + 1.0 / 5040.0
+        p = p * r + 1.0 / 720.0
+        p = p * r + 1.0 / 120.0
+        p = p * r + 1.0 / 24.0
+        p = p * r + 1.0 / 6.0
+        p = p * r + 0.5
+        p = p * r + 1.0
+        out[i] = p * r + 1.0
+        scratch[i] = shifted
+    bits = scratch.view(np.int64)
+    for i in range(x.shape[0]):
+        k = bits[i] - _ROUND_BITS
+        half = k >> 1
+        bits[i] = (half + 1023) << 52
+        value = out[i] * scratch[i]
+        bits[i] = (k - half + 1023) << 52
+        out[i] = value * scratch[i]
 
 
 def scan_scores(scores: Tensor, lengths: Tensor) -> Optional[Tensor]:
@@ -234,7 +297,7 @@ def scan_scores(scores: Tensor, lengths: Tensor) -> Optional[Tensor]:
     length ``(B,)`` is in 1..N and every allowed score is finite and within its sentence's
     :func:`.checks.score_limit`; ``None`` otherwise, so that the torch checks run and name
     the problem."""
-    values = scores.detach().numpy()
+    values = (scores.detach() if scores.requires_grad else scores).numpy()
     allowed = np.empty(values.shape, np.bool_)
     limits = _score_limits(scores.dtype, values.shape[-1] - 1)
     if _scan_scores(values, lengths.contiguous().numpy(), limits, allowed) != SCAN_CLEAN:
@@ -264,28 +327,33 @@ def _scan_scores(scores, lengths, limits, allowed):
     for b in range(batch):
         n = lengths[b]
         limit = limits[n]
+        bad = False
         for h in range(size):
-            for m in range(size):
-                allowed[b, h, m] = False
-                if m >= 1 and h != m and h <= n and m <= n:
-                    value = scores[b, h, m]
-                    if value != -np.inf:  # -inf: a forbidden arc
-                        if not abs(value) <= limit:  # NaN, +inf or too large
-                            return SCAN_BAD_SCORES
-                        allowed[b, h, m] = True
+            row = h <= n
+            for m in range(size):  # branch-free, so that it vectorises (3x at 43 words)
+                value = scores[b, h, m]
+                arc = row & (m >= 1) & (m <= n) & (h != m) & (value != -np.inf)  # -inf: forbidden
+                allowed[b, h, m] = arc
+                bad |= arc & ((abs(value) > limit) | (value != value))  # too large, +inf or NaN
+        if bad:
+            return SCAN_BAD_SCORES
     return SCAN_CLEAN
 
 
 @numba.njit(cache=True, nogil=True)
 def _laplacian(weights, n, single_root, lap, column_scale):
-    """Koo et al.'s L̂ over words 1..n into ``lap[:n, :n]``, zero below (see
+    """Koo et al.'s L̂ over words 1..n into ``lap[:n, :n]``, zero below and to the right (the
+    rows and columns :func:`_invert_in_place` pads n with; see
     :func:`.laplacian.laplacian_matrix`) and the largest |entry| of each column (the scale
     of :func:`.laplacian.fast_inverse`'s error estimate)."""
+    width = min((n + 7) // 8 * 8, lap.shape[1])
     for i in range(n):
         for j in range(n):
             lap[i, j] = -weights[i + 1, j + 1]
-    for i in range(n, min(lap.shape[0], n + 4)):  # the rows the elimination pads n with
-        for j in range(n):
+        for j in range(n, width):
+            lap[i, j] = 0.0
+    for i in range(n, min(lap.shape[0], n + 4)):
+        for j in range(width):
             lap[i, j] = 0.0
     for j in range(n):
         column_scale[j] = 0.0
@@ -315,10 +383,13 @@ def _invert_in_place(a, n, column_scale, row_swap, top, factor):
     The pivots are those of the LU factorisation with partial pivoting (the rows below the
     pivot see the same eliminations), so it returns ``(log |det|, max_k column_scale[k] /
     |pivot_k|)``, the ratio negated where det < 0 and log |det| -inf on a zero pivot.
-    ``a`` has at least n rounded up to a multiple of 4 rows, zero past row n in its first n
-    columns; ``row_swap``, ``top`` and ``factor`` are scratch of that length.
+    ``a`` has at least n rounded up to a multiple of 4 rows, zero past row n; its columns
+    past n, up to n rounded up to a multiple of 8 (as many as it has), are zero and stay so:
+    the row updates run over whole vectors, without a scalar remainder loop (n = 31 took
+    longer than n = 32). ``row_swap``, ``factor`` (rows) and ``top`` (columns) are scratch.
     """
     rows = (n + 3) // 4 * 4
+    width = min((n + 7) // 8 * 8, a.shape[1])
     log_abs = 0.0
     ratio = 0.0
     negative = False
@@ -343,7 +414,7 @@ def _invert_in_place(a, n, column_scale, row_swap, top, factor):
         ratio = max(ratio, column_scale[k] / largest)
         a[k, k] = 1.0
         inverse_pivot = a[k, k] / pivot
-        for j in range(n):
+        for j in range(width):
             a[k, j] *= inverse_pivot
             top[j] = a[k, j]  # a copy: LLVM vectorises the row updates only from a distinct buffer (3x at n = 100)
         # Every other row i: a[i] -= a[i, k] * top, with column k starting from 0 so that it
@@ -356,7 +427,7 @@ def _invert_in_place(a, n, column_scale, row_swap, top, factor):
         a[k, k] = top[k]
         for i in range(0, rows, 4):
             f0, f1, f2, f3 = factor[i], factor[i + 1], factor[i + 2], factor[i + 3]
-            for j in range(n):
+            for j in range(width):
                 t = top[j]
                 a[i, j] -= f0 * t
                 a[i + 1, j] -= f1 * t
@@ -371,10 +442,14 @@ def _invert_in_place(a, n, column_scale, row_swap, top, factor):
 
 
 @numba.njit(cache=True, nogil=True)
-def _marginals(weights, inverse, n, single_root, out):
+def _marginals(weights, inverse, n, single_root, out, log_weights):
     """Closed-form marginals from A = L̂⁻¹ into ``out`` (see
-    :func:`.laplacian.closed_form_marginals`); returns the largest deviation of a word's (and,
-    single-root, ROOT's) marginals from summing to 1."""
+    :func:`.laplacian.closed_form_marginals`), in one pass over them: returns the largest
+    deviation of a word's (and, single-root, ROOT's) marginals from summing to 1 and Σ μ s'
+    over the arcs of positive weight (the others have μ = 0 and s' possibly -inf), in float64."""
+    largest = 0.0
+    root_total = 0.0
+    expected = 0.0
     for m in range(1, n + 1):
         a_mm = inverse[m - 1, m - 1]
         if single_root:
@@ -386,14 +461,13 @@ def _marginals(weights, inverse, n, single_root, out):
         diagonal = a_mm if (m > 1 or not single_root) else 0.0
         for h in range(2, n + 1):
             out[h, m] = weights[h, m] * (diagonal - inverse[m - 1, h - 1])
-    largest = 0.0
-    root_total = 0.0
-    for m in range(1, n + 1):
         total = 0.0
         for h in range(n + 1):
             total += out[h, m]
+            if weights[h, m] > 0:
+                expected += float(out[h, m]) * float(log_weights[h, m])
         largest = max(largest, abs(total - 1.0))
         root_total += out[0, m]
     if single_root:
         largest = max(largest, abs(root_total - 1.0))
-    return largest
+    return largest, expected
