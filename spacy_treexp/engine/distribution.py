@@ -231,7 +231,7 @@ class TreeDistribution(Distribution):
     def _fast_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> _Pass:
         """One fast-path pass in ``dtype``; by the fused CPU kernel (:mod:`.fused`) where it runs."""
         if _use_fused_kernel(scores):
-            return _from_fused(self._native_pass(scores, mask, lengths, dtype))
+            return _from_fused(self._native_pass(scores, lengths, dtype))
         log_weights, shift = laplacian.shifted_log_weights(scores.to(dtype), mask)
         log_det, marginals, error = laplacian.fast_partition_and_marginals(
             torch.exp(log_weights), lengths, self.single_root
@@ -245,11 +245,11 @@ class TreeDistribution(Distribution):
         total = shift.to(torch.float64).sum(-1)
         return _Pass(log_det.to(torch.float64), total, marginals, accepted, shift, log_weights)
 
-    def _native_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> FusedPass:
-        """The fused CPU kernel's fast pass in ``dtype`` (where :func:`_use_fused_kernel` holds)."""
+    def _native_pass(self, scores: Tensor, lengths: Tensor, dtype: torch.dtype) -> FusedPass:
+        """The fused CPU kernel's fast pass in ``dtype`` (where :func:`_use_fused_kernel` holds;
+        the allowed arcs are :attr:`arc_mask`'s, which the kernel tells from the scores)."""
         return _fused().native_fast_pass(
             scores if scores.dtype == dtype else scores.to(dtype),
-            mask,
             lengths,
             self.single_root,
             laplacian.fast_tolerance(dtype),
@@ -266,7 +266,7 @@ class TreeDistribution(Distribution):
             return None
         result = self._cache.get("fused_pass")
         if result is None:
-            result = self._native_pass(self.scores, self.arc_mask, self.lengths, _inner_dtype(self.scores.dtype))
+            result = self._native_pass(self.scores, self.lengths, _inner_dtype(self.scores.dtype))
             self._cache["fused_pass"] = result
         if not result.all_accepted:
             return None

@@ -113,7 +113,6 @@ class FusedPass:
 
 def native_fast_pass(
     scores: Tensor,
-    mask: Tensor,
     lengths: Tensor,
     single_root: bool,
     tolerance: float,
@@ -122,8 +121,9 @@ def native_fast_pass(
 ) -> FusedPass:
     """The fast path on CPU tensors without autograd (see :class:`FusedPass`).
 
-    ``scores`` float32 or float64 ``(B, N+1, N+1)``, ``mask`` the allowed arcs, ``lengths``
-    ``(B,)``. Each result equals the torch path's up to rounding: log det and marginals of
+    ``scores`` float32 or float64 ``(B, N+1, N+1)``, ``lengths`` ``(B,)``; the allowed arcs
+    are those of :attr:`.TreeDistribution.arc_mask`: inside the sentence, not scored -inf
+    (the kernel tells them from the scores, one array less to convert). Each result equals the torch path's up to rounding: log det and marginals of
     :func:`.laplacian.fast_partition_and_marginals`, its error estimate (infinite where
     det L̂ is not positive), max_m |Σ_h μ(h→m) − 1| (and, single-root, |Σ_m μ(0→m) − 1|)
     as checked by :func:`.laplacian.marginals_normalised`, and the shift of
@@ -143,8 +143,7 @@ def native_fast_pass(
     shift = np.empty((batch, size), values.dtype)
     all_accepted = _fused_pass(
         values,
-        mask.contiguous().numpy(),
-        lengths.contiguous().numpy(),
+        lengths.numpy(),
         single_root,
         _EPS[scores.dtype],
         tolerance,
@@ -167,7 +166,6 @@ _EPS = {torch.float32: float(torch.finfo(torch.float32).eps), torch.float64: flo
 @numba.njit(cache=True, nogil=True)
 def _fused_pass(
     scores,
-    mask,
     lengths,
     single_root,
     eps,
@@ -196,15 +194,18 @@ def _fused_pass(
     row_swap = np.empty(n_max, np.int64)
     top = np.empty(columns, scores.dtype)
     factor = np.empty(rows, scores.dtype)
+    diagonal = np.empty(size, scores.dtype)
+    column_total = np.empty(size, np.float64)
+    column_part = np.empty(size, np.float64)
     all_accepted = True
     for b in range(batch):
         n = lengths[b]
         # shift[m] = the best score into m (0 where no arc enters m); s' = score - shift, -inf off the arcs
         best[:] = -np.inf
-        for h in range(size):
-            for m in range(size):
-                if mask[b, h, m] and scores[b, h, m] > best[m]:
-                    best[m] = scores[b, h, m]
+        for h in range(n + 1):
+            for m in range(1, n + 1):
+                if h != m:  # -inf (a forbidden arc) never raises the maximum
+                    best[m] = max(best[m], scores[b, h, m])
         total = 0.0
         for m in range(size):
             if best[m] == -np.inf:
@@ -212,9 +213,11 @@ def _fused_pass(
             shift[b, m] = best[m]
             total += best[m]
         stats[_SHIFT_TOTAL, b] = total
-        for h in range(size):
-            for m in range(size):
-                log_weights[h, m] = scores[b, h, m] - best[m] if mask[b, h, m] else -np.inf
+        log_weights[:] = -np.inf
+        for h in range(n + 1):
+            for m in range(1, n + 1):
+                if h != m:
+                    log_weights[h, m] = scores[b, h, m] - best[m]  # -inf where forbidden
         _exp_nonpositive(flat_log_weights, flat_weights, exp_scratch)
         _laplacian(weights, n, single_root, lap, column_scale)
         log_det, ratio = _invert_in_place(lap, n, column_scale, row_swap, top, factor)
@@ -234,7 +237,9 @@ def _fused_pass(
         else:  # padding columns of the torch path have scale 1 and pivot 1
             error = (max(ratio, 1.0) if n < n_max else ratio) * eps * n_max
         stats[_ERROR, b] = error
-        deviation, expected = _marginals(weights, lap, n, single_root, marginals[b], log_weights)
+        deviation, expected = _marginals(
+            weights, lap, n, single_root, marginals[b], log_weights, diagonal, column_total, column_part
+        )
         stats[_DEVIATION, b] = deviation
         stats[_EXPECTED, b] = expected
         stats[_ENTROPY, b] = max(log_det - expected, 0.0) + 0.0  # below 0: rounding (as _non_negative)
@@ -442,32 +447,39 @@ def _invert_in_place(a, n, column_scale, row_swap, top, factor):
 
 
 @numba.njit(cache=True, nogil=True)
-def _marginals(weights, inverse, n, single_root, out, log_weights):
+def _marginals(weights, inverse, n, single_root, out, log_weights, diagonal, total, part):
     """Closed-form marginals from A = L̂⁻¹ into ``out`` (see
     :func:`.laplacian.closed_form_marginals`), in one pass over them: returns the largest
     deviation of a word's (and, single-root, ROOT's) marginals from summing to 1 and Σ μ s'
-    over the arcs of positive weight (the others have μ = 0 and s' possibly -inf), in float64."""
-    largest = 0.0
-    root_total = 0.0
-    expected = 0.0
+    over the arcs of positive weight (the others have μ = 0 and s' possibly -inf), in float64.
+    Row by row, so that μ and the weights are read and written contiguously; ``diagonal``
+    (the scores' dtype), ``total`` and ``part`` (float64) are scratch of N+1."""
     for m in range(1, n + 1):
         a_mm = inverse[m - 1, m - 1]
+        diagonal[m] = a_mm if (m > 1 or not single_root) else 0.0
         if single_root:
             out[0, m] = weights[0, m] * inverse[m - 1, 0]
             out[1, m] = weights[1, m] * (a_mm if m > 1 else 0.0)
         else:
             out[0, m] = weights[0, m] * a_mm
             out[1, m] = weights[1, m] * (a_mm - inverse[m - 1, 0])
-        diagonal = a_mm if (m > 1 or not single_root) else 0.0
-        for h in range(2, n + 1):
-            out[h, m] = weights[h, m] * (diagonal - inverse[m - 1, h - 1])
-        total = 0.0
-        for h in range(n + 1):
-            total += out[h, m]
-            if weights[h, m] > 0:
-                expected += float(out[h, m]) * float(log_weights[h, m])
-        largest = max(largest, abs(total - 1.0))
+    for m in range(n + 1):
+        total[m] = 0.0
+        part[m] = 0.0
+    for h in range(n + 1):
+        for m in range(1, n + 1):
+            if h >= 2:
+                out[h, m] = weights[h, m] * (diagonal[m] - inverse[m - 1, h - 1])
+            value = out[h, m]
+            total[m] += value
+            part[m] += float(value) * float(log_weights[h, m]) if weights[h, m] > 0 else 0.0
+    largest = 0.0
+    root_total = 0.0
+    expected = 0.0
+    for m in range(1, n + 1):
+        largest = max(largest, abs(total[m] - 1.0))
         root_total += out[0, m]
+        expected += part[m]
     if single_root:
         largest = max(largest, abs(root_total - 1.0))
     return largest, expected
