@@ -26,6 +26,14 @@ time on a shared machine; with ``--threads 1`` the same thing on an idle one) an
 interleave the contenders (median of ``--bucket-repeats``), so a ratio is measured in one run:
 
     python benchmarks/bench_engine.py --threads 1 --sections 4 5 --conllu EWT-test.conllu
+
+Each timed call follows an untimed call of the same function (warm, as in a timing loop,
+and the same for every contender), so that a contender is timed on its own and not on
+what its neighbour in the rotation evicted from the caches. ``--cold`` times each call
+right after the previous contender's instead: that charges each for its neighbour, and
+unequally (the engine always followed the largest call, the per-word loop; the O(n⁴)
+baseline followed T1, which shares its torch calls), most for the smallest working set:
+the engine's batched 6-12 call takes 0.08 ms warm and 0.16 ms cold.
 """
 
 from __future__ import annotations
@@ -240,13 +248,8 @@ def paired_medians(functions: Sequence[Callable[[], object]], repeats: int, warm
     drift hits all alike (CPU time: steadier than wall time on a shared machine; run with
     ``--threads 1`` so that it is also the time the call takes).
 
-    ``warm``: each timed call follows an untimed call of the same function, as in a timing
-    loop (timeit), so that every contender finds its own code and data in the caches. Without
-    it (``--cold``) each timed call follows the previous contender's, which evicts them: that
-    charges every contender for its neighbour in the rotation, unequally (the engine always
-    ran after the largest, the per-word loop; the O(n⁴) baseline after T1, whose torch calls
-    it shares), e.g. the engine's batched call on the 6-12 bucket took 0.08 ms alone and
-    0.15-0.25 ms cold."""
+    ``warm``: each timed call follows an untimed call of the same function (see the module
+    doc); otherwise (``--cold``) it follows the previous contender's."""
     for function in functions:
         function()
     times: List[List[float]] = [[] for _ in functions]
