@@ -63,7 +63,7 @@ class SentenceScores:
         """Number of words."""
         return int(self.arc.shape[-1]) - 1
 
-    def check(self, where: str = "sentence") -> None:
+    def check(self, where: str = "sentence", *, values_scanned: bool = False) -> None:
         """Raise ``ValueError`` naming ``where`` if the arrays do not fit together or hold
         values the engine cannot use.
 
@@ -75,7 +75,9 @@ class SentenceScores:
         computed when indexed) is checked by shape only, so that checking does not build
         its dense array. That relation scores are normalised log-probabilities and that
         the allowed arcs leave a tree is the adapters' concern (the spaCy component checks
-        both, docs/CONTRACTS.md)."""
+        both, docs/CONTRACTS.md). ``values_scanned``: the caller has already found no NaN or
+        +inf in the cells of ``arc`` and ``rel`` that count (:func:`.scan.scan_sentence`), so
+        only the shapes, dtypes and the other fields are checked here."""
         arc = numpy.asarray(self.arc)
         if arc.ndim != 2 or arc.shape[0] != arc.shape[1] or arc.shape[0] < 2:
             raise ValueError(f"{where}: arc scores must be an (n+1, n+1) matrix with n >= 1, got shape {arc.shape}")
@@ -91,7 +93,7 @@ class SentenceScores:
             return cells
 
         # one reduction settles the usual case: max is NaN if any value is, +inf if any is
-        if not arc.max() < numpy.inf:
+        if not values_scanned and not arc.max() < numpy.inf:
             bad = numpy.argwhere(~(arc < numpy.inf) & counted())
             if len(bad):
                 h, d = (int(i) for i in bad[0])
@@ -112,7 +114,7 @@ class SentenceScores:
                 rel = self.rel
                 if rel.dtype.kind not in "fiu":
                     raise ValueError(f"{where}: relation scores must be numbers, got an array of dtype {rel.dtype}")
-                if not rel.max() < numpy.inf:
+                if not values_scanned and not rel.max() < numpy.inf:
                     bad = numpy.argwhere(~(rel < numpy.inf) & counted()[:, :, None])
                     if len(bad):
                         h, d, label = (int(i) for i in bad[0])

@@ -71,6 +71,7 @@ from spacy.util import registry
 
 import spacy_treexp.pipeline.extensions  # noqa: F401  (registers Doc._.parser_scores)
 from spacy_treexp.annotate import SentenceScores
+from spacy_treexp.annotate.scan import scan_sentence
 
 ScoreSource = Callable[[Doc], Sequence[Dict[str, Any]]]
 
@@ -245,18 +246,17 @@ def sentence_scores(
     sents = list(doc.sents)
     if len(records) != len(sents):
         raise ScoreSourceError(Errors.TXE004.format(where=_on(where, doc), got=len(records), sents=len(sents)))
-    heads = _doc_heads(doc) if doc.has_annotation("DEP") else None
-    strings = doc.vocab.strings
-    deprels = [strings[dep] for dep in doc.to_array("DEP").tolist()]
+    heads = _local_heads(doc, sents, where) if doc.has_annotation("DEP") else None
+    deprels = _relation_names(doc)
     doc_text = doc.text
     out = []
     for k, (sent, record) in enumerate(zip(sents, records)):
         text = doc_text[sent.start_char : sent.end_char]  # sent.text, without a Token per word
-        here = f"{where}, sentence {k} (tokens {sent.start}-{sent.end}, {text[:40]!r})"
+        here = _sentence_where(where, k, sent, text)
         scores = _sentence(sent, record, here, single_root)
         scores.text = text
         scores.deprels = deprels[sent.start : sent.end]
-        scores.heads = None if heads is None else _sentence_heads(sent, heads, here)
+        scores.heads = None if heads is None else heads[sent.start : sent.end]
         if isinstance(record, Mapping) and record.get("heads") is not None:
             _own_tree(scores, record, len(sent), here)
         out.append(scores)
@@ -292,26 +292,36 @@ def _sentence(sent: Span, record: Any, where: str, single_root: bool) -> Sentenc
         scores.members = _numbers(record["members"], "member arc scores", where)
         if record.get("member_weights") is not None:
             scores.member_weights = _numbers(record["member_weights"], "member weights", where)
+    # the usual case in one pass (annotate/scan.py); whatever it does not clear is checked below
+    scan = scan_sentence(arc, rel if isinstance(rel, numpy.ndarray) else None, LOG_NORMALISED_TOLERANCE)
+    clean = scan if scan is not None and scan.values_clean else None
     try:
-        scores.check(where)
+        scores.check(where, values_scanned=clean is not None)
     except ValueError as error:
         raise ScoreSourceError(Errors.TXE016.format(message=error)) from error
-    allowed = arc > -numpy.inf
-    allowed[:, 0] = False
-    allowed.flat[:: n + 2] = False  # the diagonal
-    problem = _no_tree(allowed, sent, single_root)
-    if problem is not None:
-        raise ScoreSourceError(Errors.TXE017.format(where=where, problem=problem))
+    if clean is not None and clean.all_allowed and scores.members is None:
+        allowed = None  # every arc allowed: a tree exists
+    else:
+        allowed = _allowed(arc)
+        problem = _no_tree(allowed, sent, single_root)
+        if problem is not None:
+            raise ScoreSourceError(Errors.TXE017.format(where=where, problem=problem))
     for k, member in enumerate(() if scores.members is None else scores.members):
-        member_allowed = member > -numpy.inf
-        member_allowed[:, 0] = False
-        member_allowed.flat[:: n + 2] = False
+        member_allowed = _allowed(member)
         problem = None if (member_allowed == allowed).all() else _no_tree(member_allowed, sent, single_root)
         if problem is not None:
             raise ScoreSourceError(Errors.TXE017.format(where=f"{where}, member {k}", problem=problem))
-    if isinstance(rel, numpy.ndarray):
-        scores.rel = _log_probabilities(rel, allowed, where)
+    if isinstance(rel, numpy.ndarray) and not (clean is not None and clean.rel_normalised):
+        scores.rel = _log_probabilities(rel, _allowed(arc) if allowed is None else allowed, where)
     return scores
+
+
+def _allowed(arc: numpy.ndarray) -> numpy.ndarray:
+    """The arcs the engine may use, bool ``(n+1, n+1)``: not -inf, not into ROOT, not loops."""
+    allowed = arc > -numpy.inf
+    allowed[:, 0] = False
+    allowed.flat[:: arc.shape[0] + 1] = False  # the diagonal
+    return allowed
 
 
 def _own_tree(scores: SentenceScores, record: Mapping, n: int, where: str) -> None:
@@ -483,18 +493,48 @@ def _log_sum_exp(rel: numpy.ndarray) -> numpy.ndarray:
     return log_sums
 
 
-def _doc_heads(doc: Doc) -> numpy.ndarray:
-    """The token index of every token's head, ``(len(doc),)`` (a root is its own head)."""
-    offsets = doc.to_array("HEAD").astype(numpy.int64)  # signed offsets stored as uint64
-    return numpy.arange(len(doc), dtype=numpy.int64) + offsets
+def _sentence_where(where: str, k: int, sent: Span, text: str) -> str:
+    """How messages name sentence ``k`` of a Doc."""
+    return f"{where}, sentence {k} (tokens {sent.start}-{sent.end}, {text[:40]!r})"
 
 
-def _sentence_heads(sent: Span, heads: numpy.ndarray, where: str) -> numpy.ndarray:
-    """The sentence's parse as heads ``(n,)``, 0 = ROOT, from the Doc's head indices."""
-    own = heads[sent.start : sent.end]
-    outside = (own < sent.start) | (own >= sent.end)
+def _local_heads(doc: Doc, sents: Sequence[Span], where: str) -> numpy.ndarray:
+    """Every token's head within its sentence, ``(len(doc),)`` with 0 = ROOT and word m of a
+    sentence numbered m (the engine's convention), from the Doc's parse, for all sentences
+    at once; a head outside its token's sentence is refused."""
+    offsets = doc.to_array("HEAD").view(numpy.int64)  # signed offsets stored as uint64
+    tokens = numpy.arange(len(doc), dtype=numpy.int64)
+    absolute = tokens + offsets
+    first: Any  # each token's sentence's first and last + 1 token (ints for one sentence)
+    last: Any
+    if len(sents) == 1:
+        first, last = sents[0].start, sents[0].end
+    else:
+        lengths = [sent.end - sent.start for sent in sents]
+        first = numpy.repeat(numpy.array([sent.start for sent in sents], dtype=numpy.int64), lengths)
+        last = numpy.repeat(numpy.array([sent.end for sent in sents], dtype=numpy.int64), lengths)
+    outside = (absolute < first) | (absolute >= last)
     if outside.any():
-        i = sent.start + int(numpy.flatnonzero(outside)[0])
-        raise ValueError(Errors.TXE024.format(where=where, i=i, text=sent.doc[i].text))
-    root = own == numpy.arange(sent.start, sent.end)
-    return numpy.where(root, 0, own - sent.start + 1)
+        i = int(numpy.flatnonzero(outside)[0])
+        k, sent = next((k, sent) for k, sent in enumerate(sents) if sent.start <= i < sent.end)
+        here = _sentence_where(where, k, sent, sent.text)
+        raise ValueError(Errors.TXE024.format(where=here, i=i, text=doc[i].text))
+    return numpy.where(absolute == tokens, 0, absolute - first + 1)
+
+
+def _relation_names(doc: Doc) -> List[str]:
+    """Every token's relation (``token.dep_``), through a cache of the names of the hash ids
+    seen (a StringStore's id of a string is the same in every vocab: a hash or a symbol)."""
+    ids = doc.to_array("DEP").tolist()
+    try:
+        return [_RELATION_NAMES[i] for i in ids]
+    except KeyError:
+        if len(_RELATION_NAMES) > 4096:
+            _RELATION_NAMES.clear()
+        strings = doc.vocab.strings
+        _RELATION_NAMES.update((i, strings[i]) for i in ids)
+        return [_RELATION_NAMES[i] for i in ids]
+
+
+#: The relation names of the DEP ids seen (see :func:`_relation_names`).
+_RELATION_NAMES: Dict[int, str] = {}

@@ -19,6 +19,13 @@ from spacy_treexp.pipeline.tree_expectations import TreeExpectations
 DEFAULT_SOURCE = "'spacy_treexp.parser_scores.v1'"
 
 
+@pytest.fixture(autouse=True, params=["1", "0"], ids=["scan", "numpy"])
+def check_path(request, monkeypatch):
+    """Every case runs with the one-pass scan of the usual case (annotate/scan.py) and with
+    the numpy checks alone: same results, same messages."""
+    monkeypatch.setenv("SPACY_TREEXP_NATIVE", request.param)
+
+
 def blank_doc(words, sent_starts=None):
     vocab = spacy.blank("en").vocab
     if sent_starts is None:
@@ -432,4 +439,18 @@ def test_a_doc_without_sentence_boundaries_is_named():
     arc, _ = random_scores(2, 0)
     doc._.parser_scores = [{"start": 0, "end": 2, "arc": arc}]
     with pytest.raises(ScoreSourceError, match=r"\[TXE023\] tree_expectations: score source .*no sentence boundaries"):
+        component()(doc)
+
+
+def test_a_head_outside_its_sentence_is_named():
+    """Sentences from a ``sents`` hook that disagree with the parse: the token whose head
+    lies in another sentence is named (the Doc's parse cannot describe the sentence's tree)."""
+    doc = score_doc(blank_doc(["a", "b", "c", "d", "e"], sent_starts=[True, False, True, False, False]), seed=0)
+    doc.user_hooks["sents"] = lambda d: iter([d[0:2], d[2:5]])
+    records = doc._.parser_scores
+    heads = doc.to_array("HEAD").view("int64").copy()
+    heads[2] = -1  # token 2 ('c') now hangs from token 1 ('b'), in the first sentence
+    doc.from_array(["HEAD"], heads.view("uint64")[:, None])
+    doc._.parser_scores = records
+    with pytest.raises(ValueError, match=r"TXE024.*sentence 1 \(tokens 2-5.*token 2 \('c'\)"):
         component()(doc)

@@ -1,0 +1,69 @@
+"""The common case of a sentence's contract checks in one pass (a numba kernel).
+
+A score source's record is checked cell by cell (``pipeline/score_sources.py``): arc scores
+finite or ``-inf`` where the engine reads them, relation scores finite or ``-inf``, and
+normalised over labels for every allowed arc. Done with numpy, that is a dozen small calls
+per sentence, most of a component's cost on short sentences. :func:`scan_sentence` takes
+the label probabilities in one numpy ``exp`` (SIMD; numba's scalar ``exp`` is several times
+slower) and reads everything else in one pass of a numba kernel, and says which of those
+checks passed; it never raises: anything it does not clear is left to the numpy checks,
+which name the problem. Without numba (or with ``SPACY_TREEXP_NATIVE=0``) it returns None
+and every check runs in numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy
+
+from spacy_treexp.engine.native import NATIVE_ENV, numba_installed
+
+
+@dataclass(frozen=True)
+class SentenceScan:
+    """What one pass over a sentence's scores cleared.
+
+    Attributes:
+        values_clean: no NaN or ``+inf`` in any arc or relation score the engine reads
+            (ROOT's column and the diagonal are not read).
+        all_allowed: no arc score the engine reads is ``-inf`` (so the arcs leave a tree).
+        rel_normalised: the relation scores (when an array was given) are log-probabilities:
+            for every allowed arc, Σ_l exp rel[h, d, l] lies in [low, high].
+    """
+
+    values_clean: bool
+    all_allowed: bool
+    rel_normalised: bool
+
+
+_FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+
+
+def scan_sentence(arc: numpy.ndarray, rel: Optional[numpy.ndarray], log_tolerance: float) -> Optional[SentenceScan]:
+    """One pass over ``arc`` ``(n+1, n+1)`` and ``rel`` ``(n+1, n+1, L)`` (or None), float32
+    or float64; None when the kernel cannot run (numba missing or switched off, another
+    dtype or shape), so that the caller runs its numpy checks. ``log_tolerance``: the
+    largest |log Σ_l exp rel[h, d, l]| of normalised relation scores."""
+    if not numba_installed() or os.environ.get(NATIVE_ENV, "1").strip() == "0":
+        return None
+    if arc.ndim != 2 or arc.dtype not in _FLOATS or arc.shape[0] != arc.shape[1] or arc.shape[0] < 2:
+        return None
+    if rel is None:
+        probabilities = numpy.zeros((0, 0, 0), dtype=arc.dtype)
+    elif rel.ndim == 3 and rel.dtype in _FLOATS and rel.shape[:2] == arc.shape and rel.shape[2] > 0:
+        with numpy.errstate(over="ignore", invalid="ignore"):  # +inf / NaN are read by the kernel
+            probabilities = numpy.exp(rel)
+    else:
+        return None
+    from spacy_treexp.annotate import scan_kernels
+
+    flags = scan_kernels.scan(arc, probabilities, math.exp(-log_tolerance), math.exp(log_tolerance))
+    return SentenceScan(
+        values_clean=bool(flags & scan_kernels.VALUES_CLEAN),
+        all_allowed=bool(flags & scan_kernels.ALL_ALLOWED),
+        rel_normalised=rel is not None and bool(flags & scan_kernels.REL_NORMALISED),
+    )
