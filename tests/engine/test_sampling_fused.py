@@ -375,6 +375,33 @@ def test_kernel_unsettled_states_are_the_full_reduction(monkeypatch, single_root
     assert checked > 0
 
 
+def test_exact_conditionals_kernel_equals_the_engine_on_drifting_rows(monkeypatch):
+    """Multi-root rows whose Sherman-Morrison conditionals fail the check (here every row and
+    word: tolerance 0) get exact conditionals from the kernel's log-space reduction instead of
+    the engine's marginals of the conditioned scores: the same numbers word by word, on a
+    ragged batch with a masked arc, and the tree distribution's law."""
+    monkeypatch.setattr(colbourn, "SUM_TOLERANCE", 0.0)
+    scores, lengths = ragged_batch(61, 2.0)
+    dist = TreeDistribution(scores, lengths, single_root=False)
+    sentence = torch.arange(3).repeat(40)
+    draws = torch.Generator().manual_seed(4)
+    state = colbourn.Conditioner(dist, sentence)
+    for m in range(1, state.steps):
+        rows = (state.lengths >= m).nonzero().squeeze(-1)
+        found = []
+        for native in ("0", "1"):
+            monkeypatch.setenv(NATIVE_ENV, native)
+            found.append(state._engine_conditionals(m, rows))
+        torch.testing.assert_close(found[1], found[0], rtol=1e-9, atol=1e-12)
+        assert torch.allclose(found[1].sum(-1), torch.ones(rows.numel(), dtype=torch.float64))
+        probs = state.probs(m)  # (tolerance 0: from the kernel too)
+        head, _ = colbourn.draw_positive(probs, draws)
+        state.fix(m, head, state.lengths >= m)
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    heads = sample(dist, (DRAWS,), method="colbourn", generator=torch.Generator().manual_seed(12))
+    assert_fits(heads, scores, lengths, False)
+
+
 def test_fused_strong_sets_are_the_reference_sets():
     """The kernel's strongly bound sets (Chu-Liu-Edmonds on sums) are the numpy reference's,
     set for set and in order, on random, peaked and masked graphs of 2 to 30 words."""
@@ -399,6 +426,25 @@ def test_fused_strong_sets_are_the_reference_sets():
             assert all(np.array_equal(a, b) for a, b in zip(kernel, reference))
             found += len(reference)
     assert found > 100  # the graphs do have strongly bound sets
+
+
+def test_batched_strong_sets_are_the_reference_sets(monkeypatch):
+    """StrongSets.of by one kernel call for the batch (padded, mixed lengths, masked arcs)
+    gives the numpy reference's masks, set for set and in order."""
+    from spacy_treexp.engine.sampling.trapped import StrongSets
+
+    gen = torch.Generator().manual_seed(12)
+    for scale in (1.0, 30.0, 1000.0):
+        scores = torch.randn(9, 17, 17, generator=gen, dtype=torch.float64) * scale
+        scores[torch.rand(9, 17, 17, generator=gen) < 0.1] = -torch.inf
+        lengths = torch.tensor([16, 3, 1, 9, 16, 12, 2, 16, 7])
+        for with_root in (True, False):
+            found = []
+            for native in ("0", "1"):
+                monkeypatch.setenv(NATIVE_ENV, native)
+                found.append(StrongSets.of(scores, lengths, with_root).masks)
+            assert torch.equal(found[0], found[1])
+            assert scale == 1.0 or bool(found[1].any())
 
 
 @pytest.mark.parametrize("scale", [30.0, 1000.0])

@@ -39,7 +39,8 @@ from spacy_treexp.engine.sampling.wilson import draw_categorical
 #: Sherman-Morrison's conditionals of a word must sum to 1 within this (a residual check of
 #: row j of L-hat^{-1} against column j of L-hat); a row that does not is *refactorised*: that
 #: word's conditionals come from the engine's exact marginals of the conditioned scores
-#: (O(n^3), stable path where needed), and the row's inverse is computed anew by one LU
+#: (O(n^3), stable path where needed; multi-root on the CPU with numba, the kernel's exact
+#: log-space reduction), and the row's inverse is computed anew by one LU
 #: (:meth:`Conditioner._refactorise`).
 SUM_TOLERANCE = 1e-6
 
@@ -359,8 +360,20 @@ class Conditioner:
 
         Each fixed word keeps only the arc from its chosen head; the engine's marginals of
         that distribution are the exact conditionals (refactorisation instead of updates).
+        Multi-root on the CPU with numba (the conditioned sentences of :class:`TrappedModel`):
+        the same conditionals by the kernel's exact log-space reduction
+        (:func:`.trapped_kernels.exact_rows`, O(n^3) per row, as stochastic beam search's kernel
+        takes them) instead of the engine's stable path.
         """
         work.add("refactorisations", rows.numel())
+        if not self.single_root and native_enabled(self.chain_end):
+            return fused.exact_conditionals(
+                self.dist.scores.detach().double().masked_fill(~self.dist.arc_mask, -torch.inf),
+                self.sentence[rows],
+                self.chain_end[rows],
+                m,
+                self.lengths[rows],
+            )
         scores = self.dist.scores.detach().double()[self.sentence[rows]]
         heads = self.heads[rows]
         fixed = heads >= 0  # (R, N+1)

@@ -267,6 +267,22 @@ def strong_sets(scores: np.ndarray, with_root: bool, bound: float) -> list[np.nd
     return [found[i].copy() for i in range(count)]
 
 
+def strong_set_masks(values: Tensor, lengths: Tensor, with_root: bool, bound: float) -> Tensor:
+    """:meth:`.trapped.StrongSets.of`'s masks (B, M, N+1) bool for a whole batch of float64 CPU
+    log-weights ``values`` (B, N+1, N+1) in one kernel call: :func:`strong_sets` of each
+    sentence, the same sets in the same order."""
+    from spacy_treexp.engine.sampling import trapped_kernels
+
+    batch, size = values.shape[0], values.shape[-1]
+    found = np.zeros((batch, size, size), dtype=np.bool_)
+    counts = np.zeros(batch, dtype=np.int64)
+    trapped_kernels.strong_sets_batch(
+        values.contiguous().numpy(), lengths.contiguous().numpy(), bool(with_root), float(bound), found, counts
+    )
+    most = max(1, int(counts.max())) if batch else 1
+    return torch.from_numpy(found[:, :most].copy())
+
+
 def trace_columns(scores: Tensor, order: Tensor, exits: Tensor, trace: Tensor) -> None:
     """The trace chain's columns 1..P of :meth:`.trapped.Groups.of` into ``trace`` (G, P+1, P+1)
     float64 (CPU, contiguous), in place: trace[g, s, t+1] = logsumexp_h(scores[g, h,
@@ -394,3 +410,23 @@ def trapped_steps(
     )
     work.add("trapped_nodes", int(nodes))
     return torch.from_numpy(start)
+
+
+def exact_conditionals(scores: Tensor, sentence: Tensor, end: Tensor, m: int, lengths: Tensor) -> Tensor:
+    """Word m's exact head distribution (R, N+1) float64 for rows of sentences ``sentence``
+    (R,) of the multi-root float64 log-weights ``scores`` (B, N+1, N+1) (-inf: no arc), given the
+    heads fixed so far as :class:`.colbourn.Conditioner` keeps them (``end`` (R, N+1): where each
+    word's chain of fixed heads ends, N+1 at ROOT) (:func:`.trapped_kernels.exact_rows`; zeros
+    where no head is possible)."""
+    from spacy_treexp.engine.sampling import trapped_kernels
+
+    probs = np.zeros((sentence.shape[0], scores.shape[-1]), dtype=np.float64)
+    trapped_kernels.exact_rows(
+        scores.contiguous().numpy(),
+        sentence.contiguous().numpy(),
+        end.contiguous().numpy(),
+        int(m),
+        lengths.contiguous().numpy(),
+        probs,
+    )
+    return torch.from_numpy(probs)

@@ -90,13 +90,14 @@ class StrongSets:
         """``scores`` (B, N+1, N+1) float64 log-weights, -inf on the arcs that are not allowed;
         ``with_root``: whether ROOT heads words (multi-root), else the word-only graph."""
         values = scores.detach().to("cpu", torch.float64)
-        search = _strong_sets
-        if native_enabled(values):  # the same sets by the fused kernel
+        if native_enabled(values):  # the same sets by the fused kernel, the batch in one call
             from spacy_treexp.engine.sampling import fused
 
-            search = fused.strong_sets
+            lengths_cpu = lengths.to("cpu", torch.int64)
+            return cls(fused.strong_set_masks(values, lengths_cpu, with_root, BOUND_NATS).to(scores.device))
         found = [
-            search(values.numpy()[b, : n + 1, : n + 1], with_root, BOUND_NATS) for b, n in enumerate(lengths.tolist())
+            _strong_sets(values.numpy()[b, : n + 1, : n + 1], with_root, BOUND_NATS)
+            for b, n in enumerate(lengths.tolist())
         ]
         batch, size = scores.shape[0], scores.shape[-1]
         masks = np.zeros((batch, max(1, max(len(sets) for sets in found)), size), dtype=bool)

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from spacy_treexp.engine.sampling.fused_kernels import head_row, jit, log_add
+from spacy_treexp.engine.sampling.fused_kernels import exact_conditionals, head_row, jit, log_add, strong_sets
 
 
 @jit
@@ -285,3 +285,27 @@ def trapped_walk(
         for key in range(span):
             marks[key] = 0
     return made
+
+
+@jit
+def exact_rows(scores, sentence, end, m, lengths, probs):
+    """:func:`.fused_kernels.exact_conditionals` for each row r: word m's head distribution
+    (N+1,) into ``probs[r]`` under the multi-root log-weights ``scores[sentence[r]]`` given the
+    heads fixed so far (``end[r]``: where each word's chain of fixed heads ends, N+1 at ROOT,
+    as :class:`.colbourn.Conditioner` keeps it), for a row of ``lengths[r]`` words."""
+    size = scores.shape[-1]
+    chain = np.empty((size, size))
+    reach = np.empty(size)
+    leave = np.empty(size)
+    for r in range(sentence.shape[0]):
+        exact_conditionals(scores, sentence[r], end, probs, r, m, lengths[r], size, chain, reach, leave)
+
+
+@jit
+def strong_sets_batch(values, lengths, with_root, bound, found, counts):
+    """:func:`.fused_kernels.strong_sets` of every sentence b (its first ``lengths[b]`` + 1 rows
+    and columns of ``values``) in one call: its sets' word masks into ``found[b]``
+    (N+1, N+1) bool, zeros on entry, and their number into ``counts[b]``."""
+    for b in range(values.shape[0]):
+        n = lengths[b]
+        counts[b] = strong_sets(values[b, : n + 1, : n + 1], with_root, bound, found[b])
