@@ -83,7 +83,16 @@ class BiaffineRelationScores:
         return numpy.take_along_axis(values, labels[..., None], axis=-1)[..., 0]
 
     def _log_probs(self, heads: numpy.ndarray, dependents: numpy.ndarray) -> numpy.ndarray:
-        """log p(· | h, m) ``(*shape, L)`` for broadcast index arrays ``heads``, ``dependents``."""
+        """log p(· | h, m) ``(*shape, L)`` for broadcast index arrays ``heads``, ``dependents``;
+        where they ask for more pairs than a sentence has words (k sampled trees: mostly the
+        same arcs), each distinct arc is computed once."""
+        size = self.shape[0]
+        if heads.size > 2 * size:
+            keys = (heads.astype(numpy.int64) * size + dependents).ravel()
+            unique, inverse = numpy.unique(keys, return_inverse=True)
+            if 2 * unique.size <= keys.size:
+                values = self._log_probs(unique // size, unique % size)
+                return values[inverse].reshape(heads.shape + values.shape[-1:])
         logits = numpy.einsum("...lj,...j->...l", self.head_part[heads], self.dep_part[dependents])
         return self._normalise(logits, dependents)
 

@@ -52,6 +52,24 @@ def test_every_index_form_matches_the_dense_array(scores):
     assert rel[0, 3, 2] == 0.0 and rel[5, 3, 1] == -numpy.inf  # the fixed label
 
 
+def test_sampled_trees_read_each_distinct_arc_once_with_the_same_values(scores):
+    """k sampled trees ask for mostly the same arcs: computed once each, the values are those
+    of the arcs read one tree at a time (and of the dense array), fixed labels included."""
+    rel, dense = scores
+    n = rel.shape[0] - 1
+    rng = numpy.random.default_rng(1)
+    tree = rng.integers(0, n + 1, size=n)
+    sampled = numpy.tile(tree, (12, 1))
+    sampled[::3, 2] = (tree[2] + 1) % (n + 1)  # a few arcs differ between the trees
+    dependents = numpy.arange(1, n + 1)
+    together = rel[sampled, dependents]
+    one_by_one = numpy.stack([rel[row, dependents] for row in sampled])
+    assert together.shape == (12, n, rel.shape[2])
+    assert numpy.array_equal(together, one_by_one)
+    numpy.testing.assert_allclose(together, dense[sampled, dependents], rtol=1e-5, atol=1e-5)
+    assert numpy.array_equal(rel[sampled, dependents, 2], one_by_one[..., 2])
+
+
 def test_round_trips_through_msgpack_and_pickle(scores):
     rel, _ = scores
     for copy in (srsly.msgpack_loads(srsly.msgpack_dumps({"rel": rel}))["rel"], pickle.loads(pickle.dumps(rel))):
