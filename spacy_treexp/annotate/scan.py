@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy
 
 from spacy_treexp.engine.native import NATIVE_ENV, numba_installed
 
 
-@dataclass(frozen=True)
-class SentenceScan:
+class SentenceScan(NamedTuple):
     """What one pass over a sentence's scores cleared.
 
     Attributes:
