@@ -2,8 +2,9 @@
 
 The objective is the gold trees' negative log-likelihood per word under the recalibrated
 distribution, NLL(θ, b) = Σ_s [log Z(s'_s) − Σ_m s'_s(gold_m, m)] / Σ_s n_s (Koo et al.
-2007: log Z = log det L̂), plus a ridge penalty λ/2 · (Σ_g (θ_g − θ̄)² + Σ_g b_g²) that
-pulls the groups towards one shared temperature (θ̄: their mean) when data are few. Its
+2007: log Z = log det L̂), plus a ridge penalty λ/2 · (Σ_g (θ_g − θ̄)² + Σ_g b_g² + the
+squares of every other coefficient) that pulls the groups towards one shared temperature
+(θ̄: their mean) and the other terms towards none when data are few. Its
 gradient, marginals minus gold indicators chained through the map, comes from torch
 autograd through the engine's log Z; L-BFGS minimises it over all sentences at once. The
 relation temperature minimises the NLL of the gold label at the gold head (a softmax
@@ -23,6 +24,9 @@ from spacy_treexp.annotate import SentenceScores, length_buckets, pad_scores
 from spacy_treexp.calibration.map import (
     DEFAULT_EDGES,
     DEFAULT_KNOTS,
+    DEPENDENT_FEATURES,
+    DIRECTIONS,
+    HEAD_DIRECTIONS,
     KINDS,
     CalibrationError,
     CalibrationMap,
@@ -33,8 +37,11 @@ from spacy_treexp.calibration.map import (
 )
 from spacy_treexp.engine import TreeDistribution
 
-#: The default ridge strength λ (per word of the objective).
-DEFAULT_L2 = 1e-3
+#: The default ridge strength λ (per word of the objective): the best of 1e-3 / 3e-3 / 1e-2
+#: for the format-2 map by 5-fold cross-validation on EWT dev (held-out arc ECE and AUROC).
+DEFAULT_L2 = 3e-3
+#: The ``distance`` map's default dependent features (chosen by 5-fold cross-validation on EWT dev).
+DEFAULT_FEATURES = ("entropy",)
 #: Engine batches of at most this many score cells.
 MAX_CELLS = 2_000_000
 
@@ -82,14 +89,37 @@ def _batches(
 
 
 def tree_nll(
-    batches: Sequence[_Batch], scale: torch.Tensor, bias: torch.Tensor, hinge: torch.Tensor, gamma: torch.Tensor
+    batches: Sequence[_Batch],
+    scale: torch.Tensor,
+    bias: torch.Tensor,
+    hinge: torch.Tensor,
+    gamma: torch.Tensor,
+    features: Sequence[str] = (),
+    feature_scale: Optional[torch.Tensor] = None,
+    tables: Sequence[Optional[torch.Tensor]] = (None, None, None, None),
 ) -> torch.Tensor:
-    """Σ over sentences of −log p'(gold tree) (differentiable in the map's parameters)."""
+    """Σ over sentences of −log p'(gold tree) (differentiable in the map's parameters);
+    ``tables``: the relation tables β ``(R, 3)``, σ ``(R, 3)``, η ``(R, 2)`` and τ ``(R, 2)``
+    (None: none)."""
     total = torch.zeros((), dtype=torch.float64)
     padded_gamma = torch.cat([gamma, gamma.new_zeros(1)])
+    padded = [None if t is None else torch.cat([t, t.new_zeros(1, t.shape[1])]) for t in tables]
     for batch in batches:
         columns = padded_gamma[batch.columns]
-        mapped = transform_scores(batch.scores, batch.lengths, scale, bias, batch.groups, batch.knots, hinge, columns)
+        rows = [None if t is None else t[batch.columns] for t in padded]
+        mapped = transform_scores(
+            batch.scores,
+            batch.lengths,
+            scale,
+            bias,
+            batch.groups,
+            batch.knots,
+            hinge,
+            columns,
+            features,
+            feature_scale,
+            *rows,
+        )
         log_z = TreeDistribution(mapped, batch.lengths, single_root=True).log_partition
         words = batch.gold >= 0
         gold_scores = torch.gather(mapped, 1, batch.gold.clamp(min=0).unsqueeze(1)).squeeze(1)
@@ -122,6 +152,8 @@ def fit_calibration(
     knots: Sequence[float] = DEFAULT_KNOTS,
     by_relation: bool = True,
     min_relation_words: int = 50,
+    features: Sequence[str] = DEFAULT_FEATURES,
+    relation_directions: bool = True,
     l2: float = DEFAULT_L2,
     relations: bool = True,
     max_iter: int = 100,
@@ -131,7 +163,12 @@ def fit_calibration(
     relation temperature when ``relations`` and the scores have relation scores. ``edges``
     and ``knots`` (the hinge terms' probabilities; empty: none) shape the ``distance`` map;
     ``by_relation``: a column scale γ_r for each relation the parser gives at least
-    ``min_relation_words`` words of the data; ``l2`` is the ridge strength λ.
+    ``min_relation_words`` words of the data, and with ``relation_directions`` its terms
+    by arc direction (σ and β of a dependent's relation, τ and η of a head's);
+    ``features``: the dependent features that scale each column
+    (:data:`~spacy_treexp.calibration.map.DEPENDENT_FEATURES`); ``l2`` is the ridge
+    strength λ. The defaults were chosen by 5-fold cross-validation on EWT dev (gold-tree
+    NLL, arc ECE and AUROC of the held-out folds).
 
     The map's ``fit`` records the words, the per-word NLL before and after (trees and
     labels) and the optimiser's iterations."""
@@ -146,6 +183,12 @@ def fit_calibration(
         raise CalibrationError(f"fit_calibration: knots must be probabilities in (0, 1), got {list(knots)}")
     groups = group_count(kind, edges)
     rich = kind != "temperature"
+    features = tuple(features) if rich else ()
+    unknown = [f for f in features if f not in DEPENDENT_FEATURES]
+    if unknown or len(set(features)) != len(features):
+        raise CalibrationError(
+            f"fit_calibration: features must be distinct names of {list(DEPENDENT_FEATURES)}, got {list(features)}"
+        )
     per_sentence = [dependent_relations(s) if rich and by_relation else None for s in scores]
     counts: Dict[str, int] = {}
     for names in per_sentence:
@@ -158,19 +201,30 @@ def fit_calibration(
     bias = torch.zeros(groups, dtype=torch.float64, requires_grad=rich)
     hinge = torch.zeros(len(knots), dtype=torch.float64, requires_grad=rich)
     gamma = torch.zeros(len(relation_names), dtype=torch.float64, requires_grad=rich)
-    parameters = [log_scale] + ([bias, hinge, gamma] if rich else [])
+    weights = torch.zeros(len(features), dtype=torch.float64, requires_grad=rich)
+    with_tables = rich and relation_directions and bool(relation_names)
+    tables = [
+        torch.zeros((len(relation_names), width), dtype=torch.float64, requires_grad=with_tables)
+        for width in (len(DIRECTIONS), len(DIRECTIONS), len(HEAD_DIRECTIONS), len(HEAD_DIRECTIONS))
+    ]
+    parameters = [log_scale] + ([bias, hinge, gamma, weights] if rich else []) + (tables if with_tables else [])
+
+    def nll(scale: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        b, c, g, w, *t = rest
+        return tree_nll(batches, scale, b, c, g, features, w, t if with_tables else (None,) * 4) / n_words
 
     def objective() -> torch.Tensor:
-        value = tree_nll(batches, log_scale.exp(), bias, hinge, gamma) / n_words
+        value = nll(log_scale.exp(), bias, hinge, gamma, weights, *tables)
         if rich and l2 > 0:
             penalty = ((log_scale - log_scale.mean()) ** 2).sum() + (bias**2).sum() + (hinge**2).sum()
-            value = value + 0.5 * l2 * (penalty + (gamma**2).sum())
+            penalty = penalty + (gamma**2).sum() + (weights**2).sum() + sum((t**2).sum() for t in tables)
+            value = value + 0.5 * l2 * penalty
         return value
 
     with torch.no_grad():
         identity = torch.ones(groups, dtype=torch.float64)
-        zero = torch.zeros_like(identity)
-        before = float(tree_nll(batches, identity, zero, torch.zeros_like(hinge), torch.zeros_like(gamma)) / n_words)
+        zeros = (torch.zeros_like(t) for t in (identity, hinge, gamma, weights, *tables))
+        before = float(nll(identity, *zeros))
     optimiser = torch.optim.LBFGS(parameters, lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe")
     evaluations = 0
 
@@ -184,7 +238,7 @@ def fit_calibration(
 
     optimiser.step(closure)
     with torch.no_grad():
-        after = float(tree_nll(batches, log_scale.exp(), bias, hinge, gamma) / n_words)
+        after = float(nll(log_scale.exp(), bias, hinge, gamma, weights, *tables))
     fit: Dict[str, Any] = {
         "n_sentences": len(scores),
         "n_words": n_words,
@@ -210,8 +264,18 @@ def fit_calibration(
         tuple(float(v) for v in gamma.detach()),
         label_scale,
         rel_temperature=rel_temperature,
+        dependent_features=features,
+        feature_scale=tuple(float(v) for v in weights.detach()),
+        relation_bias=_rows(tables[0]) if with_tables else (),
+        relation_direction_scale=_rows(tables[1]) if with_tables else (),
+        head_relation_bias=_rows(tables[2]) if with_tables else (),
+        head_relation_scale=_rows(tables[3]) if with_tables else (),
         fit=fit,
     )
+
+
+def _rows(table: torch.Tensor) -> Tuple[Tuple[float, ...], ...]:
+    return tuple(tuple(float(v) for v in row) for row in table.detach())
 
 
 def gold_label_logits(

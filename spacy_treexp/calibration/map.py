@@ -13,8 +13,17 @@ the hinge terms (knots κ_k = log p_k, shared by all groups) bending the map whe
 scale alone leaves mid-range confidences under-confident. The scale of a dependent's whole
 column is further multiplied by exp(γ_r) for the relation r the parser gives it (its
 ``deprels``, else the best label at its head): words of some relations are attached less
-reliably than their scores say. Every term is a function of the parser's output only, so
-s' is again a matrix of arc log-potentials. The relation log-probabilities of dependent m
+reliably than their scores say, and by exp(w · H_m), H_m the dependent's local head
+entropy −Σ_h exp ℓ(h, m) · ℓ(h, m) (``dependent_features``, format 2): a word whose scores
+hesitate between heads is sharpened or flattened by its own factor. By the arc's direction
+d — to ROOT, from a head before the dependent, from a head after it — an arc into a
+dependent of relation r has its scale further multiplied by exp(σ_{r, d})
+(``relation_direction_scale``) and gets a bias β_{r, d} (``relation_bias``), and an arc
+out of a head of relation r' a scale exp(τ_{r', d}) (``head_relation_scale``) and a bias
+η_{r', d} (``head_relation_bias``), d: before or after its dependent:
+the parser misjudges how often, and how surely, words of a relation attach (or take
+dependents) each way. All of these are format 2. Every term is a function of the parser's
+output only, so s' is again a matrix of arc log-potentials. The relation log-probabilities of dependent m
 are re-normalised from its label logits multiplied by exp(ρ_r) / T_rel (one temperature,
 and a factor per relation the parser gives m).
 
@@ -52,7 +61,16 @@ KINDS = ("temperature", "distance")
 DEFAULT_EDGES = (1, 2, 3, 4, 6, 9, 15)
 #: Local probabilities p_k whose logs are the knots of the ``distance`` map's hinge terms.
 DEFAULT_KNOTS = (0.05, 0.2, 0.4, 0.6, 0.8, 0.95)
-FORMAT_VERSION = 1
+#: Per-dependent features a map may scale a dependent's column by (see :func:`dependent_feature`).
+DEPENDENT_FEATURES = ("entropy",)
+#: Arc directions of the dependent's relation terms: to ROOT, from a head before the dependent, from one after it.
+DIRECTIONS = ("root", "head_before", "head_after")
+#: Arc directions of ``head_relation_scale`` / ``_bias`` (a word's arcs as a head): before its dependent, after it.
+HEAD_DIRECTIONS = DIRECTIONS[1:]
+#: Version 2 added ``dependent_features`` / ``feature_scale``, ``relation_bias``,
+#: ``relation_direction_scale``, ``head_relation_scale`` and ``head_relation_bias``; version 1 maps read as before.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 class CalibrationError(ValueError):
@@ -80,6 +98,23 @@ def group_index(size: int, kind: str, edges: Sequence[int]) -> torch.Tensor:
     return torch.where(head == 0, torch.zeros_like(groups), groups)
 
 
+def direction_index(size: int) -> torch.Tensor:
+    """Direction of every arc (h, m) of a ``(size, size)`` matrix as an index into
+    :data:`DIRECTIONS`: 0 for ROOT's arcs, 1 for a head before its dependent, 2 after it."""
+    position = torch.arange(size)
+    head, dep = position.unsqueeze(1), position.unsqueeze(0)
+    return torch.where(head == 0, 0, torch.where(head < dep, 1, 2))
+
+
+def dependent_feature(name: str, local: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """A per-dependent feature ``(B, N+1)`` from the local log-probabilities ``local``
+    ``(B, N+1, N+1)`` of the ``allowed`` arcs: ``entropy``, −Σ_h exp ℓ(h, m) · ℓ(h, m) (nats)."""
+    if name == "entropy":
+        terms = torch.where(allowed, local.exp() * local, torch.zeros_like(local))
+        return -terms.sum(dim=-2)
+    raise CalibrationError(f"calibration map: unknown dependent feature {name!r}; known: {list(DEPENDENT_FEATURES)}")
+
+
 def transform_scores(
     scores: torch.Tensor,
     lengths: torch.Tensor,
@@ -89,13 +124,25 @@ def transform_scores(
     knots: Optional[torch.Tensor] = None,
     hinge: Optional[torch.Tensor] = None,
     column_log_scale: Optional[torch.Tensor] = None,
+    features: Sequence[str] = (),
+    feature_scale: Optional[torch.Tensor] = None,
+    column_bias: Optional[torch.Tensor] = None,
+    column_direction_log_scale: Optional[torch.Tensor] = None,
+    head_bias: Optional[torch.Tensor] = None,
+    head_log_scale: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """The map on a batch: ``scores`` ``(B, N+1, N+1)``, ``lengths`` ``(B,)``, per-group
     ``scale`` and ``bias`` ``(G,)``, ``groups`` ``(N+1, N+1)``, and optional hinge ``knots``
     (log-probabilities) with coefficients ``hinge`` ``(K,)`` -> s' (differentiable in
-    ``scale``, ``bias`` and ``hinge``); ``column_log_scale`` ``(B, N+1)``: γ of each
-    dependent's relation (0: none). -inf (forbidden) stays -inf; padding, column 0 and the diagonal
-    become 0 (the engine ignores them)."""
+    ``scale``, ``bias``, ``hinge``, ``feature_scale`` and the relation terms);
+    ``column_log_scale`` ``(B, N+1)``: γ of each dependent's relation (0: none);
+    ``features`` (names of :data:`DEPENDENT_FEATURES`) with weights ``feature_scale``
+    ``(F,)``: each dependent's column scale times exp(Σ_f w_f · feature_f(m));
+    ``column_bias`` and ``column_direction_log_scale`` ``(B, N+1, 3)``: β and σ of each
+    dependent's relation per arc direction (:func:`direction_index`); ``head_bias`` and
+    ``head_log_scale`` ``(B, N+1, 2)``: η and τ of each word's relation as a head, per
+    direction. -inf (forbidden) stays -inf; padding, column 0 and the
+    diagonal become 0 (the engine ignores them)."""
     size = scores.shape[-1]
     position = torch.arange(size, device=scores.device)
     inside = position.unsqueeze(0) <= lengths.unsqueeze(1)  # (B, N+1)
@@ -107,9 +154,23 @@ def transform_scores(
     column = torch.where(torch.isfinite(column), column, torch.zeros_like(column))
     local = torch.where(allowed, scores - column, torch.zeros_like(scores))
     arc_scale = scale[groups]
-    if column_log_scale is not None:
-        arc_scale = arc_scale * column_log_scale.exp().unsqueeze(1)
+    log_column = column_log_scale
+    if features and feature_scale is not None:
+        for name, weight in zip(features, feature_scale):
+            term = weight * dependent_feature(name, local, allowed)
+            log_column = term if log_column is None else log_column + term
+    if log_column is not None:
+        arc_scale = arc_scale * log_column.exp().unsqueeze(1)
+    one_hot = torch.nn.functional.one_hot(direction_index(size).to(scores.device), len(DIRECTIONS)).to(scores.dtype)
+    if column_direction_log_scale is not None:
+        arc_scale = arc_scale * torch.einsum("hmd,bmd->bhm", one_hot, column_direction_log_scale).exp()
+    if head_log_scale is not None:
+        arc_scale = arc_scale * torch.einsum("hmd,bhd->bhm", one_hot[:, :, 1:], head_log_scale).exp()
     mapped = arc_scale * local + bias[groups]
+    if column_bias is not None:
+        mapped = mapped + torch.einsum("hmd,bmd->bhm", one_hot, column_bias)
+    if head_bias is not None:
+        mapped = mapped + torch.einsum("hmd,bhd->bhm", one_hot[:, :, 1:], head_bias)
     if knots is not None and hinge is not None and knots.numel():
         mapped = mapped + (torch.relu(local.unsqueeze(-1) - knots) * hinge).sum(-1)
     out = torch.where(allowed, mapped, torch.zeros_like(mapped))
@@ -142,6 +203,14 @@ class CalibrationMap:
         relation_scale: γ_r per relation.
         label_scale: ρ_r per relation (empty: none), the relation scores' factor.
         rel_temperature: the relation temperature (1: relation scores unchanged).
+        dependent_features: names of :data:`DEPENDENT_FEATURES` scaling each column (``distance``).
+        feature_scale: w_f per dependent feature.
+        relation_bias: β_{r, d} per relation of ``relations`` (empty: none), one value per
+            direction of :data:`DIRECTIONS`.
+        relation_direction_scale: σ_{r, d}, in the same form.
+        head_relation_bias: η_{r, d} per relation (empty: none), one value per direction of
+            :data:`HEAD_DIRECTIONS`.
+        head_relation_scale: τ_{r, d}, in the same form.
         novelty: the reference of the sentences' encoder novelty, or None (see the module doc).
         fit: how it was fitted (data size, objective before/after); informative only.
     """
@@ -156,6 +225,12 @@ class CalibrationMap:
     relation_scale: Tuple[float, ...] = ()
     label_scale: Tuple[float, ...] = ()
     rel_temperature: float = 1.0
+    dependent_features: Tuple[str, ...] = ()
+    feature_scale: Tuple[float, ...] = ()
+    relation_bias: Tuple[Tuple[float, ...], ...] = ()
+    relation_direction_scale: Tuple[Tuple[float, ...], ...] = ()
+    head_relation_bias: Tuple[Tuple[float, ...], ...] = ()
+    head_relation_scale: Tuple[Tuple[float, ...], ...] = ()
     fit: Dict[str, Any] = field(default_factory=dict, compare=False)
     novelty: Optional[NoveltyReference] = field(default=None, compare=False)
 
@@ -200,6 +275,27 @@ class CalibrationMap:
         if not (math.isfinite(t) and t > 0):
             raise CalibrationError(f"calibration map: rel_temperature must be positive, got {self.rel_temperature!r}")
         object.__setattr__(self, "rel_temperature", t)
+        features = tuple(str(f) for f in self.dependent_features)
+        unknown = [f for f in features if f not in DEPENDENT_FEATURES]
+        if unknown or len(set(features)) != len(features):
+            raise CalibrationError(
+                f"calibration map: dependent_features must be distinct names of {list(DEPENDENT_FEATURES)}, "
+                f"got {list(self.dependent_features)}"
+            )
+        object.__setattr__(self, "dependent_features", features)
+        object.__setattr__(self, "feature_scale", _floats(self.feature_scale, "feature_scale"))
+        if len(features) != len(self.feature_scale) or (self.kind == "temperature" and features):
+            raise CalibrationError(
+                f"calibration map: one feature_scale per dependent feature (and none for a temperature map); got "
+                f"{len(features)} features and {len(self.feature_scale)} scales"
+            )
+        for name, columns in [
+            ("relation_bias", DIRECTIONS),
+            ("relation_direction_scale", DIRECTIONS),
+            ("head_relation_bias", HEAD_DIRECTIONS),
+            ("head_relation_scale", HEAD_DIRECTIONS),
+        ]:
+            object.__setattr__(self, name, _relation_rows(name, getattr(self, name), self.relations, columns))
 
     # --- construction -------------------------------------------------------------
 
@@ -242,6 +338,24 @@ class CalibrationMap:
                     out[b, 1 : len(names) + 1] = [gamma.get(name, 0.0) for name in names]
         return torch.from_numpy(out)
 
+    def relation_tables(self) -> Tuple[Tuple[Tuple[float, ...], ...], ...]:
+        """β, σ, η, τ: the per-relation tables in :func:`transform_scores`' order."""
+        return self.relation_bias, self.relation_direction_scale, self.head_relation_bias, self.head_relation_scale
+
+    def relation_rows(
+        self, table: Sequence[Sequence[float]], relations: Sequence[Optional[Sequence[str]]], size: int
+    ) -> torch.Tensor:
+        """The row of ``table`` (one of the map's per-relation tables) for each word's
+        relation, ``(B, size, width)`` float64 (0 at ROOT, padding and other relations)."""
+        width = len(table[0])
+        out = numpy.zeros((len(relations), size, width), dtype=numpy.float64)
+        rows = _by_relation(self.relations, table)
+        zero = (0.0,) * width
+        for b, names in enumerate(relations):
+            if names:
+                out[b, 1 : len(names) + 1] = [rows.get(name, zero) for name in names]
+        return torch.from_numpy(out)
+
     def apply_batch(
         self, scores: torch.Tensor, lengths: torch.Tensor, relations: Optional[Sequence[Optional[Sequence[str]]]] = None
     ) -> torch.Tensor:
@@ -250,10 +364,25 @@ class CalibrationMap:
         scale, bias, knots, hinge = self.parameters(scores.device)
         groups = group_index(scores.shape[-1], self.kind, self.edges).to(scores.device)
         columns = None
+        tables: List[Optional[torch.Tensor]] = [None] * 4
         if self.relations and relations is not None:
             columns = self.column_scales(relations, scores.shape[-1]).to(scores.device)
+            for k, table in enumerate(self.relation_tables()):
+                if table:
+                    tables[k] = self.relation_rows(table, relations, scores.shape[-1]).to(scores.device)
+        weights = torch.tensor(self.feature_scale, dtype=torch.float64, device=scores.device)
         return transform_scores(
-            scores.to(torch.float64), lengths.to(scores.device), scale, bias, groups, knots, hinge, columns
+            scores.to(torch.float64),
+            lengths.to(scores.device),
+            scale,
+            bias,
+            groups,
+            knots,
+            hinge,
+            columns,
+            self.dependent_features,
+            weights,
+            *tables,
         )
 
     def apply_arc(self, arc: numpy.ndarray, relations: Optional[Sequence[str]] = None) -> numpy.ndarray:
@@ -317,6 +446,12 @@ class CalibrationMap:
             "relation_scale": list(self.relation_scale),
             "label_scale": list(self.label_scale),
             "rel_temperature": self.rel_temperature,
+            "dependent_features": list(self.dependent_features),
+            "feature_scale": list(self.feature_scale),
+            "relation_bias": [list(row) for row in self.relation_bias],
+            "relation_direction_scale": [list(row) for row in self.relation_direction_scale],
+            "head_relation_bias": [list(row) for row in self.head_relation_bias],
+            "head_relation_scale": [list(row) for row in self.head_relation_scale],
             "fit": dict(self.fit),
             **({} if self.novelty is None else {"novelty": self.novelty.to_dict()}),
         }
@@ -327,10 +462,15 @@ class CalibrationMap:
         if not isinstance(data, Mapping):
             raise CalibrationError(f"calibration map: expected a mapping, got {type(data).__name__}")
         version = data.get("version", FORMAT_VERSION)
-        if version != FORMAT_VERSION:
-            raise CalibrationError(f"calibration map: format version {version!r}, this version reads {FORMAT_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise CalibrationError(
+                f"calibration map: format version {version!r}, this version reads {list(READABLE_VERSIONS)}"
+            )
         known = {"version", "kind", "log_scale", "bias", "edges", "knots", "hinge", "relations", "relation_scale"}
         known |= {"label_scale", "rel_temperature", "fit", "novelty"}
+        if version >= 2:
+            known |= {"dependent_features", "feature_scale", "relation_bias", "relation_direction_scale"}
+            known |= {"head_relation_bias", "head_relation_scale"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise CalibrationError(f"calibration map: unknown field(s) {unknown}")
@@ -353,6 +493,12 @@ class CalibrationMap:
             relation_scale=tuple(data.get("relation_scale", ())),
             label_scale=tuple(data.get("label_scale", ())),
             rel_temperature=data.get("rel_temperature", 1.0),
+            dependent_features=tuple(data.get("dependent_features", ())),
+            feature_scale=tuple(data.get("feature_scale", ())),
+            relation_bias=data.get("relation_bias", ()),
+            relation_direction_scale=data.get("relation_direction_scale", ()),
+            head_relation_bias=data.get("head_relation_bias", ()),
+            head_relation_scale=data.get("head_relation_scale", ()),
             fit=dict(data.get("fit") or {}),
             novelty=novelty,
         )
@@ -496,7 +642,23 @@ def _log_softmax(logits: numpy.ndarray) -> numpy.ndarray:
         return logits - (numpy.log(numpy.exp(logits - peak).sum(-1, keepdims=True)) + peak)
 
 
-def _by_relation(relations: Sequence[str], values: Sequence[float]) -> Dict[str, float]:
+def _relation_rows(
+    name: str, values: Any, relations: Sequence[str], columns: Sequence[str]
+) -> Tuple[Tuple[float, ...], ...]:
+    """A per-relation table: empty, or one row of ``len(columns)`` finite numbers per relation."""
+    try:
+        rows = tuple(_floats(row, name) for row in values)
+    except TypeError as e:
+        raise CalibrationError(f"calibration map: {name} must be a list of rows, got {values!r}") from e
+    if rows and (len(rows) != len(relations) or any(len(row) != len(columns) for row in rows)):
+        raise CalibrationError(
+            f"calibration map: {name} needs one row of {len(columns)} values {list(columns)} per relation "
+            f"({len(relations)}), got {[list(row) for row in rows]}"
+        )
+    return rows
+
+
+def _by_relation(relations: Sequence[str], values: Sequence[Any]) -> Dict[str, Any]:
     """``{relation: value}``, with spaCy's ``ROOT`` as UD's ``root``."""
     out = dict(zip(relations, values))
     if "root" in out:

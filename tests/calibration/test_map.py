@@ -26,6 +26,12 @@ def rich_map(rel_temperature=1.0):
         ("nsubj", "obj"),
         (0.6, -0.5),
         rel_temperature=rel_temperature,
+        dependent_features=("entropy",),
+        feature_scale=(0.7,),
+        relation_bias=((0.3, -0.4, 0.5), (-0.6, 0.2, 0.1)),
+        relation_direction_scale=((0.2, -0.5, 0.4), (0.3, 0.6, -0.3)),
+        head_relation_bias=((0.8, -0.3), (-0.4, 0.9)),
+        head_relation_scale=((-0.3, 0.4), (0.5, -0.2)),
     )
 
 
@@ -36,12 +42,19 @@ def reference_map(arc, calibration, relations=None):
     """s'(h, m) written out by hand, float64 (the test's own reading of the module doc)."""
     n = arc.shape[0] - 1
     gamma = dict(zip(calibration.relations, calibration.relation_scale))
+    beta = dict(zip(calibration.relations, calibration.relation_bias))
+    sigma = dict(zip(calibration.relations, calibration.relation_direction_scale))
+    eta = dict(zip(calibration.relations, calibration.head_relation_bias))
+    tau = dict(zip(calibration.relations, calibration.head_relation_scale))
+    weight = dict(zip(calibration.dependent_features, calibration.feature_scale)).get("entropy", 0.0)
     out = numpy.zeros_like(arc, dtype=numpy.float64)
     edges = list(calibration.edges)
     for m in range(1, n + 1):
         heads = [h for h in range(n + 1) if h != m]
         column = numpy.array([arc[h, m] for h in heads], dtype=numpy.float64)
         log_norm = numpy.log(numpy.exp(column - column.max()).sum()) + column.max()
+        entropy = -sum(math.exp(s - log_norm) * (s - log_norm) for s in column)
+        relation = relations[m - 1] if relations else None
         for h in heads:
             local = arc[h, m] - log_norm
             if calibration.kind == "temperature" or h == 0:
@@ -49,8 +62,14 @@ def reference_map(arc, calibration, relations=None):
             else:
                 bucket = max(k for k, edge in enumerate(edges) if abs(h - m) >= edge)
                 group = 1 + bucket if h < m else 1 + len(edges) + bucket
-            column = gamma.get(relations[m - 1], 0.0) if relations else 0.0
-            value = math.exp(calibration.log_scale[group] + column) * local + calibration.bias[group]
+            direction = 0 if h == 0 else (1 if h < m else 2)
+            log_column = gamma.get(relation, 0.0) + weight * entropy + sigma.get(relation, (0.0,) * 3)[direction]
+            if h > 0 and relations:
+                log_column += tau.get(relations[h - 1], (0.0, 0.0))[direction - 1]
+            value = math.exp(calibration.log_scale[group] + log_column) * local + calibration.bias[group]
+            value += beta.get(relation, (0.0, 0.0, 0.0))[direction]
+            if h > 0 and relations:  # the head's own relation, by the side its dependent is on
+                value += eta.get(relations[h - 1], (0.0, 0.0))[direction - 1]
             for p, c in zip(calibration.knots, calibration.hinge):
                 value += c * max(0.0, local - math.log(p))
             out[h, m] = value
@@ -164,6 +183,15 @@ def test_record_round_trips(tmp_path):
         ({"edges": [2, 3, 4]}, "edges"),
         ({"version": 9}, "version"),
         ({"colour": 1}, "unknown"),
+        ({"dependent_features": ["entropy", "colour"], "feature_scale": [0.1, 0.2]}, "dependent_features"),
+        ({"feature_scale": [0.1, 0.2]}, "feature_scale"),
+        ({"relation_bias": [[0.0, 0.1, 0.2]]}, "relation_bias"),
+        ({"relation_bias": [[0.0, 0.1], [0.0, 0.2]]}, "relation_bias"),
+        ({"relation_bias": 3}, "relation_bias"),
+        ({"relation_direction_scale": [[0.0, 0.1]] * 2}, "relation_direction_scale"),
+        ({"head_relation_bias": [[0.0, 0.1, 0.2]] * 2}, "head_relation_bias"),
+        ({"head_relation_scale": [[0.0, float("inf")]] * 2}, "finite"),
+        ({"version": 1}, "unknown"),  # format 1 has no dependent features or relation biases
     ],
 )
 def test_bad_maps_are_named(change, message):
@@ -307,3 +335,71 @@ def test_relation_fit_recovers_label_factors():
     assert temperature == pytest.approx(2.0, rel=0.1)
     assert rho == pytest.approx((0.6, -0.5), abs=0.12)
     assert after < before
+
+
+def test_format_1_maps_still_read():
+    """A map written before format 2 (no dependent features, no relation biases) reads as
+    the same map, applies the same scores, and is written back as format 2."""
+    old = {key: value for key, value in rich_map().to_dict().items()}
+    for key in ("dependent_features", "feature_scale", "relation_bias", "relation_direction_scale"):
+        del old[key]
+    del old["head_relation_bias"], old["head_relation_scale"]
+    old["version"] = 1
+    calibration = CalibrationMap.from_dict(old)
+    assert calibration.dependent_features == () and calibration.relation_bias == ()
+    assert calibration.relation_direction_scale == () and calibration.head_relation_bias == ()
+    assert calibration.head_relation_scale == ()
+    arc = numpy.random.default_rng(8).normal(0, 2, (6, 6))
+    relations = RELATIONS[:5]
+    expected = reference_map(arc, calibration, relations)
+    numpy.testing.assert_allclose(calibration.apply_arc(arc, relations)[:, 1:], expected[:, 1:], atol=1e-12)
+    assert calibration.to_dict()["version"] == 2
+    assert CalibrationMap.from_dict(calibration.to_dict()) == calibration
+
+
+def test_fit_recovers_entropy_scale_and_relation_biases():
+    """Gold trees drawn from a map with a dependent-entropy scale and relation biases: the
+    gradient fit by tree likelihood finds them (the biases up to a constant per relation,
+    which does not change the distribution)."""
+    names = ("nsubj", "obj")
+    truth = CalibrationMap(
+        "distance", (0.0,) * 3, (0.0,) * 3, (1,), relations=names, relation_scale=(0.0, 0.0),
+        dependent_features=("entropy",), feature_scale=(-0.8,), relation_bias=((0.0, 1.0, -1.0), (0.0, -1.0, 1.0)),
+        relation_direction_scale=((0.0, 0.5, -0.4), (0.0, 0.0, 0.0)), head_relation_bias=((0.8, -0.6), (0.0, 0.0)),
+        head_relation_scale=((0.0, 0.0), (-0.5, 0.4)),
+    )  # fmt: skip
+    rng = numpy.random.default_rng(9)
+    generator = torch.Generator().manual_seed(9)
+
+    class Gold:
+        def __init__(self, heads):
+            self.heads, self.deprels = heads, []
+
+    gold, scores = [], []
+    for _ in range(500):
+        n = int(rng.integers(2, 8))
+        arc = rng.normal(0, 2.0, (n + 1, n + 1))
+        relations = [names[int(k)] for k in rng.integers(0, 2, n)]
+        mapped = torch.from_numpy(truth.apply_arc(arc, relations)).unsqueeze(0)
+        heads = TreeDistribution(mapped).sample((1,), method="colbourn", generator=generator)[0, 0].numpy()
+        gold.append(Gold(heads))
+        scores.append(SentenceScores(arc=arc, deprels=relations))
+    fitted = fit_calibration(gold, scores, "distance", edges=(1,), knots=(), l2=0.0, min_relation_words=1)
+    assert fitted.relations == names and fitted.dependent_features == ("entropy",)
+    assert fitted.feature_scale[0] == pytest.approx(-0.8, abs=0.25)
+
+    # every word has one of the two relations, so a shift of a direction's terms common to
+    # both is the group's own scale or bias: compare the relations with each other
+    def contrast(table):
+        return numpy.subtract(*numpy.asarray(table))
+
+    beta, true_beta = contrast(fitted.relation_bias), contrast(truth.relation_bias)
+    assert beta[1] - beta[2] == pytest.approx(true_beta[1] - true_beta[2], abs=0.4)  # ROOT arcs are few
+    numpy.testing.assert_allclose(contrast(fitted.relation_direction_scale), (0.0, 0.5, -0.4), atol=0.3)
+    numpy.testing.assert_allclose(contrast(fitted.head_relation_bias), (0.8, -0.6), atol=0.3)
+    numpy.testing.assert_allclose(contrast(fitted.head_relation_scale), (0.5, -0.4), atol=0.3)
+    assert fitted.fit["tree_nll_per_word_after"] < fitted.fit["tree_nll_per_word_before"]
+    # without the new terms the fit is the format-1 map
+    plain = fit_calibration(gold, scores, "distance", edges=(1,), knots=(), features=(), relation_directions=False)
+    assert plain.dependent_features == () and plain.relation_bias == () and plain.head_relation_bias == ()
+    assert plain.fit["tree_nll_per_word_after"] > fitted.fit["tree_nll_per_word_after"]
