@@ -60,15 +60,16 @@ log Z and marginals, is not counted):
 On the CPU with numba installed, ``"colbourn"`` and ``"sbs"`` run their well-conditioned
 sentences through fused kernels (:mod:`.fused`; ``SPACY_TREEXP_NATIVE=0`` turns them off):
 the same operations per tree, each sample's (or sentence's beams') inverse kept in cache,
-about 8x and 3x faster at n = 30 (``--section targets``). Their peaked sentences keep the
-torch path above, so on the CPU the cost at peaked scales is now many times that at x1
-(Colbourn, n = 30, B = 64: 12.7x at x1000).
+about 8x and 3x faster at n = 30 (``--section targets``). Their peaked sentences run in
+kernels too (:mod:`.trapped_kernels`, the set-up's kernels in :mod:`.fused`), the torch code
+above staying the reference.
 
-Measured (``benchmarks/bench_sampling.py --section scale``, 100 samples per sentence):
-Colbourn at scores x1000 within about 2x its time at x1 for n = 30, 60 (B = 1 and 64) and
-n = 200 (B = 4). The searches (``"sbs"``, ``"trie"``) stay within the bounds above but not
-within 2x at peaked scales: their prefixes of negligible probability take the engine's
-refactorisation.
+Measured (``benchmarks/bench_sampling.py --section scale --methods colbourn --threads 1
+--cpu-time``, 100 samples per sentence, on the CPU with numba): Colbourn at scores x30, x100
+and x1000 within 2x its time at x1 for n = 30, B = 64 (1.5-1.9x); 2.0-2.5x at n = 60, B = 64;
+2.2-5.2x at B = 1 (a fixed per-call set-up); 14.5x at n = 200, B = 4, x100, where rows whose
+conditioned L-hat stays ill-conditioned take exact conditionals at every word. The searches
+(``"sbs"``, ``"trie"``) stay within the bounds above but not within 2x at peaked scales.
 """
 
 from __future__ import annotations
