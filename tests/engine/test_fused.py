@@ -265,14 +265,19 @@ def test_vectorised_exp_within_an_ulp_of_libm():
     assert np.all(np.abs(single - want32) <= np.spacing(want32))
 
 
-@pytest.mark.parametrize("single_root", [True, False])
-def test_long_ragged_batch_same_as_torch_fast_path(single_root, kernel_calls, monkeypatch):
-    """Sentences of 1 to 40 words in one batch, longer ones before shorter ones (the kernel pads
+@pytest.mark.parametrize(
+    ("single_root", "sizes"),
+    [(True, [40, 9, 37, 31, 33, 1, 16, 8, 39]), (False, [40, 9, 37, 31, 33, 1, 16, 8, 39]), (True, [140, 129, 7])],
+)
+def test_long_ragged_batch_same_as_torch_fast_path(single_root, sizes, kernel_calls, monkeypatch):
+    """Sentences of 1 to 140 words in one batch, longer ones before shorter ones (the kernel pads
     each row of L̂ to a multiple of 8 columns and must clear what the previous sentence left
-    there): log Z, marginals and entropy are the torch path's."""
+    there; above fused._ROW_BY_ROW words it updates four rows at a time): log Z, marginals
+    and entropy are the torch path's."""
     gen = torch.Generator().manual_seed(19)
-    lengths = torch.tensor([40, 9, 37, 31, 33, 1, 16, 8, 39])
-    scores = torch.randn(len(lengths), 41, 41, generator=gen, dtype=torch.float64) * 2
+    lengths = torch.tensor(sizes)
+    size = max(sizes) + 1
+    scores = torch.randn(len(lengths), size, size, generator=gen, dtype=torch.float64) * 2
     native = TreeDistribution(scores, lengths, single_root=single_root)
     entropy, log_z, mu = native.entropy(), native.log_partition, native.marginals
     assert kernel_calls == [len(lengths)]
