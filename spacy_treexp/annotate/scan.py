@@ -13,9 +13,10 @@ and every check runs in numpy.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy
 
@@ -41,13 +42,17 @@ class SentenceScan(NamedTuple):
 _FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
+def scan_enabled() -> bool:
+    """Whether :func:`scan_sentence` runs: numba installed and ``SPACY_TREEXP_NATIVE`` not
+    ``0`` (read at each call; a caller asks once per document)."""
+    return numba_installed() and os.environ.get(NATIVE_ENV, "1").strip() != "0"
+
+
 def scan_sentence(arc: numpy.ndarray, rel: Optional[numpy.ndarray], log_tolerance: float) -> Optional[SentenceScan]:
     """One pass over ``arc`` ``(n+1, n+1)`` and ``rel`` ``(n+1, n+1, L)`` (or None), float32
-    or float64; None when the kernel cannot run (numba missing or switched off, another
-    dtype or shape), so that the caller runs its numpy checks. ``log_tolerance``: the
+    or float64; None when the kernel cannot read them (another dtype or shape), so that the
+    caller runs its numpy checks. Only where :func:`scan_enabled`. ``log_tolerance``: the
     largest |log Σ_l exp rel[h, d, l]| of normalised relation scores."""
-    if not numba_installed() or os.environ.get(NATIVE_ENV, "1").strip() == "0":
-        return None
     if arc.ndim != 2 or arc.dtype not in _FLOATS or arc.shape[0] != arc.shape[1] or arc.shape[0] < 2:
         return None
     if rel is None:
@@ -57,11 +62,18 @@ def scan_sentence(arc: numpy.ndarray, rel: Optional[numpy.ndarray], log_toleranc
             probabilities = numpy.exp(rel)
     else:
         return None
+    kernels = _kernels()
+    flags = kernels.scan(arc, probabilities, math.exp(-log_tolerance), math.exp(log_tolerance))
+    return SentenceScan(
+        values_clean=bool(flags & kernels.VALUES_CLEAN),
+        all_allowed=bool(flags & kernels.ALL_ALLOWED),
+        rel_normalised=rel is not None and bool(flags & kernels.REL_NORMALISED),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels() -> Any:
+    """The kernel module, imported on first use (importing numba takes a while)."""
     from spacy_treexp.annotate import scan_kernels
 
-    flags = scan_kernels.scan(arc, probabilities, math.exp(-log_tolerance), math.exp(log_tolerance))
-    return SentenceScan(
-        values_clean=bool(flags & scan_kernels.VALUES_CLEAN),
-        all_allowed=bool(flags & scan_kernels.ALL_ALLOWED),
-        rel_normalised=rel is not None and bool(flags & scan_kernels.REL_NORMALISED),
-    )
+    return scan_kernels

@@ -71,7 +71,7 @@ from spacy.util import registry
 
 import spacy_treexp.pipeline.extensions  # noqa: F401  (registers Doc._.parser_scores)
 from spacy_treexp.annotate import SentenceScores
-from spacy_treexp.annotate.scan import scan_sentence
+from spacy_treexp.annotate.scan import scan_enabled, scan_sentence
 
 ScoreSource = Callable[[Doc], Sequence[Dict[str, Any]]]
 
@@ -249,11 +249,12 @@ def sentence_scores(
     heads = _local_heads(doc, sents, where) if doc.has_annotation("DEP") else None
     deprels = _relation_names(doc)
     doc_text = doc.text
+    scan = scan_enabled()
     out = []
     for k, (sent, record) in enumerate(zip(sents, records)):
         text = doc_text[sent.start_char : sent.end_char]  # sent.text, without a Token per word
         here = _sentence_where(where, k, sent, text)
-        scores = _sentence(sent, record, here, single_root)
+        scores = _sentence(sent, record, here, single_root, scan)
         scores.text = text
         scores.deprels = deprels[sent.start : sent.end]
         scores.heads = None if heads is None else heads[sent.start : sent.end]
@@ -263,8 +264,9 @@ def sentence_scores(
     return out
 
 
-def _sentence(sent: Span, record: Any, where: str, single_root: bool) -> SentenceScores:
-    """One sentence's scores checked and converted (see the module doc)."""
+def _sentence(sent: Span, record: Any, where: str, single_root: bool, scan: bool) -> SentenceScores:
+    """One sentence's scores checked and converted (see the module doc); ``scan``: the usual
+    case is settled first in one pass (:func:`~spacy_treexp.annotate.scan.scan_sentence`)."""
     n = len(sent)
     if not isinstance(record, Mapping):
         raise ScoreSourceError(Errors.TXE005.format(where=where, kind=_kind(record)))
@@ -293,8 +295,10 @@ def _sentence(sent: Span, record: Any, where: str, single_root: bool) -> Sentenc
         if record.get("member_weights") is not None:
             scores.member_weights = _numbers(record["member_weights"], "member weights", where)
     # the usual case in one pass (annotate/scan.py); whatever it does not clear is checked below
-    scan = scan_sentence(arc, rel if isinstance(rel, numpy.ndarray) else None, LOG_NORMALISED_TOLERANCE)
-    clean = scan if scan is not None and scan.values_clean else None
+    found = (
+        scan_sentence(arc, rel if isinstance(rel, numpy.ndarray) else None, LOG_NORMALISED_TOLERANCE) if scan else None
+    )
+    clean = found if found is not None and found.values_clean else None
     try:
         scores.check(where, values_scanned=clean is not None)
     except ValueError as error:
@@ -501,25 +505,21 @@ def _sentence_where(where: str, k: int, sent: Span, text: str) -> str:
 def _local_heads(doc: Doc, sents: Sequence[Span], where: str) -> numpy.ndarray:
     """Every token's head within its sentence, ``(len(doc),)`` with 0 = ROOT and word m of a
     sentence numbered m (the engine's convention), from the Doc's parse, for all sentences
-    at once; a head outside its token's sentence is refused."""
-    offsets = doc.to_array("HEAD").view(numpy.int64)  # signed offsets stored as uint64
-    tokens = numpy.arange(len(doc), dtype=numpy.int64)
-    absolute = tokens + offsets
-    first: Any  # each token's sentence's first and last + 1 token (ints for one sentence)
-    last: Any
-    if len(sents) == 1:
-        first, last = sents[0].start, sents[0].end
-    else:
-        lengths = [sent.end - sent.start for sent in sents]
-        first = numpy.repeat(numpy.array([sent.start for sent in sents], dtype=numpy.int64), lengths)
-        last = numpy.repeat(numpy.array([sent.end for sent in sents], dtype=numpy.int64), lengths)
-    outside = (absolute < first) | (absolute >= last)
-    if outside.any():
-        i = int(numpy.flatnonzero(outside)[0])
-        k, sent = next((k, sent) for k, sent in enumerate(sents) if sent.start <= i < sent.end)
-        here = _sentence_where(where, k, sent, sent.text)
-        raise ValueError(Errors.TXE024.format(where=here, i=i, text=doc[i].text))
-    return numpy.where(absolute == tokens, 0, absolute - first + 1)
+    at once; a head outside its token's sentence is refused. (Python lists: for sentences of
+    tens of words, cheaper than numpy's per-call cost.)"""
+    offsets = doc.to_array("HEAD").view(numpy.int64).tolist()  # signed offsets stored as uint64
+    local = [0] * len(offsets)
+    for k, sent in enumerate(sents):
+        start, end = sent.start, sent.end
+        for i in range(start, end):
+            head = i + offsets[i]
+            if head == i:
+                continue  # a root: 0
+            if not start <= head < end:
+                here = _sentence_where(where, k, sent, sent.text)
+                raise ValueError(Errors.TXE024.format(where=here, i=i, text=doc[i].text))
+            local[i] = head - start + 1
+    return numpy.array(local, dtype=numpy.int64)
 
 
 def _relation_names(doc: Doc) -> List[str]:
