@@ -81,7 +81,8 @@ def main(argv=None) -> int:
     (out / "calibration.md").write_text("\n".join(lines) + "\n", encoding="utf8")
     if args.write_map:
         fitted = fit_calibration(dev_gold, dev_scores, "distance")
-        fitted.fit["data"] = shown_path(args.dev)
+        fitted.fit["data"] = f"{Path(args.dev).name}: the pipeline's parser on gold tokens and sentences"
+        fitted.fit["command"] = "python benchmarks/calibration_ewt.py --dev DEV --test TEST --out OUT --write-map MAP"
         if Path(args.write_map).is_file():  # keep the novelty reference (benchmarks/ood_novelty.py)
             previous = CalibrationMap.from_disk(args.write_map)
             if previous.novelty is not None:

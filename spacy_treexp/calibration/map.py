@@ -98,14 +98,6 @@ def group_index(size: int, kind: str, edges: Sequence[int]) -> torch.Tensor:
     return torch.where(head == 0, torch.zeros_like(groups), groups)
 
 
-def direction_index(size: int) -> torch.Tensor:
-    """Direction of every arc (h, m) of a ``(size, size)`` matrix as an index into
-    :data:`DIRECTIONS`: 0 for ROOT's arcs, 1 for a head before its dependent, 2 after it."""
-    position = torch.arange(size)
-    head, dep = position.unsqueeze(1), position.unsqueeze(0)
-    return torch.where(head == 0, 0, torch.where(head < dep, 1, 2))
-
-
 def dependent_feature(name: str, local: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """A per-dependent feature ``(B, N+1)`` from the local log-probabilities ``local``
     ``(B, N+1, N+1)`` of the ``allowed`` arcs: ``entropy``, −Σ_h exp ℓ(h, m) · ℓ(h, m) (nats)."""
@@ -139,7 +131,7 @@ def transform_scores(
     ``features`` (names of :data:`DEPENDENT_FEATURES`) with weights ``feature_scale``
     ``(F,)``: each dependent's column scale times exp(Σ_f w_f · feature_f(m));
     ``column_bias`` and ``column_direction_log_scale`` ``(B, N+1, 3)``: β and σ of each
-    dependent's relation per arc direction (:func:`direction_index`); ``head_bias`` and
+    dependent's relation per arc direction (:data:`DIRECTIONS`); ``head_bias`` and
     ``head_log_scale`` ``(B, N+1, 2)``: η and τ of each word's relation as a head, per
     direction. -inf (forbidden) stays -inf; padding, column 0 and the
     diagonal become 0 (the engine ignores them)."""
@@ -159,18 +151,28 @@ def transform_scores(
         for name, weight in zip(features, feature_scale):
             term = weight * dependent_feature(name, local, allowed)
             log_column = term if log_column is None else log_column + term
-    if log_column is not None:
-        arc_scale = arc_scale * log_column.exp().unsqueeze(1)
-    one_hot = torch.nn.functional.one_hot(direction_index(size).to(scores.device), len(DIRECTIONS)).to(scores.dtype)
-    if column_direction_log_scale is not None:
-        arc_scale = arc_scale * torch.einsum("hmd,bmd->bhm", one_hot, column_direction_log_scale).exp()
-    if head_log_scale is not None:
-        arc_scale = arc_scale * torch.einsum("hmd,bhd->bhm", one_hot[:, :, 1:], head_log_scale).exp()
+    to_root = (position == 0).unsqueeze(1)  # (N+1, 1): the arcs out of ROOT
+    before = position.unsqueeze(1) < position.unsqueeze(0)  # (N+1, N+1): head before its dependent
+
+    def of_dependent(table: torch.Tensor) -> torch.Tensor:  # (B, N+1, 3) by dependent -> (B, N+1, N+1) per arc
+        rows = table.unsqueeze(1)
+        return torch.where(to_root, rows[..., 0], torch.where(before, rows[..., 1], rows[..., 2]))
+
+    def of_head(table: torch.Tensor) -> torch.Tensor:  # (B, N+1, 2) by head -> (B, N+1, N+1); ROOT's rows are 0
+        rows = table.unsqueeze(2)
+        return torch.where(before, rows[..., 0], rows[..., 1])
+
+    log_arc = None if log_column is None else log_column.unsqueeze(1)
+    for term, spread in [(column_direction_log_scale, of_dependent), (head_log_scale, of_head)]:
+        if term is not None:
+            log_arc = spread(term) if log_arc is None else log_arc + spread(term)
+    if log_arc is not None:
+        arc_scale = arc_scale * log_arc.exp()
     mapped = arc_scale * local + bias[groups]
     if column_bias is not None:
-        mapped = mapped + torch.einsum("hmd,bmd->bhm", one_hot, column_bias)
+        mapped = mapped + of_dependent(column_bias)
     if head_bias is not None:
-        mapped = mapped + torch.einsum("hmd,bhd->bhm", one_hot[:, :, 1:], head_bias)
+        mapped = mapped + of_head(head_bias)
     if knots is not None and hinge is not None and knots.numel():
         mapped = mapped + (torch.relu(local.unsqueeze(-1) - knots) * hinge).sum(-1)
     out = torch.where(allowed, mapped, torch.zeros_like(mapped))
@@ -327,34 +329,34 @@ class CalibrationMap:
 
         return tensor(self.log_scale).exp(), tensor(self.bias), tensor(self.knots).log(), tensor(self.hinge)
 
+    def relation_index(self, relations: Sequence[Optional[Sequence[str]]], size: int) -> torch.Tensor:
+        """The position in ``self.relations`` of each word's relation, ``(B, size)`` int64
+        (``len(self.relations)``: ROOT, padding and relations without terms);
+        ``relations[b]``: sentence b's n relations, or None."""
+        none = len(self.relations)
+        position = _by_relation(self.relations, range(none))
+        out = numpy.full((len(relations), size), none, dtype=numpy.int64)
+        for b, names in enumerate(relations):
+            if names:
+                out[b, 1 : len(names) + 1] = [position.get(name, none) for name in names]
+        return torch.from_numpy(out)
+
     def column_scales(self, relations: Sequence[Optional[Sequence[str]]], size: int) -> torch.Tensor:
         """γ of each dependent's relation, ``(B, size)`` float64 (0 at ROOT, padding and
         relations without a scale); ``relations[b]``: sentence b's n relations, or None."""
-        out = numpy.zeros((len(relations), size), dtype=numpy.float64)
-        if self.relations:
-            gamma = _by_relation(self.relations, self.relation_scale)
-            for b, names in enumerate(relations):
-                if names:
-                    out[b, 1 : len(names) + 1] = [gamma.get(name, 0.0) for name in names]
-        return torch.from_numpy(out)
+        gamma = torch.tensor([*self.relation_scale, 0.0], dtype=torch.float64)
+        return gamma[self.relation_index(relations, size)]
 
     def relation_tables(self) -> Tuple[Tuple[Tuple[float, ...], ...], ...]:
         """β, σ, η, τ: the per-relation tables in :func:`transform_scores`' order."""
         return self.relation_bias, self.relation_direction_scale, self.head_relation_bias, self.head_relation_scale
 
-    def relation_rows(
-        self, table: Sequence[Sequence[float]], relations: Sequence[Optional[Sequence[str]]], size: int
-    ) -> torch.Tensor:
+    def relation_rows(self, table: Sequence[Sequence[float]], index: torch.Tensor) -> torch.Tensor:
         """The row of ``table`` (one of the map's per-relation tables) for each word's
-        relation, ``(B, size, width)`` float64 (0 at ROOT, padding and other relations)."""
-        width = len(table[0])
-        out = numpy.zeros((len(relations), size, width), dtype=numpy.float64)
-        rows = _by_relation(self.relations, table)
-        zero = (0.0,) * width
-        for b, names in enumerate(relations):
-            if names:
-                out[b, 1 : len(names) + 1] = [rows.get(name, zero) for name in names]
-        return torch.from_numpy(out)
+        relation (``index``: :meth:`relation_index`), ``(B, size, width)`` float64 (0 at
+        ROOT, padding and relations without terms)."""
+        rows = torch.tensor([*table, (0.0,) * len(table[0])], dtype=torch.float64)
+        return rows[index]
 
     def apply_batch(
         self, scores: torch.Tensor, lengths: torch.Tensor, relations: Optional[Sequence[Optional[Sequence[str]]]] = None
@@ -366,10 +368,12 @@ class CalibrationMap:
         columns = None
         tables: List[Optional[torch.Tensor]] = [None] * 4
         if self.relations and relations is not None:
-            columns = self.column_scales(relations, scores.shape[-1]).to(scores.device)
+            index = self.relation_index(relations, scores.shape[-1])
+            gamma = torch.tensor([*self.relation_scale, 0.0], dtype=torch.float64)
+            columns = gamma[index].to(scores.device)
             for k, table in enumerate(self.relation_tables()):
                 if table:
-                    tables[k] = self.relation_rows(table, relations, scores.shape[-1]).to(scores.device)
+                    tables[k] = self.relation_rows(table, index).to(scores.device)
         weights = torch.tensor(self.feature_scale, dtype=torch.float64, device=scores.device)
         return transform_scores(
             scores.to(torch.float64),
