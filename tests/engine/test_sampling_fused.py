@@ -402,6 +402,51 @@ def test_exact_conditionals_kernel_equals_the_engine_on_drifting_rows(monkeypatc
     assert_fits(heads, scores, lengths, False)
 
 
+def test_flat_blocks_read_views_in_place_and_copy_the_rest():
+    """The first meetings reach the trapped-steps kernel as one flat array: the blocks
+    settled_tables makes (views of one buffer) without a copy, separate blocks (after
+    Groups.cat) copied; each block at its offset either way."""
+    import numpy as np
+
+    from spacy_treexp.engine.sampling import fused
+
+    buffer = torch.arange(60, dtype=torch.float64)
+    views = [buffer[0:6].view(1, 3, 2), buffer[6:15].view(1, 3, 3), buffer[15:27].view(1, 3, 4)]
+    separate = [block.clone() for block in views]
+    for blocks, in_place in ((views, True), (separate, False)):
+        flat, offsets = fused._flat_blocks(blocks)
+        assert np.shares_memory(flat, buffer.numpy()) == in_place
+        for block, start in zip(blocks, offsets.tolist()):
+            assert np.array_equal(flat[start : start + block.numel()], block.reshape(-1).numpy())
+
+
+def test_untrusted_first_marginals_by_the_kernel_are_enumerated(monkeypatch):
+    """Multi-root sentences whose L-hat LU is not trusted (peaked scores): word 1's head
+    marginals from the kernel's exact reduction equal the engine's (native off) and
+    brute-force enumeration in float64 (n <= 6, one arc masked)."""
+    from helpers.enumerate_trees import all_trees
+
+    gen = torch.Generator().manual_seed(77)
+    scores = 30.0 * torch.randint(0, 3, (4, 7, 7), generator=gen).double()
+    scores += torch.randn(4, 7, 7, generator=gen, dtype=torch.float64)
+    scores[1, 0, 1] = -torch.inf
+    lengths = torch.tensor([6, 5, 6, 4])
+    dist = TreeDistribution(scores, lengths, single_root=False)
+    found = []
+    for native in ("0", "1"):
+        monkeypatch.setenv(NATIVE_ENV, native)
+        prepared = colbourn.Prepared.of(dist, tolerance=colbourn.CONDITIONED_ERROR)
+        found.append(prepared.first)
+    assert bool((prepared.error > colbourn.CONDITIONED_ERROR).any())  # some by the kernel
+    torch.testing.assert_close(found[1], found[0], rtol=1e-9, atol=1e-12)
+    for b, n in enumerate(lengths.tolist()):
+        trees = all_trees(n, False)
+        weights = scores[b, : n + 1, : n + 1][trees[:, 1:], torch.arange(1, n + 1)].sum(-1)
+        probs = torch.softmax(weights, 0)
+        expected = torch.zeros(n + 1, dtype=torch.float64).index_add_(0, trees[:, 1], probs)
+        torch.testing.assert_close(found[1][b, : n + 1], expected, rtol=1e-9, atol=1e-12)
+
+
 def test_fused_strong_sets_are_the_reference_sets():
     """The kernel's strongly bound sets (Chu-Liu-Edmonds on sums) are the numpy reference's,
     set for set and in order, on random, peaked and masked graphs of 2 to 30 words."""

@@ -74,9 +74,11 @@ class Prepared:
     the float64 scores (also for lower-precision inputs, so that no tree whose probability is
     representable in float64 is lost to float32 underflow): from the same LU as ``inverse``
     where its error estimate is within ``tolerance`` (the engine's for float64 by default),
-    else the engine's stable path (by default not for the sentences :meth:`trapped` sends to
-    :class:`TrappedModel`, which never read it; with ``engine=False`` and a ``tolerance``, NaN
-    where the LU is not trusted: the caller computes those itself);
+    else the engine's stable path (multi-root on the CPU with numba: the same marginals by the
+    kernel's exact log-space reduction, :func:`.fused.exact_conditionals`; by default not for
+    the sentences :meth:`trapped` sends to :class:`TrappedModel`, which never read it; with
+    ``engine=False`` and a ``tolerance``, NaN where the LU is not trusted: the caller computes
+    those itself);
     error (B,): the LU's error estimate (:func:`.laplacian.fast_inverse`; inf where singular);
     update_columns (N+1, N+1, 2), update_coefficients (N+1, N+1): the table of
     :func:`_update_columns`.
@@ -117,8 +119,15 @@ class Prepared:
                 first = first.masked_fill(untrusted.unsqueeze(-1), torch.nan)
             elif bool(untrusted.any()):
                 index = untrusted.nonzero().squeeze(-1)
-                exact = engine_marginals(dist, scores.double()[index], dist.lengths[index])
-                first = first.index_put((index,), exact[:, :, 1])
+                if not dist.single_root and native_enabled(scores):  # the kernel's exact reduction
+                    log_weights = scores.double().masked_fill(~dist.arc_mask, -torch.inf)
+                    size = scores.shape[-1]
+                    alone = torch.arange(size, dtype=torch.int32).masked_fill(torch.arange(size) == 0, size)
+                    ends = alone.expand(index.numel(), size)  # no head fixed (ROOT's entry: N+1)
+                    exact = fused.exact_conditionals(log_weights, index, ends, 1, dist.lengths[index])
+                else:
+                    exact = engine_marginals(dist, scores.double()[index], dist.lengths[index])[:, :, 1]
+                first = first.index_put((index,), exact)
                 work.add("refactorisations", index.numel())
         columns, coefficients = _update_columns(weights.shape[-1], dist.single_root)
         return cls(

@@ -16,9 +16,11 @@ working set (one n x n inverse) stays in cache instead of streaming (S B, n, n) 
   the engine;
 * :func:`trapped_steps`: Colbourn's draws of the trapped words of peaked sentences (phase 1 of
   :class:`.colbourn.TrappedModel`), settled states from their tables and each other distinct
-  state by its own reduction (:mod:`.trapped_kernels`);
-* :func:`strong_sets`, :func:`exit_distribution`, :func:`trace_columns`, :func:`settled_tables`,
-  :func:`log_matmul`, :func:`head_rows`: the set-up of peaked sentences (:mod:`.trapped`):
+  state by its own reduction (:mod:`.trapped_kernels`), and :func:`exact_conditionals`: a
+  conditioned row's exact conditionals where its Sherman-Morrison updates drift;
+* :func:`strong_set_masks` (:func:`strong_sets` per sentence), :func:`exit_distribution`,
+  :func:`trace_columns`, :func:`settled_tables`, :func:`log_matmul`, :func:`head_rows`: the
+  set-up of peaked sentences (:mod:`.trapped`):
   their strongly bound sets (the same sets), walks' exits, trace chains, settled head
   distributions and the other states' (the same sums up to rounding; one thread, the caller's).
 
@@ -381,13 +383,11 @@ def trapped_steps(
     numbered into ``state`` (R,) (each row's group on entry) as the torch steps number them,
     in place (contiguous CPU tensors). Returns (R,) the step at which a row found no possible
     head (for the torch steps, which name it), 0 where done."""
-    from numba.typed import List
-
     from spacy_treexp.engine.sampling import trapped_kernels
 
     start = np.zeros(group.shape[0], dtype=np.int64)
     last, second = reach
-    meets = List([block.contiguous().numpy() for block in groups.meets])
+    meets, offsets = _flat_blocks(groups.meets)
     nodes = trapped_kernels.trapped_walk(
         settled.contiguous().numpy(),
         group.contiguous().numpy(),
@@ -400,6 +400,7 @@ def trapped_steps(
         groups.scores.contiguous().numpy(),
         groups.order.contiguous().numpy(),
         meets,
+        offsets,
         math.log(leak),
         fixed.numpy(),
         reaches.numpy(),
@@ -410,6 +411,22 @@ def trapped_steps(
     )
     work.add("trapped_nodes", int(nodes))
     return torch.from_numpy(start)
+
+
+def _flat_blocks(blocks: list[Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """float64 CPU ``blocks`` as one flat array and each block's start in it: the storage they
+    are contiguous views of, as :func:`settled_tables` makes them (no copy), else a copy."""
+    if not blocks:
+        return np.zeros(0), np.zeros(1, dtype=np.int64)
+    storage = blocks[0].untyped_storage()
+    if all(block.is_contiguous() and block.untyped_storage().data_ptr() == storage.data_ptr() for block in blocks):
+        flat = torch.empty(0, dtype=torch.float64).set_(storage).numpy()
+        base = storage.data_ptr()
+        starts = [(block.data_ptr() - base) // block.element_size() for block in blocks]
+        return flat, np.asarray(starts, dtype=np.int64)
+    sizes = [block.numel() for block in blocks]
+    flat = torch.cat([block.reshape(-1) for block in blocks]).numpy()
+    return flat, np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
 
 
 def exact_conditionals(scores: Tensor, sentence: Tensor, end: Tensor, m: int, lengths: Tensor) -> Tensor:

@@ -196,6 +196,7 @@ def trapped_walk(
     scores,
     order,
     meets,
+    offsets,
     log_leak,
     fixed,
     reaches,
@@ -211,19 +212,24 @@ def trapped_walk(
     ``uniforms[r, t-1]`` times the total), then :meth:`TrappedModel.fix`: ``fixed``,
     ``reaches``, ``horizon`` updated and ``state`` (R,) (each row's group on entry) numbered
     as torch.unique numbers the keys state * (N+2) + choice (N+1 for a row not at step t).
-    ``meets``: list of the groups' first meetings per j (G, P+1, j+1). A row with no possible
+    ``meets``: the groups' first meetings for each j (G, P+1, j+1), flat, from ``offsets[j-1]``
+    (as :meth:`.trapped.Groups.meets` holds them). A row with no possible
     head stops: ``start[r]`` is that step (0: every step done). Returns the node updates of
     the unsettled states' small chains (see :func:`unsettled_row`)."""
     rows, width, size = group.shape[0], settled.shape[1], settled.shape[2]
-    nodes = exits.shape[2]
+    groups, nodes = exits.shape[0], exits.shape[2]
     words = size - 1
     steps = 0
     for r in range(rows):
         start[r] = 0
         if group[r] >= 0 and count[group[r]] > steps:
             steps = count[group[r]]
+    lowest = 0  # (a row of no group, -1, numbers below the others: shifting keeps the order)
+    for r in range(rows):
+        lowest = min(lowest, state[r])
     states = 1
     for r in range(rows):
+        state[r] -= lowest
         states = max(states, state[r] + 1)
     capacity = max(states, rows)
     probs = np.empty((capacity, size))
@@ -233,7 +239,7 @@ def trapped_walk(
     work = np.empty(nodes * nodes + 2 * (nodes + 2) ** 2 + 5 * (nodes + 2))
     made = 0
     for t in range(1, steps + 1):
-        block = meets[t - 1]
+        block = meets[offsets[t - 1] : offsets[t - 1] + groups * nodes * (t + 1)].reshape((groups, nodes, t + 1))
         for r in range(rows):
             g = group[r]
             choice = words + 1
