@@ -123,7 +123,8 @@ def native_fast_pass(
 
     ``scores`` float32 or float64 ``(B, N+1, N+1)``, ``lengths`` ``(B,)``; the allowed arcs
     are those of :attr:`.TreeDistribution.arc_mask`: inside the sentence, not scored -inf
-    (the kernel tells them from the scores, one array less to convert). Each result equals the torch path's up to rounding: log det and marginals of
+    (the kernel tells them from the scores, one array less to convert). Each result equals
+    the torch path's up to rounding: log det and marginals of
     :func:`.laplacian.fast_partition_and_marginals`, its error estimate (infinite where
     det L̂ is not positive), max_m |Σ_h μ(h→m) − 1| (and, single-root, |Σ_m μ(0→m) − 1|)
     as checked by :func:`.laplacian.marginals_normalised`, and the shift of
@@ -186,7 +187,7 @@ def _fused_pass(
     log_weights = np.empty((size, size), scores.dtype)  # s' = score - shift, -inf off the arcs
     flat_log_weights = log_weights.reshape(size * size)
     exp_scratch = np.empty(size * size, np.float64)
-    rows = (n_max + 3) // 4 * 4  # rows of L̂'s buffer: the elimination updates four at a time
+    rows = (n_max + 3) // 4 * 4  # rows of L̂'s buffer: long sentences are updated four rows at a time
     columns = (n_max + 7) // 8 * 8  # and its rows are whole vectors of 8
     lap = np.zeros((rows, columns), scores.dtype)
     column_scale = np.empty(n_max, scores.dtype)
@@ -260,7 +261,7 @@ _ROUND_BITS = 0x4338000000000000  # its bits: those of y + _ROUND minus these ar
 @numba.njit(cache=True, nogil=True, fastmath={"contract"})
 def _exp_nonpositive(x, out, scratch):
     """``out[i] = exp(x[i])`` for ``x[i] <= 0`` (-inf gives 0; subnormal results as libm's),
-    1-D, within an ulp of libm's exp in float64 (tested); ``scratch``: float64 of ``x``'s length.
+    1-D, within 2 ulp of libm's exp in float64 (tested); ``scratch``: float64 of ``x``'s length.
 
     libm's exp is one call per element (about a third of the kernel's time at 36 words);
     these two loops are branch-free, so LLVM vectorises them. 2^k is built from its bits in
