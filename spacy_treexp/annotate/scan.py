@@ -48,26 +48,31 @@ def scan_enabled() -> bool:
     return numba_installed() and os.environ.get(NATIVE_ENV, "1").strip() != "0"
 
 
-def scan_sentence(arc: numpy.ndarray, rel: Optional[numpy.ndarray], log_tolerance: float) -> Optional[SentenceScan]:
+def scan_sentence(
+    arc: numpy.ndarray, rel: Optional[numpy.ndarray], log_tolerance: float, *, sums: bool = True
+) -> Optional[SentenceScan]:
     """One pass over ``arc`` ``(n+1, n+1)`` and ``rel`` ``(n+1, n+1, L)`` (or None), float32
     or float64; None when the kernel cannot read them (another dtype or shape), so that the
     caller runs its numpy checks. Only where :func:`scan_enabled`. ``log_tolerance``: the
-    largest |log Σ_l exp rel[h, d, l]| of normalised relation scores."""
+    largest |log Σ_l exp rel[h, d, l]| of normalised relation scores; ``sums=False``: the
+    sums over labels are not looked into (``rel_normalised`` stays False), only the values."""
     if arc.ndim != 2 or arc.dtype not in _FLOATS or arc.shape[0] != arc.shape[1] or arc.shape[0] < 2:
         return None
     if rel is None:
-        probabilities = numpy.zeros((0, 0, 0), dtype=arc.dtype)
+        labels = numpy.zeros((0, 0, 0), dtype=arc.dtype)
     elif rel.ndim == 3 and rel.dtype in _FLOATS and rel.shape[:2] == arc.shape and rel.shape[2] > 0:
-        with numpy.errstate(over="ignore", invalid="ignore"):  # +inf / NaN are read by the kernel
-            probabilities = numpy.exp(rel)
+        labels = rel
+        if sums:
+            with numpy.errstate(over="ignore", invalid="ignore"):  # +inf / NaN are read by the kernel
+                labels = numpy.exp(rel)
     else:
         return None
     kernels = _kernels()
-    flags = kernels.scan(arc, probabilities, math.exp(-log_tolerance), math.exp(log_tolerance))
+    flags = kernels.scan(arc, labels, math.exp(-log_tolerance), math.exp(log_tolerance), rel is not None and sums)
     return SentenceScan(
         values_clean=bool(flags & kernels.VALUES_CLEAN),
         all_allowed=bool(flags & kernels.ALL_ALLOWED),
-        rel_normalised=rel is not None and bool(flags & kernels.REL_NORMALISED),
+        rel_normalised=bool(flags & kernels.REL_NORMALISED),
     )
 
 

@@ -10,18 +10,19 @@ VALUES_CLEAN, ALL_ALLOWED, REL_NORMALISED = 1, 2, 4
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-def scan(arc, probabilities, low, high):
+def scan(arc, labels, low, high, exponentiated):
     """One pass over the cells the engine reads (not ROOT's column, not the diagonal) of
-    ``arc`` ``(n+1, n+1)`` and of ``probabilities`` ``(n+1, n+1, L)`` = exp of the relation
-    scores (``(0, 0, 0)``: none): :data:`VALUES_CLEAN` when no arc score is NaN or +inf and
-    no probability is NaN or +inf (exp of NaN or of +inf, or of a logit that overflows: the
-    numpy checks then decide), :data:`ALL_ALLOWED` when no arc score is -inf,
-    :data:`REL_NORMALISED` when every allowed arc's label probabilities sum to within
-    [low, high] (summed in their dtype: float32 sums 50 labels to about 1e-6)."""
+    ``arc`` ``(n+1, n+1)`` and of ``labels`` ``(n+1, n+1, L)`` (``(0, 0, 0)``: none): the
+    relation scores themselves, or with ``exponentiated`` their exp (label probabilities).
+    Answers :data:`VALUES_CLEAN` when no arc score is NaN or +inf and no label value is NaN
+    or +inf (nor a sum of them: a sum that overflows, or an exp that does, leaves the
+    question to the numpy checks), :data:`ALL_ALLOWED` when no arc score is -inf, and with
+    ``exponentiated`` :data:`REL_NORMALISED` when every allowed arc's label probabilities
+    sum to within [low, high]."""
     size = arc.shape[0]
-    n_labels = probabilities.shape[2] if probabilities.shape[0] > 0 else 0
+    n_labels = labels.shape[2] if labels.shape[0] > 0 else 0
     all_allowed = True
-    normalised = n_labels > 0
+    normalised = exponentiated and n_labels > 0
     for h in range(size):
         for d in range(1, size):
             if h == d:
@@ -33,12 +34,12 @@ def scan(arc, probabilities, low, high):
             if not allowed:
                 all_allowed = False
             if n_labels > 0:
-                total = probabilities[h, d, 0] - probabilities[h, d, 0]  # 0 in their dtype
+                total = 0.0
                 for label in range(n_labels):  # reassociated: a vectorised sum
-                    total += probabilities[h, d, label]
-                if total != total or total == np.inf:
+                    total += labels[h, d, label]
+                if total != total or total == np.inf:  # a NaN or +inf among them
                     return 0
-                if allowed and not (low <= total <= high):
+                if normalised and allowed and not (low <= total <= high):
                     normalised = False
     flags = VALUES_CLEAN
     if all_allowed:

@@ -619,6 +619,8 @@ class BiaffineParser(TrainablePipe):
                     else numpy.ascontiguousarray(rel[b], dtype="float32"),
                     "labels": labels,
                 }
+                if not isinstance(rel[b], BiaffineRelationScores):
+                    record["rel_normalised"] = True  # a log-softmax over labels (architectures.py)
                 if beside:  # the tree the annotations describe is not the Doc's parse
                     record["heads"] = sent_heads.astype("int32")
                     record["deps"] = deps[start:end] = [labels[i] for i in best]

@@ -57,6 +57,10 @@ with the (head, dependent) of a bad value:
   arange(1, n+1)]``), such as relation scores computed when indexed: it is checked by
   shape only (checking its values would build the dense array it avoids) and its values
   are its provider's responsibility.
+* ``"rel_normalised"`` (optional): ``True`` when the source computed ``rel`` as a log-softmax
+  over labels itself (``biaffine_parser`` does): its sums over labels are then not checked
+  (its values still are, for NaN and +inf), and they are its provider's responsibility, as
+  with relation scores computed when indexed.
 """
 
 from __future__ import annotations
@@ -295,9 +299,9 @@ def _sentence(sent: Span, record: Any, where: str, single_root: bool, scan: bool
         if record.get("member_weights") is not None:
             scores.member_weights = _numbers(record["member_weights"], "member weights", where)
     # the usual case in one pass (annotate/scan.py); whatever it does not clear is checked below
-    found = (
-        scan_sentence(arc, rel if isinstance(rel, numpy.ndarray) else None, LOG_NORMALISED_TOLERANCE) if scan else None
-    )
+    as_given = record.get("rel_normalised") is True  # the source normalised them itself
+    dense = rel if isinstance(rel, numpy.ndarray) else None
+    found = scan_sentence(arc, dense, LOG_NORMALISED_TOLERANCE, sums=not as_given) if scan else None
     clean = found if found is not None and found.values_clean else None
     try:
         scores.check(where, values_scanned=clean is not None)
@@ -315,7 +319,7 @@ def _sentence(sent: Span, record: Any, where: str, single_root: bool, scan: bool
         problem = None if (member_allowed == allowed).all() else _no_tree(member_allowed, sent, single_root)
         if problem is not None:
             raise ScoreSourceError(Errors.TXE017.format(where=f"{where}, member {k}", problem=problem))
-    if isinstance(rel, numpy.ndarray) and not (clean is not None and clean.rel_normalised):
+    if dense is not None and not as_given and not (clean is not None and clean.rel_normalised):
         scores.rel = _log_probabilities(rel, _allowed(arc) if allowed is None else allowed, where)
     return scores
 

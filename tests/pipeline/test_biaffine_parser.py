@@ -100,6 +100,8 @@ def test_stored_scores_shapes_and_map_agree_with_heads(trained):
         assert record["rel"].shape == (n + 1, n + 1, len(parser.labels))
         assert record["rel"].dtype == numpy.float32
         assert list(record["labels"]) == list(parser.labels)
+        # said normalised (the component then checks values, not sums), and so they are
+        assert record["rel_normalised"] is True
         assert numpy.allclose(numpy.logaddexp.reduce(record["rel"], axis=-1), 0.0, atol=1e-4)
         heads = sentence_heads(sent)
         mode = TreeDistribution(torch.from_numpy(record["arc"])).mode

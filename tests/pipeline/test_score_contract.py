@@ -5,6 +5,7 @@ that fail are reported."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy
 import pytest
@@ -126,6 +127,30 @@ def test_normalisation_tolerance_decides_whether_scores_are_used_as_given(offset
     for m, token in enumerate(doc, start=1):
         h = 0 if token.head.i == token.i else token.head.i + 1
         value = given[h, m, LABELS.index(token.dep_)] - (0.0 if as_given else offset)
+        assert token._.dep_prob == pytest.approx(token._.head_prob * math.exp(value), rel=1e-6)
+
+
+@pytest.mark.parametrize("value", [numpy.nan, numpy.inf])
+def test_relation_scores_said_normalised_are_still_checked_for_nan_and_inf(value):
+    doc = labelled_doc()
+    rel = doc._.parser_scores[0]["rel"].copy()
+    rel[2, 3, 1] = value
+    doc._.parser_scores = [dict(doc._.parser_scores[0], rel=rel, rel_normalised=True)]
+    expected = f"hold {value} for label 1 ('nsubj') of the arc (head 2, dependent 3)"
+    with pytest.raises(ScoreSourceError, match=re.escape(expected)):
+        component()(doc)
+
+
+def test_relation_scores_said_normalised_are_used_as_given():
+    """``"rel_normalised": True``: the source's word is taken for the sums over labels (like
+    relation scores computed when indexed), whichever path checks the record."""
+    doc = labelled_doc()
+    given = doc._.parser_scores[0]["rel"] + 0.5  # not normalised, said to be
+    doc._.parser_scores = [dict(doc._.parser_scores[0], rel=given, rel_normalised=True)]
+    component()(doc)
+    for m, token in enumerate(doc, start=1):
+        h = 0 if token.head.i == token.i else token.head.i + 1
+        value = given[h, m, LABELS.index(token.dep_)]
         assert token._.dep_prob == pytest.approx(token._.head_prob * math.exp(value), rel=1e-6)
 
 
