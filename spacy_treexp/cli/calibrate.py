@@ -59,7 +59,12 @@ def calibrate(
     held_out_fraction: Annotated[
         float, typer.Option("--held-out-fraction", help="Part of --dev kept out of the fit when no --held-out.")
     ] = 0.2,
-    l2: Annotated[float, typer.Option("--l2", help="Ridge strength of the distance map.")] = 1e-3,
+    l2: Annotated[
+        Optional[float],
+        typer.Option(
+            "--l2", help="Ridge strength of the distance map [default: fit_calibration's, 3e-3].", show_default=False
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the held-out draw and the chance band.")] = 0,
     stanza_tags: Annotated[
         StanzaTags, typer.Option("--stanza-tags", help="Stanza: gold tags of the CoNLL-U or the folder's tagger.")
@@ -87,6 +92,7 @@ def calibrate(
     """Fit a calibration map on gold trees and store it with the pipeline (see the module doc)."""
     from spacy_treexp.annotate import torch_threads
     from spacy_treexp.calibration import CalibrationError, fit_calibration
+    from spacy_treexp.calibration.fit import DEFAULT_L2
     from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
 
     if model is not None and stanza is not None:
@@ -105,7 +111,7 @@ def calibrate(
         raise UserError("--ood-dev needs --novelty-text: the out-of-domain model reads the novelty reference")
     if held_out is None and not 0 < held_out_fraction < 1:
         raise UserError(f"--held-out-fraction {held_out_fraction}: expected a number between 0 and 1")
-    if not l2 >= 0:
+    if l2 is not None and not l2 >= 0:
         raise UserError(f"--l2 {l2}: expected a number >= 0")
     if stanza is not None and not stanza.is_dir():
         raise UserError(f"--stanza {stanza}: no such directory")
@@ -132,7 +138,8 @@ def calibrate(
             fit_scores, report_scores = _spacy_scores(nlp, fit_gold), _spacy_scores(nlp, report_gold)
         warn(f"fitting a {kind.value} map on {len(fit_gold)} sentences ({sum(g.n for g in fit_gold)} words)")
         try:
-            calibration = fit_calibration(fit_gold, fit_scores, kind.value, l2=l2)
+            ridge = DEFAULT_L2 if l2 is None else l2
+            calibration = fit_calibration(fit_gold, fit_scores, kind.value, l2=ridge)
         except CalibrationError as e:
             raise UserError(str(e)) from e
         typer.echo(
