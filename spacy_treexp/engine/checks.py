@@ -209,8 +209,13 @@ def is_tree(heads: Tensor, lengths: Tensor, single_root: bool = False) -> Tensor
 
     Every word 1..n needs a head in 0..n other than itself, and following heads from any
     word must reach ROOT (no cycle): checked by n rounds of pointer jumping, O(n log n).
-    ``single_root`` also requires exactly one child of ROOT.
+    ``single_root`` also requires exactly one child of ROOT. On the CPU with numba, one
+    kernel pass (:func:`.fused.trees`) gives the same answer.
     """
+    if native_enabled(heads) and heads.dtype in (torch.int64, torch.int32) and heads.numel() > 0:
+        from spacy_treexp.engine import fused
+
+        return fused.trees(heads, lengths, single_root)
     n_max = heads.shape[-1] - 1
     positions = torch.arange(n_max + 1, device=heads.device)
     words = word_mask(lengths, n_max)  # (B, N+1)

@@ -314,6 +314,56 @@ def scan_scores(scores: Tensor, lengths: Tensor) -> Optional[Tensor]:
 SCAN_CLEAN, SCAN_BAD_LENGTHS, SCAN_BAD_SCORES = 0, 1, 2
 
 
+def trees(heads: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """:func:`.checks.is_tree` of CPU integer head vectors ``(..., B, N+1)`` in one pass:
+    whether each is a tree over its sentence's words, ``(..., B)`` bool. Following the heads
+    from each word with a mark per node finds a cycle in O(n) (the torch reference jumps
+    pointers, O(n log n), in some fifteen batched calls)."""
+    size = heads.shape[-1]
+    flat = heads.reshape(-1, lengths.shape[0], size).contiguous().numpy()
+    out = np.empty(flat.shape[:2], np.bool_)
+    _trees(flat, lengths.contiguous().numpy(), single_root, out, np.empty(size, np.int8))
+    return torch.from_numpy(out).reshape(heads.shape[:-1])
+
+
+@numba.njit(cache=True, nogil=True)
+def _trees(heads, lengths, single_root, out, state):
+    """The kernel of :func:`trees`; ``state``: scratch ``(N+1,)`` (0 unseen, 1 on the path
+    being followed, 2 reaches ROOT)."""
+    samples, batch, _ = heads.shape
+    for s in range(samples):
+        for b in range(batch):
+            n = lengths[b]
+            ok = True
+            roots = 0
+            for m in range(1, n + 1):
+                h = heads[s, b, m]
+                if h < 0 or h > n or h == m:
+                    ok = False
+                    break
+                if h == 0:
+                    roots += 1
+            if ok and single_root and roots != 1:
+                ok = False
+            if ok:
+                state[0] = 2
+                for m in range(1, n + 1):
+                    state[m] = 0
+                for m in range(1, n + 1):
+                    v = m
+                    while state[v] == 0:
+                        state[v] = 1
+                        v = heads[s, b, v]
+                    if state[v] == 1:  # back on the path: a cycle
+                        ok = False
+                        break
+                    v = m
+                    while state[v] == 1:
+                        state[v] = 2
+                        v = heads[s, b, v]
+            out[s, b] = ok
+
+
 @functools.lru_cache(maxsize=64)
 def _score_limits(dtype: torch.dtype, n_max: int) -> np.ndarray:
     """:func:`.checks.score_limit` of sentences of 0..N words, float64 ``(N+1,)`` (read-only)."""

@@ -328,3 +328,30 @@ def test_sentence_cut_from_a_padded_batch_read_in_place(kernel_calls):
         assert torch.allclose(strided.marginals, dense.marginals, atol=1e-14, rtol=0)
         assert torch.allclose(strided.log_partition, dense.log_partition, atol=0, rtol=1e-15)
     assert len(kernel_calls) == 6
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_tree_check_kernel_agrees_with_the_torch_reference(single_root, monkeypatch):
+    """checks.is_tree through fused.trees and through the torch pointer jumping: random
+    head vectors (out of range, loops, cycles, forests, padding junk), trees from the
+    sampler, leading sample dimensions, int32 and int64."""
+    from spacy_treexp.engine.checks import is_tree
+
+    generator = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([1, 2, 5, 9, 9, 3])
+    size = 10
+    noise = torch.randint(-1, size + 1, (40, len(lengths), size), generator=generator)
+    chains = torch.arange(size).expand(40, len(lengths), size) - 1  # word m -> m - 1: a tree
+    cyclic = chains.clone()
+    cyclic[:, :, 1] = 2  # 1 -> 2 -> 1
+    scores = torch.randn(len(lengths), size, size, generator=generator, dtype=torch.float64)
+    sampled = TreeDistribution(scores, lengths, single_root=single_root).sample((20,), generator=generator)
+    for heads in (noise, chains, cyclic, sampled, sampled[0]):
+        for dtype in (torch.int64, torch.int32):
+            monkeypatch.setenv("SPACY_TREEXP_NATIVE", "1")
+            kernel = is_tree(heads.to(dtype), lengths, single_root)
+            monkeypatch.setenv("SPACY_TREEXP_NATIVE", "0")
+            reference = is_tree(heads.to(dtype), lengths, single_root)
+            assert torch.equal(kernel, reference)
+    assert is_tree(sampled, lengths, single_root).all()
+    assert not is_tree(cyclic, lengths, single_root)[:, lengths >= 2].any()
