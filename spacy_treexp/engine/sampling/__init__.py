@@ -66,8 +66,8 @@ above staying the reference.
 
 Measured (``benchmarks/bench_sampling.py --section scale --methods colbourn --threads 1
 --cpu-time``, 100 samples per sentence, on the CPU with numba): Colbourn at scores x30, x100
-and x1000 within 2x its time at x1 for n = 30, B = 64 (1.5-1.9x); 2.0-2.5x at n = 60, B = 64;
-2.2-5.2x at B = 1 (a fixed per-call set-up); 14.5x at n = 200, B = 4, x100, where rows whose
+and x1000 within 2x its time at x1 for n = 30, B = 64 (1.5-1.9x); 1.7-2.9x at n = 60, B = 64;
+2.1-6.9x at B = 1 (a fixed per-call set-up); 14.1x at n = 200, B = 4, x100, where rows whose
 conditioned L-hat stays ill-conditioned take exact conditionals at every word. The searches
 (``"sbs"``, ``"trie"``) stay within the bounds above but not within 2x at peaked scales.
 """
