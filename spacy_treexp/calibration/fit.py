@@ -28,8 +28,10 @@ from spacy_treexp.calibration.map import (
     DIRECTIONS,
     HEAD_DIRECTIONS,
     KINDS,
+    RELATION_FEATURES,
     CalibrationError,
     CalibrationMap,
+    dependent_label_entropy,
     dependent_relations,
     group_count,
     group_index,
@@ -62,6 +64,7 @@ class _Batch:
     groups: torch.Tensor
     knots: torch.Tensor
     columns: torch.Tensor  # index of each dependent's relation into γ (the last: none)
+    given: Optional[Dict[str, torch.Tensor]] = None  # features of RELATION_FEATURES, (B, N+1)
 
 
 def _batches(
@@ -72,6 +75,7 @@ def _batches(
     knots: torch.Tensor,
     relations: Sequence[Optional[List[str]]],
     names: Sequence[str],
+    label_entropy: Optional[Sequence[Optional[numpy.ndarray]]] = None,
 ) -> List[_Batch]:
     lengths = [s.n for s in scores]
     position = {name: k for k, name in enumerate(names)}
@@ -80,11 +84,20 @@ def _batches(
         raw, batch_lengths = pad_scores([scores[i].arc for i in index])
         heads = torch.full(raw.shape[:2], -1, dtype=torch.long)
         columns = torch.full(raw.shape[:2], len(names), dtype=torch.long)
+        given = None
+        if label_entropy is not None:
+            values = torch.zeros(raw.shape[:2], dtype=torch.float64)
+            for b, i in enumerate(index):
+                row = label_entropy[i]
+                if row is not None:
+                    values[b, 1 : len(row) + 1] = torch.from_numpy(numpy.asarray(row, dtype=numpy.float64))
+            given = {"label_entropy": values}
         for b, i in enumerate(index):
             heads[b, : lengths[i] + 1] = torch.from_numpy(numpy.asarray(gold[i].heads, dtype=numpy.int64))
             for m, name in enumerate(relations[i] or (), start=1):
                 columns[b, m] = position.get(name, len(names))
-        out.append(_Batch(raw, batch_lengths, heads, group_index(raw.shape[-1], kind, edges), knots, columns))
+        groups = group_index(raw.shape[-1], kind, edges)
+        out.append(_Batch(raw, batch_lengths, heads, groups, knots, columns, given))
     return out
 
 
@@ -119,6 +132,7 @@ def tree_nll(
             features,
             feature_scale,
             *rows,
+            given=batch.given,
         )
         log_z = TreeDistribution(mapped, batch.lengths, single_root=True).log_partition
         words = batch.gold >= 0
@@ -166,7 +180,8 @@ def fit_calibration(
     ``min_relation_words`` words of the data, and with ``relation_directions`` its terms
     by arc direction (σ and β of a dependent's relation, τ and η of a head's);
     ``features``: the dependent features that scale each column
-    (:data:`~spacy_treexp.calibration.map.DEPENDENT_FEATURES`); ``l2`` is the ridge
+    (:data:`~spacy_treexp.calibration.map.DEPENDENT_FEATURES`; ``label_entropy`` is dropped
+    when a sentence has no relation scores or no parser tree); ``l2`` is the ridge
     strength λ. The defaults were chosen by 5-fold cross-validation on EWT dev (gold-tree
     NLL, arc ECE and AUROC of the held-out folds).
 
@@ -189,6 +204,9 @@ def fit_calibration(
         raise CalibrationError(
             f"fit_calibration: features must be distinct names of {list(DEPENDENT_FEATURES)}, got {list(features)}"
         )
+    entropies = [dependent_label_entropy(s) for s in scores] if "label_entropy" in features else None
+    if entropies is not None and any(e is None for e in entropies):
+        features, entropies = tuple(f for f in features if f not in RELATION_FEATURES), None
     per_sentence = [dependent_relations(s) if rich and by_relation else None for s in scores]
     counts: Dict[str, int] = {}
     for names in per_sentence:
@@ -196,7 +214,7 @@ def fit_calibration(
             counts[name] = counts.get(name, 0) + 1
     relation_names = sorted(name for name, count in counts.items() if count >= min_relation_words)
     knot_logs = torch.tensor(knots, dtype=torch.float64).log()
-    batches = _batches(gold, scores, kind, edges, knot_logs, per_sentence, relation_names)
+    batches = _batches(gold, scores, kind, edges, knot_logs, per_sentence, relation_names, entropies)
     log_scale = torch.zeros(groups, dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(groups, dtype=torch.float64, requires_grad=rich)
     hinge = torch.zeros(len(knots), dtype=torch.float64, requires_grad=rich)

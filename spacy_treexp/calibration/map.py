@@ -15,7 +15,11 @@ column is further multiplied by exp(γ_r) for the relation r the parser gives it
 ``deprels``, else the best label at its head): words of some relations are attached less
 reliably than their scores say, and by exp(w · H_m), H_m the dependent's local head
 entropy −Σ_h exp ℓ(h, m) · ℓ(h, m) (``dependent_features``, format 2): a word whose scores
-hesitate between heads is sharpened or flattened by its own factor. By the arc's direction
+hesitate between heads is sharpened or flattened by its own factor; with ``label_entropy``
+also by exp(w' · H^rel_m), H^rel_m the entropy of the relation distribution at the word's
+head in the parser's own tree (``heads``), −Σ_l p(l | head_m, m) log p(l | head_m, m): a
+word whose label the parser hesitates over is often attached wrongly too (0 where the
+scores carry no relation scores or no tree). By the arc's direction
 d — to ROOT, from a head before the dependent, from a head after it — an arc into a
 dependent of relation r has its scale further multiplied by exp(σ_{r, d})
 (``relation_direction_scale``) and gets a bias β_{r, d} (``relation_bias``), and an arc
@@ -62,7 +66,9 @@ DEFAULT_EDGES = (1, 2, 3, 4, 6, 9, 15)
 #: Local probabilities p_k whose logs are the knots of the ``distance`` map's hinge terms.
 DEFAULT_KNOTS = (0.05, 0.2, 0.4, 0.6, 0.8, 0.95)
 #: Per-dependent features a map may scale a dependent's column by (see :func:`dependent_feature`).
-DEPENDENT_FEATURES = ("entropy",)
+DEPENDENT_FEATURES = ("entropy", "label_entropy")
+#: Dependent features read from the relation scores at the parser's heads (not from the arc scores).
+RELATION_FEATURES = ("label_entropy",)
 #: Arc directions of the dependent's relation terms: to ROOT, from a head before the dependent, from one after it.
 DIRECTIONS = ("root", "head_before", "head_after")
 #: Arc directions of ``head_relation_scale`` / ``_bias`` (a word's arcs as a head): before its dependent, after it.
@@ -100,7 +106,11 @@ def group_index(size: int, kind: str, edges: Sequence[int]) -> torch.Tensor:
 
 def dependent_feature(name: str, local: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """A per-dependent feature ``(B, N+1)`` from the local log-probabilities ``local``
-    ``(B, N+1, N+1)`` of the ``allowed`` arcs: ``entropy``, −Σ_h exp ℓ(h, m) · ℓ(h, m) (nats)."""
+    ``(B, N+1, N+1)`` of the ``allowed`` arcs: ``entropy``, −Σ_h exp ℓ(h, m) · ℓ(h, m) (nats).
+    A feature of :data:`RELATION_FEATURES` is not in the arc scores: its values come from
+    :func:`dependent_label_entropy` (see :func:`transform_scores`' ``given``), zeros here."""
+    if name in RELATION_FEATURES:
+        return torch.zeros(local.shape[:-2] + local.shape[-1:], dtype=local.dtype, device=local.device)
     if name == "entropy":
         terms = torch.where(allowed, local.exp() * local, torch.zeros_like(local))
         return -terms.sum(dim=-2)
@@ -122,6 +132,8 @@ def transform_scores(
     column_direction_log_scale: Optional[torch.Tensor] = None,
     head_bias: Optional[torch.Tensor] = None,
     head_log_scale: Optional[torch.Tensor] = None,
+    *,
+    given: Optional[Mapping[str, torch.Tensor]] = None,
 ) -> torch.Tensor:
     """The map on a batch: ``scores`` ``(B, N+1, N+1)``, ``lengths`` ``(B,)``, per-group
     ``scale`` and ``bias`` ``(G,)``, ``groups`` ``(N+1, N+1)``, and optional hinge ``knots``
@@ -133,7 +145,8 @@ def transform_scores(
     ``column_bias`` and ``column_direction_log_scale`` ``(B, N+1, 3)``: β and σ of each
     dependent's relation per arc direction (:data:`DIRECTIONS`); ``head_bias`` and
     ``head_log_scale`` ``(B, N+1, 2)``: η and τ of each word's relation as a head, per
-    direction. -inf (forbidden) stays -inf; padding, column 0 and the
+    direction; ``given``: values ``(B, N+1)`` of the features of :data:`RELATION_FEATURES`
+    (absent: 0). -inf (forbidden) stays -inf; padding, column 0 and the
     diagonal become 0 (the engine ignores them)."""
     size = scores.shape[-1]
     position = torch.arange(size, device=scores.device)
@@ -149,7 +162,8 @@ def transform_scores(
     log_column = column_log_scale
     if features and feature_scale is not None:
         for name, weight in zip(features, feature_scale):
-            term = weight * dependent_feature(name, local, allowed)
+            value = given[name] if given is not None and name in given else dependent_feature(name, local, allowed)
+            term = weight * value
             log_column = term if log_column is None else log_column + term
     to_root = (position == 0).unsqueeze(1)  # (N+1, 1): the arcs out of ROOT
     before = position.unsqueeze(1) < position.unsqueeze(0)  # (N+1, N+1): head before its dependent
@@ -358,11 +372,21 @@ class CalibrationMap:
         rows = torch.tensor([*table, (0.0,) * len(table[0])], dtype=torch.float64)
         return rows[index]
 
+    @property
+    def reads_label_entropy(self) -> bool:
+        """Whether the map needs :func:`dependent_label_entropy` of each sentence."""
+        return "label_entropy" in self.dependent_features
+
     def apply_batch(
-        self, scores: torch.Tensor, lengths: torch.Tensor, relations: Optional[Sequence[Optional[Sequence[str]]]] = None
+        self,
+        scores: torch.Tensor,
+        lengths: torch.Tensor,
+        relations: Optional[Sequence[Optional[Sequence[str]]]] = None,
+        label_entropy: Optional[Sequence[Optional[numpy.ndarray]]] = None,
     ) -> torch.Tensor:
         """s' of a padded batch ``(B, N+1, N+1)`` (see :func:`transform_scores`), float64;
-        ``relations``: each sentence's dependent relations (see :func:`dependent_relations`)."""
+        ``relations``: each sentence's dependent relations (see :func:`dependent_relations`);
+        ``label_entropy``: each sentence's :func:`dependent_label_entropy` (None: 0)."""
         scale, bias, knots, hinge = self.parameters(scores.device)
         groups = group_index(scores.shape[-1], self.kind, self.edges).to(scores.device)
         columns = None
@@ -375,6 +399,13 @@ class CalibrationMap:
                 if table:
                     tables[k] = self.relation_rows(table, index).to(scores.device)
         weights = torch.tensor(self.feature_scale, dtype=torch.float64, device=scores.device)
+        given = None
+        if self.reads_label_entropy and label_entropy is not None:
+            values = numpy.zeros((len(label_entropy), scores.shape[-1]), dtype=numpy.float64)
+            for b, row in enumerate(label_entropy):
+                if row is not None:
+                    values[b, 1 : len(row) + 1] = row
+            given = {"label_entropy": torch.from_numpy(values).to(scores.device)}
         return transform_scores(
             scores.to(torch.float64),
             lengths.to(scores.device),
@@ -387,13 +418,19 @@ class CalibrationMap:
             self.dependent_features,
             weights,
             *tables,
+            given=given,
         )
 
-    def apply_arc(self, arc: numpy.ndarray, relations: Optional[Sequence[str]] = None) -> numpy.ndarray:
+    def apply_arc(
+        self,
+        arc: numpy.ndarray,
+        relations: Optional[Sequence[str]] = None,
+        label_entropy: Optional[numpy.ndarray] = None,
+    ) -> numpy.ndarray:
         """s' of one sentence's ``(n+1, n+1)`` arc scores, float64."""
         scores = torch.from_numpy(numpy.asarray(arc, dtype=numpy.float64)).unsqueeze(0)
         lengths = torch.tensor([arc.shape[-1] - 1])
-        return self.apply_batch(scores, lengths, [relations])[0].numpy()
+        return self.apply_batch(scores, lengths, [relations], [label_entropy])[0].numpy()
 
     def label_factors(self, relations: Optional[Sequence[str]], n: int) -> numpy.ndarray:
         """exp(ρ_r(m)) per dependent m = 0..n (1 at ROOT and without a factor), float64."""
@@ -568,6 +605,7 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
     from spacy_treexp.annotate.batching import length_buckets, pad_scores
 
     relations = [dependent_relations(s) if calibration.relations else None for s in sentences]
+    entropies = [dependent_label_entropy(s) if calibration.reads_label_entropy else None for s in sentences]
     # every arc matrix to map, in one padded pass per length bucket: each sentence's own
     # scores, then each ensemble member's (a member is a parser's scores of the same words)
     owners: List[int] = []
@@ -581,7 +619,9 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
     sizes = [sentences[i].n for i in owners]
     for index in length_buckets(sizes, 512, max_cells=4_000_000):
         raw, lengths = pad_scores([matrices[j] for j in index])
-        mapped = calibration.apply_batch(raw, lengths, [relations[owners[j]] for j in index]).numpy()
+        mapped = calibration.apply_batch(
+            raw, lengths, [relations[owners[j]] for j in index], [entropies[owners[j]] for j in index]
+        ).numpy()
         for b, j in enumerate(index):
             size = sizes[j] + 1
             mapped_arcs[j] = numpy.ascontiguousarray(mapped[b, :size, :size])
@@ -685,3 +725,16 @@ def dependent_relations(sentence: Any) -> Optional[List[str]]:
     n = sentence.n
     rows = numpy.asarray(sentence.rel[numpy.asarray(sentence.heads), numpy.arange(1, n + 1)])
     return [normalise_relation(sentence.labels[int(k)]) for k in rows.argmax(-1)]
+
+
+def dependent_label_entropy(sentence: Any) -> Optional[numpy.ndarray]:
+    """The entropy (nats) of each word's relation distribution at its head in the parser's
+    own tree, −Σ_l p(l | head_m, m) log p(l | head_m, m), ``(n,)`` float64, from a
+    :class:`~spacy_treexp.annotate.SentenceScores`' ``rel`` (re-normalised over the labels)
+    and ``heads``; None without either."""
+    if sentence.rel is None or sentence.heads is None:
+        return None
+    n = sentence.n
+    rows = _log_softmax(numpy.asarray(sentence.rel[numpy.asarray(sentence.heads), numpy.arange(1, n + 1)]))
+    terms = numpy.where(numpy.isfinite(rows), numpy.exp(rows) * rows, 0.0)
+    return -terms.sum(-1)
