@@ -315,3 +315,18 @@ def strong_sets_batch(values, lengths, with_root, bound, found, counts):
     for b in range(values.shape[0]):
         n = lengths[b]
         counts[b] = strong_sets(values[b, : n + 1, : n + 1], with_root, bound, found[b])
+
+
+@jit
+def unsettled_rows(group, fixed, j, exits, trace, scores, order, count, meets, log_leak, out):
+    """:func:`unsettled_row` for each row r: trapped word j's head distribution (N+1,) into
+    ``out[r]`` in the state of group ``group[r]`` with the trapped words' heads ``fixed[r]``
+    (trapped.unsettled_conditionals for distinct states, the reference); ``meets`` (G, P+1,
+    j+1): the groups' first meetings for this j. Returns the node updates (as
+    :func:`unsettled_row`)."""
+    nodes = exits.shape[2]
+    work = np.empty(nodes * nodes + 2 * (nodes + 2) ** 2 + 5 * (nodes + 2))
+    made = 0
+    for r in range(group.shape[0]):
+        made += unsettled_row(group[r], fixed[r], j, exits, trace, scores, order, count, meets, log_leak, out[r], work)
+    return made

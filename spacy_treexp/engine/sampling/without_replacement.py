@@ -26,16 +26,19 @@ rounding, however peaked the distribution.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Iterator
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from spacy_treexp.engine.native import native_enabled
-from spacy_treexp.engine.sampling import fused
+from spacy_treexp.engine.sampling import fused, work
 from spacy_treexp.engine.sampling.colbourn import (
     CHUNK_ENTRIES,
     CONDITIONED_ERROR,
+    SETTLED_LEAK,
     SUM_TOLERANCE,
     Conditioner,
     Prepared,
@@ -190,10 +193,14 @@ def _trapped_search(dist, index: Tensor, k: int, generator: Randomness) -> Tenso
     lengths = dist.lengths[index]
     batch = index.numel()
     rows = torch.arange(batch, device=index.device).repeat_interleave(k)
-    state = TrappedModel(TrappedSetup(dist, index), rows)
-    if not native_enabled(dist.scores):
+    native = native_enabled(dist.scores)
+    state = (_FusedTrapped if native else TrappedModel)(TrappedSetup(dist, index), rows)
+    if not native:
         return _beam_search(state, lengths, k, generator)
-    gumbel, log_p = _beam_steps(state, lengths, k, generator, state.words + 1)  # the root child, trapped words
+    if dist.single_root:  # the root child, then the trapped words, subtree by subtree
+        state, gumbel, log_p = _trapped_rounds(state.setup, lengths, k, generator)
+    else:  # the trapped words
+        gumbel, log_p = _beam_steps(state, lengths, k, generator, state.words + 1)
     conditioned, prepared, which = state.conditioned(engine=False)
     exact = ~(prepared.error <= CONDITIONED_ERROR) | torch.isnan(prepared.first).any(-1)
     gumbel, order = gumbel.sort(dim=-1, descending=True, stable=True)
@@ -226,6 +233,144 @@ def _trapped_search(dist, index: Tensor, k: int, generator: Randomness) -> Tenso
         state = TrappedModel(TrappedSetup(dist, index[again]), rows)
         heads[:, again] = _beam_search(state, lengths[again], k, streams)
     return heads
+
+
+class _FusedTrapped(TrappedModel):
+    """:class:`.colbourn.TrappedModel` whose unsettled trapped-word states are reduced by the
+    kernel (:func:`.trapped_kernels.unsettled_rows`, the same sums as
+    :func:`.trapped.unsettled_conditionals` up to rounding) instead of torch (CPU only: see
+    :func:`.native.native_enabled`). A beam is its own state (the beams are distinct prefixes)."""
+
+    def probs(self, t: int, needed: Tensor | None = None) -> Tensor:
+        groups = self.setup.groups
+        if not 1 <= t <= self.words or groups is None:
+            return super().probs(t, needed)
+        from spacy_treexp.engine.sampling import trapped_kernels
+
+        active = self.active(t)
+        group = self.group.clamp_min(0)
+        probs = groups.settled[group, min(t, groups.settled.shape[1]) - 1]
+        unsettled = active & (self.horizon >= t)
+        index = (unsettled if needed is None else unsettled & needed).nonzero().squeeze(-1)
+        if index.numel():
+            found = np.zeros((index.numel(), self.words + 1))
+            nodes = trapped_kernels.unsettled_rows(
+                group[index].numpy(),
+                self.fixed[index].numpy(),
+                t,
+                groups.exits.contiguous().numpy(),
+                groups.trace.contiguous().numpy(),
+                groups.scores.contiguous().numpy(),
+                groups.order.contiguous().numpy(),
+                groups.count.contiguous().numpy(),
+                groups.meets[t - 1].contiguous().numpy(),
+                math.log(SETTLED_LEAK),
+                found,
+            )
+            work.add("trapped_nodes", int(nodes))
+            probs = probs.index_put((index,), torch.from_numpy(found))
+        idle = torch.zeros_like(probs)
+        idle[:, 0] = 1.0
+        return torch.where(active.unsqueeze(-1), probs, idle)
+
+
+def _root_beams(setup: TrappedSetup, lengths: Tensor, k: int, generator: Randomness) -> tuple[Tensor, Tensor, Tensor]:
+    """Step 0 of :class:`.colbourn.TrappedModel` (the root child) as :func:`_beam_steps` takes
+    it, with the same uniforms: the k best root children of each sentence (B, k), sorted, their
+    Gumbels and log-probabilities (-inf: no beam)."""
+    assert setup.root is not None  # single-root
+    probs = setup.root.unsqueeze(1)  # (B, 1, N+1)
+    batch, size = probs.shape[0], probs.shape[-1]
+    if per_sentence(generator):
+        sizes = [(1, n + 1) for n in lengths.tolist()]
+        uniforms = per_sentence_uniforms(generator, sizes, (1, size), probs)
+    else:
+        uniforms = torch.rand((batch, 1, size), dtype=probs.dtype, device=probs.device, generator=generator)
+    parent = torch.zeros((batch, 1), dtype=torch.float64, device=probs.device)
+    children = torch.full((batch, k, size), -torch.inf, dtype=torch.float64, device=probs.device)
+    children[:, :1] = _child_gumbels(parent, parent, probs, uniforms)
+    best, index = children.view(batch, k * size).topk(k, dim=-1)
+    if not bool((best[:, -1] > -OVERFLOW_GAP).all()) and _restore_overflowed(children, parent, parent, probs, uniforms):
+        best, index = children.view(batch, k * size).topk(k, dim=-1)
+    root = index.remainder(size)
+    log_p = torch.where(best > -torch.inf, probs.squeeze(1).gather(1, root).log(), -torch.inf)
+    return best, log_p, root
+
+
+def _trapped_rounds(
+    setup: TrappedSetup, lengths: Tensor, k: int, generator: Randomness
+) -> tuple[TrappedModel, Tensor, Tensor]:
+    """Steps 0..N of :class:`.colbourn.TrappedModel` (the root child, the trapped words) for
+    single-root sentences, without setting up the (sentence, root child) groups that cannot
+    reach the k best prefixes: returns the state of the k best prefixes after step N (sentence
+    b in rows b * k ..), their Gumbels and log-probabilities (B, k), sorted.
+
+    The search is split by root child, exactly: a beam's Gumbel T is the largest Gumbel of its
+    subtree's prefixes (its best child keeps T, Kool et al. 2019), so the k best prefixes of
+    a depth are the k best of the union of each root child's k best, and a root child whose T
+    is below the k-th best prefix already found has none among them. Round 1 searches each
+    sentence's best root child's subtree; round 2 jointly the subtrees of the other root
+    children whose T is above round 1's k-th best prefix (on peaked scores, usually none:
+    a group's set-up costs O(n^3)); the two rounds' prefixes are merged."""
+    batch, size = lengths.shape[0], setup.scores.shape[-1]
+    device = lengths.device
+    stop = size  # steps 1..N: the trapped words
+    top, root_log_p, root = _root_beams(setup, lengths, k, generator)
+    sentences = torch.arange(batch, device=device)
+
+    def searched(index: Tensor, gumbel: Tensor, log_p: Tensor, child: Tensor, streams: Randomness, on: Tensor):
+        state = _FusedTrapped(setup, index.repeat_interleave(k))
+        state.fix(0, child.reshape(-1), on.reshape(-1))
+        found = _beam_steps(state, lengths[index], k, streams, stop, start=1, initial=(gumbel, log_p))
+        return state, *found
+
+    # round 1: every row of a sentence holds its best root child (only row 0 is a beam)
+    none = torch.full_like(top, -torch.inf)
+    first = torch.arange(k, device=device) == 0
+    one, gumbel, log_p = searched(
+        sentences,
+        torch.where(first, top, none),
+        torch.where(first, root_log_p, none),
+        root[:, :1].expand(-1, k),
+        generator,
+        (top[:, :1] > -torch.inf).expand(-1, k),
+    )
+    kth = gumbel.amin(-1, keepdim=True)  # (-inf where fewer than k prefixes)
+    later = (top > kth) & ~first
+    need = later.any(-1).nonzero().squeeze(-1)
+    if need.numel() == 0:
+        return one, gumbel, log_p
+    # round 2: the other root children whose subtree may hold one of the k best, beams packed first
+    shift = torch.cat([later[need, 1:], later.new_zeros((need.numel(), 1))], 1)
+    pad = none[need, :1]
+    streams = [generator[i] for i in need.tolist()] if per_sentence(generator) else generator
+    two, gumbel_2, log_p_2 = searched(
+        need,
+        torch.where(shift, torch.cat([top[need, 1:], pad], 1), -torch.inf),
+        torch.where(shift, torch.cat([root_log_p[need, 1:], pad], 1), -torch.inf),
+        torch.cat([root[need, 1:], root[need, :1]], 1),
+        streams,
+        shift,
+    )
+    # merged: each sentence's k best of its 2k prefixes, in one state
+    rows = sentences.repeat_interleave(k)
+    pool = torch.cat(
+        [(sentences * k).unsqueeze(-1) + torch.arange(k, device=device), torch.zeros_like(top, dtype=torch.long)], 1
+    )
+    pool_gumbel = torch.cat([gumbel, none], 1)
+    pool_log_p = torch.cat([log_p, none], 1)
+    pool[need, k:] = (
+        batch * k + (torch.arange(need.numel(), device=device) * k).unsqueeze(-1) + torch.arange(k, device=device)
+    )
+    pool_gumbel[need, k:] = gumbel_2
+    pool_log_p[need, k:] = log_p_2
+    best, order = pool_gumbel.topk(k, dim=-1)
+    chosen = pool.gather(1, order).view(-1)
+    merged = _FusedTrapped(setup, rows)
+    for name in ("root_child", "group", "fixed", "reaches", "horizon"):
+        setattr(merged, name, torch.cat([getattr(one, name), getattr(two, name)]).index_select(0, chosen))
+    merged.state = torch.unique(torch.cat([merged.group.unsqueeze(-1), merged.fixed], 1), dim=0, return_inverse=True)[1]
+    return merged, best, pool_log_p.gather(1, order)
 
 
 def _search_uniforms(lengths: Tensor, k: int, size: int, generator: Randomness) -> Tensor:
@@ -272,9 +417,14 @@ def _beam_steps(
     generator: Randomness,
     stop: int,
     drawn: Tensor | None = None,
+    start: int | None = None,
+    initial: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The steps ``state.first_step .. stop - 1`` of stochastic beam search over all sentences
     of ``state`` at once; returns each row's beam Gumbel and log-probability (B, k).
+    ``start``, ``initial``: the steps ``start .. stop - 1`` from beams already searched, their
+    Gumbels and log-probabilities (B, k) by row (-inf: no beam), each in its own state row (if
+    only row 0 is alive, every row holds its state, as before the first step).
 
     Sentence b owns the state rows b * k .. b * k + k - 1 throughout (see
     :meth:`Conditioner.branch`), so every per-step tensor is a view (B, k, N+1) and the
@@ -290,15 +440,17 @@ def _beam_steps(
     size = state.choices
     device = lengths.device
     sentence_lengths = lengths.tolist()
-    # by row: the empty prefix (Gumbel 0: a shift, not a bias) in row 0, no prefix elsewhere
-    gumbel = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
-    gumbel[:, 0] = 0.0
-    log_p = gumbel.clone()
+    if initial is None:  # by row: the empty prefix (Gumbel 0: a shift, not a bias) in row 0, none elsewhere
+        gumbel = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
+        gumbel[:, 0] = 0.0
+        log_p = gumbel.clone()
+    else:
+        gumbel, log_p = initial[0].clone(), initial[1].clone()
     first_row = torch.arange(0, batch * k, k, device=device).unsqueeze(1)
-    top = torch.zeros(batch, dtype=torch.float64, device=device)  # each sentence's best beam Gumbel
-    first = True
-    children = torch.empty(0)
-    for t in range(state.first_step, stop):
+    top = gumbel.amax(-1)  # each sentence's best beam Gumbel
+    first = not bool((gumbel[:, 1:] > -torch.inf).any())  # only row 0 has children
+    children: Tensor | None = None
+    for t in range(state.first_step if start is None else start, stop):
         active = state.active(t).view(batch, k)
         if not bool(active.any()):
             continue
