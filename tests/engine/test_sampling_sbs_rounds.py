@@ -15,6 +15,7 @@ from helpers.enumerate_trees import tree_log_probs
 from helpers.goodness_of_fit import ALPHA, chi_square_p, codes
 
 from spacy_treexp import TreeDistribution
+from spacy_treexp.engine.native import NATIVE_ENV
 from spacy_treexp.engine.sampling import colbourn, sample_without_replacement, without_replacement
 
 pytest.importorskip("numba")
@@ -65,11 +66,11 @@ def test_sbs_rounds_keep_the_law_of_draws_without_replacement(monkeypatch, scale
     dist = TreeDistribution(scores.expand(DRAWS, -1, -1).clone())
     assert bool(colbourn.Prepared.of(dist).trapped().all())
     rounds = []
-    original = without_replacement._beam_steps
+    original = without_replacement._trapped_beams
 
-    def counted(state, lengths, *args, **kwargs):
-        rounds.append(lengths.numel())
-        return original(state, lengths, *args, **kwargs)
+    def counted(state, k, generator, gumbel, log_p):
+        rounds.append(gumbel.shape[0])
+        return original(state, k, generator, gumbel, log_p)
 
     added = []
     add = colbourn.TrappedSetup._add
@@ -78,7 +79,7 @@ def test_sbs_rounds_keep_the_law_of_draws_without_replacement(monkeypatch, scale
         added.append(sentence.numel())
         return add(self, sentence, root_child)
 
-    monkeypatch.setattr(without_replacement, "_beam_steps", counted)
+    monkeypatch.setattr(without_replacement, "_trapped_beams", counted)
     monkeypatch.setattr(colbourn.TrappedSetup, "_add", adding)
     heads, log_probs = sample_without_replacement(dist, 4, method="sbs", generator=torch.Generator().manual_seed(3))
     first_three_law(heads, scores, 5)
@@ -98,31 +99,59 @@ def test_sbs_rounds_keep_the_law_of_draws_without_replacement(monkeypatch, scale
     assert torch.equal(log_probs, dist.log_prob(heads))
 
 
+@pytest.mark.parametrize("single_root", [True, False])
 @pytest.mark.parametrize("scale", [30.0, 100.0, 1000.0])
-def test_fused_trapped_conditionals_are_the_torch_models(scale):
-    """_FusedTrapped.probs (unsettled states by trapped_kernels.unsettled_rows) against
-    TrappedModel.probs (unsettled_conditionals in torch), step by step along the same draws
-    (any possible head, so that many states are unsettled)."""
+def test_trapped_beams_kernel_follows_the_torch_model(monkeypatch, scale, single_root):
+    """The kernel's trapped-word beams (trapped_kernels.trapped_beams) against TrappedModel (the
+    torch reference, unsettled states by unsettled_conditionals): each beam's log-probability is
+    the sum of the torch model's conditionals along its heads, its states (reaches, horizon)
+    are the torch model's, the beams are distinct, sorted, and each keeps its own Gumbel below
+    its parent's (here the root child's)."""
     gen = torch.Generator().manual_seed(41)
     scores = torch.randn(6, 13, 13, generator=gen, dtype=torch.float64) * scale
-    dist = TreeDistribution(scores, torch.tensor([12, 12, 9, 12, 11, 12]))
+    lengths = torch.tensor([12, 12, 9, 12, 11, 12])
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
     setup = colbourn.TrappedSetup(dist, torch.arange(6))
-    rows = torch.arange(6).repeat(40)
-    fused, reference = without_replacement._FusedTrapped(setup, rows), colbourn.TrappedModel(setup, rows)
-    draws = torch.Generator().manual_seed(7)
+    k = 8
+    rows = torch.arange(6).repeat_interleave(k)
+    state = colbourn.TrappedModel(setup, rows)
+    start = torch.full((6, k), -torch.inf, dtype=torch.float64)
+    start_log_p = start.clone()
+    if single_root:  # beam i on the i-th likeliest root child, Gumbel = its log-probability
+        root = setup.root.log()
+        start, child = root[:, 1:].topk(k, -1)
+        child = child + 1
+        start_log_p = start.clone()
+        state.fix(0, child.reshape(-1), torch.ones(6 * k, dtype=torch.bool))
+    else:
+        start[:, 0] = start_log_p[:, 0] = 0.0
+    gumbel, log_p = without_replacement._trapped_beams(state, k, torch.Generator().manual_seed(5), start, start_log_p)
+    alive = gumbel > -torch.inf
+    assert alive.sum() > 6 and (gumbel[:, 1:] <= gumbel[:, :-1]).all()
+    assert (gumbel <= start.amax(-1, keepdim=True)).all()
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    live = alive.view(-1).nonzero().squeeze(-1)
+    replay = colbourn.TrappedModel(setup, rows[live])
+    if single_root:
+        replay.fix(0, state.root_child[live], torch.ones(live.numel(), dtype=torch.bool))
+    expected = start_log_p.view(-1)[live].clone() if single_root else torch.zeros(live.numel(), dtype=torch.float64)
+    if single_root:  # the root child each beam descends from
+        expected = root[rows[live], state.root_child[live]]
     unsettled = 0
-    for t in range(0, fused.words + 1):
-        active = reference.active(t)
+    for t in range(1, replay.words + 1):
+        active = replay.active(t)
         if not bool(active.any()):
             continue
-        expected, found = reference.probs(t), fused.probs(t)
-        assert torch.allclose(found, expected, rtol=1e-9, atol=1e-300)
-        if t >= 1:
-            unsettled += int((active & (reference.horizon >= t)).sum())
-        # any possible head, uniformly (unlikely heads leave the states unsettled)
-        possible = (expected > 0).double()
-        possible[:, 0] += possible.sum(-1) == 0
-        choice = torch.multinomial(possible, 1, generator=draws)
-        for model in (fused, reference):
-            model.fix(t, choice.squeeze(-1), active)
+        unsettled += int((active & (replay.horizon >= t)).sum())
+        probs = replay.probs(t)
+        head = state.fixed[live, t - 1]
+        step = (probs.gather(1, head.unsqueeze(-1)).squeeze(-1) / probs.sum(-1)).log()
+        expected = torch.where(active, expected + step, expected)
+        replay.fix(t, head, active)
+    assert torch.allclose(log_p.view(-1)[live], expected, rtol=1e-9, atol=1e-9)
+    assert torch.equal(replay.reaches, state.reaches[live]) and torch.equal(replay.horizon, state.horizon[live])
     assert unsettled > 0
+    for b in range(6):
+        own = live[rows[live] == b]
+        keys = torch.cat([state.root_child[own].unsqueeze(-1), state.fixed[own]], 1)
+        assert torch.unique(keys, dim=0).shape[0] == own.numel()

@@ -11,7 +11,15 @@ import math
 
 import numpy as np
 
-from spacy_treexp.engine.sampling.fused_kernels import exact_conditionals, head_row, jit, log_add, strong_sets
+from spacy_treexp.engine.sampling.fused_kernels import (
+    exact_conditionals,
+    head_row,
+    jit,
+    log_add,
+    softplus,
+    strong_sets,
+    uniform,
+)
 
 
 @jit
@@ -318,15 +326,187 @@ def strong_sets_batch(values, lengths, with_root, bound, found, counts):
 
 
 @jit
-def unsettled_rows(group, fixed, j, exits, trace, scores, order, count, meets, log_leak, out):
-    """:func:`unsettled_row` for each row r: trapped word j's head distribution (N+1,) into
-    ``out[r]`` in the state of group ``group[r]`` with the trapped words' heads ``fixed[r]``
-    (trapped.unsettled_conditionals for distinct states, the reference); ``meets`` (G, P+1,
-    j+1): the groups' first meetings for this j. Returns the node updates (as
-    :func:`unsettled_row`)."""
-    nodes = exits.shape[2]
-    work = np.empty(nodes * nodes + 2 * (nodes + 2) ** 2 + 5 * (nodes + 2))
+def trapped_beams(
+    settled,
+    count,
+    last,
+    second,
+    exits,
+    trace,
+    scores,
+    order,
+    meets,
+    offsets,
+    log_leak,
+    group,
+    fixed,
+    reaches,
+    horizon,
+    gumbel,
+    log_p,
+    seeds,
+):
+    """Stochastic beam search over the trapped-word steps (1..N) of :class:`.colbourn.TrappedModel`
+    (without_replacement._beam_steps over them, the reference), sentence after sentence: sentence
+    b's beams are the rows b * k .. b * k + k - 1 (k = ``gumbel.shape[1]``) with a Gumbel
+    ``gumbel[b, i]`` > -inf, each in its own state (``group``, ``fixed``, ``reaches``,
+    ``horizon``, as TrappedModel keeps them). At step t a beam whose group has fewer than t
+    trapped words keeps itself as its only child; another's children are the heads of its
+    conditionals (a settled state reads ``settled``, another its :func:`unsettled_row`), with
+    truncated Gumbels (Kool et al. 2019, eq. 23, in log space: G = T - softplus(m +
+    log(expm1(a - m))), a = log(E e^(T - l) / q), m the beam's smallest a; no overflow, however
+    small q). The k best children of all beams are kept (a beam whose T is below the k-th best
+    child found so far is not reduced: all its children are below T); the new beams take the
+    rows in decreasing Gumbel, their states updated as TrappedModel.fix updates them (a row of
+    no beam gets group -1 and Gumbel -inf). Uniforms from a SplitMix64 stream seeded with
+    ``seeds[b]``. Updates every state array, ``gumbel`` and ``log_p`` (B, k) in place; returns
+    the node updates of the unsettled states' small chains (see :func:`unsettled_row`)."""
+    batch, k = gumbel.shape
+    width, size = settled.shape[1], settled.shape[2]
+    groups, nodes = exits.shape[0], exits.shape[2]
     made = 0
-    for r in range(group.shape[0]):
-        made += unsettled_row(group[r], fixed[r], j, exits, trace, scores, order, count, meets, log_leak, out[r], work)
+    rng = np.zeros(1, dtype=np.uint64)
+    probs = np.empty(size)
+    work = np.empty(nodes * nodes + 2 * (nodes + 2) ** 2 + 5 * (nodes + 2))
+    beam_order = np.empty(k, dtype=np.int64)
+    best_value = np.empty(k)
+    best_beam = np.empty(k, dtype=np.int64)
+    best_head = np.empty(k, dtype=np.int64)
+    best_step = np.empty(k)
+    keys = np.empty(size)
+    old_group = np.empty(k, dtype=np.int64)
+    old_fixed = np.empty((k, fixed.shape[1]), dtype=np.int64)
+    old_reaches = np.empty((k, fixed.shape[1]), dtype=np.int64)
+    old_horizon = np.empty(k, dtype=np.int64)
+    old_gumbel = np.empty(k)
+    old_log_p = np.empty(k)
+    for b in range(batch):
+        rng[0] = np.uint64(seeds[b])
+        base = b * k
+        steps = 0
+        for i in range(k):
+            g = group[base + i]
+            if gumbel[b, i] > -np.inf and g >= 0 and count[g] > steps:
+                steps = count[g]
+        for t in range(1, steps + 1):
+            block = meets[offsets[t - 1] : offsets[t - 1] + groups * nodes * (t + 1)].reshape((groups, nodes, t + 1))
+            # the live beams by decreasing Gumbel
+            live = 0
+            for i in range(k):
+                if gumbel[b, i] > -np.inf:
+                    at = live
+                    while at > 0 and gumbel[b, beam_order[at - 1]] < gumbel[b, i]:
+                        beam_order[at] = beam_order[at - 1]
+                        at -= 1
+                    beam_order[at] = i
+                    live += 1
+            found = 0  # candidates kept, best_value[:found] (unsorted), its smallest at ``low``
+            low = 0
+            for o in range(live):
+                i = beam_order[o]
+                r = base + i
+                T = gumbel[b, i]
+                if found == k and not T > best_value[low]:
+                    break  # this beam's children and every later beam's are below the k kept
+                g = group[r]
+                candidates = 0
+                total = 1.0
+                if g < 0 or count[g] < t:  # keeps itself
+                    keys[0] = T
+                    probs[0] = 1.0
+                    candidates = -1
+                else:
+                    if horizon[r] >= t:
+                        made += unsettled_row(
+                            g, fixed[r], t, exits, trace, scores, order, count, block, log_leak, probs, work
+                        )
+                    else:
+                        probs[:] = settled[g, min(t, width) - 1]
+                    total = 0.0
+                    for h in range(size):
+                        total += probs[h]
+                    if not total > 0.0:
+                        continue  # no possible head: the beam has no child
+                    rho = T - log_p[b, i]
+                    smallest = np.inf
+                    for h in range(size):
+                        if probs[h] > 0.0:
+                            u = uniform(rng)
+                            while u == 0.0:
+                                u = uniform(rng)
+                            keys[h] = math.log(-math.log(u)) + rho - math.log(probs[h] / total)
+                            if keys[h] < smallest:
+                                smallest = keys[h]
+                        else:
+                            keys[h] = np.inf
+                    for h in range(size):
+                        if keys[h] < np.inf:
+                            gap = keys[h] - smallest
+                            keys[h] = T if gap == 0.0 else T - softplus(smallest + math.log(math.expm1(gap)))
+                        else:
+                            keys[h] = -np.inf
+                    candidates = size
+                for h in range(max(candidates, 1)):
+                    value = keys[h]
+                    if not value > -np.inf:
+                        continue
+                    if found < k:
+                        best_value[found] = value
+                        best_beam[found] = i
+                        best_head[found] = h if candidates > 0 else -1
+                        best_step[found] = math.log(probs[h] / total) if candidates > 0 else 0.0
+                        found += 1
+                    elif value > best_value[low]:
+                        best_value[low] = value
+                        best_beam[low] = i
+                        best_head[low] = h if candidates > 0 else -1
+                        best_step[low] = math.log(probs[h] / total) if candidates > 0 else 0.0
+                    else:
+                        continue
+                    if found == k:
+                        low = 0
+                        for x in range(1, k):
+                            if best_value[x] < best_value[low]:
+                                low = x
+            # the new beams in decreasing Gumbel, each in row base + j
+            for x in range(1, found):
+                at = x
+                while at > 0 and best_value[at - 1] < best_value[at]:
+                    best_value[at - 1], best_value[at] = best_value[at], best_value[at - 1]
+                    best_beam[at - 1], best_beam[at] = best_beam[at], best_beam[at - 1]
+                    best_head[at - 1], best_head[at] = best_head[at], best_head[at - 1]
+                    best_step[at - 1], best_step[at] = best_step[at], best_step[at - 1]
+                    at -= 1
+            for i in range(k):
+                r = base + i
+                old_group[i] = group[r]
+                old_fixed[i] = fixed[r]
+                old_reaches[i] = reaches[r]
+                old_horizon[i] = horizon[r]
+                old_gumbel[i] = gumbel[b, i]
+                old_log_p[i] = log_p[b, i]
+            for j in range(k):
+                r = base + j
+                if j >= found:
+                    group[r] = -1
+                    gumbel[b, j] = -np.inf
+                    log_p[b, j] = -np.inf
+                    continue
+                i = best_beam[j]
+                g = old_group[i]
+                group[r] = g
+                fixed[r] = old_fixed[i]
+                reaches[r] = old_reaches[i]
+                horizon[r] = old_horizon[i]
+                gumbel[b, j] = best_value[j]
+                log_p[b, j] = old_log_p[i] + best_step[j]
+                head = best_head[j]
+                if head >= 0:  # TrappedModel.fix at step t
+                    fixed[r, t - 1] = head
+                    reached = last[g, head]
+                    if reached == t:
+                        reached = second[g, head]
+                    reaches[r, t - 1] = reached
+                    if reached > horizon[r]:
+                        horizon[r] = reached
     return made

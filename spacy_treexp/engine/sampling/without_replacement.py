@@ -29,7 +29,6 @@ import itertools
 import math
 from typing import Iterator
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -193,14 +192,15 @@ def _trapped_search(dist, index: Tensor, k: int, generator: Randomness) -> Tenso
     lengths = dist.lengths[index]
     batch = index.numel()
     rows = torch.arange(batch, device=index.device).repeat_interleave(k)
-    native = native_enabled(dist.scores)
-    state = (_FusedTrapped if native else TrappedModel)(TrappedSetup(dist, index), rows)
-    if not native:
+    state = TrappedModel(TrappedSetup(dist, index), rows)
+    if not native_enabled(dist.scores):
         return _beam_search(state, lengths, k, generator)
     if dist.single_root:  # the root child, then the trapped words, subtree by subtree
         state, gumbel, log_p = _trapped_rounds(state.setup, lengths, k, generator)
     else:  # the trapped words
-        gumbel, log_p = _beam_steps(state, lengths, k, generator, state.words + 1)
+        start = torch.full((batch, k), -torch.inf, dtype=torch.float64)
+        start[:, 0] = 0.0  # the empty prefix (Gumbel 0: a shift, not a bias) in row 0
+        gumbel, log_p = _trapped_beams(state, k, generator, start, start)
     conditioned, prepared, which = state.conditioned(engine=False)
     exact = ~(prepared.error <= CONDITIONED_ERROR) | torch.isnan(prepared.first).any(-1)
     gumbel, order = gumbel.sort(dim=-1, descending=True, stable=True)
@@ -235,43 +235,54 @@ def _trapped_search(dist, index: Tensor, k: int, generator: Randomness) -> Tenso
     return heads
 
 
-class _FusedTrapped(TrappedModel):
-    """:class:`.colbourn.TrappedModel` whose unsettled trapped-word states are reduced by the
-    kernel (:func:`.trapped_kernels.unsettled_rows`, the same sums as
-    :func:`.trapped.unsettled_conditionals` up to rounding) instead of torch (CPU only: see
-    :func:`.native.native_enabled`). A beam is its own state (the beams are distinct prefixes)."""
+def _trapped_beams(
+    state: TrappedModel, k: int, generator: Randomness, gumbel: Tensor, log_p: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The trapped-word steps (1..N) of stochastic beam search over ``state`` (sentence b in rows
+    b * k ..) by the kernel (:func:`.trapped_kernels.trapped_beams`), from the beams' Gumbels
+    and log-probabilities ``gumbel``, ``log_p`` (B, k) by row (-inf: none; each live row in its
+    own state, set by step 0); ``state`` is updated in place (its ``state`` numbering too).
+    Its uniforms come from a stream seeded per sentence by one draw from the caller's
+    generator (or sentence b's own). Returns the new beams' Gumbels and log-probabilities
+    (B, k), sorted, by row."""
+    from spacy_treexp.engine.sampling import trapped_kernels
 
-    def probs(self, t: int, needed: Tensor | None = None) -> Tensor:
-        groups = self.setup.groups
-        if not 1 <= t <= self.words or groups is None:
-            return super().probs(t, needed)
-        from spacy_treexp.engine.sampling import trapped_kernels
-
-        active = self.active(t)
-        group = self.group.clamp_min(0)
-        probs = groups.settled[group, min(t, groups.settled.shape[1]) - 1]
-        unsettled = active & (self.horizon >= t)
-        index = (unsettled if needed is None else unsettled & needed).nonzero().squeeze(-1)
-        if index.numel():
-            found = np.zeros((index.numel(), self.words + 1))
-            nodes = trapped_kernels.unsettled_rows(
-                group[index].numpy(),
-                self.fixed[index].numpy(),
-                t,
-                groups.exits.contiguous().numpy(),
-                groups.trace.contiguous().numpy(),
-                groups.scores.contiguous().numpy(),
-                groups.order.contiguous().numpy(),
-                groups.count.contiguous().numpy(),
-                groups.meets[t - 1].contiguous().numpy(),
-                math.log(SETTLED_LEAK),
-                found,
-            )
-            work.add("trapped_nodes", int(nodes))
-            probs = probs.index_put((index,), torch.from_numpy(found))
-        idle = torch.zeros_like(probs)
-        idle[:, 0] = 1.0
-        return torch.where(active.unsqueeze(-1), probs, idle)
+    batch = gumbel.shape[0]
+    if per_sentence(generator):
+        seeds = torch.cat([torch.randint(2**32, (1,), generator=stream) for stream in generator])
+    else:
+        seeds = torch.randint(2**32, (batch,), generator=generator)
+    setup = state.setup
+    groups = setup.groups
+    gumbel, log_p = gumbel.double().contiguous().clone(), log_p.double().contiguous().clone()
+    if groups is not None:
+        last, second = setup.reach()
+        meets, offsets = fused._flat_blocks(groups.meets)
+        nodes = trapped_kernels.trapped_beams(
+            groups.settled.contiguous().numpy(),
+            groups.count.contiguous().numpy(),
+            last.contiguous().numpy(),
+            second.contiguous().numpy(),
+            groups.exits.contiguous().numpy(),
+            groups.trace.contiguous().numpy(),
+            groups.scores.contiguous().numpy(),
+            groups.order.contiguous().numpy(),
+            meets,
+            offsets,
+            math.log(SETTLED_LEAK),
+            state.group.numpy(),
+            state.fixed.numpy(),
+            state.reaches.numpy(),
+            state.horizon.numpy(),
+            gumbel.numpy(),
+            log_p.numpy(),
+            seeds.to(torch.int64).numpy(),
+        )
+        work.add("trapped_nodes", int(nodes))
+        if setup.single_root:  # a beam's root child is its group's
+            state.root_child = torch.where(state.group >= 0, groups.root_child[state.group.clamp_min(0)], 0)
+    state.state = torch.unique(torch.cat([state.group.unsqueeze(-1), state.fixed], 1), dim=0, return_inverse=True)[1]
+    return gumbel, log_p
 
 
 def _root_beams(setup: TrappedSetup, lengths: Tensor, k: int, generator: Randomness) -> tuple[Tensor, Tensor, Tensor]:
@@ -312,16 +323,15 @@ def _trapped_rounds(
     sentence's best root child's subtree; round 2 jointly the subtrees of the other root
     children whose T is above round 1's k-th best prefix (on peaked scores, usually none:
     a group's set-up costs O(n^3)); the two rounds' prefixes are merged."""
-    batch, size = lengths.shape[0], setup.scores.shape[-1]
+    batch = lengths.shape[0]
     device = lengths.device
-    stop = size  # steps 1..N: the trapped words
     top, root_log_p, root = _root_beams(setup, lengths, k, generator)
     sentences = torch.arange(batch, device=device)
 
     def searched(index: Tensor, gumbel: Tensor, log_p: Tensor, child: Tensor, streams: Randomness, on: Tensor):
-        state = _FusedTrapped(setup, index.repeat_interleave(k))
+        state = TrappedModel(setup, index.repeat_interleave(k))
         state.fix(0, child.reshape(-1), on.reshape(-1))
-        found = _beam_steps(state, lengths[index], k, streams, stop, start=1, initial=(gumbel, log_p))
+        found = _trapped_beams(state, k, streams, gumbel, log_p)
         return state, *found
 
     # round 1: every row of a sentence holds its best root child (only row 0 is a beam)
@@ -366,7 +376,7 @@ def _trapped_rounds(
     pool_log_p[need, k:] = log_p_2
     best, order = pool_gumbel.topk(k, dim=-1)
     chosen = pool.gather(1, order).view(-1)
-    merged = _FusedTrapped(setup, rows)
+    merged = TrappedModel(setup, rows)
     for name in ("root_child", "group", "fixed", "reaches", "horizon"):
         setattr(merged, name, torch.cat([getattr(one, name), getattr(two, name)]).index_select(0, chosen))
     merged.state = torch.unique(torch.cat([merged.group.unsqueeze(-1), merged.fixed], 1), dim=0, return_inverse=True)[1]
@@ -417,14 +427,9 @@ def _beam_steps(
     generator: Randomness,
     stop: int,
     drawn: Tensor | None = None,
-    start: int | None = None,
-    initial: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The steps ``state.first_step .. stop - 1`` of stochastic beam search over all sentences
     of ``state`` at once; returns each row's beam Gumbel and log-probability (B, k).
-    ``start``, ``initial``: the steps ``start .. stop - 1`` from beams already searched, their
-    Gumbels and log-probabilities (B, k) by row (-inf: no beam), each in its own state row (if
-    only row 0 is alive, every row holds its state, as before the first step).
 
     Sentence b owns the state rows b * k .. b * k + k - 1 throughout (see
     :meth:`Conditioner.branch`), so every per-step tensor is a view (B, k, N+1) and the
@@ -440,17 +445,15 @@ def _beam_steps(
     size = state.choices
     device = lengths.device
     sentence_lengths = lengths.tolist()
-    if initial is None:  # by row: the empty prefix (Gumbel 0: a shift, not a bias) in row 0, none elsewhere
-        gumbel = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
-        gumbel[:, 0] = 0.0
-        log_p = gumbel.clone()
-    else:
-        gumbel, log_p = initial[0].clone(), initial[1].clone()
+    # by row: the empty prefix (Gumbel 0: a shift, not a bias) in row 0, no prefix elsewhere
+    gumbel = torch.full((batch, k), -torch.inf, dtype=torch.float64, device=device)
+    gumbel[:, 0] = 0.0
+    log_p = gumbel.clone()
     first_row = torch.arange(0, batch * k, k, device=device).unsqueeze(1)
-    top = gumbel.amax(-1)  # each sentence's best beam Gumbel
-    first = not bool((gumbel[:, 1:] > -torch.inf).any())  # only row 0 has children
-    children: Tensor | None = None
-    for t in range(state.first_step if start is None else start, stop):
+    top = torch.zeros(batch, dtype=torch.float64, device=device)  # each sentence's best beam Gumbel
+    first = True
+    children = torch.empty(0)
+    for t in range(state.first_step, stop):
         active = state.active(t).view(batch, k)
         if not bool(active.any()):
             continue
