@@ -25,6 +25,7 @@ rounding, however peaked the distribution.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from typing import Iterator
@@ -196,13 +197,15 @@ def _trapped_search(dist, index: Tensor, k: int, generator: Randomness) -> Tenso
     if not native_enabled(dist.scores):
         return _beam_search(state, lengths, k, generator)
     if dist.single_root:  # the root child, then the trapped words, subtree by subtree
-        state, gumbel, log_p = _trapped_rounds(state.setup, lengths, k, generator)
+        (scores, inverse, weights, first, error, which), gumbel, log_p = _trapped_rounds(
+            state.setup, lengths, k, generator
+        )
     else:  # the trapped words
         start = torch.full((batch, k), -torch.inf, dtype=torch.float64)
         start[:, 0] = 0.0  # the empty prefix (Gumbel 0: a shift, not a bias) in row 0
         gumbel, log_p = _trapped_beams(state, k, generator, start, start)
-    conditioned, prepared, which = state.conditioned(engine=False)
-    exact = ~(prepared.error <= CONDITIONED_ERROR) | torch.isnan(prepared.first).any(-1)
+        scores, inverse, weights, first, error, which = _conditioned(state)
+    exact = ~(error <= CONDITIONED_ERROR) | torch.isnan(first).any(-1)
     gumbel, order = gumbel.sort(dim=-1, descending=True, stable=True)
     alive = gumbel > -torch.inf
     log_p = log_p.gather(1, order)
@@ -213,10 +216,10 @@ def _trapped_search(dist, index: Tensor, k: int, generator: Randomness) -> Tenso
     else:
         seeds = torch.randint(2**32, (batch,), generator=generator)
     heads, failed = fused.beam_search_from(
-        prepared.inverse,
-        prepared.by_sentence(),
-        prepared.first.nan_to_num(0.0),
-        conditioned.scores.detach(),
+        inverse,
+        weights,
+        first.nan_to_num(0.0),
+        scores,
         exact,
         beams,
         gumbel,
@@ -233,6 +236,36 @@ def _trapped_search(dist, index: Tensor, k: int, generator: Randomness) -> Tenso
         state = TrappedModel(TrappedSetup(dist, index[again]), rows)
         heads[:, again] = _beam_search(state, lengths[again], k, streams)
     return heads
+
+
+def _conditioned(state: TrappedModel) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:meth:`.colbourn.TrappedModel.conditioned` (``engine=False``) as the fused word steps
+    read it: the conditioned distributions' log-weights, L-hat^{-1}, weights by sentence, word-1
+    marginals and LU error (D, ...), and each row's distribution (R,)."""
+    dist, prepared, which = state.conditioned(engine=False)
+    return dist.scores.detach(), prepared.inverse, prepared.by_sentence(), prepared.first, prepared.error, which
+
+
+def _rows_of(state: TrappedModel, rows: Tensor) -> TrappedModel:
+    """The rows ``rows`` of ``state`` after the trapped words, as a state of their own (the
+    same setup; rows with the same group and heads share a state number)."""
+    part = TrappedModel(state.setup, state.sentence[rows])
+    for name in ("root_child", "group", "fixed", "reaches", "horizon"):
+        setattr(part, name, getattr(state, name).index_select(0, rows))
+    part.state = torch.unique(torch.cat([part.group.unsqueeze(-1), part.fixed], 1), dim=0, return_inverse=True)[1]
+    return part
+
+
+def _own_groups(setup: TrappedSetup) -> TrappedSetup:
+    """A shallow copy of ``setup`` with no groups yet (its own, set up as met), sharing the
+    sentences' scores, sets, root marginals and word depths: a second round's groups then
+    need no copy of the first's (Groups.cat copies every table)."""
+    fresh = copy.copy(setup)
+    fresh.index = torch.full_like(setup.index, -1)
+    fresh.groups = None
+    fresh.group_sentence = setup.group_sentence[:0]
+    fresh._reach = None
+    return fresh
 
 
 def _trapped_beams(
@@ -310,11 +343,11 @@ def _root_beams(setup: TrappedSetup, lengths: Tensor, k: int, generator: Randomn
 
 def _trapped_rounds(
     setup: TrappedSetup, lengths: Tensor, k: int, generator: Randomness
-) -> tuple[TrappedModel, Tensor, Tensor]:
+) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], Tensor, Tensor]:
     """Steps 0..N of :class:`.colbourn.TrappedModel` (the root child, the trapped words) for
     single-root sentences, without setting up the (sentence, root child) groups that cannot
-    reach the k best prefixes: returns the state of the k best prefixes after step N (sentence
-    b in rows b * k ..), their Gumbels and log-probabilities (B, k), sorted.
+    reach the k best prefixes: returns :func:`_conditioned` of the k best prefixes after step N
+    (sentence b in rows b * k ..), their Gumbels and log-probabilities (B, k), sorted.
 
     The search is split by root child, exactly: a beam's Gumbel T is the largest Gumbel of its
     subtree's prefixes (its best child keeps T, Kool et al. 2019), so the k best prefixes of
@@ -328,7 +361,15 @@ def _trapped_rounds(
     top, root_log_p, root = _root_beams(setup, lengths, k, generator)
     sentences = torch.arange(batch, device=device)
 
-    def searched(index: Tensor, gumbel: Tensor, log_p: Tensor, child: Tensor, streams: Randomness, on: Tensor):
+    def searched(
+        setup: TrappedSetup,
+        index: Tensor,
+        gumbel: Tensor,
+        log_p: Tensor,
+        child: Tensor,
+        streams: Randomness,
+        on: Tensor,
+    ):
         state = TrappedModel(setup, index.repeat_interleave(k))
         state.fix(0, child.reshape(-1), on.reshape(-1))
         found = _trapped_beams(state, k, streams, gumbel, log_p)
@@ -338,6 +379,7 @@ def _trapped_rounds(
     none = torch.full_like(top, -torch.inf)
     first = torch.arange(k, device=device) == 0
     one, gumbel, log_p = searched(
+        setup,
         sentences,
         torch.where(first, top, none),
         torch.where(first, root_log_p, none),
@@ -349,12 +391,13 @@ def _trapped_rounds(
     later = (top > kth) & ~first
     need = later.any(-1).nonzero().squeeze(-1)
     if need.numel() == 0:
-        return one, gumbel, log_p
+        return _conditioned(one), gumbel, log_p
     # round 2: the other root children whose subtree may hold one of the k best, beams packed first
     shift = torch.cat([later[need, 1:], later.new_zeros((need.numel(), 1))], 1)
     pad = none[need, :1]
     streams = [generator[i] for i in need.tolist()] if per_sentence(generator) else generator
     two, gumbel_2, log_p_2 = searched(
+        _own_groups(setup),
         need,
         torch.where(shift, torch.cat([top[need, 1:], pad], 1), -torch.inf),
         torch.where(shift, torch.cat([root_log_p[need, 1:], pad], 1), -torch.inf),
@@ -362,8 +405,8 @@ def _trapped_rounds(
         streams,
         shift,
     )
-    # merged: each sentence's k best of its 2k prefixes, in one state
-    rows = sentences.repeat_interleave(k)
+    # merged: each sentence's k best of its 2k prefixes, the conditioned distributions of each
+    # round's chosen rows side by side
     pool = torch.cat(
         [(sentences * k).unsqueeze(-1) + torch.arange(k, device=device), torch.zeros_like(top, dtype=torch.long)], 1
     )
@@ -376,11 +419,20 @@ def _trapped_rounds(
     pool_log_p[need, k:] = log_p_2
     best, order = pool_gumbel.topk(k, dim=-1)
     chosen = pool.gather(1, order).view(-1)
-    merged = TrappedModel(setup, rows)
-    for name in ("root_child", "group", "fixed", "reaches", "horizon"):
-        setattr(merged, name, torch.cat([getattr(one, name), getattr(two, name)]).index_select(0, chosen))
-    merged.state = torch.unique(torch.cat([merged.group.unsqueeze(-1), merged.fixed], 1), dim=0, return_inverse=True)[1]
-    return merged, best, pool_log_p.gather(1, order)
+    later_round = chosen >= batch * k
+    if not bool(later_round.any()):
+        return _conditioned(_rows_of(one, chosen)), best, pool_log_p.gather(1, order)
+    if bool(later_round.all()):
+        return _conditioned(_rows_of(two, chosen - batch * k)), best, pool_log_p.gather(1, order)
+    first_part = _conditioned(_rows_of(one, chosen[~later_round]))
+    second_part = _conditioned(_rows_of(two, chosen[later_round] - batch * k))
+    which = torch.empty_like(chosen)
+    which[~later_round] = first_part[5]
+    which[later_round] = second_part[5] + first_part[0].shape[0]
+    scores, inverse, weights, first_marginals, error = (
+        torch.cat([a, b]) for a, b in zip(first_part[:5], second_part[:5])
+    )
+    return (scores, inverse, weights, first_marginals, error, which), best, pool_log_p.gather(1, order)
 
 
 def _search_uniforms(lengths: Tensor, k: int, size: int, generator: Randomness) -> Tensor:
