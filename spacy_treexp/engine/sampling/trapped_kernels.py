@@ -427,21 +427,26 @@ def trapped_beams(
                         total += probs[h]
                     if not total > 0.0:
                         continue  # no possible head: the beam has no child
-                    rho = T - log_p[b, i]
+                    rho = T - log_p[b, i] + math.log(total)  # a = log E + rho - log q (q unnormalised)
                     smallest = np.inf
                     for h in range(size):
                         if probs[h] > 0.0:
                             u = uniform(rng)
                             while u == 0.0:
                                 u = uniform(rng)
-                            keys[h] = math.log(-math.log(u)) + rho - math.log(probs[h] / total)
+                            keys[h] = math.log(-math.log(u)) + rho - math.log(probs[h])
                             if keys[h] < smallest:
                                 smallest = keys[h]
                         else:
                             keys[h] = np.inf
+                    # a child enters the k kept only if G > V, the smallest kept: a - m < limit
+                    limit = np.inf
+                    if found == k:
+                        limit = softplus(math.log(math.expm1(T - best_value[low])) - smallest)
+                        limit += 1e-9 * (abs(limit) + 1.0)  # (never skip one that rounding lets in)
                     for h in range(size):
-                        if keys[h] < np.inf:
-                            gap = keys[h] - smallest
+                        gap = keys[h] - smallest
+                        if keys[h] < np.inf and gap < limit:
                             keys[h] = T if gap == 0.0 else T - softplus(smallest + math.log(math.expm1(gap)))
                         else:
                             keys[h] = -np.inf
