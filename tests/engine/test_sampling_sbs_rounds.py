@@ -88,7 +88,7 @@ def test_sbs_rounds_keep_the_law_of_draws_without_replacement(monkeypatch, scale
     for i in range(4):
         for j in range(i):
             assert ((heads[i] != heads[j]).any(-1)).all()
-    assert len(rounds) == 2 and rounds[1] > 0  # round 2 ran (where another root child may win)
+    assert len(rounds) >= 2 and rounds[1] > 0  # round 2 ran (where another root child may win)
     # 20 peaked sentences of 12 words: most of the k root children's subtrees are never searched
     scores = torch.randn(20, 13, 13, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * scale
     dist = TreeDistribution(scores)

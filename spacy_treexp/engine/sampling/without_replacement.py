@@ -352,10 +352,10 @@ def _trapped_rounds(
     The search is split by root child, exactly: a beam's Gumbel T is the largest Gumbel of its
     subtree's prefixes (its best child keeps T, Kool et al. 2019), so the k best prefixes of
     a depth are the k best of the union of each root child's k best, and a root child whose T
-    is below the k-th best prefix already found has none among them. Round 1 searches each
-    sentence's best root child's subtree; round 2 jointly the subtrees of the other root
-    children whose T is above round 1's k-th best prefix (on peaked scores, usually none:
-    a group's set-up costs O(n^3)); the two rounds' prefixes are merged."""
+    is below the k-th best prefix already found has none among them. Round i searches the
+    subtree of each sentence's i-th best root child whose T is above the k-th best prefix of
+    the rounds before (on peaked scores, most sentences stop after one or two rounds: a
+    group's set-up costs O(n^3), and k of them were set up before) and merges its k best."""
     batch = lengths.shape[0]
     device = lengths.device
     top, root_log_p, root = _root_beams(setup, lengths, k, generator)
@@ -375,64 +375,52 @@ def _trapped_rounds(
         found = _trapped_beams(state, k, streams, gumbel, log_p)
         return state, *found
 
-    # round 1: every row of a sentence holds its best root child (only row 0 is a beam)
+    # round i: each sentence's i-th best root child, where its T is above the k-th best prefix
+    # found so far (every row holds it; only row 0 is a beam); the k best kept in ``pool``
     none = torch.full_like(top, -torch.inf)
     first = torch.arange(k, device=device) == 0
-    one, gumbel, log_p = searched(
-        setup,
-        sentences,
-        torch.where(first, top, none),
-        torch.where(first, root_log_p, none),
-        root[:, :1].expand(-1, k),
-        generator,
-        (top[:, :1] > -torch.inf).expand(-1, k),
-    )
-    kth = gumbel.amin(-1, keepdim=True)  # (-inf where fewer than k prefixes)
-    later = (top > kth) & ~first
-    need = later.any(-1).nonzero().squeeze(-1)
-    if need.numel() == 0:
-        return _conditioned(one), gumbel, log_p
-    # round 2: the other root children whose subtree may hold one of the k best, beams packed first
-    shift = torch.cat([later[need, 1:], later.new_zeros((need.numel(), 1))], 1)
-    pad = none[need, :1]
-    streams = [generator[i] for i in need.tolist()] if per_sentence(generator) else generator
-    two, gumbel_2, log_p_2 = searched(
-        _own_groups(setup),
-        need,
-        torch.where(shift, torch.cat([top[need, 1:], pad], 1), -torch.inf),
-        torch.where(shift, torch.cat([root_log_p[need, 1:], pad], 1), -torch.inf),
-        torch.cat([root[need, 1:], root[need, :1]], 1),
-        streams,
-        shift,
-    )
-    # merged: each sentence's k best of its 2k prefixes, the conditioned distributions of each
-    # round's chosen rows side by side
-    pool = torch.cat(
-        [(sentences * k).unsqueeze(-1) + torch.arange(k, device=device), torch.zeros_like(top, dtype=torch.long)], 1
-    )
-    pool_gumbel = torch.cat([gumbel, none], 1)
-    pool_log_p = torch.cat([log_p, none], 1)
-    pool[need, k:] = (
-        batch * k + (torch.arange(need.numel(), device=device) * k).unsqueeze(-1) + torch.arange(k, device=device)
-    )
-    pool_gumbel[need, k:] = gumbel_2
-    pool_log_p[need, k:] = log_p_2
-    best, order = pool_gumbel.topk(k, dim=-1)
-    chosen = pool.gather(1, order).view(-1)
-    later_round = chosen >= batch * k
-    if not bool(later_round.any()):
-        return _conditioned(_rows_of(one, chosen)), best, pool_log_p.gather(1, order)
-    if bool(later_round.all()):
-        return _conditioned(_rows_of(two, chosen - batch * k)), best, pool_log_p.gather(1, order)
-    first_part = _conditioned(_rows_of(one, chosen[~later_round]))
-    second_part = _conditioned(_rows_of(two, chosen[later_round] - batch * k))
-    which = torch.empty_like(chosen)
-    which[~later_round] = first_part[5]
-    which[later_round] = second_part[5] + first_part[0].shape[0]
-    scores, inverse, weights, first_marginals, error = (
-        torch.cat([a, b]) for a, b in zip(first_part[:5], second_part[:5])
-    )
-    return (scores, inverse, weights, first_marginals, error, which), best, pool_log_p.gather(1, order)
+    slots = torch.arange(k, device=device)
+    models: list[TrappedModel] = []
+    pool_gumbel, pool_log_p = none.clone(), none.clone()
+    pool_model = torch.zeros_like(root)
+    pool_row = torch.zeros_like(root)
+    for i in range(k):
+        need = (top[:, i] > pool_gumbel.amin(-1)).nonzero().squeeze(-1) if i else sentences
+        if need.numel() == 0:
+            break  # (T is sorted: no later root child can enter either)
+        streams = [generator[b] for b in need.tolist()] if per_sentence(generator) and i else generator
+        model, gumbel, log_p = searched(
+            _own_groups(setup) if i else setup,
+            need,
+            torch.where(first, top[need, i : i + 1], none[need]),
+            torch.where(first, root_log_p[need, i : i + 1], none[need]),
+            root[need, i : i + 1].expand(-1, k),
+            streams,
+            (top[need, i : i + 1] > -torch.inf).expand(-1, k),
+        )
+        models.append(model)
+        own = torch.arange(need.numel(), device=device).unsqueeze(-1) * k + slots
+        candidates = torch.cat([pool_gumbel[need], gumbel], 1)
+        best, order = candidates.topk(k, dim=-1)
+        pool_gumbel[need] = best
+        pool_log_p[need] = torch.cat([pool_log_p[need], log_p], 1).gather(1, order)
+        pool_model[need] = torch.cat([pool_model[need], torch.full_like(own, i)], 1).gather(1, order)
+        pool_row[need] = torch.cat([pool_row[need], own], 1).gather(1, order)
+    # the conditioned distributions of each round's chosen rows, side by side
+    source, row = pool_model.view(-1), pool_row.view(-1)
+    which = torch.empty_like(source)
+    parts = []
+    offset = 0
+    for i, model in enumerate(models):
+        mine = source == i
+        if not bool(mine.any()):
+            continue
+        part = _conditioned(_rows_of(model, row[mine]))
+        which[mine] = part[5] + offset
+        offset += part[0].shape[0]
+        parts.append(part[:5])
+    scores, inverse, weights, first_marginals, error = (torch.cat(tensors) for tensors in zip(*parts))
+    return (scores, inverse, weights, first_marginals, error, which), pool_gumbel, pool_log_p
 
 
 def _search_uniforms(lengths: Tensor, k: int, size: int, generator: Randomness) -> Tensor:
