@@ -117,6 +117,23 @@ def dependent_feature(name: str, local: torch.Tensor, allowed: torch.Tensor) -> 
     raise CalibrationError(f"calibration map: unknown dependent feature {name!r}; known: {list(DEPENDENT_FEATURES)}")
 
 
+def local_log_probs(scores: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ℓ, allowed, counted) of a padded batch ``(B, N+1, N+1)``: each arc's local
+    log-probability (0 outside the allowed arcs), the finite arcs of the sentences, and
+    their cells that count (inside the sentence, off the diagonal, not into ROOT)."""
+    size = scores.shape[-1]
+    position = torch.arange(size, device=scores.device)
+    inside = position.unsqueeze(0) <= lengths.unsqueeze(1)  # (B, N+1)
+    counted = inside.unsqueeze(2) & inside.unsqueeze(1)
+    counted = counted & (position.unsqueeze(1) != position.unsqueeze(0)) & (position > 0)
+    allowed = counted & torch.isfinite(scores)
+    safe = torch.where(allowed, scores, torch.full_like(scores, -math.inf))
+    column = torch.logsumexp(safe, dim=-2, keepdim=True)
+    column = torch.where(torch.isfinite(column), column, torch.zeros_like(column))
+    local = torch.where(allowed, scores - column, torch.zeros_like(scores))
+    return local, allowed, counted
+
+
 def transform_scores(
     scores: torch.Tensor,
     lengths: torch.Tensor,
@@ -150,14 +167,7 @@ def transform_scores(
     diagonal become 0 (the engine ignores them)."""
     size = scores.shape[-1]
     position = torch.arange(size, device=scores.device)
-    inside = position.unsqueeze(0) <= lengths.unsqueeze(1)  # (B, N+1)
-    counted = inside.unsqueeze(2) & inside.unsqueeze(1)
-    counted = counted & (position.unsqueeze(1) != position.unsqueeze(0)) & (position > 0)
-    allowed = counted & torch.isfinite(scores)
-    safe = torch.where(allowed, scores, torch.full_like(scores, -math.inf))
-    column = torch.logsumexp(safe, dim=-2, keepdim=True)
-    column = torch.where(torch.isfinite(column), column, torch.zeros_like(column))
-    local = torch.where(allowed, scores - column, torch.zeros_like(scores))
+    local, allowed, counted = local_log_probs(scores, lengths)
     arc_scale = scale[groups]
     log_column = column_log_scale
     if features and feature_scale is not None:
@@ -605,7 +615,7 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
     from spacy_treexp.annotate.batching import length_buckets, pad_scores
 
     relations = [dependent_relations(s) if calibration.relations else None for s in sentences]
-    entropies = [dependent_label_entropy(s) if calibration.reads_label_entropy else None for s in sentences]
+    entropies = label_entropies(sentences) if calibration.reads_label_entropy else [None] * len(sentences)
     # every arc matrix to map, in one padded pass per length bucket: each sentence's own
     # scores, then each ensemble member's (a member is a parser's scores of the same words)
     owners: List[int] = []
@@ -729,12 +739,30 @@ def dependent_relations(sentence: Any) -> Optional[List[str]]:
 
 def dependent_label_entropy(sentence: Any) -> Optional[numpy.ndarray]:
     """The entropy (nats) of each word's relation distribution at its head in the parser's
-    own tree, −Σ_l p(l | head_m, m) log p(l | head_m, m), ``(n,)`` float64, from a
-    :class:`~spacy_treexp.annotate.SentenceScores`' ``rel`` (re-normalised over the labels)
-    and ``heads``; None without either."""
-    if sentence.rel is None or sentence.heads is None:
-        return None
-    n = sentence.n
-    rows = _log_softmax(numpy.asarray(sentence.rel[numpy.asarray(sentence.heads), numpy.arange(1, n + 1)]))
-    terms = numpy.where(numpy.isfinite(rows), numpy.exp(rows) * rows, 0.0)
-    return -terms.sum(-1)
+    own tree, −Σ_l p(l | head_m, m) log p(l | head_m, m), ``(n,)``, from a
+    :class:`~spacy_treexp.annotate.SentenceScores`' ``rel`` (normalised log-probabilities,
+    as the score contract holds them) and ``heads``; None without either."""
+    return label_entropies([sentence])[0]
+
+
+def label_entropies(sentences: Sequence[Any]) -> List[Optional[numpy.ndarray]]:
+    """:func:`dependent_label_entropy` of every sentence, computed in one pass over the
+    words' relation rows at their heads (in their own float type, float32 or wider)."""
+    out: List[Optional[numpy.ndarray]] = [None] * len(sentences)
+    rows, owners = [], []
+    for i, sentence in enumerate(sentences):
+        if sentence.rel is not None and sentence.heads is not None:
+            n = sentence.n
+            rows.append(numpy.asarray(sentence.rel[numpy.asarray(sentence.heads), numpy.arange(1, n + 1)]))
+            owners.append(i)
+    if not rows:
+        return out
+    dtype = numpy.result_type(*(r.dtype for r in rows), numpy.float32)
+    logs = numpy.concatenate(rows).astype(dtype, copy=False)
+    with numpy.errstate(invalid="ignore", over="ignore"):
+        terms = numpy.exp(logs) * numpy.maximum(logs, numpy.finfo(dtype).min)  # -inf: p = 0, no term
+    entropy = -terms.sum(-1)
+    splits = numpy.cumsum([len(r) for r in rows])[:-1]
+    for i, values in zip(owners, numpy.split(entropy, splits)):
+        out[i] = values
+    return out

@@ -27,7 +27,7 @@ import torch
 
 from spacy_treexp.annotate import SentenceScores, length_buckets, pad_scores
 from spacy_treexp.calibration import CalibrationMap
-from spacy_treexp.calibration.map import dependent_label_entropy, dependent_relations
+from spacy_treexp.calibration.map import dependent_relations, label_entropies
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation import metrics
 from spacy_treexp.evaluation.conllu import GoldSentence
@@ -77,7 +77,7 @@ def word_arrays(
             relations = [dependent_relations(scores[i]) for i in index] if calibration is not None else None
             entropies = None
             if calibration is not None and calibration.reads_label_entropy:
-                entropies = [dependent_label_entropy(scores[i]) for i in index]
+                entropies = label_entropies([scores[i] for i in index])
             mapped = raw if calibration is None else calibration.apply_batch(raw, lengths, relations, entropies)
             mu = TreeDistribution(mapped, lengths, single_root=True).marginals.numpy()
             for b, i in enumerate(index):

@@ -12,7 +12,7 @@ from helpers.enumerate_trees import tree_log_probs
 
 from spacy_treexp.annotate import AnnotateOptions, SentenceScores, annotate_sentences
 from spacy_treexp.calibration import CalibrationMap, calibrate_sentences, fit_calibration
-from spacy_treexp.calibration.map import dependent_label_entropy
+from spacy_treexp.calibration.map import dependent_label_entropy, label_entropies
 from spacy_treexp.engine import TreeDistribution
 
 LABELS = ["nsubj", "obj", "det", "root"]
@@ -92,9 +92,22 @@ def test_dependent_label_entropy_by_hand():
     sentence = SentenceScores(arc=arc, rel=rel, labels=LABELS, heads=heads)
     expected = [-(numpy.exp(rel[heads[m - 1], m]) * rel[heads[m - 1], m]).sum() for m in range(1, 6)]
     numpy.testing.assert_allclose(dependent_label_entropy(sentence), expected, atol=1e-12)
-    # unnormalised logits are re-normalised over the labels first
-    shifted = SentenceScores(arc=arc, rel=rel + 3.0, labels=LABELS, heads=heads)
-    numpy.testing.assert_allclose(dependent_label_entropy(shifted), expected, atol=1e-12)
+    # impossible labels (-inf) add nothing; float32 scores give float32 entropies
+    rel[heads[0], 1, 0] = -numpy.inf
+    rel[heads[0], 1] -= numpy.logaddexp.reduce(rel[heads[0], 1])
+    row = rel[heads[0], 1]
+    expected[0] = -(numpy.exp(row[1:]) * row[1:]).sum()
+    numpy.testing.assert_allclose(dependent_label_entropy(sentence), expected, atol=1e-12)
+    single = SentenceScores(arc=arc, rel=rel.astype(numpy.float32), labels=LABELS, heads=heads)
+    assert dependent_label_entropy(single).dtype == numpy.float32
+    numpy.testing.assert_allclose(dependent_label_entropy(single), expected, atol=1e-5)
+    # a batch of sentences, some without relation scores, as one at a time
+    batch = [sentence, SentenceScores(arc=arc, heads=heads), single]
+    for one, many in zip(batch, label_entropies(batch)):
+        if one.rel is None:
+            assert many is None
+        else:
+            numpy.testing.assert_allclose(many, dependent_label_entropy(one), atol=0)
     assert dependent_label_entropy(SentenceScores(arc=arc, heads=heads)) is None
     assert dependent_label_entropy(SentenceScores(arc=arc, rel=rel, labels=LABELS)) is None
 
@@ -185,6 +198,8 @@ def test_fit_recovers_the_label_entropy_weight():
     )  # fmt: skip
     assert fitted.dependent_features == ("label_entropy",)
     assert fitted.feature_scale[0] == pytest.approx(-0.9, abs=0.25)
+    # the stored scales are those of the uncentred feature, as the truth's (all 0)
+    numpy.testing.assert_allclose(fitted.log_scale, truth.log_scale, atol=0.3)
     assert fitted.fit["tree_nll_per_word_after"] < fitted.fit["tree_nll_per_word_before"]
     # without relation scores the feature cannot be read: the fit leaves it out
     gold, scores = _corpus(CalibrationMap.identity("distance", (1,)), 20, seed=5, with_rel=False)
@@ -211,3 +226,19 @@ def test_report_applies_the_label_entropy():
         predicted = numpy.asarray(sentence.heads)
         expected.append(mu[predicted, numpy.arange(1, sentence.n + 1)])
     numpy.testing.assert_allclose(words["tree"], numpy.concatenate(expected), atol=1e-9)
+
+
+def test_a_feature_that_does_not_vary_leaves_the_fit_as_without_it():
+    """Uniform relation scores give every word the same label entropy (log 4): the term is then
+    one factor on every column, which the group scales already hold, so the fit (features
+    centred on their means) gives the map fitted without it."""
+    truth = CalibrationMap.temperature(0.5)
+    gold, scores = _corpus(truth, 120, seed=8)
+    for sentence in scores:
+        sentence.rel = numpy.full_like(sentence.rel, -math.log(len(LABELS)))
+    kwargs = dict(edges=(1,), knots=(), by_relation=False, relations=False)
+    with_it = fit_calibration(gold, scores, "distance", features=("entropy", "label_entropy"), **kwargs)
+    without = fit_calibration(gold, scores, "distance", features=("entropy",), **kwargs)
+    assert with_it.feature_scale[1] == pytest.approx(0.0, abs=1e-3)
+    assert with_it.feature_scale[0] == pytest.approx(without.feature_scale[0], abs=1e-3)
+    numpy.testing.assert_allclose(with_it.log_scale, without.log_scale, atol=1e-3)
