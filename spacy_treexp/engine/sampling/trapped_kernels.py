@@ -1,6 +1,7 @@
 """The numba kernel of Colbourn's trapped-word steps (phase 1 of
 :class:`.colbourn.TrappedModel`), settled and unsettled states alike, so that no row leaves
-the kernel for torch (but one with no possible head, which torch then names). Imported by
+the kernel for torch (but one with no possible head, which torch then names), and the
+stochastic beam search over the same steps (:func:`trapped_beams`). Imported by
 :mod:`.fused` on first use only: importing this module needs numba. Each function mirrors
 its torch twin, named in its docstring: the same steps and sums up to rounding, skipping
 the terms whose exp is 0 in float64."""

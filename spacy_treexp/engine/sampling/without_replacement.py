@@ -183,7 +183,10 @@ def _search(dist, k: int, prepared: Prepared, generator: Randomness) -> Tensor:
 def _trapped_search(dist, index: Tensor, k: int, generator: Randomness) -> Tensor:
     """SBS over the sentences ``index`` of ``dist`` whose L-hat is ill-conditioned: heads (k, B',
     N+1), over :class:`.colbourn.TrappedModel`'s steps (root child, trapped words, words).
-    Where :func:`.native.native_enabled` says so, the word steps (phase 2) run in the fused
+    Where :func:`.native.native_enabled` says so, the trapped words run in one kernel
+    (:func:`_trapped_beams`), single-root sentences root child by root child
+    (:func:`_trapped_rounds`: only the root children whose subtree can hold one of the k best
+    are set up), and the word steps (phase 2) in the fused
     kernel (:func:`.fused.beam_search_from`): each beam continues on its own conditioned
     distribution, and a beam whose L-hat is not trusted or whose Sherman-Morrison
     conditionals drift takes exact log-space conditionals instead of the engine's
