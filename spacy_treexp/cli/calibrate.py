@@ -62,7 +62,9 @@ def calibrate(
     l2: Annotated[
         Optional[float],
         typer.Option(
-            "--l2", help="Ridge strength of the distance map [default: fit_calibration's DEFAULT_L2, 1e-2].", show_default=False
+            "--l2",
+            help="Ridge strength of the distance map [default: fit_calibration's DEFAULT_L2, 1e-2].",
+            show_default=False,
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the held-out draw and the chance band.")] = 0,
