@@ -68,9 +68,9 @@ def test_sbs_rounds_keep_the_law_of_draws_without_replacement(monkeypatch, scale
     rounds = []
     original = without_replacement._trapped_beams
 
-    def counted(state, k, generator, gumbel, log_p):
+    def counted(state, k, generator, gumbel, log_p, floor=None):
         rounds.append(gumbel.shape[0])
-        return original(state, k, generator, gumbel, log_p)
+        return original(state, k, generator, gumbel, log_p, floor)
 
     added = []
     add = colbourn.TrappedSetup._add
@@ -99,14 +99,15 @@ def test_sbs_rounds_keep_the_law_of_draws_without_replacement(monkeypatch, scale
     assert torch.equal(log_probs, dist.log_prob(heads))
 
 
+@pytest.mark.parametrize("floored", [False, True])
 @pytest.mark.parametrize("single_root", [True, False])
 @pytest.mark.parametrize("scale", [30.0, 100.0, 1000.0])
-def test_trapped_beams_kernel_follows_the_torch_model(monkeypatch, scale, single_root):
+def test_trapped_beams_kernel_follows_the_torch_model(monkeypatch, scale, single_root, floored):
     """The kernel's trapped-word beams (trapped_kernels.trapped_beams) against TrappedModel (the
     torch reference, unsettled states by unsettled_conditionals): each beam's log-probability is
     the sum of the torch model's conditionals along its heads, its states (reaches, horizon)
     are the torch model's, the beams are distinct, sorted, and each keeps its own Gumbel below
-    its parent's (here the root child's)."""
+    its parent's (here the root child's); with a floor, every beam is above it."""
     gen = torch.Generator().manual_seed(41)
     scores = torch.randn(6, 13, 13, generator=gen, dtype=torch.float64) * scale
     lengths = torch.tensor([12, 12, 9, 12, 11, 12])
@@ -125,9 +126,18 @@ def test_trapped_beams_kernel_follows_the_torch_model(monkeypatch, scale, single
         state.fix(0, child.reshape(-1), torch.ones(6 * k, dtype=torch.bool))
     else:
         start[:, 0] = start_log_p[:, 0] = 0.0
-    gumbel, log_p = without_replacement._trapped_beams(state, k, torch.Generator().manual_seed(5), start, start_log_p)
+    floor = None
+    if floored:  # (the beams given start above it: a floor drops children)
+        floor = start.amax(-1) - 8.0
+        start = torch.where(start > floor.unsqueeze(-1), start, -torch.inf)
+        start_log_p = torch.where(start > -torch.inf, start_log_p, -torch.inf)
+    gumbel, log_p = without_replacement._trapped_beams(
+        state, k, torch.Generator().manual_seed(5), start, start_log_p, floor
+    )
     alive = gumbel > -torch.inf
-    assert alive.sum() > 6 and (gumbel[:, 1:] <= gumbel[:, :-1]).all()
+    if floor is not None:
+        assert (gumbel[alive] > floor.unsqueeze(-1).expand_as(gumbel)[alive]).all()
+    assert alive.sum() > (5 if floored else 6) and (gumbel[:, 1:] <= gumbel[:, :-1]).all()
     assert (gumbel <= start.amax(-1, keepdim=True)).all()
     monkeypatch.setenv(NATIVE_ENV, "0")
     live = alive.view(-1).nonzero().squeeze(-1)
@@ -150,7 +160,7 @@ def test_trapped_beams_kernel_follows_the_torch_model(monkeypatch, scale, single
         replay.fix(t, head, active)
     assert torch.allclose(log_p.view(-1)[live], expected, rtol=1e-9, atol=1e-9)
     assert torch.equal(replay.reaches, state.reaches[live]) and torch.equal(replay.horizon, state.horizon[live])
-    assert unsettled > 0
+    assert unsettled > 0 or floored  # (a floor may leave only settled beams)
     for b in range(6):
         own = live[rows[live] == b]
         keys = torch.cat([state.root_child[own].unsqueeze(-1), state.fixed[own]], 1)

@@ -346,6 +346,7 @@ def trapped_beams(
     gumbel,
     log_p,
     seeds,
+    floor,
 ):
     """Stochastic beam search over the trapped-word steps (1..N) of :class:`.colbourn.TrappedModel`
     (without_replacement._beam_steps over them, the reference), sentence after sentence: sentence
@@ -360,7 +361,8 @@ def trapped_beams(
     child found so far is not reduced: all its children are below T); the new beams take the
     rows in decreasing Gumbel, their states updated as TrappedModel.fix updates them (a row of
     no beam gets group -1 and Gumbel -inf). Uniforms from a SplitMix64 stream seeded with
-    ``seeds[b]``. Updates every state array, ``gumbel`` and ``log_p`` (B, k) in place; returns
+    ``seeds[b]``. A child whose Gumbel is not above ``floor[b]`` is dropped (the caller holds k
+    better prefixes). Updates every state array, ``gumbel`` and ``log_p`` (B, k) in place; returns
     the node updates of the unsettled states' small chains (see :func:`unsettled_row`)."""
     batch, k = gumbel.shape
     width, size = settled.shape[1], settled.shape[2]
@@ -407,7 +409,7 @@ def trapped_beams(
                 i = beam_order[o]
                 r = base + i
                 T = gumbel[b, i]
-                if found == k and not T > best_value[low]:
+                if not T > floor[b] or (found == k and not T > best_value[low]):
                     break  # this beam's children and every later beam's are below the k kept
                 g = group[r]
                 candidates = 0
@@ -442,8 +444,9 @@ def trapped_beams(
                             keys[h] = np.inf
                     # a child enters the k kept only if G > V, the smallest kept: a - m < limit
                     limit = np.inf
-                    if found == k:
-                        limit = softplus(math.log(math.expm1(T - best_value[low])) - smallest)
+                    least = max(floor[b], best_value[low]) if found == k else floor[b]
+                    if least > -np.inf:
+                        limit = softplus(math.log(math.expm1(T - least)) - smallest)
                         limit += 1e-9 * (abs(limit) + 1.0)  # (never skip one that rounding lets in)
                     for h in range(size):
                         gap = keys[h] - smallest
@@ -454,7 +457,7 @@ def trapped_beams(
                     candidates = size
                 for h in range(max(candidates, 1)):
                     value = keys[h]
-                    if not value > -np.inf:
+                    if not value > floor[b]:
                         continue
                     if found < k:
                         best_value[found] = value

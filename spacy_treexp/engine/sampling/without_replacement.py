@@ -272,15 +272,16 @@ def _own_groups(setup: TrappedSetup) -> TrappedSetup:
 
 
 def _trapped_beams(
-    state: TrappedModel, k: int, generator: Randomness, gumbel: Tensor, log_p: Tensor
+    state: TrappedModel, k: int, generator: Randomness, gumbel: Tensor, log_p: Tensor, floor: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """The trapped-word steps (1..N) of stochastic beam search over ``state`` (sentence b in rows
     b * k ..) by the kernel (:func:`.trapped_kernels.trapped_beams`), from the beams' Gumbels
     and log-probabilities ``gumbel``, ``log_p`` (B, k) by row (-inf: none; each live row in its
     own state, set by step 0); ``state`` is updated in place (its ``state`` numbering too).
     Its uniforms come from a stream seeded per sentence by one draw from the caller's
-    generator (or sentence b's own). Returns the new beams' Gumbels and log-probabilities
-    (B, k), sorted, by row."""
+    generator (or sentence b's own). ``floor`` (B,): prefixes whose Gumbel is not above it are
+    dropped (the caller holds k better ones); None: none. Returns the new beams' Gumbels and
+    log-probabilities (B, k), sorted, by row."""
     from spacy_treexp.engine.sampling import trapped_kernels
 
     batch = gumbel.shape[0]
@@ -313,6 +314,9 @@ def _trapped_beams(
             gumbel.numpy(),
             log_p.numpy(),
             seeds.to(torch.int64).numpy(),
+            (torch.full((batch,), -torch.inf, dtype=torch.float64) if floor is None else floor.double())
+            .contiguous()
+            .numpy(),
         )
         work.add("trapped_nodes", int(nodes))
         if setup.single_root:  # a beam's root child is its group's
@@ -372,10 +376,11 @@ def _trapped_rounds(
         child: Tensor,
         streams: Randomness,
         on: Tensor,
+        floor: Tensor | None,
     ):
         state = TrappedModel(setup, index.repeat_interleave(k))
         state.fix(0, child.reshape(-1), on.reshape(-1))
-        found = _trapped_beams(state, k, streams, gumbel, log_p)
+        found = _trapped_beams(state, k, streams, gumbel, log_p, floor)
         return state, *found
 
     # round i: each sentence's i-th best root child, where its T is above the k-th best prefix
@@ -400,6 +405,7 @@ def _trapped_rounds(
             root[need, i : i + 1].expand(-1, k),
             streams,
             (top[need, i : i + 1] > -torch.inf).expand(-1, k),
+            pool_gumbel[need].amin(-1) if i else None,  # k prefixes of the rounds before are above it
         )
         models.append(model)
         own = torch.arange(need.numel(), device=device).unsqueeze(-1) * k + slots
