@@ -359,14 +359,13 @@ def _trapped_rounds(
     The search is split by root child, exactly: a beam's Gumbel T is the largest Gumbel of its
     subtree's prefixes (its best child keeps T, Kool et al. 2019), so the k best prefixes of
     a depth are the k best of the union of each root child's k best, and a root child whose T
-    is below the k-th best prefix already found has none among them. Round i searches the
-    subtree of each sentence's i-th best root child whose T is above the k-th best prefix of
-    the rounds before (on peaked scores, most sentences stop after one or two rounds: a
-    group's set-up costs O(n^3), and k of them were set up before) and merges its k best."""
-    batch = lengths.shape[0]
+    is below the k-th best prefix already found has none among them. Round 1 searches each
+    sentence's best root child; each later round the next root children (1, 2, 4, ... of
+    them) whose T is above the k-th best prefix of the rounds before, dropping every prefix
+    below it (on peaked scores most sentences stop after a round or two: a group's set-up
+    costs O(n^3), and k of them were set up before), and merges its k best."""
     device = lengths.device
     top, root_log_p, root = _root_beams(setup, lengths, k, generator)
-    sentences = torch.arange(batch, device=device)
 
     def searched(
         setup: TrappedSetup,
@@ -383,38 +382,45 @@ def _trapped_rounds(
         found = _trapped_beams(state, k, streams, gumbel, log_p, floor)
         return state, *found
 
-    # round i: each sentence's i-th best root child, where its T is above the k-th best prefix
-    # found so far (every row holds it; only row 0 is a beam); the k best kept in ``pool``
+    # round r searches the root children lo..hi-1 (1, 1, 2, 4, ... of them: few rounds where
+    # many are needed) whose T is above the k-th best prefix of the rounds before, one beam
+    # each in rows 0..; the k best kept in ``pool``
     none = torch.full_like(top, -torch.inf)
-    first = torch.arange(k, device=device) == 0
     slots = torch.arange(k, device=device)
     models: list[TrappedModel] = []
     pool_gumbel, pool_log_p = none.clone(), none.clone()
     pool_model = torch.zeros_like(root)
     pool_row = torch.zeros_like(root)
-    for i in range(k):
-        need = (top[:, i] > pool_gumbel.amin(-1)).nonzero().squeeze(-1) if i else sentences
+    lo, hi = 0, 1
+    while lo < k:
+        floor = pool_gumbel.amin(-1)
+        need = (top[:, lo] > floor).nonzero().squeeze(-1)
         if need.numel() == 0:
             break  # (T is sorted: no later root child can enter either)
-        streams = [generator[b] for b in need.tolist()] if per_sentence(generator) and i else generator
+        width = hi - lo
+        above = (top[need, lo:hi] > floor[need].unsqueeze(-1)).logical_and_(top[need, lo:hi] > -torch.inf)
+        on = torch.nn.functional.pad(above, (0, k - width))
+        streams = [generator[b] for b in need.tolist()] if per_sentence(generator) and lo else generator
         model, gumbel, log_p = searched(
-            _own_groups(setup) if i else setup,
+            _own_groups(setup) if lo else setup,
             need,
-            torch.where(first, top[need, i : i + 1], none[need]),
-            torch.where(first, root_log_p[need, i : i + 1], none[need]),
-            root[need, i : i + 1].expand(-1, k),
+            torch.where(on, torch.nn.functional.pad(top[need, lo:hi], (0, k - width)), -torch.inf),
+            torch.where(on, torch.nn.functional.pad(root_log_p[need, lo:hi], (0, k - width)), -torch.inf),
+            torch.nn.functional.pad(root[need, lo:hi], (0, k - width)),
             streams,
-            (top[need, i : i + 1] > -torch.inf).expand(-1, k),
-            pool_gumbel[need].amin(-1) if i else None,  # k prefixes of the rounds before are above it
+            on,
+            floor[need] if lo else None,  # k prefixes of the rounds before are above it
         )
+        round_number = len(models)
         models.append(model)
         own = torch.arange(need.numel(), device=device).unsqueeze(-1) * k + slots
         candidates = torch.cat([pool_gumbel[need], gumbel], 1)
         best, order = candidates.topk(k, dim=-1)
         pool_gumbel[need] = best
         pool_log_p[need] = torch.cat([pool_log_p[need], log_p], 1).gather(1, order)
-        pool_model[need] = torch.cat([pool_model[need], torch.full_like(own, i)], 1).gather(1, order)
+        pool_model[need] = torch.cat([pool_model[need], torch.full_like(own, round_number)], 1).gather(1, order)
         pool_row[need] = torch.cat([pool_row[need], own], 1).gather(1, order)
+        lo, hi = hi, min(k, 2 * hi)
     # the conditioned distributions of each round's chosen rows, side by side
     source, row = pool_model.view(-1), pool_row.view(-1)
     which = torch.empty_like(source)
