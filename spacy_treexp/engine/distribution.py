@@ -481,11 +481,28 @@ class TreeDistribution(Distribution):
 
         ``matrix`` is ``(B, N+1, N+1)`` [head, dep]; ``heads`` is ``(..., B, N+1)``.
         """
+        fast = self._native_sums(matrix, heads, None)
+        if fast is not None:
+            return fast[0]
         words = word_mask(self.lengths, self.n_max)
         safe_heads = torch.where(words, heads, torch.zeros_like(heads)).clamp(0, self.n_max)
         expanded = matrix.expand(heads.shape[:-2] + matrix.shape)
         picked = torch.gather(expanded, -2, safe_heads.unsqueeze(-2)).squeeze(-2)
         return torch.where(words, picked, torch.zeros_like(picked)).sum(-1)
+
+    def _native_sums(self, matrix: Tensor, heads: Tensor, allowed: Optional[Tensor]) -> Optional[Tuple[Tensor, Tensor]]:
+        """:func:`.fused.sums_at_heads` where it applies (a float64 CPU matrix with numba and no
+        gradient to carry, integer heads), else None: the torch code below is the reference."""
+        if (
+            matrix.dtype != torch.float64
+            or heads.dtype not in (torch.int64, torch.int32)
+            or (torch.is_grad_enabled() and matrix.requires_grad)
+            or not native_enabled(matrix)
+        ):
+            return None
+        from spacy_treexp.engine import fused
+
+        return fused.sums_at_heads(matrix, heads, self.lengths, allowed)
 
     def _tree_score(self, heads: Tensor, labels: Optional[Tensor] = None) -> Tensor:
         """The shifted score of each tree in float64, ``(..., B)``: Σ_m s'(heads[m], m) with
@@ -493,6 +510,9 @@ class TreeDistribution(Distribution):
         ``labels``, Σ_m (label_scores[heads[m], m, labels[m]] − shift[m]). -inf where a word's
         arc is not allowed."""
         shifted, shift = self._shifted_scores()
+        fast = None if labels is not None else self._native_sums(shifted, heads, self.arc_mask)
+        if fast is not None:
+            return fast[0].masked_fill(fast[1], NEG_INF)
         words = word_mask(self.lengths, self.n_max)
         safe_heads = torch.where(words, heads, torch.zeros_like(heads)).clamp(0, self.n_max)
         allowed = torch.gather(

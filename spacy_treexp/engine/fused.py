@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import numba
 import numpy as np
@@ -312,6 +312,41 @@ def scan_scores(scores: Tensor, lengths: Tensor) -> Optional[Tensor]:
 
 
 SCAN_CLEAN, SCAN_BAD_LENGTHS, SCAN_BAD_SCORES = 0, 1, 2
+
+
+def sums_at_heads(matrix: Tensor, heads: Tensor, lengths: Tensor, allowed: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """Σ_m matrix[b, heads[..., b, m], m] over each sentence's words for float64 CPU ``matrix``
+    ``(B, N+1, N+1)`` and integer ``heads`` ``(..., B, N+1)`` (heads outside 0..N read row 0,
+    as the torch code's clamp does), and whether any of those arcs is not ``allowed`` (bool
+    ``(B, N+1, N+1)``; None: none is checked): ``(..., B)`` float64 and bool, one pass instead of
+    the gathers and masks of :meth:`.TreeDistribution._sum_at_heads`."""
+    batch, size = matrix.shape[0], matrix.shape[-1]
+    flat = heads.reshape(-1, batch, size).contiguous().numpy()
+    sums = np.empty(flat.shape[:2], np.float64)
+    forbidden = np.zeros(flat.shape[:2], np.bool_)
+    mask = np.ones((1, 1, 1), np.bool_) if allowed is None else allowed.contiguous().numpy()
+    _sums_at_heads(
+        matrix.contiguous().numpy(), flat, lengths.contiguous().numpy(), mask, allowed is not None, sums, forbidden
+    )
+    shape = heads.shape[:-1]
+    return torch.from_numpy(sums).reshape(shape), torch.from_numpy(forbidden).reshape(shape)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sums_at_heads(matrix, heads, lengths, allowed, check, sums, forbidden):
+    """The kernel of :func:`sums_at_heads` (words summed in order)."""
+    samples, batch, size = heads.shape
+    for s in range(samples):
+        for b in range(batch):
+            total = 0.0
+            for m in range(1, lengths[b] + 1):
+                h = heads[s, b, m]
+                if h < 0 or h >= size:
+                    h = 0 if h < 0 else size - 1
+                total += matrix[b, h, m]
+                if check and not allowed[b, h, m]:
+                    forbidden[s, b] = True
+            sums[s, b] = total
 
 
 def trees(heads: Tensor, lengths: Tensor, single_root: bool) -> Tensor:

@@ -355,3 +355,32 @@ def test_tree_check_kernel_agrees_with_the_torch_reference(single_root, monkeypa
             assert torch.equal(kernel, reference)
     assert is_tree(sampled, lengths, single_root).all()
     assert not is_tree(cyclic, lengths, single_root)[:, lengths >= 2].any()
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_sums_at_heads_kernel_agrees_with_the_torch_reference(single_root, monkeypatch):
+    """log_prob and expected_attachment through fused.sums_at_heads and through the torch
+    gathers: sampled trees with sample dimensions, the mode, forbidden arcs (-inf scores)."""
+    generator = torch.Generator().manual_seed(5)
+    lengths = torch.tensor([1, 4, 7, 7, 3])
+    scores = torch.randn(5, 8, 8, generator=generator, dtype=torch.float64) * 3
+    scores[2, 3, 4] = float("-inf")
+    dist = TreeDistribution(scores, lengths, single_root=single_root)
+    sampled = dist.sample((6,), generator=generator)
+    forced = dist.mode.clone()
+    forced[2, 4] = 3  # through the forbidden arc: log p = -inf
+    values = {}
+    for native in ("1", "0"):
+        monkeypatch.setenv(NATIVE_ENV, native)
+        fresh = TreeDistribution(scores, lengths, single_root=single_root)
+        fresh._validate_trees = False  # forced is not a tree of the allowed arcs
+        values[native] = [
+            fresh.log_prob(sampled),
+            fresh.expected_attachment(sampled),
+            fresh.log_prob(forced),
+            fresh.expected_attachment(dist.mode),
+        ]
+    for fast, reference in zip(values["1"], values["0"]):
+        assert fast.shape == reference.shape
+        assert torch.allclose(fast, reference, rtol=1e-12, atol=1e-12)
+    assert values["1"][2][2] == float("-inf")
