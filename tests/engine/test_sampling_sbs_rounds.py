@@ -165,3 +165,30 @@ def test_trapped_beams_kernel_follows_the_torch_model(monkeypatch, scale, single
         own = live[rows[live] == b]
         keys = torch.cat([state.root_child[own].unsqueeze(-1), state.fixed[own]], 1)
         assert torch.unique(keys, dim=0).shape[0] == own.numel()
+
+
+def test_log_expm1_has_no_overflow():
+    """trapped_kernels.log_expm1 against float64 where e^x - 1 is representable, and x itself
+    far beyond (a child whose key is 800 nats above its beam's smallest)."""
+    from spacy_treexp.engine.sampling import trapped_kernels
+
+    for x in (1e-12, 1e-3, 0.5, 1.0, 2.0, 30.0, 700.0):
+        exact = float(torch.tensor(x, dtype=torch.float64).expm1().log())
+        assert trapped_kernels.log_expm1(x) == pytest.approx(exact, rel=1e-13)
+    assert trapped_kernels.log_expm1(800.0) == 800.0 and trapped_kernels.log_expm1(5000.0) == 5000.0
+
+
+def test_kernel_finds_the_trees_the_torch_search_finds_far_below_float64():
+    """x1000 scores of 8 words, k = 50: trees whose probabilities are e^-1200 and below (out of
+    float64's range, but reached through positive conditionals) are found by the kernel as by
+    the torch search (their Gumbels are in log space: no child is lost to an overflow)."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        scores = torch.randn(5, 9, 9, generator=gen, dtype=torch.float64) * 1000.0
+    dist = TreeDistribution(scores[3:4, :6, :6])
+    _, log_probs = sample_without_replacement(dist, 50, method="sbs", generator=torch.Generator().manual_seed(1))
+    found = int((log_probs > -torch.inf).sum())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(NATIVE_ENV, "0")
+        _, reference = sample_without_replacement(dist, 50, method="sbs", generator=torch.Generator().manual_seed(1))
+    assert found == int((reference > -torch.inf).sum()) > 13  # 13 trees are above e^-745

@@ -327,6 +327,14 @@ def strong_sets_batch(values, lengths, with_root, bound, found, counts):
 
 
 @jit
+def log_expm1(x):
+    """log(e^x - 1) for x > 0, without overflow (x + log1p(-e^-x) above 1)."""
+    if x > 1.0:
+        return x + math.log1p(-math.exp(-x))
+    return math.log(math.expm1(x))
+
+
+@jit
 def trapped_beams(
     settled,
     count,
@@ -356,7 +364,7 @@ def trapped_beams(
     trapped words keeps itself as its only child; another's children are the heads of its
     conditionals (a settled state reads ``settled``, another its :func:`unsettled_row`), with
     truncated Gumbels (Kool et al. 2019, eq. 23, in log space: G = T - softplus(m +
-    log(expm1(a - m))), a = log(E e^(T - l) / q), m the beam's smallest a; no overflow, however
+    log(e^(a - m) - 1)), a = log(E e^(T - l) / q), m the beam's smallest a; no overflow, however
     small q). The k best children of all beams are kept (a beam whose T is below the k-th best
     child found so far is not reduced: all its children are below T); the new beams take the
     rows in decreasing Gumbel, their states updated as TrappedModel.fix updates them (a row of
@@ -446,12 +454,12 @@ def trapped_beams(
                     limit = np.inf
                     least = max(floor[b], best_value[low]) if found == k else floor[b]
                     if least > -np.inf:
-                        limit = softplus(math.log(math.expm1(T - least)) - smallest)
+                        limit = softplus(log_expm1(T - least) - smallest)
                         limit += 1e-9 * (abs(limit) + 1.0)  # (never skip one that rounding lets in)
                     for h in range(size):
                         gap = keys[h] - smallest
                         if keys[h] < np.inf and gap < limit:
-                            keys[h] = T if gap == 0.0 else T - softplus(smallest + math.log(math.expm1(gap)))
+                            keys[h] = T if gap == 0.0 else T - softplus(smallest + log_expm1(gap))
                         else:
                             keys[h] = -np.inf
                     candidates = size
