@@ -400,7 +400,7 @@ def _trapped_rounds(
         width = hi - lo
         above = (top[need, lo:hi] > floor[need].unsqueeze(-1)).logical_and_(top[need, lo:hi] > -torch.inf)
         on = torch.nn.functional.pad(above, (0, k - width))
-        streams = [generator[b] for b in need.tolist()] if per_sentence(generator) and lo else generator
+        streams = [generator[b] for b in need.tolist()] if per_sentence(generator) else generator
         model, gumbel, log_p = searched(
             _own_groups(setup) if lo else setup,
             need,
