@@ -23,6 +23,7 @@ from spacy_treexp.annotate.batching import batch_distribution, length_buckets
 from spacy_treexp.annotate.options import AnnotateOptions
 from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
 from spacy_treexp.annotate.runtime import resolve_device, threads_for
+from spacy_treexp.annotate.scan import dense_dep_prob, scan_enabled
 from spacy_treexp.engine import TreeDistribution, TreeMixture
 from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 
@@ -197,9 +198,13 @@ def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.nd
     scores or relations."""
     if sentence.rel is None or sentence.labels is None or sentence.deprels is None:
         return None
-    index = _label_index(tuple(sentence.labels))
+    index = _label_index_of(sentence.labels)
     label = [index.get(relation, -1) for relation in sentence.deprels]
     if -1 not in label:  # the usual case: every word's value in one read
+        if isinstance(sentence.rel, numpy.ndarray) and scan_enabled():  # one kernel call
+            fused = dense_dep_prob(sentence.rel, heads, label, head_prob)
+            if fused is not None:
+                return fused
         dependents = numpy.arange(1, sentence.n + 1)
         if isinstance(sentence.rel, numpy.ndarray):
             values = sentence.rel[heads, dependents, label].tolist()
@@ -216,6 +221,18 @@ def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.nd
         values = [float(sentence.rel[heads[m], m + 1, label[m]]) for m in words]
         out[words] = head_prob[words] * numpy.array([math.exp(v) for v in values]).astype(numpy.float32)
     return out
+
+
+def _label_index_of(labels: List[str]) -> Dict[str, int]:
+    """:func:`_label_index` of ``labels``, the previous sentence's dict when the list is equal
+    to its (a list compares element by element, the same strings by identity)."""
+    if labels != _LAST_LABELS[0]:
+        _LAST_LABELS[:] = [list(labels), _label_index(tuple(labels))]
+    return _LAST_LABELS[1]
+
+
+#: The last label list :func:`_label_index_of` was asked for, and its dict.
+_LAST_LABELS: list = [None, {}]
 
 
 @functools.lru_cache(maxsize=64)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Any, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional
 
 import numpy
 
@@ -74,6 +74,24 @@ def scan_sentence(
         all_allowed=bool(flags & kernels.ALL_ALLOWED),
         rel_normalised=bool(flags & kernels.REL_NORMALISED),
     )
+
+
+def dense_dep_prob(
+    rel: numpy.ndarray, heads: numpy.ndarray, labels: List[int], head_prob: numpy.ndarray
+) -> Optional[numpy.ndarray]:
+    """μ(h, m)·p(l | h, m) of every word, float32 ``(n,)``, from dense relation scores ``rel``
+    ``(n+1, n+1, L)`` at the words' ``heads`` ``(n,)`` and label indices ``labels`` in one
+    kernel call (the same float64 exp and float32 product as the numpy route), or None where
+    the kernel cannot read them (the caller's numpy route then runs). Only where
+    :func:`scan_enabled`."""
+    n = heads.shape[0]
+    if rel.dtype not in _FLOATS or rel.ndim != 3 or rel.shape[0] != n + 1 or rel.shape[1] != n + 1:
+        return None
+    out = numpy.empty(n, dtype=numpy.float32)
+    _kernels().dep_prob(
+        rel, heads, numpy.array(labels, dtype=numpy.int64), head_prob.astype(numpy.float32, copy=False), out
+    )
+    return out
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,6 +1,8 @@
-"""The numba kernel of :mod:`spacy_treexp.annotate.scan` (imported only where numba is)."""
+"""The numba kernels of :mod:`spacy_treexp.annotate.scan` (imported only where numba is)."""
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
@@ -47,3 +49,11 @@ def scan(arc, labels, low, high, exponentiated):
     if normalised:
         flags |= REL_NORMALISED
     return flags
+
+
+@numba.njit(cache=True, nogil=True)
+def dep_prob(rel, heads, labels, head_prob, out):
+    """``out[m] = head_prob[m] · exp(rel[heads[m], m + 1, labels[m]])``: the exp in float64,
+    the product in float32, as :func:`spacy_treexp.annotate.core.dep_prob` forms it."""
+    for m in range(heads.shape[0]):
+        out[m] = head_prob[m] * np.float32(math.exp(np.float64(rel[heads[m], m + 1, labels[m]])))

@@ -93,3 +93,28 @@ def test_what_the_scan_cannot_read_is_left_to_numpy(monkeypatch):
     assert scan_enabled()
     monkeypatch.setenv("SPACY_TREEXP_NATIVE", "0")
     assert not scan_enabled()
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.float64])
+def test_dep_prob_in_one_kernel_call_equals_the_numpy_route(dtype, monkeypatch):
+    """core.dep_prob through annotate.scan.dense_dep_prob and through numpy indexing and
+    math.exp: the same float32 values, bit for bit."""
+    from spacy_treexp.annotate.core import dep_prob
+    from spacy_treexp.annotate.records import SentenceScores
+
+    rng = numpy.random.default_rng(4)
+    labels = ["a", "b", "c", "d"]
+    for n in (1, 3, 9):
+        logits = rng.normal(size=(n + 1, n + 1, len(labels))) * 3
+        rel = (logits - numpy.log(numpy.exp(logits).sum(-1, keepdims=True))).astype(dtype)
+        heads = numpy.array([0] + list(range(1, n)), dtype=numpy.int32)  # a chain
+        head_prob = rng.uniform(size=n).astype(numpy.float32)
+        sentence = SentenceScores(
+            arc=numpy.zeros((n + 1, n + 1)), rel=rel, labels=labels, deprels=[labels[i % 4] for i in range(n)]
+        )
+        monkeypatch.setenv("SPACY_TREEXP_NATIVE", "1")
+        fused = dep_prob(sentence, heads, head_prob)
+        monkeypatch.setenv("SPACY_TREEXP_NATIVE", "0")
+        reference = dep_prob(sentence, heads, head_prob)
+        assert fused.dtype == reference.dtype == numpy.float32
+        assert numpy.array_equal(fused, reference)
