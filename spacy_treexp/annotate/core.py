@@ -23,8 +23,9 @@ from spacy_treexp.annotate.batching import batch_distribution, length_buckets
 from spacy_treexp.annotate.options import AnnotateOptions
 from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
 from spacy_treexp.annotate.runtime import resolve_device, threads_for
-from spacy_treexp.annotate.scan import dense_dep_prob, scan_enabled
+from spacy_treexp.annotate.scan import dense_dep_prob
 from spacy_treexp.engine import TreeDistribution, TreeMixture
+from spacy_treexp.engine.native import native_requested
 from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.nd
     index = _label_index_of(sentence.labels)
     label = [index.get(relation, -1) for relation in sentence.deprels]
     if -1 not in label:  # the usual case: every word's value in one read
-        if isinstance(sentence.rel, numpy.ndarray) and scan_enabled():  # one kernel call
+        if isinstance(sentence.rel, numpy.ndarray) and native_requested():  # one kernel call
             fused = dense_dep_prob(sentence.rel, heads, label, head_prob)
             if fused is not None:
                 return fused

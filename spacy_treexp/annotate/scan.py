@@ -7,20 +7,19 @@ per sentence, most of a component's cost on short sentences. :func:`scan_sentenc
 the label probabilities in one numpy ``exp`` (SIMD; numba's scalar ``exp`` is several times
 slower) and reads everything else in one pass of a numba kernel, and says which of those
 checks passed; it never raises: anything it does not clear is left to the numpy checks,
-which name the problem. Without numba (or with ``SPACY_TREEXP_NATIVE=0``) it returns None
-and every check runs in numpy.
+which name the problem. :func:`dense_dep_prob` forms ``dep_prob`` from dense relation scores
+in one kernel call. Both run only where :func:`spacy_treexp.engine.native.native_requested`
+holds (numba installed, ``SPACY_TREEXP_NATIVE`` not ``0``), which callers ask once per
+document; elsewhere the numpy code runs.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Any, List, NamedTuple, Optional
 
 import numpy
-
-from spacy_treexp.engine.native import NATIVE_ENV, numba_installed
 
 
 class SentenceScan(NamedTuple):
@@ -42,18 +41,12 @@ class SentenceScan(NamedTuple):
 _FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
-def scan_enabled() -> bool:
-    """Whether :func:`scan_sentence` runs: numba installed and ``SPACY_TREEXP_NATIVE`` not
-    ``0`` (read at each call; a caller asks once per document)."""
-    return numba_installed() and os.environ.get(NATIVE_ENV, "1").strip() != "0"
-
-
 def scan_sentence(
     arc: numpy.ndarray, rel: Optional[numpy.ndarray], log_tolerance: float, *, sums: bool = True
 ) -> Optional[SentenceScan]:
     """One pass over ``arc`` ``(n+1, n+1)`` and ``rel`` ``(n+1, n+1, L)`` (or None), float32
     or float64; None when the kernel cannot read them (another dtype or shape), so that the
-    caller runs its numpy checks. Only where :func:`scan_enabled`. ``log_tolerance``: the
+    caller runs its numpy checks. Only where :func:`~spacy_treexp.engine.native.native_requested`. ``log_tolerance``: the
     largest |log Σ_l exp rel[h, d, l]| of normalised relation scores; ``sums=False``: the
     sums over labels are not looked into (``rel_normalised`` stays False), only the values."""
     if arc.ndim != 2 or arc.dtype not in _FLOATS or arc.shape[0] != arc.shape[1] or arc.shape[0] < 2:
@@ -83,7 +76,7 @@ def dense_dep_prob(
     ``(n+1, n+1, L)`` at the words' ``heads`` ``(n,)`` and label indices ``labels`` in one
     kernel call (the same float64 exp and float32 product as the numpy route), or None where
     the kernel cannot read them (the caller's numpy route then runs). Only where
-    :func:`scan_enabled`."""
+    :func:`~spacy_treexp.engine.native.native_requested`."""
     n = heads.shape[0]
     if rel.dtype not in _FLOATS or rel.ndim != 3 or rel.shape[0] != n + 1 or rel.shape[1] != n + 1:
         return None

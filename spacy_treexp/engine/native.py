@@ -24,10 +24,15 @@ def numba_installed() -> bool:
     return _NUMBA_INSTALLED
 
 
-def native_enabled(tensor: torch.Tensor) -> bool:
-    """Whether the fused CPU kernels run for ``tensor``: a CPU tensor, numba installed, and
+def native_requested() -> bool:
+    """Whether the fused CPU kernels may run at all: numba installed and
     ``SPACY_TREEXP_NATIVE`` not ``0`` (read at each call, so tests and benchmarks can
-    compare both paths in one process)."""
-    if tensor.device.type != "cpu" or not _NUMBA_INSTALLED:
-        return False
-    return os.environ.get(NATIVE_ENV, "1").strip() != "0"
+    compare both paths in one process). Also the switch of the annotation layer's kernels
+    on numpy arrays (:mod:`spacy_treexp.annotate.scan`)."""
+    return _NUMBA_INSTALLED and os.environ.get(NATIVE_ENV, "1").strip() != "0"
+
+
+def native_enabled(tensor: torch.Tensor) -> bool:
+    """Whether the fused CPU kernels run for ``tensor``: a CPU tensor and
+    :func:`native_requested`."""
+    return tensor.device.type == "cpu" and native_requested()

@@ -75,7 +75,8 @@ from spacy.util import registry
 
 import spacy_treexp.pipeline.extensions  # noqa: F401  (registers Doc._.parser_scores)
 from spacy_treexp.annotate import SentenceScores
-from spacy_treexp.annotate.scan import scan_enabled, scan_sentence
+from spacy_treexp.annotate.scan import scan_sentence
+from spacy_treexp.engine.native import native_requested
 
 ScoreSource = Callable[[Doc], Sequence[Dict[str, Any]]]
 
@@ -255,7 +256,7 @@ def sentence_scores(
     heads = _local_heads(doc, sents, where) if doc.has_annotation("DEP") else None
     deprels = _relation_names(doc)
     doc_text = doc.text
-    scan = scan_enabled()
+    scan = native_requested()  # read once per Doc
     out = []
     for k, (sent, record) in enumerate(zip(sents, records)):
         text = doc_text[sent.start_char : sent.end_char]  # sent.text, without a Token per word

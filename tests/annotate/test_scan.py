@@ -9,7 +9,8 @@ import itertools
 import numpy
 import pytest
 
-from spacy_treexp.annotate.scan import scan_enabled, scan_sentence
+from spacy_treexp.annotate.scan import scan_sentence
+from spacy_treexp.engine.native import native_requested
 
 pytest.importorskip("numba")
 
@@ -90,9 +91,9 @@ def test_what_the_scan_cannot_read_is_left_to_numpy(monkeypatch):
     assert scan_sentence(arc.astype(numpy.int64), None, TOLERANCE) is None  # another dtype
     assert scan_sentence(numpy.zeros((3, 4)), None, TOLERANCE) is None  # not square
     assert scan_sentence(arc, numpy.zeros((3, 3, 0), dtype=numpy.float32), TOLERANCE) is None  # no labels
-    assert scan_enabled()
+    assert native_requested()
     monkeypatch.setenv("SPACY_TREEXP_NATIVE", "0")
-    assert not scan_enabled()
+    assert not native_requested()
 
 
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.float64])
