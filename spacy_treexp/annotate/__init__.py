@@ -14,7 +14,7 @@ from spacy_treexp.annotate.core import (
     word_head_entropy,
 )
 from spacy_treexp.annotate.options import DEFAULTS, AnnotateOptions
-from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
+from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores, set_text_source
 from spacy_treexp.annotate.runtime import install_fork_hook, resolve_device, threads_for, torch_threads
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "pad_scores",
     "resolve_device",
     "sentence_seed",
+    "set_text_source",
     "torch_threads",
     "word_head_entropy",
 ]

@@ -107,6 +107,7 @@ def _infer(
         risk = TreeDistribution(dist.scores / options.risk_temperature, dist.lengths, single_root=dist.single_root)
     parse_log_prob = risk.log_prob(torch.from_numpy(padded).to(marginals.device)).double().cpu().numpy()
     entropy = dist.entropy().cpu().numpy()
+    native = native_requested()  # read once per batch
     annotations = []
     for b, (sentence, sentence_heads) in enumerate(zip(bucket, heads)):
         n = sentence.n
@@ -124,7 +125,7 @@ def _infer(
                 expected_attachment=float(attachment[b]) / n,
                 head_prob=head_prob,
                 head_entropy=numpy.ascontiguousarray(head_entropy[b, 1 : n + 1]),
-                dep_prob=dep_prob(sentence, tree, head_prob),
+                dep_prob=dep_prob(sentence, tree, head_prob, native=native),
                 sampled_heads=numpy.zeros((0, n), dtype=numpy.int32),
                 labels=None if sentence.labels is None else list(sentence.labels),
                 single_root=options.single_root,
@@ -193,16 +194,21 @@ def word_head_entropy(marginals: torch.Tensor) -> torch.Tensor:
     return (-torch.special.xlogy(marginals, marginals).sum(dim=-2)).clamp_min(0.0)
 
 
-def dep_prob(sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.ndarray) -> Optional[numpy.ndarray]:
+def dep_prob(
+    sentence: SentenceScores, heads: numpy.ndarray, head_prob: numpy.ndarray, *, native: Optional[bool] = None
+) -> Optional[numpy.ndarray]:
     """μ(h, m)·p(l | h, m) of each word's head h and relation l (``sentence.deprels``), float32
     ``(n,)``; NaN where the parser does not score that relation; None without relation
-    scores or relations."""
+    scores or relations. ``native``: whether the kernel may run (default:
+    :func:`~spacy_treexp.engine.native.native_requested`)."""
+    if native is None:
+        native = native_requested()
     if sentence.rel is None or sentence.labels is None or sentence.deprels is None:
         return None
     index = _label_index_of(sentence.labels)
     label = [index.get(relation, -1) for relation in sentence.deprels]
     if -1 not in label:  # the usual case: every word's value in one read
-        if isinstance(sentence.rel, numpy.ndarray) and native_requested():  # one kernel call
+        if native and isinstance(sentence.rel, numpy.ndarray):  # one kernel call
             fused = dense_dep_prob(sentence.rel, heads, label, head_prob)
             if fused is not None:
                 return fused

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy
 import srsly
@@ -35,7 +35,8 @@ class SentenceScores:
         start: where the sentence starts in its document (spaCy: the token index of its
             first word; Stanza: its position among the document's sentences).
         text: the sentence's identity within the document for seeding its samples
-            (spaCy: ``sent.text``; Stanza: its words joined by ``"\\x01"``).
+            (spaCy: ``sent.text``; Stanza: its words joined by ``"\\x01"``). An adapter
+            may leave it to be built when first read (:func:`set_text_source`).
         heads: the parser's own tree, ``(n,)`` with 0 = ROOT, to which ``head_prob``,
             ``dep_prob`` and ``expected_attachment`` refer; None: the MAP tree of ``arc``.
         deprels: the parser's relation of each word (for ``dep_prob``), or None.
@@ -63,9 +64,15 @@ class SentenceScores:
         """Number of words."""
         return int(self.arc.shape[-1]) - 1
 
-    def check(self, where: str = "sentence", *, values_scanned: bool = False) -> None:
-        """Raise ``ValueError`` naming ``where`` if the arrays do not fit together or hold
-        values the engine cannot use.
+    def __getstate__(self) -> Dict[str, Any]:
+        """The fields for pickle, with ``text`` built (a text source need not pickle)."""
+        state = dict(self.__dict__)
+        state["_text"] = self.text
+        return state
+
+    def check(self, where: object = "sentence", *, values_scanned: bool = False) -> None:
+        """Raise ``ValueError`` naming ``where`` (formatted into the message only when one is
+        raised) if the arrays do not fit together or hold values the engine cannot use.
 
         ``arc`` must hold numbers, finite or -inf (a forbidden arc), in every cell that
         counts (column 0 and the diagonal are ignored); NaN and +inf are refused with the
@@ -159,6 +166,28 @@ class SentenceScores:
                     )
         elif self.member_weights is not None:
             raise ValueError(f"{where}: member weights given without member arc scores")
+
+
+def _read_text(scores: SentenceScores) -> str:
+    text = scores.__dict__["_text"]
+    if not isinstance(text, str):  # a source left by set_text_source: built once, when first read
+        text = scores.__dict__["_text"] = text()
+    return text
+
+
+def _write_text(scores: SentenceScores, text: str) -> None:
+    scores.__dict__["_text"] = text
+
+
+# ``text`` as a property over ``_text`` (the dataclass's __init__ and replace() go through it)
+SentenceScores.text = property(_read_text, _write_text, doc="See the class doc.")  # type: ignore[assignment]
+
+
+def set_text_source(scores: SentenceScores, source: Callable[[], str]) -> None:
+    """Let ``scores.text`` be ``source()``, called when the text is first read: only seeded
+    samples and messages read it, and some adapters' texts cost more than the rest of a
+    sentence's conversion (spaCy's ``Doc.text`` builds a Token per word)."""
+    scores.__dict__["_text"] = source
 
 
 def _empty_samples(n: int) -> numpy.ndarray:

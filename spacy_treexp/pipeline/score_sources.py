@@ -66,15 +66,16 @@ with the (head, dependent) of a bad value:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy
 import torch
+from spacy.attrs import DEP, HEAD
 from spacy.tokens import Doc, Span
 from spacy.util import registry
 
 import spacy_treexp.pipeline.extensions  # noqa: F401  (registers Doc._.parser_scores)
-from spacy_treexp.annotate import SentenceScores
+from spacy_treexp.annotate import SentenceScores, set_text_source
 from spacy_treexp.annotate.scan import scan_sentence
 from spacy_treexp.engine.native import native_requested
 
@@ -242,27 +243,35 @@ def _error(error: Exception) -> str:
 
 
 def sentence_scores(
-    doc: Doc, records: Sequence[Any], where: str = "tree_expectations", *, single_root: bool = True
+    doc: Doc,
+    records: Sequence[Any],
+    where: str = "tree_expectations",
+    *,
+    single_root: bool = True,
+    native: Optional[bool] = None,
 ) -> List[SentenceScores]:
     """The core's records of ``doc``'s sentences from a score source's records, held to the
     contract of the module doc (``where`` names the component and the source in messages);
-    each carries the Doc's tree (if parsed) and relations."""
+    each carries the Doc's tree (if parsed) and relations, and its text, built from the Doc
+    when first read (:func:`~spacy_treexp.annotate.set_text_source`). ``native``: whether
+    the checks' kernels may run (default: :func:`~spacy_treexp.engine.native.native_requested`;
+    a caller converting many Docs reads it once)."""
     records = list(records)
     if not doc.has_annotation("SENT_START"):
         raise ScoreSourceError(Errors.TXE023.format(where=_on(where, doc)))
     sents = list(doc.sents)
     if len(records) != len(sents):
         raise ScoreSourceError(Errors.TXE004.format(where=_on(where, doc), got=len(records), sents=len(sents)))
-    heads = _local_heads(doc, sents, where) if doc.has_annotation("DEP") else None
-    deprels = _relation_names(doc)
-    doc_text = doc.text
-    scan = native_requested()  # read once per Doc
+    columns = doc.to_array([HEAD, DEP])  # both in one read
+    heads = _local_heads(doc, sents, where, columns[:, 0]) if doc.has_annotation("DEP") else None
+    deprels = _relation_names(doc, columns[:, 1])
+    doc_text = _DocText(doc)
+    scan = native_requested() if native is None else native
     out = []
     for k, (sent, record) in enumerate(zip(sents, records)):
-        text = doc_text[sent.start_char : sent.end_char]  # sent.text, without a Token per word
-        here = _sentence_where(where, k, sent, text)
+        here = _SentenceName(where, k, sent)
         scores = _sentence(sent, record, here, single_root, scan)
-        scores.text = text
+        set_text_source(scores, doc_text.of(sent))
         scores.deprels = deprels[sent.start : sent.end]
         scores.heads = None if heads is None else heads[sent.start : sent.end]
         if isinstance(record, Mapping) and record.get("heads") is not None:
@@ -271,7 +280,7 @@ def sentence_scores(
     return out
 
 
-def _sentence(sent: Span, record: Any, where: str, single_root: bool, scan: bool) -> SentenceScores:
+def _sentence(sent: Span, record: Any, where: Where, single_root: bool, scan: bool) -> SentenceScores:
     """One sentence's scores checked and converted (see the module doc); ``scan``: the usual
     case is settled first in one pass (:func:`~spacy_treexp.annotate.scan.scan_sentence`)."""
     n = len(sent)
@@ -335,7 +344,7 @@ def _allowed(arc: numpy.ndarray) -> numpy.ndarray:
     return allowed
 
 
-def _own_tree(scores: SentenceScores, record: Mapping, n: int, where: str) -> None:
+def _own_tree(scores: SentenceScores, record: Mapping, n: int, where: Where) -> None:
     """A record's own ``"heads"`` ``(n,)`` (0 = ROOT) and ``"deps"``: the tree the annotations
     describe when it is not the Doc's parse (``biaffine_parser`` with ``overwrite = false``)."""
     heads = numpy.asarray(record["heads"])
@@ -356,7 +365,7 @@ def _kind(value: Any) -> str:
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({value!r:.60})"
 
 
-def _numbers(value: Any, what: str, where: str) -> numpy.ndarray:
+def _numbers(value: Any, what: str, where: Where) -> numpy.ndarray:
     """``value`` (an array, nested lists or a torch tensor) as a numpy array of numbers."""
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
@@ -370,7 +379,7 @@ def _numbers(value: Any, what: str, where: str) -> numpy.ndarray:
     return array
 
 
-def _relation_scores(value: Any, where: str) -> Any:
+def _relation_scores(value: Any, where: Where) -> Any:
     """``None``, an array of numbers, or an object that computes the scores when indexed
     (kept as it is: ``numpy.asarray`` would build its dense array)."""
     if value is None:
@@ -382,7 +391,7 @@ def _relation_scores(value: Any, where: str) -> Any:
     raise ScoreSourceError(Errors.TXE011.format(where=where, kind=_kind(value)))
 
 
-def _labels(value: Any, where: str) -> List[str]:
+def _labels(value: Any, where: Where) -> List[str]:
     """The relation names of the ``rel`` axis: a list of distinct strings."""
     if value is None:
         raise ScoreSourceError(Errors.TXE012.format(where=where))
@@ -454,7 +463,7 @@ def _reachable(allowed: numpy.ndarray, start: int) -> numpy.ndarray:
     return reached
 
 
-def _log_probabilities(rel: numpy.ndarray, allowed: numpy.ndarray, where: str) -> numpy.ndarray:
+def _log_probabilities(rel: numpy.ndarray, allowed: numpy.ndarray, where: Where) -> numpy.ndarray:
     """``rel`` itself when it holds log-probabilities over labels for every allowed arc,
     else its log-softmax over labels; refuses an allowed arc with no possible label."""
     if _normalised(rel, allowed):  # the usual case, settled without logarithms
@@ -508,17 +517,51 @@ def _log_sum_exp(rel: numpy.ndarray) -> numpy.ndarray:
     return log_sums
 
 
-def _sentence_where(where: str, k: int, sent: Span, text: str) -> str:
-    """How messages name sentence ``k`` of a Doc."""
-    return f"{where}, sentence {k} (tokens {sent.start}-{sent.end}, {text[:40]!r})"
+class _DocText:
+    """A Doc's text, built once when a sentence's text is first read (``Doc.text`` makes a
+    Token per word: more than the rest of a short sentence's conversion; only seeded samples
+    and messages read it)."""
+
+    def __init__(self, doc: Doc) -> None:
+        self.doc = doc
+        self.text: Optional[str] = None
+
+    def of(self, sent: Span) -> Callable[[], str]:
+        """``sent.text`` when called."""
+        return lambda: self.whole()[sent.start_char : sent.end_char]
+
+    def whole(self) -> str:
+        if self.text is None:
+            self.text = self.doc.text
+        return self.text
 
 
-def _local_heads(doc: Doc, sents: Sequence[Span], where: str) -> numpy.ndarray:
+class _SentenceName:
+    """How messages name sentence ``k`` of a Doc, built only when a message is."""
+
+    __slots__ = ("where", "k", "sent")
+
+    def __init__(self, where: str, k: int, sent: Span) -> None:
+        self.where, self.k, self.sent = where, k, sent
+
+    def __str__(self) -> str:
+        sent = self.sent
+        return f"{self.where}, sentence {self.k} (tokens {sent.start}-{sent.end}, {sent.text[:40]!r})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+#: How messages name a place: a string, or a sentence's name built only when a message is.
+Where = Union[str, _SentenceName]
+
+
+def _local_heads(doc: Doc, sents: Sequence[Span], where: str, head_column: numpy.ndarray) -> numpy.ndarray:
     """Every token's head within its sentence, ``(len(doc),)`` with 0 = ROOT and word m of a
-    sentence numbered m (the engine's convention), from the Doc's parse, for all sentences
-    at once; a head outside its token's sentence is refused. (Python lists: for sentences of
-    tens of words, cheaper than numpy's per-call cost.)"""
-    offsets = doc.to_array("HEAD").view(numpy.int64).tolist()  # signed offsets stored as uint64
+    sentence numbered m (the engine's convention), from the Doc's parse (``head_column``: its
+    ``HEAD`` attribute), for all sentences at once; a head outside its token's sentence is
+    refused. (Python lists: for sentences of tens of words, cheaper than numpy's per-call cost.)"""
+    offsets = head_column.astype(numpy.int64).tolist()  # signed offsets stored as uint64
     local = [0] * len(offsets)
     for k, sent in enumerate(sents):
         start, end = sent.start, sent.end
@@ -527,16 +570,17 @@ def _local_heads(doc: Doc, sents: Sequence[Span], where: str) -> numpy.ndarray:
             if head == i:
                 continue  # a root: 0
             if not start <= head < end:
-                here = _sentence_where(where, k, sent, sent.text)
+                here = str(_SentenceName(where, k, sent))
                 raise ValueError(Errors.TXE024.format(where=here, i=i, text=doc[i].text))
             local[i] = head - start + 1
     return numpy.array(local, dtype=numpy.int64)
 
 
-def _relation_names(doc: Doc) -> List[str]:
-    """Every token's relation (``token.dep_``), through a cache of the names of the hash ids
-    seen (a StringStore's id of a string is the same in every vocab: a hash or a symbol)."""
-    ids = doc.to_array("DEP").tolist()
+def _relation_names(doc: Doc, dep_column: numpy.ndarray) -> List[str]:
+    """Every token's relation (``token.dep_``; ``dep_column``: the Doc's ``DEP`` attribute),
+    through a cache of the names of the hash ids seen (a StringStore's id of a string is the
+    same in every vocab: a hash or a symbol)."""
+    ids = dep_column.tolist()
     try:
         return [_RELATION_NAMES[i] for i in ids]
     except KeyError:

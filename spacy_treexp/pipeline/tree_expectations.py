@@ -43,6 +43,7 @@ from spacy.util import minibatch
 from spacy_treexp.annotate import DEFAULTS, AnnotateOptions, SentenceScores, annotate_sentences, install_fork_hook
 from spacy_treexp.calibration.map import CalibrationError, CalibrationMap, read_map
 from spacy_treexp.calibration.novelty import spans_novelty
+from spacy_treexp.engine.native import native_requested
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.extensions import PARSER_SCORES
 from spacy_treexp.pipeline.score_sources import (
@@ -223,7 +224,10 @@ class TreeExpectations(Pipe):
     def annotate(self, docs: Sequence[Doc]) -> None:
         """Compute and store the annotations of every sentence of ``docs``, then drop the
         parser's scores unless ``keep_scores``."""
-        per_doc: List[List[SentenceScores]] = [[] if len(doc) == 0 else self.sentence_scores(doc) for doc in docs]
+        native = native_requested()  # read once per batch
+        per_doc: List[List[SentenceScores]] = [
+            [] if len(doc) == 0 else self.sentence_scores(doc, native=native) for doc in docs
+        ]
         sentences = [s for doc_scores in per_doc for s in doc_scores]
         # sentence_scores held every record to the contract (SentenceScores.check included)
         annotations = annotate_sentences(sentences, self.options, self.calibration, checked=True)
@@ -246,7 +250,8 @@ class TreeExpectations(Pipe):
             if not self.keep_scores:
                 doc._.set(PARSER_SCORES, None)
 
-    def sentence_scores(self, doc: Doc) -> List[SentenceScores]:
-        """The core's records of ``doc``'s sentences from the score source, checked."""
+    def sentence_scores(self, doc: Doc, *, native: Optional[bool] = None) -> List[SentenceScores]:
+        """The core's records of ``doc``'s sentences from the score source, checked
+        (``native``: see :func:`~spacy_treexp.pipeline.score_sources.sentence_scores`)."""
         records = call_source(self.score_source, doc, self.where)
-        return sentence_scores(doc, records, self.where, single_root=self.options.single_root)
+        return sentence_scores(doc, records, self.where, single_root=self.options.single_root, native=native)

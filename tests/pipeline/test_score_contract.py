@@ -5,6 +5,7 @@ that fail are reported."""
 from __future__ import annotations
 
 import math
+import pickle
 import re
 
 import numpy
@@ -14,6 +15,8 @@ import torch
 from helpers.scorer import LABELS, random_scores, score_doc
 from spacy.tokens import Doc, DocBin
 
+from spacy_treexp.annotate import AnnotateOptions, annotate_sentences
+from spacy_treexp.pipeline import score_sources
 from spacy_treexp.pipeline.score_sources import ScoreSourceError
 from spacy_treexp.pipeline.tree_expectations import TreeExpectations
 
@@ -479,3 +482,35 @@ def test_a_head_outside_its_sentence_is_named():
     doc._.parser_scores = records
     with pytest.raises(ValueError, match=r"TXE024.*sentence 1 \(tokens 2-5.*token 2 \('c'\)"):
         component()(doc)
+
+
+def _two_sentence_doc():
+    words = ["A", "b", ".", "C", "d", "e", "."]
+    return score_doc(Doc(spacy.blank("en").vocab, words=words, sent_starts=[1, 0, 0, 1, 0, 0, 0]), seed=3)
+
+
+def test_each_record_carries_its_sentence_text():
+    """``SentenceScores.text`` (a seed of the sentence's samples) is ``sent.text``, built
+    from the Doc when first read, and survives pickle."""
+    doc = _two_sentence_doc()
+    records = component().sentence_scores(doc)
+    assert [r.text for r in records] == [s.text for s in doc.sents] == ["A b .", "C d e ."]
+    assert pickle.loads(pickle.dumps(component().sentence_scores(doc)[1])).text == "C d e ."
+
+
+@pytest.mark.parametrize("n_samples, builds", [(0, 0), (3, 1)])
+def test_the_doc_text_is_built_only_for_seeded_samples(n_samples, builds, monkeypatch):
+    """Without samples nothing reads a sentence's text, so ``Doc.text`` (a Token per word) is
+    not built; with seeded samples it is built once per Doc, for all its sentences."""
+    calls = []
+    whole = score_sources._DocText.whole
+    monkeypatch.setattr(score_sources._DocText, "whole", lambda self: calls.append(self.text is None) or whole(self))
+    doc = component(n_samples=n_samples)(_two_sentence_doc())
+    assert sum(calls) == builds  # Doc.text built
+    if n_samples:  # the same samples as from records whose text is given up front
+        records = component().sentence_scores(_two_sentence_doc())
+        for record, sent in zip(records, doc.sents):
+            record.text = sent.text
+        expected = annotate_sentences(records, AnnotateOptions(n_samples=n_samples), checked=True)
+        for annotation, sent in zip(expected, doc.sents):
+            numpy.testing.assert_array_equal(sent._.sampled_heads, annotation.sampled_heads)
