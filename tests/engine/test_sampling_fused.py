@@ -291,13 +291,13 @@ def test_fused_trapped_steps_are_the_torch_steps(monkeypatch, single_root, scale
     real, handed, numbered = colbourn.fused.trapped_steps, [], []
     real_words = colbourn._fused_words
 
-    def kernel(settled, group, count, *rest):
-        start = real(settled, group, count, *rest)
+    def kernel(groups, reach, leak, group, *rest):
+        start = real(groups, reach, leak, group, *rest)
         handed.append(int((start > 0).sum()))
         return start
 
-    def torch_steps(settled, group, count, *rest):  # every row's steps by the torch loop
-        return torch.where((group >= 0) & (count[group.clamp_min(0)] > 0), 1, 0)
+    def torch_steps(groups, reach, leak, group, *rest):  # every row's steps by the torch loop
+        return torch.where((group >= 0) & (groups.count[group.clamp_min(0)] > 0), 1, 0)
 
     def words(state, *rest):  # the states phase 2 reads
         numbered.append(state.state.clone())

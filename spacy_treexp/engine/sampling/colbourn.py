@@ -927,17 +927,15 @@ def _fused_trapped_steps(
     log_prob = log_prob.clone()
     numbered = state.state.clone()  # (the groups, as TrappedModel.fix(0) leaves them)
     start = fused.trapped_steps(
-        groups.settled,
-        state.group,
-        groups.count,
+        groups,
         setup.reach(),
+        SETTLED_LEAK,
+        state.group,
         by_row,
         state.fixed,
         state.reaches,
         state.horizon,
         log_prob,
-        groups,
-        SETTLED_LEAK,
         numbered,
     )
     index = start.nonzero().squeeze(-1)

@@ -359,49 +359,35 @@ def exit_distribution(scores: Tensor, free: Tensor, targets: Tensor, compact: Te
 
 
 def trapped_steps(
-    settled: Tensor,
-    group: Tensor,
-    count: Tensor,
+    groups: Any,
     reach: tuple[Tensor, Tensor],
+    leak: float,
+    group: Tensor,
     uniforms: Tensor,
     fixed: Tensor,
     reaches: Tensor,
     horizon: Tensor,
     log_prob: Tensor,
-    groups: Any,
-    leak: float,
     state: Tensor,
 ) -> Tensor:
     """The trapped-word steps of :class:`.colbourn.TrappedModel` by the kernel
     (:func:`.trapped_kernels.trapped_walk`), for rows of groups ``group`` (R,) (-1: none), step
     after step: a settled state reads the groups' ``settled`` tables (G, P, N+1), each other
     distinct state its own reduction (:func:`.trapped.unsettled_conditionals`, from
-    ``groups``: :class:`.trapped.Groups`; ``leak``: its leak), with ``count`` (G,) and
-    :meth:`.colbourn.TrappedSetup.reach`, and each row's uniform per step ``uniforms``
-    (R, T >= its steps): the heads drawn into ``fixed`` (R, N), ``reaches`` (R, N), ``horizon``
-    (R,), their log-probabilities added to ``log_prob`` (R,) float64 and the rows' states
-    numbered into ``state`` (R,) (each row's group on entry) as the torch steps number them,
-    in place (contiguous CPU tensors). Returns (R,) the step at which a row found no possible
-    head (for the torch steps, which name it), 0 where done."""
+    ``groups``: :class:`.trapped.Groups`; ``leak``: its leak), with
+    :meth:`.colbourn.TrappedSetup.reach` ``reach`` (see :func:`group_tables`), and each row's
+    uniform per step ``uniforms`` (R, T >= its steps): the heads drawn into ``fixed`` (R, N),
+    ``reaches`` (R, N), ``horizon`` (R,), their log-probabilities added to ``log_prob`` (R,)
+    float64 and the rows' states numbered into ``state`` (R,) (each row's group on entry) as the
+    torch steps number them, in place (contiguous CPU tensors). Returns (R,) the step at which
+    a row found no possible head (for the torch steps, which name it), 0 where done."""
     from spacy_treexp.engine.sampling import trapped_kernels
 
     start = np.zeros(group.shape[0], dtype=np.int64)
-    last, second = reach
-    meets, offsets = _flat_blocks(groups.meets)
     nodes = trapped_kernels.trapped_walk(
-        settled.contiguous().numpy(),
+        *group_tables(groups, reach, leak),
         group.contiguous().numpy(),
-        count.contiguous().numpy(),
-        last.contiguous().numpy(),
-        second.contiguous().numpy(),
         uniforms.contiguous().numpy(),
-        groups.exits.contiguous().numpy(),
-        groups.trace.contiguous().numpy(),
-        groups.scores.contiguous().numpy(),
-        groups.order.contiguous().numpy(),
-        meets,
-        offsets,
-        math.log(leak),
         fixed.numpy(),
         reaches.numpy(),
         horizon.numpy(),
@@ -411,6 +397,28 @@ def trapped_steps(
     )
     work.add("trapped_nodes", int(nodes))
     return torch.from_numpy(start)
+
+
+def group_tables(groups: Any, reach: tuple[Tensor, Tensor], leak: float) -> tuple[Any, ...]:
+    """What the trapped-word kernels (:func:`.trapped_kernels.trapped_walk`,
+    :func:`.trapped_kernels.trapped_beams`) read of the groups (:class:`.trapped.Groups`), in
+    their leading arguments' order: ``settled``, ``count``, ``reach`` (last, second), ``exits``,
+    ``trace``, ``scores``, ``order``, the flat ``meets`` and their offsets, and log ``leak``."""
+    last, second = reach
+    meets, offsets = _flat_blocks(groups.meets)
+    return (
+        groups.settled.contiguous().numpy(),
+        groups.count.contiguous().numpy(),
+        last.contiguous().numpy(),
+        second.contiguous().numpy(),
+        groups.exits.contiguous().numpy(),
+        groups.trace.contiguous().numpy(),
+        groups.scores.contiguous().numpy(),
+        groups.order.contiguous().numpy(),
+        meets,
+        offsets,
+        math.log(leak),
+    )
 
 
 def _flat_blocks(blocks: list[Tensor]) -> tuple[np.ndarray, np.ndarray]:

@@ -195,11 +195,9 @@ def unsettled_row(g, fixed, j, exits, trace, scores, order, count, meets, log_le
 @jit
 def trapped_walk(
     settled,
-    group,
     count,
     last,
     second,
-    uniforms,
     exits,
     trace,
     scores,
@@ -207,6 +205,8 @@ def trapped_walk(
     meets,
     offsets,
     log_leak,
+    group,
+    uniforms,
     fixed,
     reaches,
     horizon,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 from typing import Iterator
 
 import torch
@@ -293,20 +292,8 @@ def _trapped_beams(
     groups = setup.groups
     gumbel, log_p = gumbel.double().contiguous().clone(), log_p.double().contiguous().clone()
     if groups is not None:
-        last, second = setup.reach()
-        meets, offsets = fused._flat_blocks(groups.meets)
         nodes = trapped_kernels.trapped_beams(
-            groups.settled.contiguous().numpy(),
-            groups.count.contiguous().numpy(),
-            last.contiguous().numpy(),
-            second.contiguous().numpy(),
-            groups.exits.contiguous().numpy(),
-            groups.trace.contiguous().numpy(),
-            groups.scores.contiguous().numpy(),
-            groups.order.contiguous().numpy(),
-            meets,
-            offsets,
-            math.log(SETTLED_LEAK),
+            *fused.group_tables(groups, setup.reach(), SETTLED_LEAK),
             state.group.numpy(),
             state.fixed.numpy(),
             state.reaches.numpy(),
