@@ -62,10 +62,9 @@ def scan_sentence(
         return None
     kernels = _kernels()
     flags = kernels.scan(arc, labels, math.exp(-log_tolerance), math.exp(log_tolerance), rel is not None and sums)
+    # (positional: a NamedTuple built from keywords costs more than the rest of this wrapper)
     return SentenceScan(
-        values_clean=bool(flags & kernels.VALUES_CLEAN),
-        all_allowed=bool(flags & kernels.ALL_ALLOWED),
-        rel_normalised=bool(flags & kernels.REL_NORMALISED),
+        bool(flags & kernels.VALUES_CLEAN), bool(flags & kernels.ALL_ALLOWED), bool(flags & kernels.REL_NORMALISED)
     )
 
 
