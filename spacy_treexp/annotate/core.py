@@ -24,7 +24,9 @@ from spacy_treexp.annotate.options import AnnotateOptions
 from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
 from spacy_treexp.annotate.runtime import resolve_device, threads_for
 from spacy_treexp.annotate.scan import dense_dep_prob
+from spacy_treexp.annotate.scan import head_entropy as scan_head_entropy
 from spacy_treexp.engine import TreeDistribution, TreeMixture
+from spacy_treexp.engine.distribution import word_head_entropy
 from spacy_treexp.engine.native import native_requested
 from spacy_treexp.engine.sampling.streams import PER_SENTENCE_METHODS
 
@@ -97,8 +99,8 @@ def _infer(
     for b, sentence_heads in enumerate(heads):
         padded[b, 1 : len(sentence_heads) + 1] = sentence_heads
     marginals = dist.marginals
-    # a certain head (p = 1, e.g. a whitespace token's) gives -0.0 or -1e-16 by rounding: 0
-    head_entropy = (word_head_entropy(marginals) + 0.0).float().cpu().numpy()
+    native = native_requested()  # read once per batch
+    head_entropy = _head_entropy(marginals, native)
     attachment = dist.expected_attachment(torch.from_numpy(padded).to(marginals.device)).cpu().numpy()
     marginals_np = marginals.float().cpu().numpy()
     log_partition = dist.log_partition.cpu().numpy()
@@ -107,7 +109,6 @@ def _infer(
         risk = TreeDistribution(dist.scores / options.risk_temperature, dist.lengths, single_root=dist.single_root)
     parse_log_prob = risk.log_prob(torch.from_numpy(padded).to(marginals.device)).double().cpu().numpy()
     entropy = dist.entropy().cpu().numpy()
-    native = native_requested()  # read once per batch
     annotations = []
     for b, (sentence, sentence_heads) in enumerate(zip(bucket, heads)):
         n = sentence.n
@@ -188,10 +189,14 @@ def _epistemic(
             annotation.expected_entropy = float(expected[i])
 
 
-def word_head_entropy(marginals: torch.Tensor) -> torch.Tensor:
-    """Entropy of each word's head distribution, -Σ_h μ(h, m) log μ(h, m), ``(..., N+1)``
-    (clamped at 0 against rounding)."""
-    return (-torch.special.xlogy(marginals, marginals).sum(dim=-2)).clamp_min(0.0)
+def _head_entropy(marginals: torch.Tensor, native: bool) -> numpy.ndarray:
+    """:func:`word_head_entropy` of a batch's marginals as float32 numpy ``(B, N+1)``: on the
+    CPU with ``native``, in one kernel call (:func:`.scan.head_entropy`)."""
+    if native and marginals.device.type == "cpu":
+        fused = scan_head_entropy(marginals.detach().numpy())
+        if fused is not None:
+            return fused
+    return word_head_entropy(marginals).float().cpu().numpy()
 
 
 def dep_prob(

@@ -86,6 +86,18 @@ def dense_dep_prob(
     return out
 
 
+def head_entropy(marginals: numpy.ndarray) -> Optional[numpy.ndarray]:
+    """Each word's head entropy, float32 ``(B, N+1)``, of float64 ``marginals`` ``(B, N+1, N+1)``
+    [head, dep] in one kernel call (:func:`spacy_treexp.engine.distribution.word_head_entropy`'s values,
+    to float64 rounding), or None where the kernel cannot read them. Only where
+    :func:`~spacy_treexp.engine.native.native_requested`."""
+    if marginals.dtype != numpy.float64 or marginals.ndim != 3:
+        return None
+    out = numpy.empty(marginals.shape[:2], dtype=numpy.float32)
+    _kernels().head_entropy(marginals, out)
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def _kernels() -> Any:
     """The kernel module, imported on first use (importing numba takes a while)."""

@@ -57,3 +57,22 @@ def dep_prob(rel, heads, labels, head_prob, out):
     the product in float32, as :func:`spacy_treexp.annotate.core.dep_prob` forms it."""
     for m in range(heads.shape[0]):
         out[m] = head_prob[m] * np.float32(math.exp(np.float64(rel[heads[m], m + 1, labels[m]])))
+
+
+@numba.njit(cache=True, nogil=True)
+def head_entropy(marginals, out):
+    """Each word's head entropy -Σ_h μ(h, m) log μ(h, m) of float64 ``marginals`` (B, N+1, N+1)
+    [head, dep] into float32 ``out`` (B, N+1), as :func:`spacy_treexp.engine.distribution.word_head_entropy`
+    computes it (a marginal at or below 0 adds nothing, NaN stays NaN; the sum clamped at 0,
+    -0 as 0), in one pass."""
+    batch, size = marginals.shape[0], marginals.shape[1]
+    for b in range(batch):
+        for m in range(size):
+            total = 0.0
+            for h in range(size):
+                p = marginals[b, h, m]
+                if p > 0.0:
+                    total -= p * math.log(p)
+                elif p != p:
+                    total = p
+            out[b, m] = max(total, 0.0) + 0.0 if total == total else total

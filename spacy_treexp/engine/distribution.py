@@ -780,6 +780,15 @@ class TreeDistribution(Distribution):
 _RESOLUTION = 1e-6
 
 
+def word_head_entropy(marginals: Tensor) -> Tensor:
+    """Each word's head entropy −Σ_h μ(h, m) log μ(h, m), the entropy of column m of the
+    marginals ``(..., N+1, N+1)`` [head, dep], in float64 ``(..., N+1)``. A marginal that
+    rounding left below 0 (about −1e-15 on peaked scores; −1e-9 in float32) counts as 0, and a
+    certain head's −0 or −1e-16 as 0."""
+    mu = marginals.to(torch.float64).clamp_min(0.0)
+    return (-torch.special.xlogy(mu, mu).sum(dim=-2)).clamp_min(0.0) + 0.0
+
+
 def _from_fused(result: FusedPass) -> _Pass:
     """The fused kernel's pass as a :class:`_Pass` (each tensor made here)."""
     return _Pass(

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from spacy_treexp.engine import sampling
-from spacy_treexp.engine.distribution import TreeDistribution
+from spacy_treexp.engine.distribution import TreeDistribution, word_head_entropy
 from spacy_treexp.engine.sampling.streams import Randomness
 
 
@@ -135,14 +135,14 @@ class TreeMixture:
         """Entropy of each word's head under the mixture, H(Σ_k w_k μ_k(·, m)), ``(B, N+1)``
         (0 at ROOT and padding)."""
         mixed = self._weighted(self._per_member(self.members.marginals))
-        return self._out(_column_entropy(mixed))
+        return self._out(word_head_entropy(mixed))
 
     def head_mutual_information(self) -> Tensor:
         """I(h_m; K) = H(Σ_k w_k μ_k(·, m)) − Σ_k w_k H(μ_k(·, m)) per word, ``(B, N+1)``
         (exact; 0 at ROOT and padding; ≥ 0 up to rounding, clamped at 0)."""
         member = self._per_member(self.members.marginals)
-        mixed = _column_entropy(self._weighted(member))
-        mean = self._weighted(_column_entropy(member))
+        mixed = word_head_entropy(self._weighted(member))
+        mean = self._weighted(word_head_entropy(member))
         return self._out((mixed - mean).clamp_min(0.0) + 0.0)
 
     # -------------------------------------------------------------- sampling
@@ -234,12 +234,6 @@ def _normalised(weights: Optional[Tensor], batch: int, k: int, device: torch.dev
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or not bool((w.sum(-1) > 0).all()):
         raise ValueError(f"weights must be finite, non-negative and not all 0, got {w.tolist()}")
     return w / w.sum(-1, keepdim=True)
-
-
-def _column_entropy(marginals: Tensor) -> Tensor:
-    """−Σ_h μ(h, m) log μ(h, m) of each column of ``(..., N+1, N+1)`` in float64, ``(..., N+1)``."""
-    mu = marginals.to(torch.float64).clamp_min(0.0)  # float32 rounding can leave -1e-9
-    return (-torch.special.xlogy(mu, mu).sum(dim=-2)).clamp_min(0.0)
 
 
 def _choose_members(weights: Tensor, num_samples: int, generators: Sequence[torch.Generator]) -> Tensor:

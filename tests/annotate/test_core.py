@@ -66,6 +66,29 @@ def test_annotation_equals_brute_force(n):
     assert mbr_heads(annotation).tolist() == best.tolist()
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("scale", [30.0, 300.0])
+def test_head_entropy_on_peaked_scores_is_the_brute_force_one(scale, native, monkeypatch):
+    """On peaked scores the engine's marginals can round to -1e-15: each word's head entropy
+    stays the brute-force one (float64 enumeration, n <= 6), never NaN or negative, on the
+    kernel path and the torch path; and never NaN on a batch of longer peaked sentences."""
+    monkeypatch.setenv("SPACY_TREEXP_NATIVE", native)
+    for n in (4, 6):
+        rng = numpy.random.default_rng(n)
+        arc = scale * rng.standard_normal((n + 1, n + 1))
+        (annotation,) = annotate_sentences([SentenceScores(arc=arc, start=0, text="s")])
+        trees, log_p = tree_log_probs(torch.from_numpy(arc), n, True)
+        marginals = numpy.zeros((n + 1, n + 1))
+        for tree, prob in zip(trees.numpy(), log_p.exp().numpy()):
+            marginals[tree[1:], numpy.arange(1, n + 1)] += prob
+        column_entropy = [-sum(q * math.log(q) for q in marginals[:, m] if q > 0) for m in range(1, n + 1)]
+        numpy.testing.assert_allclose(annotation.head_entropy, column_entropy, atol=1e-6)
+    rng = numpy.random.default_rng(0)
+    batch = [SentenceScores(arc=scale * rng.standard_normal((n + 1, n + 1)), start=0, text="s") for n in range(2, 40)]
+    for annotation in annotate_sentences(batch):
+        assert numpy.isfinite(annotation.head_entropy).all() and (annotation.head_entropy >= 0).all()
+
+
 def test_without_a_parse_the_tree_is_the_map_tree():
     sentence = random_sentence(5, seed=7, with_parse=False)
     (annotation,) = annotate_sentences([sentence])

@@ -119,3 +119,27 @@ def test_dep_prob_in_one_kernel_call_equals_the_numpy_route(dtype, monkeypatch):
         reference = dep_prob(sentence, heads, head_prob)
         assert fused.dtype == reference.dtype == numpy.float32
         assert numpy.array_equal(fused, reference)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_head_entropy_in_one_kernel_call_equals_the_torch_route(seed):
+    """scan.head_entropy against engine.distribution.word_head_entropy (float32 out) on marginals
+    with exact zeros, rounding below zero, certain heads and NaN: the same values, bit for bit."""
+    import torch
+
+    from spacy_treexp.annotate.scan import head_entropy
+    from spacy_treexp.engine.distribution import word_head_entropy
+
+    rng = numpy.random.default_rng(seed)
+    batch, size = 5, int(rng.integers(2, 20))
+    marginals = rng.dirichlet(numpy.full(size, 0.3), size=(batch, size)).transpose(0, 2, 1).copy()
+    marginals[rng.random(marginals.shape) < 0.2] = 0.0
+    marginals[rng.random(marginals.shape) < 0.05] = -1e-15
+    marginals[0, :, 1] = 0.0
+    marginals[0, 0, 1] = 1.0  # a certain head
+    if seed % 2:
+        marginals[1, 1, 1] = numpy.nan
+    expected = word_head_entropy(torch.from_numpy(marginals)).float().numpy()
+    got = head_entropy(marginals)
+    numpy.testing.assert_array_equal(got, expected)
+    assert not numpy.signbit(got[~numpy.isnan(got)]).any()  # no -0.0
