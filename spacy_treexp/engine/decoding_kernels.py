@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
-jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
+from spacy_treexp.engine.jit import jit
 
 #: ``status`` of a sentence: decoded; no tree (the reference raises its message); a NaN or
 #: +inf weight (left to the reference)

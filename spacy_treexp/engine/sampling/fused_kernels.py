@@ -6,14 +6,10 @@ docstring); :mod:`.fused` documents the arguments."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
-import numba
 import numpy as np
 
-#: (typed Any: a kernel takes its arguments as numba reads them, and callers unpack argument
-#: tuples such as :func:`.fused.group_tables` into them)
-jit: Any = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
+from spacy_treexp.engine.jit import jit
 
 
 @jit

@@ -12,10 +12,10 @@ import math
 
 import numpy as np
 
+from spacy_treexp.engine.jit import jit
 from spacy_treexp.engine.sampling.fused_kernels import (
     exact_conditionals,
     head_row,
-    jit,
     log_add,
     softplus,
     strong_sets,
