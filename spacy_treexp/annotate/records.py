@@ -64,6 +64,12 @@ class SentenceScores:
         """Number of words."""
         return int(self.arc.shape[-1]) - 1
 
+    def replace(self, **changes: Any) -> SentenceScores:
+        """A copy with ``changes`` (``dataclasses.replace``), whose text, if not yet built
+        (:func:`set_text_source`), is still built only when read."""
+        changes.setdefault("text", self.__dict__["_text"])
+        return dataclasses.replace(self, **changes)
+
     def __getstate__(self) -> Dict[str, Any]:
         """The fields for pickle, with ``text`` built (a text source need not pickle)."""
         state = dict(self.__dict__)

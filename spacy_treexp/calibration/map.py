@@ -645,7 +645,7 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
         changes = {"arc": arcs[0], "rel": calibration.apply_rel(sentence.rel, names)}
         if members is not None and count > 1:  # an ensemble's members: each is a parser's scores
             changes["members"] = numpy.stack(arcs[1:])
-        out.append(dataclasses.replace(sentence, **changes))
+        out.append(sentence.replace(**changes))
     return out
 
 

@@ -217,3 +217,16 @@ def test_sentences_longer_than_the_limit_are_refused_by_name():
     with pytest.raises(ValueError, match="has 6 words, more than max_sentence_length = 5"):
         annotate_sentences([sentence], AnnotateOptions(max_sentence_length=5))
     assert annotate_sentences([sentence], AnnotateOptions(max_sentence_length=0))[0].n == 6  # 0: no limit
+
+
+def test_a_text_left_to_its_source_is_built_once_when_read_and_survives_replace_and_pickle():
+    from spacy_treexp.annotate import set_text_source
+
+    calls = []
+    sentence = random_sentence(3, seed=1)
+    set_text_source(sentence, lambda: calls.append(1) or "built")
+    copy = sentence.replace(start=5)  # e.g. a calibration map's rescaled scores
+    assert calls == [] and copy.start == 5
+    assert copy.text == "built" and copy.text == "built" and calls == [1]
+    assert pickle.loads(pickle.dumps(sentence)).text == "built"
+    assert sentence.replace(text="given").text == "given"
