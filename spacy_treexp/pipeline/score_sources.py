@@ -253,7 +253,8 @@ def sentence_scores(
     """The core's records of ``doc``'s sentences from a score source's records, held to the
     contract of the module doc (``where`` names the component and the source in messages);
     each carries the Doc's tree (if parsed) and relations, and its text, built from the Doc
-    when first read (:func:`~spacy_treexp.annotate.set_text_source`). ``native``: whether
+    when first read (:func:`~spacy_treexp.annotate.set_text_source`; until then the record
+    holds on to its Doc). ``native``: whether
     the checks' kernels may run (default: :func:`~spacy_treexp.engine.native.native_requested`;
     a caller converting many Docs reads it once)."""
     records = list(records)
