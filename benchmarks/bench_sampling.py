@@ -323,8 +323,9 @@ def auto_kinds(batch: int, n: int, seed: int) -> dict[str, torch.Tensor]:
 
 def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> None:
     """``sampler="auto"`` against Colbourn and Wilson-Marginal: ms per call, the median of
-    ``repeats`` rounds of the three methods in turn (one round at n > 60, more for short calls:
-    :func:`interleaved`; a fresh distribution per call, its marginals computed before timing,
+    ``repeats`` rounds of the three methods in turn at every n (more for short calls:
+    :func:`interleaved`; a single round at n > 60 let one slow call on a noisy machine move a
+    ratio by 30%); a fresh distribution per call, its marginals computed before timing,
     so that no sampler reuses another call's analysis), the share of sentences auto walks,
     and auto / the better one."""
     from spacy_treexp.engine.sampling.auto import walk_or_not
@@ -338,7 +339,7 @@ def auto_table(lengths: list[int], batch: int, samples: int, repeats: int) -> No
         for kind, scores in auto_kinds(batch, n, seed=n).items():
             row = f"{n:>4} {kind:>7}"
             methods = ("colbourn", "wilson_marginal", "auto")
-            times = interleaved(lambda: TreeDistribution(scores), methods, samples, repeats if n <= 60 else 1)
+            times = interleaved(lambda: TreeDistribution(scores), methods, samples, repeats)
             found = {method: statistics.median(times[method]) for method in methods}
             row += "".join(f" {found[method] * 1e3:>9.1f}" for method in methods)
             dist = TreeDistribution(scores)
@@ -617,7 +618,7 @@ def main() -> None:
         ),
         "auto": lambda: (
             auto_table([10, 30, 60, 100], batch=64, samples=100, repeats=5),
-            auto_parser_table(args.conllu, batch=64, samples=100, repeats=3) if args.conllu else None,
+            auto_parser_table(args.conllu, batch=64, samples=100, repeats=5) if args.conllu else None,
         ),
         "fit-walks": lambda: fit_walks_table([10, 20, 30, 40, 60, 80, 100], batch=64, samples=100, repeats=3),
         "targets": lambda: targets_table(batch=64, n=30, samples=100, k=20, rounds=7),
