@@ -71,7 +71,7 @@ class NoveltyReference:
             raise ValueError(f"novelty: token vectors must be (n, {self.width}), got {tuple(x.shape)}")
         centred = _unit(x - torch.from_numpy(self.centre))  # float32: cosines of unit vectors to ~1e-7
         rows = torch.from_numpy(self.rows).T
-        best = [(chunk @ rows).max(dim=1).values for chunk in centred.split(CHUNK)]
+        best = [torch.amax(chunk @ rows, dim=1) for chunk in centred.split(CHUNK)]  # (no argmax: ~15% less)
         return (1.0 - torch.cat(best)).double().numpy() if best else numpy.zeros(0)
 
     def sentence_novelty(self, vectors: Any) -> float:
