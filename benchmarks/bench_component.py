@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000, help="sentences")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
+    parser.add_argument("--repeats", type=int, default=5, help="best of this many interleaved runs")
     parser.add_argument("--skip-full", action="store_true", help="skip the whole-pipeline docs/s")
     parser.add_argument("--members", type=int, default=None, help="the parser's MC-dropout members (default: its own)")
     parser.add_argument("--no-map", action="store_true", help="the component without the parser's calibration map")
