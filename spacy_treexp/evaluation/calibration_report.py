@@ -26,8 +26,8 @@ import numpy
 import torch
 
 from spacy_treexp.annotate import SentenceScores, length_buckets, pad_scores
-from spacy_treexp.calibration import CalibrationMap
-from spacy_treexp.calibration.map import dependent_relations, label_entropies
+from spacy_treexp.calibration import CalibrationMap, calibrate_sentences
+from spacy_treexp.calibration.map import dependent_relations
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation import metrics
 from spacy_treexp.evaluation.conllu import GoldSentence
@@ -72,13 +72,11 @@ def word_arrays(
     local: List[Optional[numpy.ndarray]] = [None] * len(scores)
     local_gold: List[Optional[numpy.ndarray]] = [None] * len(scores)
     with torch.no_grad():
+        # the map applied where the annotation core applies it (calibrate_sentences)
+        mapped_scores = calibrate_sentences(scores, calibration)
         for index in length_buckets([s.n for s in scores], 512, max_cells=2_000_000):
             raw, lengths = pad_scores([scores[i].arc for i in index])
-            relations = [dependent_relations(scores[i]) for i in index] if calibration is not None else None
-            entropies = None
-            if calibration is not None and calibration.reads_label_entropy:
-                entropies = label_entropies([scores[i] for i in index])
-            mapped = raw if calibration is None else calibration.apply_batch(raw, lengths, relations, entropies)
+            mapped = raw if calibration is None else pad_scores([mapped_scores[i].arc for i in index])[0]
             mu = TreeDistribution(mapped, lengths, single_root=True).marginals.numpy()
             for b, i in enumerate(index):
                 n = scores[i].n
