@@ -11,6 +11,5 @@ from typing import Any
 
 import numba
 
-#: (typed Any: a kernel takes its arguments as numba reads them, and callers unpack argument
-#: tuples such as :func:`.sampling.fused.group_tables` into them)
+#: (typed Any: a kernel takes its arguments as numba reads them, which numba's stubs do not say)
 jit: Any = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")

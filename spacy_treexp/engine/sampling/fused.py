@@ -385,7 +385,7 @@ def trapped_steps(
 
     start = np.zeros(group.shape[0], dtype=np.int64)
     nodes = trapped_kernels.trapped_walk(
-        *group_tables(groups, reach, leak),
+        group_tables(groups, reach, leak),
         group.contiguous().numpy(),
         uniforms.contiguous().numpy(),
         fixed.numpy(),
@@ -401,9 +401,10 @@ def trapped_steps(
 
 def group_tables(groups: Any, reach: tuple[Tensor, Tensor], leak: float) -> tuple[Any, ...]:
     """What the trapped-word kernels (:func:`.trapped_kernels.trapped_walk`,
-    :func:`.trapped_kernels.trapped_beams`) read of the groups (:class:`.trapped.Groups`), in
-    their leading arguments' order: ``settled``, ``count``, ``reach`` (last, second), ``exits``,
-    ``trace``, ``scores``, ``order``, the flat ``meets`` and their offsets, and log ``leak``."""
+    :func:`.trapped_kernels.trapped_beams`) read of the groups (:class:`.trapped.Groups`), as their
+    first argument (``tables``, unpacked there in this order): ``settled``, ``count``, ``reach``
+    (last, second), ``exits``, ``trace``, ``scores``, ``order``, the flat ``meets`` and their
+    offsets, and log ``leak``."""
     last, second = reach
     meets, offsets = _flat_blocks(groups.meets)
     return (

@@ -194,17 +194,7 @@ def unsettled_row(g, fixed, j, exits, trace, scores, order, count, meets, log_le
 
 @jit
 def trapped_walk(
-    settled,
-    count,
-    last,
-    second,
-    exits,
-    trace,
-    scores,
-    order,
-    meets,
-    offsets,
-    log_leak,
+    tables,
     group,
     uniforms,
     fixed,
@@ -225,6 +215,7 @@ def trapped_walk(
     (as :meth:`.trapped.Groups.meets` holds them). A row with no possible
     head stops: ``start[r]`` is that step (0: every step done). Returns the node updates of
     the unsettled states' small chains (see :func:`unsettled_row`)."""
+    settled, count, last, second, exits, trace, scores, order, meets, offsets, log_leak = tables  # group_tables
     rows, width, size = group.shape[0], settled.shape[1], settled.shape[2]
     groups, nodes = exits.shape[0], exits.shape[2]
     words = size - 1
@@ -336,17 +327,7 @@ def log_expm1(x):
 
 @jit
 def trapped_beams(
-    settled,
-    count,
-    last,
-    second,
-    exits,
-    trace,
-    scores,
-    order,
-    meets,
-    offsets,
-    log_leak,
+    tables,
     group,
     fixed,
     reaches,
@@ -372,6 +353,7 @@ def trapped_beams(
     ``seeds[b]``. A child whose Gumbel is not above ``floor[b]`` is dropped (the caller holds k
     better prefixes). Updates every state array, ``gumbel`` and ``log_p`` (B, k) in place; returns
     the node updates of the unsettled states' small chains (see :func:`unsettled_row`)."""
+    settled, count, last, second, exits, trace, scores, order, meets, offsets, log_leak = tables  # group_tables
     batch, k = gumbel.shape
     width, size = settled.shape[1], settled.shape[2]
     groups, nodes = exits.shape[0], exits.shape[2]

@@ -293,7 +293,7 @@ def _trapped_beams(
     gumbel, log_p = gumbel.double().contiguous().clone(), log_p.double().contiguous().clone()
     if groups is not None:
         nodes = trapped_kernels.trapped_beams(
-            *fused.group_tables(groups, setup.reach(), SETTLED_LEAK),
+            fused.group_tables(groups, setup.reach(), SETTLED_LEAK),
             state.group.numpy(),
             state.fixed.numpy(),
             state.reaches.numpy(),
