@@ -9,8 +9,9 @@ slower) and reads everything else in one pass of a numba kernel, and says which 
 checks passed; it never raises: anything it does not clear is left to the numpy checks,
 which name the problem. :func:`dense_dep_prob` forms ``dep_prob`` from dense relation scores
 in one kernel call. Both run only where :func:`spacy_treexp.engine.native.native_requested`
-holds (numba installed, ``SPACY_TREEXP_NATIVE`` not ``0``), which callers ask once per
-document; elsewhere the numpy code runs.
+holds (numba installed, ``SPACY_TREEXP_NATIVE`` not ``0``), which callers ask once per batch
+of documents; elsewhere the numpy code runs. :func:`head_entropy` gives each word's head
+entropy for a batch in one pass.
 """
 
 from __future__ import annotations
