@@ -11,7 +11,9 @@ added (``spacy_treexp.add_uncertainty``), then reports:
 * ``doc.noun_chunks`` counts: stock alone, stock + uncertainty (the UD tree on
   ``token.dep_``, UD noun chunks), and with ``overwrite=False`` (the stock tree kept);
 * docs/s of the stock pipeline, of stock + uncertainty (the defaults), of the same without
-  the parser's MC-dropout members (``members = 0``, when the parser has that setting) and of
+  the parser's MC-dropout members (``members = 0``, when the parser has that setting), with
+  the parser's BiLSTM at ``encoder_precision = "bfloat16"`` (when it has that setting; with
+  how many trees equal the float32 ones and the largest change of a ``head_prob``) and of
   stock + ``biaffine_parser`` alone, and their ratios to the stock pipeline, best of
   interleaved repeats in one run, torch on ``--threads`` threads (default 1) and spaCy's
   ``nlp.pipe(batch_size=...)``, in wall time and in the process's CPU time (``*_cpu*``: robust
@@ -76,6 +78,10 @@ def compare(stock_docs: List[Any], docs: List[Any]) -> Dict[str, int]:
     return same
 
 
+def heads_and_deps(doc: Any) -> List[Tuple[int, str]]:
+    return [(t.head.i, t.dep_) for t in doc]
+
+
 def timed(function: Callable[[], Any]) -> Tuple[float, Any]:
     start = time.perf_counter()
     result = function()
@@ -124,7 +130,7 @@ def main() -> int:
             "stock + uncertainty, overwrite=False (stock tree)": sum(len(list(d.noun_chunks)) for d in kept_docs),
         },
         "same_stock_tree_overwrite_false": sum(
-            [(t.head.i, t.dep_) for t in a] == [(t.head.i, t.dep_) for t in b] for a, b in zip(stock_docs, kept_docs)
+            heads_and_deps(a) == heads_and_deps(b) for a, b in zip(stock_docs, kept_docs)
         ),
     }
 
@@ -133,6 +139,20 @@ def main() -> int:
         no_members = spacy_treexp.add_uncertainty(spacy.load(args.model))
         setattr(no_members.get_pipe("biaffine_parser"), "members", 0)
         pipelines["stock + uncertainty, members=0"] = no_members
+    if hasattr(combined.get_pipe("biaffine_parser"), "encoder_precision"):
+        low = spacy_treexp.load(config={"components.biaffine_parser.encoder_precision": "bfloat16"})
+        bf16 = spacy_treexp.add_uncertainty(spacy.load(args.model), source=low)
+        pipelines["stock + uncertainty, bfloat16 encoder"] = bf16
+        bf16_docs = list(bf16.pipe(texts, batch_size=args.batch_size))
+        report["bfloat16_encoder"] = {
+            "same_tree": sum(heads_and_deps(a) == heads_and_deps(b) for a, b in zip(docs, bf16_docs)),
+            "max_head_prob_difference": max(
+                abs(float(a._.head_prob) - float(b._.head_prob))
+                for x, y in zip(docs, bf16_docs)
+                for a, b in zip(x, y)
+                if a._.head_prob is not None and b._.head_prob is not None
+            ),
+        }
     parser_only = spacy.load(args.model)
     parser_only.add_pipe("biaffine_parser", source=spacy_treexp.load())
     if hasattr(parser_only.get_pipe("biaffine_parser"), "members"):

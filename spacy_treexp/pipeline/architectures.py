@@ -37,6 +37,9 @@ from thinc.types import Floats2d, Floats3d
 ParserInput = Tuple[List[Doc], List[List[Tuple[int, int]]], Optional[numpy.ndarray]]
 ParserOutput = Tuple[numpy.ndarray, Union[numpy.ndarray, List[numpy.ndarray]], numpy.ndarray]
 
+#: Precisions the BiLSTM can predict at (``BiaffineScorer.encoder_precision``).
+ENCODER_PRECISIONS = ("float32", "bfloat16")
+
 
 @registry.architectures("spacy_treexp.BiaffineParser.v1")
 def build_biaffine_parser(
@@ -201,6 +204,10 @@ class BiaffineScorer(torch.nn.Module):
         #: The dense relation log-probabilities of a prediction are at this temperature
         #: (set by the parser, not saved: its ``rel_temperature``); training ignores it.
         self.rel_temperature = 1.0
+        #: The BiLSTM's precision in prediction (set by the parser, not saved: its
+        #: ``encoder_precision``): "bfloat16" runs it under ``torch.autocast``; training and
+        #: everything after the BiLSTM stay float32.
+        self.encoder_precision = "float32"
         #: While set (``members.ScorerCapture``), each pass hands it what it saw: ``record(X,
         #: lengths, H, head, dep)``.
         self.capture: Optional[Any] = None
@@ -272,12 +279,7 @@ class BiaffineScorer(torch.nn.Module):
         X = torch.cat([self.root.expand(batch, 1, -1).to(X.dtype), X], dim=1)
         X = self.dropout(X)
         if self.lstm is not None:
-            packed = torch.nn.utils.rnn.pack_padded_sequence(
-                X, (lengths + 1).cpu(), batch_first=True, enforce_sorted=False
-            )
-            output, _ = self.lstm(packed)
-            X, _ = torch.nn.utils.rnn.pad_packed_sequence(output, batch_first=True, total_length=n_max + 1)
-            X = self.dropout(X)
+            X = self.dropout(self.encode(X, lengths))
         valid = torch.arange(n_max + 1, device=X.device)[None, :] < (lengths + 1)[:, None].to(X.device)
         if heads is None and X.device.type == "cpu" and not self.training and not torch.is_grad_enabled():
             by_head, arc_dep, rel_head_words, rel_dep = self._prediction_parts(X, valid)
@@ -300,6 +302,21 @@ class BiaffineScorer(torch.nn.Module):
             return arc, rel
         sizes = (lengths + 1).tolist()
         return arc, _all_pairs_relations(rel_head_words, rel_dep, self.rel_weight, sizes, self.rel_temperature)
+
+    def encode(self, X: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The BiLSTM over ``X`` ``(B, N+1, width)`` (ROOT first; sentence b's first
+        ``lengths[b] + 1`` rows), padded to ``N+1`` rows; ``X`` itself without a BiLSTM. In
+        prediction (``not self.training``) at ``encoder_precision``: bfloat16 inputs and
+        weights, float32 accumulation and output (Kalamkar et al. 2019, *A Study of BFLOAT16
+        for Deep Learning Training*)."""
+        if self.lstm is None:
+            return X
+        packed = torch.nn.utils.rnn.pack_padded_sequence(X, (lengths + 1).cpu(), batch_first=True, enforce_sorted=False)
+        low = self.encoder_precision == "bfloat16" and not self.training
+        with torch.autocast(X.device.type, dtype=torch.bfloat16, enabled=low):
+            output, _ = self.lstm(packed)
+        H, _ = torch.nn.utils.rnn.pad_packed_sequence(output, batch_first=True, total_length=X.shape[1])
+        return H.to(X.dtype)
 
     def _prediction_parts(
         self, X: torch.Tensor, valid: torch.Tensor

@@ -61,7 +61,7 @@ from spacy_treexp.annotate.options import DEFAULT_MAX_SENTENCE_LENGTH
 from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
 from spacy_treexp.annotate.runtime import cpu_threads
 from spacy_treexp.engine import TreeDistribution
-from spacy_treexp.pipeline.architectures import get_scorer_module, set_n_labels
+from spacy_treexp.pipeline.architectures import ENCODER_PRECISIONS, get_scorer_module, set_n_labels
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
 from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
@@ -251,6 +251,7 @@ def make_biaffine_parser_scorer() -> Callable:
         "max_sentence_length": DEFAULT_MAX_SENTENCE_LENGTH,
         "members": DEFAULT_MEMBERS,
         "member_kind": "head",
+        "encoder_precision": "float32",
         "overwrite": True,
         "scorer": {"@scorers": "spacy_treexp.biaffine_parser_scorer.v1"},
     },
@@ -267,6 +268,7 @@ def make_biaffine_parser(
     max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH,
     members: int = DEFAULT_MEMBERS,
     member_kind: str = "head",
+    encoder_precision: str = "float32",
     overwrite: bool = True,
 ) -> "BiaffineParser":
     """Create a ``biaffine_parser`` component (see ``BiaffineParser``) and remember the
@@ -282,10 +284,18 @@ def make_biaffine_parser(
         max_sentence_length=max_sentence_length,
         members=members,
         member_kind=member_kind,
+        encoder_precision=encoder_precision,
         overwrite=overwrite,
     )
     parser.remember_home(nlp)
     return parser
+
+
+def _native_cpu_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 natively (x86 AVX512-BF16 or AMX), as torch's
+    own probes say (private helpers: False where a torch build lacks them)."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(bool(probe()) for probe in probes if callable(probe))
 
 
 def _listeners(model: Model) -> List[Model]:
@@ -314,6 +324,7 @@ class BiaffineParser(TrainablePipe):
         max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH,
         members: int = DEFAULT_MEMBERS,
         member_kind: str = "head",
+        encoder_precision: str = "float32",
         overwrite: bool = True,
     ) -> None:
         """``arc_temperature`` / ``rel_temperature``: post-hoc temperature scaling (Guo et
@@ -321,7 +332,10 @@ class BiaffineParser(TrainablePipe):
         and storage (the MAP tree is unchanged, the marginals and MBR tree are calibrated),
         relation log-probabilities become log_softmax(log p / T). Training ignores them;
         fit them on held-out data with ``spacy_treexp.evaluation`` (``benchmarks/quality.py``).
-        ``overwrite``: replace a parse already on the Doc, or keep it and store this
+        ``encoder_precision``: "float32" (default) or "bfloat16", the precision the BiLSTM
+        predicts at (``BiaffineScorer.encode``); bfloat16 is faster only on hardware with
+        native bfloat16 (CPUs with AVX512-BF16 or AMX, recent GPUs) and slower elsewhere;
+        training is float32 either way. ``overwrite``: replace a parse already on the Doc, or keep it and store this
         parser's tree beside it (see the module doc)."""
         if decoding not in DECODINGS:
             raise ValueError(f"biaffine_parser: decoding must be one of {DECODINGS}, got {decoding!r}")
@@ -342,6 +356,12 @@ class BiaffineParser(TrainablePipe):
             raise ValueError(f"biaffine_parser: member_kind must be one of {MEMBER_KINDS}, got {member_kind!r}")
         self.members = members
         self.member_kind = member_kind
+        if encoder_precision not in ENCODER_PRECISIONS:
+            raise ValueError(
+                f"biaffine_parser: encoder_precision must be one of {ENCODER_PRECISIONS}, got {encoder_precision!r}"
+            )
+        self.encoder_precision = encoder_precision
+        self._precision_checked = False
         if not isinstance(overwrite, bool):
             raise ValueError(f"biaffine_parser: overwrite must be true or false, got {overwrite!r}")
         #: Replace a parse already on the Doc (see the module doc).
@@ -451,12 +471,22 @@ class BiaffineParser(TrainablePipe):
         device = torch.device("cpu" if self.model.ops.device_type == "cpu" else "cuda")
         scorer = get_scorer_module(self.model)
         scorer.rel_temperature = self.rel_temperature  # the model's dense relations come scaled
+        scorer.encoder_precision = self.encoder_precision
+        if self.encoder_precision == "bfloat16" and device.type == "cpu" and not self._precision_checked:
+            self._precision_checked = True
+            if not _native_cpu_bfloat16():
+                warnings.warn(
+                    f"biaffine_parser '{self.name}': encoder_precision = 'bfloat16' on a CPU without "
+                    "native bfloat16 (AVX512-BF16 or AMX) is slower than 'float32'",
+                    stacklevel=2,
+                )
         try:
             with threads_for(device), _blas_threads(device):
                 model_docs = self._home_docs(docs) if any(doc.vocab is not self.vocab for doc in docs) else docs
                 arc, raw_rel, lengths, members = self._scores(model_docs, sentences)
         finally:
             scorer.rel_temperature = 1.0
+            scorer.encoder_precision = "float32"
         arc = self.model.ops.to_numpy(arc) / self.arc_temperature
         rel = [self._relation_scores(r) for r in raw_rel]
         labels = self.labels

@@ -112,7 +112,14 @@ def arc_members(
             widths = [X.shape[-1], capture.H.shape[-1], hidden, hidden]
             x_mask, h_mask, head_mask, dep_mask = _masks(widths, lengths, k, p, generators, X.device)
             X = (X.unsqueeze(0) * x_mask.to(X.dtype)).reshape(k * batch, n_max + 1, -1)
-            H = _encode(scorer, X, lengths.repeat(k), n_max)
+            # In eval mode: thinc leaves the module in train mode after a prediction, where the
+            # BiLSTM would add its own unseeded inter-layer dropout.
+            training = scorer.training
+            scorer.eval()
+            try:
+                H = scorer.encode(X, lengths.repeat(k))
+            finally:
+                scorer.train(training)
         else:
             if capture.by_head is None or capture.dep is None:
                 raise ValueError("no pass of the arc MLPs was recorded")
@@ -126,16 +133,6 @@ def arc_members(
         head = torch.cat([head, head.new_ones(head.shape[:-1] + (1,))], dim=-1)
         arc = torch.einsum("bhi,ij,bmj->bhm", head, scorer.arc_weight, dep)
     return arc.reshape(k, batch, n_max + 1, n_max + 1)
-
-
-def _encode(scorer: Any, X: Tensor, lengths: Tensor, n_max: int) -> Tensor:
-    """The scorer's BiLSTM over ``X`` ``(B, N+1, width)`` without dropout (identity without one)."""
-    if scorer.lstm is None:
-        return X
-    packed = torch.nn.utils.rnn.pack_padded_sequence(X, (lengths + 1).cpu(), batch_first=True, enforce_sorted=False)
-    output, _ = scorer.lstm(packed)
-    H, _ = torch.nn.utils.rnn.pad_packed_sequence(output, batch_first=True, total_length=n_max + 1)
-    return H
 
 
 def _mlp(mlp: Any, H: Tensor, mask: Tensor) -> Tensor:

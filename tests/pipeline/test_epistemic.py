@@ -64,6 +64,17 @@ def test_members_reproducible_and_batch_independent(nlp):
     assert again.sents.__next__()._.mutual_information == next(alone.sents)._.mutual_information
 
 
+def test_full_members_reproducible_and_batch_independent():
+    """The "full" members run the BiLSTM again in eval mode: no unseeded inter-layer dropout
+    (thinc leaves the module in train mode after its prediction)."""
+    full = spacy_treexp.load(config={"components.biaffine_parser.member_kind": "full"})
+    texts = ["The cat sat on the mat.", "Colorless green ideas sleep furiously near the old bridge today."]
+    alone = full(texts[1])._.parser_scores[0]["members"]
+    assert numpy.array_equal(alone, full(texts[1])._.parser_scores[0]["members"])
+    together = list(full.pipe(texts))[1]._.parser_scores[0]["members"]
+    numpy.testing.assert_allclose(alone, together, atol=1e-4)
+
+
 def test_member_settings():
     plain = spacy_treexp.load()
     parser = plain.get_pipe("biaffine_parser")
