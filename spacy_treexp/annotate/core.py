@@ -238,13 +238,13 @@ def dep_prob(
 def _label_index_of(labels: List[str]) -> Dict[str, int]:
     """:func:`_label_index` of ``labels``, the previous sentence's dict when the list is equal
     to its (a list compares element by element, the same strings by identity)."""
-    if labels != _LAST_LABELS[0]:
-        _LAST_LABELS[:] = [list(labels), _label_index(tuple(labels))]
-    return _LAST_LABELS[1]
+    if labels != _LAST_LABEL_INDEX[0]:
+        _LAST_LABEL_INDEX[:] = [list(labels), _label_index(tuple(labels))]
+    return _LAST_LABEL_INDEX[1]
 
 
 #: The last label list :func:`_label_index_of` was asked for, and its dict.
-_LAST_LABELS: list = [None, {}]
+_LAST_LABEL_INDEX: list = [None, {}]
 
 
 @functools.lru_cache(maxsize=64)

@@ -94,7 +94,7 @@ _CHUNK_CELLS = 1 << 22
 #: Label lists already found to be distinct strings (at most 64 kept).
 _CHECKED_LABELS: set = set()
 #: The last of them (a list compares with a list element by element, the same strings by identity).
-_LAST_LABELS: List[str] = []
+_LAST_CHECKED_LABELS: List[str] = []
 
 
 class Errors:
@@ -399,11 +399,11 @@ def _labels(value: Any, where: Where) -> List[str]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         raise ScoreSourceError(Errors.TXE013.format(where=where, got=_kind(value)))
     labels = list(value)
-    if labels == _LAST_LABELS:  # a source gives the same label list for every sentence
+    if labels == _LAST_CHECKED_LABELS:  # a source gives the same label list for every sentence
         return labels
     try:
         if tuple(labels) in _CHECKED_LABELS:
-            _LAST_LABELS[:] = labels
+            _LAST_CHECKED_LABELS[:] = labels
             return labels
     except TypeError:  # an unhashable label: refused below
         pass
@@ -416,7 +416,7 @@ def _labels(value: Any, where: Where) -> List[str]:
     if len(_CHECKED_LABELS) >= 64:
         _CHECKED_LABELS.clear()
     _CHECKED_LABELS.add(tuple(labels))
-    _LAST_LABELS[:] = labels
+    _LAST_CHECKED_LABELS[:] = labels
     return labels
 
 
