@@ -37,10 +37,18 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default=None, help="spaCy pipeline (default: the shipped model)")
     parser.add_argument("--write-map", default=None, help="also write the distance map fitted on all of dev here")
     parser.add_argument("--bootstrap", type=int, default=200)
+    parser.add_argument(
+        "--encoder-precision", default=None, choices=["float32", "bfloat16"], help="the parser's encoder_precision"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
-    nlp = load_spacy(args.model)
+    overrides = (
+        {}
+        if args.encoder_precision is None
+        else {"components.biaffine_parser.encoder_precision": args.encoder_precision}
+    )
+    nlp = load_spacy(args.model, overrides)
     dev_gold, test_gold = read_conllu(args.dev), read_conllu(args.test)
     dev_scores, test_scores = spacy_scores(nlp, dev_gold), spacy_scores(nlp, test_gold)
     section = calibration_section(

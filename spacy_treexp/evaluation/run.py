@@ -121,15 +121,17 @@ def shown_path(path: Optional[PathLike]) -> Optional[str]:
         return Path(path).name
 
 
-def load_spacy(model: Optional[str]) -> Any:
-    """The shipped pipeline (``model`` None) or ``spacy.load(model)``."""
+def load_spacy(model: Optional[str], config: Optional[Dict[str, Any]] = None) -> Any:
+    """The shipped pipeline (``model`` None) or ``spacy.load(model)``, with ``config``
+    overrides (e.g. ``{"components.biaffine_parser.encoder_precision": "bfloat16"}``)."""
+    overrides = config or {}
     if model is None:
         import spacy_treexp
 
-        return spacy_treexp.load()
+        return spacy_treexp.load(config=overrides)
     import spacy
 
-    return spacy.load(model)
+    return spacy.load(model, config=overrides)
 
 
 def machine() -> str:
