@@ -63,7 +63,7 @@ def calibrate(
         Optional[float],
         typer.Option(
             "--l2",
-            help="Ridge strength of the distance map [default: fit_calibration's DEFAULT_L2, 1e-2].",
+            help="Ridge strength of the distance map (default: 1e-2, fit_calibration's DEFAULT_L2).",
             show_default=False,
         ),
     ] = None,

@@ -36,3 +36,22 @@ def test_module_and_console_script_entry_points():
         timeout=120,
     )
     assert result.returncode == 2 and result.stderr == "spacy-treexp: INPUT missing.txt: no such file\n"
+
+
+def test_option_help_survives_rich_markup():
+    """typer renders help with rich, which drops ``[word...]`` as a markup tag (the --l2
+    help once lost its whole default that way): no option's help may hold one."""
+    import re
+
+    import typer.main
+
+    from spacy_treexp.cli import app
+
+    group = typer.main.get_command(app)
+    found = []
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        for param in command.params:
+            text = getattr(param, "help", None) or ""
+            if re.search(r"\[[A-Za-z/]", text):
+                found.append(f"{name} {param.name}: {text}")
+    assert found == []
