@@ -37,6 +37,7 @@ UD noun-chunk iterator (``spacy_treexp.pipeline.noun_chunks``): spaCy's English 
 ClearNLP relations. See ``spacy_treexp/pipeline/stock.py``.
 """
 
+import os
 import warnings
 from contextlib import contextmanager
 from itertools import islice
@@ -293,9 +294,20 @@ def make_biaffine_parser(
 
 def _native_cpu_bfloat16() -> bool:
     """Whether this CPU computes bfloat16 natively (x86 AVX512-BF16 or AMX), as torch's
-    own probes say (private helpers: False where a torch build lacks them)."""
+    own probes say (private helpers: False where a torch build lacks them), and oneDNN may
+    use it (``ONEDNN_MAX_CPU_ISA`` below those instructions makes its bfloat16 LSTM fail)."""
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "ALL")).upper()
+    if limit != "ALL" and "BF16" not in limit and "AMX" not in limit:
+        return False
     probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     return any(bool(probe()) for probe in probes if callable(probe))
+
+
+def _native_bfloat16(device: torch.device) -> bool:
+    """Whether ``device`` computes bfloat16 natively (see :func:`_native_cpu_bfloat16`)."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return _native_cpu_bfloat16()
 
 
 def _listeners(model: Model) -> List[Model]:
@@ -333,9 +345,9 @@ class BiaffineParser(TrainablePipe):
         relation log-probabilities become log_softmax(log p / T). Training ignores them;
         fit them on held-out data with ``spacy_treexp.evaluation`` (``benchmarks/quality.py``).
         ``encoder_precision``: "float32" (default) or "bfloat16", the precision the BiLSTM
-        predicts at (``BiaffineScorer.encode``); bfloat16 is faster only on hardware with
-        native bfloat16 (CPUs with AVX512-BF16 or AMX, recent GPUs) and slower elsewhere;
-        training is float32 either way. ``overwrite``: replace a parse already on the Doc, or keep it and store this
+        predicts at (``BiaffineScorer.encode``); bfloat16 needs native support (CPUs with
+        AVX512-BF16 or AMX, GPUs with bfloat16): elsewhere the parser warns once and runs
+        float32. Training is float32 either way. ``overwrite``: replace a parse already on the Doc, or keep it and store this
         parser's tree beside it (see the module doc)."""
         if decoding not in DECODINGS:
             raise ValueError(f"biaffine_parser: decoding must be one of {DECODINGS}, got {decoding!r}")
@@ -361,7 +373,7 @@ class BiaffineParser(TrainablePipe):
                 f"biaffine_parser: encoder_precision must be one of {ENCODER_PRECISIONS}, got {encoder_precision!r}"
             )
         self.encoder_precision = encoder_precision
-        self._precision_checked = False
+        self._native_bfloat16: Optional[bool] = None  # probed at the first bfloat16 prediction
         if not isinstance(overwrite, bool):
             raise ValueError(f"biaffine_parser: overwrite must be true or false, got {overwrite!r}")
         #: Replace a parse already on the Doc (see the module doc).
@@ -471,15 +483,7 @@ class BiaffineParser(TrainablePipe):
         device = torch.device("cpu" if self.model.ops.device_type == "cpu" else "cuda")
         scorer = get_scorer_module(self.model)
         scorer.rel_temperature = self.rel_temperature  # the model's dense relations come scaled
-        scorer.encoder_precision = self.encoder_precision
-        if self.encoder_precision == "bfloat16" and device.type == "cpu" and not self._precision_checked:
-            self._precision_checked = True
-            if not _native_cpu_bfloat16():
-                warnings.warn(
-                    f"biaffine_parser '{self.name}': encoder_precision = 'bfloat16' on a CPU without "
-                    "native bfloat16 (AVX512-BF16 or AMX) is slower than 'float32'",
-                    stacklevel=2,
-                )
+        scorer.encoder_precision = self._encoder_precision(device)
         try:
             with threads_for(device), _blas_threads(device):
                 model_docs = self._home_docs(docs) if any(doc.vocab is not self.vocab for doc in docs) else docs
@@ -499,6 +503,23 @@ class BiaffineParser(TrainablePipe):
             "heads": self._decode(arc, lengths),
             "members": members,
         }
+
+    def _encoder_precision(self, device: torch.device) -> str:
+        """``encoder_precision``, or "float32" (with one warning) where ``device`` has no
+        native bfloat16: emulated, it is slower than float32, and oneDNN has no bfloat16 LSTM
+        for CPUs with AVX2 alone (it fails)."""
+        if self.encoder_precision != "bfloat16":
+            return self.encoder_precision
+        if self._native_bfloat16 is None:
+            self._native_bfloat16 = _native_bfloat16(device)
+            if not self._native_bfloat16:
+                warnings.warn(
+                    f"biaffine_parser '{self.name}': encoder_precision = 'bfloat16' needs native bfloat16 "
+                    f"(a CPU with AVX512-BF16 or AMX, or a GPU that supports it); {device.type} has none, "
+                    "so the BiLSTM runs at float32",
+                    stacklevel=3,
+                )
+        return "bfloat16" if self._native_bfloat16 else "float32"
 
     def _scores(
         self, docs: List[Doc], sentences: List[Sentences]
