@@ -214,6 +214,11 @@ def _floats(values: Any, name: str) -> Tuple[float, ...]:
     return out
 
 
+#: The map's file beside the parser that wrote the scores: a spaCy parser component's folder
+#: (``biaffine_parser``, which carries it wherever it is sourced) or a Stanza depparse model's.
+CALIBRATION_FILE = "treexp_calibration.json"
+
+
 @dataclass(frozen=True)
 class CalibrationMap:
     """A fitted calibration (see the module doc).

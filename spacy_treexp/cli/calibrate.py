@@ -219,7 +219,7 @@ def _lines(path: Path, what: str) -> List[str]:
 def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Sequence[Path]) -> Path:
     """Where the map goes, checked before any work."""
     if stanza is not None:
-        from spacy_treexp.stanza.processor import CALIBRATION_FILE
+        from spacy_treexp.calibration.map import CALIBRATION_FILE
 
         target = out if out is not None else stanza / CALIBRATION_FILE
         check_output_path(target, inputs, what="--out")

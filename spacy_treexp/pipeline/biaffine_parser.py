@@ -41,6 +41,7 @@ import os
 import warnings
 from contextlib import contextmanager
 from itertools import islice
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypedDict, Union, cast
 
 import numpy
@@ -61,6 +62,7 @@ from spacy_treexp.annotate import check_length, install_fork_hook, threads_for
 from spacy_treexp.annotate.options import DEFAULT_MAX_SENTENCE_LENGTH
 from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
 from spacy_treexp.annotate.runtime import cpu_threads
+from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationMap
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import ENCODER_PRECISIONS, get_scorer_module, set_n_labels
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
@@ -390,6 +392,11 @@ class BiaffineParser(TrainablePipe):
         # to run on copies of Docs from another pipeline (remember_home, _home_docs).
         self._home_tokenizer: Optional[Callable[[str], Doc]] = None
         self._home_upstreams: Dict[str, Any] = {}
+        #: The calibration map kept beside the parser (``treexp_calibration.json`` in its
+        #: folder: the shipped model's, or one a user put there), read by ``from_disk`` and
+        #: written by ``to_disk``; ``tree_expectations`` applies it wherever the parser goes,
+        #: sourced into another pipeline too (``tree_expectations.parser_calibration``).
+        self.calibration_map: Optional[CalibrationMap] = None
 
     def remember_home(self, nlp: Language) -> None:
         """Remember ``nlp``'s tokenizer and the components before this one that listeners
@@ -411,6 +418,18 @@ class BiaffineParser(TrainablePipe):
                     f"another pipeline. Add it by sourcing it from its own pipeline "
                     f"(nlp.add_pipe('biaffine_parser', source=...)) or with spacy_treexp.add_uncertainty(nlp)."
                 )
+
+    def to_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> None:
+        """The model and labels (spaCy's ``TrainablePipe``), and the calibration map, if any."""
+        super().to_disk(path, exclude=exclude)
+        if self.calibration_map is not None:
+            self.calibration_map.to_disk(Path(path) / CALIBRATION_FILE)
+
+    def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "BiaffineParser":
+        super().from_disk(path, exclude=exclude)
+        stored = Path(path) / CALIBRATION_FILE
+        self.calibration_map = CalibrationMap.from_disk(stored) if stored.is_file() else None
+        return self
 
     def _upstream(self, listener: Model) -> Any:
         """The home component that ``listener`` reads (the last one for ``'*'``), or None."""

@@ -32,8 +32,9 @@ does no maths of its own.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -41,7 +42,7 @@ from spacy.tokens import Doc
 from spacy.util import minibatch
 
 from spacy_treexp.annotate import DEFAULTS, AnnotateOptions, SentenceScores, annotate_sentences, install_fork_hook
-from spacy_treexp.calibration.map import CalibrationError, CalibrationMap, read_map
+from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, CalibrationMap, read_map
 from spacy_treexp.calibration.novelty import spans_novelty
 from spacy_treexp.engine.native import native_requested
 from spacy_treexp.pipeline import attributes
@@ -103,20 +104,23 @@ def make_tree_expectations(
     )
 
 
-#: The calibration map's file in a parser component's folder (and in this component's).
-CALIBRATION_FILE = "treexp_calibration.json"
-
-
-def parser_calibration(nlp: Language) -> Optional[Path]:
-    """The :data:`CALIBRATION_FILE` in the folder of a component of ``nlp`` that writes
-    ``Doc._.parser_scores``, when ``nlp`` was loaded from a folder that has one."""
-    if nlp.path is None:
-        return None
+def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
+    """The calibration map of the component of ``nlp`` that writes ``Doc._.parser_scores``:
+    the one it carries (``biaffine_parser.calibration_map``), or else the
+    :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one. A parser sourced
+    from another pipeline (its vocabulary is not ``nlp``'s) brings its map without the
+    novelty reference: that was fitted on its own pipeline's ``doc.tensor``, not the host's."""
     for name in nlp.pipe_names:
-        if "doc._.parser_scores" in nlp.get_pipe_meta(name).assigns:
-            path = Path(nlp.path) / name / CALIBRATION_FILE
-            if path.is_file():
-                return path
+        if "doc._.parser_scores" not in nlp.get_pipe_meta(name).assigns:
+            continue
+        component = nlp.get_pipe(name)
+        carried = getattr(component, "calibration_map", None)
+        if isinstance(carried, CalibrationMap):
+            hosted = getattr(component, "vocab", nlp.vocab) is not nlp.vocab
+            return dataclasses.replace(carried, novelty=None) if hosted else carried
+        path = None if nlp.path is None else Path(nlp.path) / name / CALIBRATION_FILE
+        if path is not None and path.is_file():
+            return path
     return None
 
 
@@ -148,7 +152,7 @@ class TreeExpectations(Pipe):
         scores: Optional[ScoreSource] = None,
         keep_scores: bool = False,
         calibration: Any = None,
-        parser_calibration: Optional[Path] = None,
+        parser_calibration: Union[CalibrationMap, Path, None] = None,
         **options: Any,
     ) -> None:
         self.options = AnnotateOptions.from_config(options, prefix=f"{name}: ")

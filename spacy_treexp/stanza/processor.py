@@ -47,7 +47,7 @@ from spacy_treexp.annotate import (
     label_marginals,
     mbr_heads,
 )
-from spacy_treexp.calibration.map import CalibrationError, CalibrationMap, read_map
+from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, CalibrationMap, read_map
 from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture
 
 NAME = "tree_expectations"
@@ -98,7 +98,6 @@ class TreeExpectationsProcessor(Processor):
 
 
 #: The calibration map's file name beside a Stanza depparse model.
-CALIBRATION_FILE = "treexp_calibration.json"
 
 
 def beside_depparse(config: Dict[str, Any]) -> Optional[str]:

@@ -308,3 +308,21 @@ def test_numpy_blas_runs_on_the_parsers_threads(monkeypatch):
         with _blas_threads(torch.device("cpu")):
             assert blas_threads() == [wanted] * len(before)
         assert blas_threads() == before
+
+
+def test_the_parser_carries_its_calibration_map_through_disk(tmp_path):
+    """The map beside the shipped parser is read with it and written with it."""
+    import spacy_treexp
+    from spacy_treexp.calibration.map import CALIBRATION_FILE
+
+    parser = spacy_treexp.load().get_pipe("biaffine_parser")
+    assert parser.calibration_map is not None
+    parser.to_disk(tmp_path / "parser")
+    assert (tmp_path / "parser" / CALIBRATION_FILE).is_file()
+    other = spacy_treexp.load().get_pipe("biaffine_parser")
+    other.calibration_map = None
+    other.from_disk(tmp_path / "parser")
+    assert other.calibration_map is not None
+    assert other.calibration_map.to_dict() == parser.calibration_map.to_dict()
+    (tmp_path / "parser" / CALIBRATION_FILE).unlink()
+    assert other.from_disk(tmp_path / "parser").calibration_map is None

@@ -169,3 +169,28 @@ def test_a_saved_pipeline_with_a_sourced_parser_is_refused_by_name(obvious, tmp_
     obvious.to_disk(tmp_path / "combined")
     with pytest.raises(ValueError, match="biaffine_parser.*another pipeline.*add_uncertainty"):
         spacy.load(tmp_path / "combined")
+
+
+def test_the_parsers_calibration_map_travels_without_its_novelty_reference(home, obvious, docs):
+    """The sourced parser brings the map beside it (the shipped model's), so the host's
+    uncertainty is the shipped pipeline's on the same sentence; the novelty reference, fitted
+    on the home pipeline's doc.tensor, stays home (the host's tensor is another encoder's)."""
+    carried = home.get_pipe("biaffine_parser").calibration_map
+    applied = obvious.get_pipe("tree_expectations").calibration
+    assert carried is not None and carried.novelty is not None
+    assert applied is not None and applied.novelty is None
+    expected = carried.to_dict()
+    del expected["novelty"]
+    assert applied.to_dict() == expected
+    shipped = spacy_treexp.load()
+    shipped.add_pipe("tree_expectations")
+    own = shipped(TEXTS[0])  # one sentence: the same boundaries in both pipelines
+    assert [t.text for t in own] == [t.text for t in docs[0]]
+    assert [t._.head_prob for t in docs[0]] == pytest.approx([t._.head_prob for t in own], abs=1e-5)
+    assert next(own.sents)._.novelty is not None and next(docs[0].sents)._.novelty is None
+    raw = spacy.load(STOCK)
+    raw.add_pipe("biaffine_parser", source=home)
+    raw.add_pipe(
+        "tree_expectations", config={"calibration": {"kind": "temperature", "log_scale": [0.0], "bias": [0.0]}}
+    )
+    assert [t._.head_prob for t in raw(TEXTS[0])] != pytest.approx([t._.head_prob for t in own], abs=1e-3)
