@@ -23,9 +23,12 @@ pipeline that its listeners read (``tok2vec``), predicts there, and writes the t
 scores on the original Docs. The host pipeline's tok2vec and vocabulary are never read or
 changed, so its tagger, entities, lemmas and sentences stay as they were. spaCy's warning
 W113 (the source pipeline's vectors differ) is silenced for this component: it reads its
-own vectors. (A pipeline saved with such a sourced parser cannot be loaded back with it:
-its parser would listen to the host's tok2vec, which ``remember_home`` refuses by name;
-save the host pipeline without it and call ``spacy_treexp.add_uncertainty`` after loading.)
+own vectors. Saved with the host (``nlp.to_disk``), the parser writes beside its weights a
+copy of what it reads from home (tokenizer, vocabulary with its vectors, ``tok2vec``: folder
+``home``, about 14 MB for the shipped model), and ``spacy.load`` gives it back; a sourced
+parser brings the calibration map kept beside it (``treexp_calibration.json``), which the
+host's ``tree_expectations`` applies without its novelty reference (fitted on the home
+pipeline's ``doc.tensor``).
 
 ``overwrite`` (default true): whether the parser's tree replaces a parse already on the Doc
 (from a host pipeline's own parser). With false, that parse stays on ``token.head`` /
@@ -45,7 +48,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypedDict, Union, cast
 
 import numpy
+import spacy
+import srsly
 import torch
+from spacy import util
 from spacy.attrs import DEP, HEAD, IS_SPACE, ORTH, SENT_START, SPACY
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
@@ -69,6 +75,12 @@ from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
 from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
 from spacy_treexp.pipeline.stock import register_ud_extensions, set_ud_tree
+
+#: The folder beside a sourced parser's data that holds its home pipeline's tokenizer,
+#: vocabulary and the components its listeners read (``BiaffineParser.to_disk``), and the
+#: file there that names those components.
+HOME_DIR = "home"
+HOME_COMPONENTS = "treexp_home.json"
 
 #: A sentence's relation log-probabilities: the dense (n+1, n+1, L) array or its factors.
 RelationScores = Union[numpy.ndarray, BiaffineRelationScores]
@@ -390,8 +402,12 @@ class BiaffineParser(TrainablePipe):
         self.cfg: Dict[str, Any] = {"labels": []}  # stored as JSON (TrainablePipe.to_bytes / to_disk)
         # The home pipeline's tokenizer and the components its listeners may read (by name),
         # to run on copies of Docs from another pipeline (remember_home, _home_docs).
+        self._home: Optional[Language] = None
         self._home_tokenizer: Optional[Callable[[str], Doc]] = None
         self._home_upstreams: Dict[str, Any] = {}
+        #: Why the parser cannot predict in the pipeline it was created in (a listener reads
+        #: a component of another width) until ``from_disk`` finds its saved home; or None.
+        self._home_mismatch: Optional[str] = None
         #: The calibration map kept beside the parser (``treexp_calibration.json`` in its
         #: folder: the shipped model's, or one a user put there), read by ``from_disk`` and
         #: written by ``to_disk``; ``tree_expectations`` applies it wherever the parser goes,
@@ -399,37 +415,72 @@ class BiaffineParser(TrainablePipe):
         self.calibration_map: Optional[CalibrationMap] = None
 
     def remember_home(self, nlp: Language) -> None:
-        """Remember ``nlp``'s tokenizer and the components before this one that listeners
-        can read (``tok2vec``, ``transformer``): on Docs of another vocabulary, the parser
-        runs them on copies in its own (see the module doc). Refuses a listener whose width
-        is not that of the component it would read (e.g. a pipeline with a sourced
-        ``biaffine_parser`` saved and loaded again: it would read the host's tok2vec)."""
+        """Remember ``nlp`` (the parser's home), its tokenizer and the components before this
+        one that listeners can read (``tok2vec``, ``transformer``): on Docs of another
+        vocabulary, the parser runs them on copies in its own (see the module doc). Where a
+        listener's width is not that of the component it would read (a pipeline with a
+        sourced ``biaffine_parser``, loaded again: it would read the host's tok2vec), the
+        parser takes its home from the folder ``to_disk`` saved beside it (:data:`HOME_DIR`)
+        and refuses to load or predict without one."""
+        self._home = nlp
         self._home_tokenizer = nlp.tokenizer
         self._home_upstreams = {name: proc for name, proc in nlp.pipeline if isinstance(proc, ListenedToComponent)}
+        self._home_mismatch = None
         for listener in _listeners(self.model):
             upstream = self._upstream(listener)
             if upstream is None:
                 continue
             expected, given = _width(listener), _width(upstream.model)
             if expected is not None and given is not None and expected != given:
-                raise ValueError(
+                self._home_mismatch = (
                     f"biaffine_parser '{self.name}': its model reads the output of '{upstream.name}' "
                     f"({given} wide) but expects {expected} values per token: the parser was trained in "
-                    f"another pipeline. Add it by sourcing it from its own pipeline "
-                    f"(nlp.add_pipe('biaffine_parser', source=...)) or with spacy_treexp.add_uncertainty(nlp)."
+                    f"another pipeline and no copy of that pipeline's '{upstream.name}' was saved with it. "
+                    f"Add it by sourcing it from its own pipeline (nlp.add_pipe('biaffine_parser', source=...)) "
+                    f"or with spacy_treexp.add_uncertainty(nlp)."
                 )
 
     def to_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> None:
-        """The model and labels (spaCy's ``TrainablePipe``), and the calibration map, if any."""
+        """The model and labels (spaCy's ``TrainablePipe``), the calibration map, if any, and,
+        when the parser was sourced into the pipeline being saved, its home: the tokenizer,
+        vocabulary (vectors) and the components its listeners read, in :data:`HOME_DIR`."""
+        path = Path(path)
         super().to_disk(path, exclude=exclude)
         if self.calibration_map is not None:
-            self.calibration_map.to_disk(Path(path) / CALIBRATION_FILE)
+            self.calibration_map.to_disk(path / CALIBRATION_FILE)
+        upstreams = self._hosted_upstreams(path)
+        if upstreams and self._home is not None:
+            others = [name for name in self._home.component_names if name not in upstreams]
+            self._home.to_disk(path / HOME_DIR, exclude=others)
+            srsly.write_json(path / HOME_DIR / HOME_COMPONENTS, upstreams)
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "BiaffineParser":
+        path = Path(path)
         super().from_disk(path, exclude=exclude)
-        stored = Path(path) / CALIBRATION_FILE
+        stored = path / CALIBRATION_FILE
         self.calibration_map = CalibrationMap.from_disk(stored) if stored.is_file() else None
+        if (path / HOME_DIR / HOME_COMPONENTS).is_file():
+            kept = srsly.read_json(path / HOME_DIR / HOME_COMPONENTS)
+            names = util.load_config(path / HOME_DIR / "config.cfg")["nlp"]["pipeline"]
+            home = spacy.load(path / HOME_DIR, exclude=[name for name in names if name not in kept])
+            self.vocab = home.vocab
+            self.remember_home(home)
+        if self._home_mismatch is not None:
+            raise ValueError(self._home_mismatch)
         return self
+
+    def _hosted_upstreams(self, path: Path) -> List[str]:
+        """The home components the listeners read, when the pipeline being saved (whose
+        ``config.cfg`` spaCy has written beside ``path`` already) has none with their
+        settings: the parser was sourced into it. Empty otherwise."""
+        host_config = path.parent / "config.cfg"
+        if self._home is None or not host_config.is_file():
+            return []
+        read = [self._upstream(listener) for listener in _listeners(self.model)]
+        names = [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
+        host = util.load_config(host_config, interpolate=True)["components"]
+        home = self._home.config.interpolate()["components"]
+        return names if any(host.get(name) != home.get(name) for name in names) else []
 
     def _upstream(self, listener: Model) -> Any:
         """The home component that ``listener`` reads (the last one for ``'*'``), or None."""
@@ -489,6 +540,8 @@ class BiaffineParser(TrainablePipe):
 
     def predict(self, docs: Iterable[Doc]) -> Predictions:
         """Score every sentence and decode its tree. Returns the batch's scores and heads."""
+        if self._home_mismatch is not None:
+            raise ValueError(self._home_mismatch)
         docs = list(docs)
         sentences = [self._sentences(doc) for doc in docs]
         limit = self.max_sentence_length

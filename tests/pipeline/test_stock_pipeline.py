@@ -163,10 +163,26 @@ def test_add_uncertainty(stock_docs):
         spacy_treexp.add_uncertainty(spacy.load(STOCK), overwrite="yes")
 
 
-def test_a_saved_pipeline_with_a_sourced_parser_is_refused_by_name(obvious, tmp_path):
-    """Saved, the sourced parser would listen to the host's 96-wide tok2vec: refused with a
-    message naming the component and the remedy, not a broadcast error on the first call."""
+def test_a_saved_pipeline_with_a_sourced_parser_loads_back_with_its_home(home, obvious, docs, tmp_path):
+    """Saved, the sourced parser keeps a copy of what it reads from its own pipeline (tokenizer,
+    vocabulary, tok2vec) beside its weights, so spacy.load gives the same annotations; the
+    shipped pipeline saved by itself needs no such copy. Without it (the copy removed), the
+    load is refused with a message naming the component and the remedy."""
+    import shutil
+
+    from spacy_treexp.pipeline.biaffine_parser import HOME_DIR
+
     obvious.to_disk(tmp_path / "combined")
+    assert (tmp_path / "combined" / "biaffine_parser" / HOME_DIR / "tok2vec").is_dir()
+    loaded = spacy.load(tmp_path / "combined")
+    assert loaded.pipe_names == obvious.pipe_names
+    for doc, again in zip(docs, loaded.pipe(TEXTS)):
+        assert stock_view(again) == stock_view(doc)
+        assert tree(again) == tree(doc)
+        assert [t._.head_prob for t in again] == pytest.approx([t._.head_prob for t in doc], abs=1e-6)
+    home.to_disk(tmp_path / "shipped")
+    assert not (tmp_path / "shipped" / "biaffine_parser" / HOME_DIR).exists()
+    shutil.rmtree(tmp_path / "combined" / "biaffine_parser" / HOME_DIR)
     with pytest.raises(ValueError, match="biaffine_parser.*another pipeline.*add_uncertainty"):
         spacy.load(tmp_path / "combined")
 
@@ -194,3 +210,23 @@ def test_the_parsers_calibration_map_travels_without_its_novelty_reference(home,
         "tree_expectations", config={"calibration": {"kind": "temperature", "log_scale": [0.0], "bias": [0.0]}}
     )
     assert [t._.head_prob for t in raw(TEXTS[0])] != pytest.approx([t._.head_prob for t in own], abs=1e-3)
+
+
+def test_calibrate_takes_a_saved_stock_pipeline_with_the_parser(obvious, tmp_path, capsys):
+    """``spacy-treexp calibrate --model`` on the saved stock pipeline with the sourced parser
+    stores a pipeline whose tree_expectations applies the new map."""
+    from helpers.paths import FIXTURES
+
+    from spacy_treexp.cli import main
+
+    obvious.to_disk(tmp_path / "combined")
+    out = tmp_path / "calibrated"
+    argv = ["calibrate", "--model", str(tmp_path / "combined"), "--dev", str(FIXTURES / "eval_20.conllu")]
+    assert main(argv + ["--out", str(out), "--kind", "temperature"]) == 0
+    assert "held-out  after" in capsys.readouterr().out
+    calibrated = spacy.load(out)
+    fitted = calibrated.get_pipe("tree_expectations").calibration
+    assert fitted is not None and fitted.kind == "temperature"
+    doc = calibrated(TEXTS[0])
+    assert tree(doc) == tree(obvious(TEXTS[0]))
+    assert all(0.0 <= t._.head_prob <= 1.0 for t in doc)
