@@ -478,8 +478,11 @@ class BiaffineParser(TrainablePipe):
             return []
         read = [self._upstream(listener) for listener in _listeners(self.model)]
         names = [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
-        host = util.load_config(host_config, interpolate=True)["components"]
-        home = self._home.config.interpolate()["components"]
+        try:
+            host = util.load_config(host_config, interpolate=True)["components"]
+            home = self._home.config.interpolate()["components"]
+        except Exception:  # a config that does not interpolate alone: keep the home, to be safe
+            return names
         return names if any(host.get(name) != home.get(name) for name in names) else []
 
     def _upstream(self, listener: Model) -> Any:
