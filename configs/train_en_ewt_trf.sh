@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
-UD_EWT=${UD_EWT:?set UD_EWT to the folder holding en_ewt-ud-{train,dev,test}.conllu}
+UD_EWT=${UD_EWT:?set UD_EWT to the folder holding en_ewt-ud-train.conllu, en_ewt-ud-dev.conllu and en_ewt-ud-test.conllu}
 TRAIN_SECONDS=${TRAIN_SECONDS:-2900}
 MAX_STEPS=${MAX_STEPS:-400}
 OUT=${OUT:-training/trf}

@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
-UD_EWT=${UD_EWT:?set UD_EWT to the folder holding en_ewt-ud-{train,dev,test}.conllu}
+UD_EWT=${UD_EWT:?set UD_EWT to the folder holding en_ewt-ud-train.conllu, en_ewt-ud-dev.conllu and en_ewt-ud-test.conllu}
 TRAIN_SECONDS=${TRAIN_SECONDS:-3000}
 MODEL_DIR=spacy_treexp/models/en_treexp_ewt
 OUT=training_tagger
