@@ -402,7 +402,9 @@ class BiaffineParser(TrainablePipe):
         self.cfg: Dict[str, Any] = {"labels": []}  # stored as JSON (TrainablePipe.to_bytes / to_disk)
         # The home pipeline's tokenizer and the components its listeners may read (by name),
         # to run on copies of Docs from another pipeline (remember_home, _home_docs).
-        self._home: Optional[Language] = None
+        # The home's config and meta (not the pipeline itself: pickles of the parser stay small).
+        self._home_config: Optional[Config] = None
+        self._home_meta: Dict[str, Any] = {}
         self._home_tokenizer: Optional[Callable[[str], Doc]] = None
         self._home_upstreams: Dict[str, Any] = {}
         #: Why the parser cannot predict in the pipeline it was created in (a listener reads
@@ -422,7 +424,7 @@ class BiaffineParser(TrainablePipe):
         sourced ``biaffine_parser``, loaded again: it would read the host's tok2vec), the
         parser takes its home from the folder ``to_disk`` saved beside it (:data:`HOME_DIR`)
         and refuses to load or predict without one."""
-        self._home = nlp
+        self._home_config, self._home_meta = nlp.config, dict(nlp.meta)
         self._home_tokenizer = nlp.tokenizer
         self._home_upstreams = {name: proc for name, proc in nlp.pipeline if isinstance(proc, ListenedToComponent)}
         self._home_mismatch = None
@@ -449,10 +451,8 @@ class BiaffineParser(TrainablePipe):
         if self.calibration_map is not None:
             self.calibration_map.to_disk(path / CALIBRATION_FILE)
         upstreams = self._hosted_upstreams(path)
-        if upstreams and self._home is not None:
-            others = [name for name in self._home.component_names if name not in upstreams]
-            self._home.to_disk(path / HOME_DIR, exclude=others)
-            srsly.write_json(path / HOME_DIR / HOME_COMPONENTS, upstreams)
+        if upstreams:
+            self._write_home(path / HOME_DIR, upstreams)
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "BiaffineParser":
         path = Path(path)
@@ -469,18 +469,32 @@ class BiaffineParser(TrainablePipe):
             raise ValueError(self._home_mismatch)
         return self
 
+    def _write_home(self, path: Path, names: List[str]) -> None:
+        """The home as a spaCy pipeline folder (``Language.to_disk``'s layout) holding only
+        the components ``names``: ``spacy.load(path, exclude=<the others>)`` reads it."""
+        if self._home_config is None or self._home_tokenizer is None:
+            return
+        path.mkdir(parents=True, exist_ok=True)
+        self._home_config.to_disk(path / "config.cfg")
+        srsly.write_json(path / "meta.json", self._home_meta)
+        self._home_tokenizer.to_disk(path / "tokenizer", exclude=["vocab"])  # type: ignore[attr-defined]
+        for name in names:
+            self._home_upstreams[name].to_disk(path / name, exclude=["vocab"])
+        self.vocab.to_disk(path / "vocab")
+        srsly.write_json(path / HOME_COMPONENTS, names)
+
     def _hosted_upstreams(self, path: Path) -> List[str]:
         """The home components the listeners read, when the pipeline being saved (whose
         ``config.cfg`` spaCy has written beside ``path`` already) has none with their
         settings: the parser was sourced into it. Empty otherwise."""
         host_config = path.parent / "config.cfg"
-        if self._home is None or not host_config.is_file():
+        if self._home_config is None or not host_config.is_file():
             return []
         read = [self._upstream(listener) for listener in _listeners(self.model)]
         names = [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
         try:
             host = util.load_config(host_config, interpolate=True)["components"]
-            home = self._home.config.interpolate()["components"]
+            home = self._home_config.interpolate()["components"]
         except Exception:  # a config that does not interpolate alone: keep the home, to be safe
             return names
         return names if any(host.get(name) != home.get(name) for name in names) else []
