@@ -361,8 +361,8 @@ class BiaffineParser(TrainablePipe):
         ``encoder_precision``: "float32" (default) or "bfloat16", the precision the BiLSTM
         predicts at (``BiaffineScorer.encode``); bfloat16 needs native support (CPUs with
         AVX512-BF16 or AMX, GPUs with bfloat16): elsewhere the parser warns once and runs
-        float32. Training is float32 either way. ``overwrite``: replace a parse already on the Doc, or keep it and store this
-        parser's tree beside it (see the module doc)."""
+        float32. Training is float32 either way. ``overwrite``: replace a parse already on
+        the Doc, or keep it and store this parser's tree beside it (see the module doc)."""
         if decoding not in DECODINGS:
             raise ValueError(f"biaffine_parser: decoding must be one of {DECODINGS}, got {decoding!r}")
         for label, value in (("arc_temperature", arc_temperature), ("rel_temperature", rel_temperature)):
@@ -387,7 +387,7 @@ class BiaffineParser(TrainablePipe):
                 f"biaffine_parser: encoder_precision must be one of {ENCODER_PRECISIONS}, got {encoder_precision!r}"
             )
         self.encoder_precision = encoder_precision
-        self._native_bfloat16: Optional[bool] = None  # probed at the first bfloat16 prediction
+        self._native_bfloat16: Dict[str, bool] = {}  # by device type, probed at its first bfloat16 prediction
         if not isinstance(overwrite, bool):
             raise ValueError(f"biaffine_parser: overwrite must be true or false, got {overwrite!r}")
         #: Replace a parse already on the Doc (see the module doc).
@@ -401,12 +401,12 @@ class BiaffineParser(TrainablePipe):
         self.scorer = scorer
         self.cfg: Dict[str, Any] = {"labels": []}  # stored as JSON (TrainablePipe.to_bytes / to_disk)
         # The home pipeline's tokenizer and the components its listeners may read (by name),
-        # to run on copies of Docs from another pipeline (remember_home, _home_docs).
-        # The home's config and meta (not the pipeline itself: pickles of the parser stay small).
-        self._home_config: Optional[Config] = None
-        self._home_meta: Dict[str, Any] = {}
+        # to run on copies of Docs from another pipeline (remember_home, _home_docs), and its
+        # config and meta, to save them (not the pipeline itself: pickles stay small).
         self._home_tokenizer: Optional[Callable[[str], Doc]] = None
         self._home_upstreams: Dict[str, Any] = {}
+        self._home_config: Optional[Config] = None
+        self._home_meta: Dict[str, Any] = {}
         #: Why the parser cannot predict in the pipeline it was created in (a listener reads
         #: a component of another width) until ``from_disk`` finds its saved home; or None.
         self._home_mismatch: Optional[str] = None
@@ -599,16 +599,16 @@ class BiaffineParser(TrainablePipe):
         for CPUs with AVX2 alone (it fails)."""
         if self.encoder_precision != "bfloat16":
             return self.encoder_precision
-        if self._native_bfloat16 is None:
-            self._native_bfloat16 = _native_bfloat16(device)
-            if not self._native_bfloat16:
+        if device.type not in self._native_bfloat16:
+            self._native_bfloat16[device.type] = _native_bfloat16(device)
+            if not self._native_bfloat16[device.type]:
                 warnings.warn(
                     f"biaffine_parser '{self.name}': encoder_precision = 'bfloat16' needs native bfloat16 "
                     f"(a CPU with AVX512-BF16 or AMX, or a GPU that supports it); {device.type} has none, "
                     "so the BiLSTM runs at float32",
                     stacklevel=3,
                 )
-        return "bfloat16" if self._native_bfloat16 else "float32"
+        return "bfloat16" if self._native_bfloat16[device.type] else "float32"
 
     def _scores(
         self, docs: List[Doc], sentences: List[Sentences]
