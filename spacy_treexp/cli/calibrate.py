@@ -289,12 +289,12 @@ def _spacy_scores(nlp: Any, gold: Sequence[Any]) -> List[Any]:
 
 
 def _store_spacy(nlp: Any, calibration: Any, target: Path) -> None:
-    """The pipeline with the map in its ``tree_expectations`` config, written to a temporary
-    folder beside ``target`` and renamed into place."""
-    config = dict(nlp.get_pipe_config("tree_expectations"))
-    config.pop("factory", None)
-    config["calibration"] = calibration.to_dict()
-    nlp.replace_pipe("tree_expectations", "tree_expectations", config=config)
+    """The pipeline with the map in its ``tree_expectations`` config (and beside its parser:
+    ``store_calibration``), written to a temporary folder beside ``target`` and renamed into
+    place."""
+    from spacy_treexp.pipeline.tree_expectations import store_calibration
+
+    store_calibration(nlp, calibration)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         nlp.to_disk(staging)

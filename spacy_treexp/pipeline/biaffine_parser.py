@@ -492,11 +492,9 @@ class BiaffineParser(TrainablePipe):
             return []
         read = [self._upstream(listener) for listener in _listeners(self.model)]
         names = [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
-        try:
-            host = util.load_config(host_config, interpolate=True)["components"]
-            home = self._home_config.interpolate()["components"]
-        except Exception:  # a config that does not interpolate alone: keep the home, to be safe
-            return names
+        # as written (not interpolated: a config may leave a variable to the command line)
+        host = util.load_config(host_config, interpolate=False)["components"]
+        home = self._home_config["components"]
         return names if any(host.get(name) != home.get(name) for name in names) else []
 
     def _upstream(self, listener: Model) -> Any:

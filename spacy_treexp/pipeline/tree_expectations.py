@@ -124,6 +124,24 @@ def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
     return None
 
 
+def store_calibration(nlp: Language, calibration: CalibrationMap, name: str = "tree_expectations") -> None:
+    """Put ``calibration`` into the config of ``nlp``'s component ``name`` (a
+    ``tree_expectations``; ``nlp.to_disk`` keeps it) and, when that component reads the
+    parser's own ``Doc._.parser_scores``, beside the parser that writes them
+    (``biaffine_parser.calibration_map``): the map then goes with the parser when it is
+    sourced into another pipeline (:func:`parser_calibration`)."""
+    config = dict(nlp.get_pipe_config(name))
+    config.pop("factory", None)
+    config["calibration"] = calibration.to_dict()
+    nlp.replace_pipe(name, name, config=config)
+    if config.get("scores", DEFAULT_CONFIG["scores"]) != DEFAULT_CONFIG["scores"]:
+        return
+    for pipe_name in nlp.pipe_names:
+        parser = nlp.get_pipe(pipe_name)
+        if "doc._.parser_scores" in nlp.get_pipe_meta(pipe_name).assigns and hasattr(parser, "calibration_map"):
+            setattr(parser, "calibration_map", calibration)
+
+
 class TreeExpectations(Pipe):
     """Marginals, entropy, MBR tree and sampled trees from a parser's arc scores.
 

@@ -311,19 +311,17 @@ def train_model(config: Any, output: Path, gpu: int = -1, log: Callable[[str], N
 def calibrate(model_dir: Path, dev: Sequence[Any], kind: str) -> Tuple[Any, Any]:
     """The trained pipeline with a ``tree_expectations`` component and the calibration map
     fitted on ``dev`` (:func:`spacy_treexp.calibration.fit_calibration`), stored in that
-    component's config. Returns (nlp, map)."""
+    component's config and beside the parser (``store_calibration``). Returns (nlp, map)."""
     import spacy
 
     from spacy_treexp.calibration import fit_calibration
     from spacy_treexp.evaluation.scores import component_scores
+    from spacy_treexp.pipeline.tree_expectations import store_calibration
 
     nlp = spacy.load(model_dir)
     nlp.add_pipe("tree_expectations")
     calibration = fit_calibration(dev, component_scores(nlp, dev), kind)
-    config = dict(nlp.get_pipe_config("tree_expectations"))
-    config.pop("factory", None)
-    config["calibration"] = calibration.to_dict()
-    nlp.replace_pipe("tree_expectations", "tree_expectations", config=config)
+    store_calibration(nlp, calibration)
     return nlp, calibration
 
 

@@ -36,6 +36,8 @@ def test_spacy_pipeline_stores_and_reloads_the_map(pipeline_dir, tmp_path, capsy
     calibration = nlp.get_pipe("tree_expectations").calibration
     assert isinstance(calibration, CalibrationMap) and calibration.kind == "temperature"
     assert calibration.fit["n_sentences"] == 14  # 20 sentences, 6 held out
+    # kept beside the parser too: it travels when the parser is sourced into another pipeline
+    assert nlp.get_pipe("biaffine_parser").calibration_map.to_dict() == calibration.to_dict()
     # the stored pipeline annotates with the map, exactly as the core applies it
     gold = read_conllu(FIXTURE)[12:14]
     scores = component_scores(nlp, gold)
