@@ -484,9 +484,10 @@ class BiaffineParser(TrainablePipe):
         srsly.write_json(path / HOME_COMPONENTS, names)
 
     def _hosted_upstreams(self, path: Path) -> List[str]:
-        """The home components the listeners read, when the pipeline being saved (whose
-        ``config.cfg`` spaCy has written beside ``path`` already) has none with their
-        settings: the parser was sourced into it. Empty otherwise."""
+        """The home components the listeners read, when the pipeline being saved does not
+        hold them: spaCy has written its ``config.cfg`` and the components before this one
+        beside ``path`` already, and one of them differs in its settings or its weights from
+        the home's (the parser was sourced into that pipeline). Empty otherwise."""
         host_config = path.parent / "config.cfg"
         if self._home_config is None or not host_config.is_file():
             return []
@@ -495,7 +496,13 @@ class BiaffineParser(TrainablePipe):
         # as written (not interpolated: a config may leave a variable to the command line)
         host = util.load_config(host_config, interpolate=False)["components"]
         home = self._home_config["components"]
-        return names if any(host.get(name) != home.get(name) for name in names) else []
+
+        def held(name: str) -> bool:
+            saved = path.parent / name / "model"
+            same_weights = saved.is_file() and saved.read_bytes() == self._home_upstreams[name].model.to_bytes()
+            return host.get(name) == home.get(name) and same_weights
+
+        return [] if all(held(name) for name in names) else names
 
     def _upstream(self, listener: Model) -> Any:
         """The home component that ``listener`` reads (the last one for ``'*'``), or None."""

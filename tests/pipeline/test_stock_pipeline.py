@@ -187,6 +187,24 @@ def test_a_saved_pipeline_with_a_sourced_parser_loads_back_with_its_home(home, o
         spacy.load(tmp_path / "combined")
 
 
+def test_a_host_with_the_same_tok2vec_settings_but_other_weights_gets_the_home_copy(tmp_path):
+    """Sourced into a pipeline whose tok2vec has the parser's settings but other weights,
+    the saved parser still keeps its own tok2vec: the host's would give other scores."""
+    from spacy_treexp.pipeline.biaffine_parser import HOME_DIR
+
+    source, host = spacy_treexp.load(), spacy_treexp.load()
+    host.remove_pipe("biaffine_parser")
+    tok2vec = host.get_pipe("tok2vec").model
+    name = next(n for n in tok2vec.walk() if n.has_param("W"))
+    name.set_param("W", name.get_param("W") * 0.5)
+    host.add_pipe("biaffine_parser", source=source)
+    arcs = host(TEXTS[0])._.parser_scores[0]["arc"]
+    host.to_disk(tmp_path / "host")
+    assert (tmp_path / "host" / "biaffine_parser" / HOME_DIR / "tok2vec").is_dir()
+    again = spacy.load(tmp_path / "host")
+    numpy.testing.assert_allclose(again(TEXTS[0])._.parser_scores[0]["arc"], arcs, atol=1e-5)
+
+
 def test_the_parsers_calibration_map_travels_without_its_novelty_reference(home, obvious, docs):
     """The sourced parser brings the map beside it (the shipped model's), so the host's
     uncertainty is the shipped pipeline's on the same sentence; the novelty reference, fitted
