@@ -7,7 +7,7 @@
 #
 #   bash benchmarks/train_stanza_ewt.sh [OUT]        (default OUT: $TMPDIR/stanza_ewt, outside the repo)
 #
-# Environment: PYTHON (.venv/bin/python), EWT (../shared/data/ud_en_ewt),
+# Environment: PYTHON (.venv/bin/python), EWT (required: the UD English-EWT folder, e.g. ../shared/data/ud_en_ewt),
 #   TAGGER_MINUTES (60; 0 skips the tagger), PARSER_MINUTES (180): wall-clock budgets;
 #   training stops at the budget and keeps the best checkpoint on dev so far.
 #   PARSER_ARGS: extra stanza.models.parser arguments (default: a CPU-sized model).
@@ -15,7 +15,7 @@
 #   PARSER_ARGS="--cuda" and larger budgets. Weights are large: never commit OUT.
 set -euo pipefail
 PY=${PYTHON:-.venv/bin/python}
-EWT=${EWT:-../shared/data/ud_en_ewt}
+EWT=${EWT:?set EWT to the folder holding en_ewt-ud-train.conllu, en_ewt-ud-dev.conllu and en_ewt-ud-test.conllu}
 OUT=${1:-${TMPDIR:-/tmp}/stanza_ewt}
 TAGGER_MINUTES=${TAGGER_MINUTES:-60}
 PARSER_MINUTES=${PARSER_MINUTES:-180}

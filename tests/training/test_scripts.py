@@ -1,4 +1,4 @@
-"""The shell scripts under ``configs/`` read their settings from the environment: every
+"""The shell scripts under ``configs/`` and ``benchmarks/`` read their settings from the environment: every
 ``${NAME:?message}`` / ``${NAME:-default}`` must give the value it was set to (a ``}`` inside
 the message once closed the expansion early and appended the message's tail to the path)."""
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-SCRIPTS = sorted(CONFIGS.glob("*.sh"))
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+SCRIPTS = sorted(CONFIGS.glob("*.sh")) + sorted((ROOT / "benchmarks").glob("*.sh"))
 SETTING = re.compile(r"^(\w+)=(\$\{\1:[?-].*)$")
 
 
@@ -39,3 +40,10 @@ def test_settings_keep_the_value_they_are_given(script):
 def test_the_training_scripts_have_settings():
     assert {"train_en_ewt.sh", "train_en_ewt_trf.sh"} <= {p.name for p in SCRIPTS}
     assert all(list(settings(CONFIGS / name)) for name in ("train_en_ewt.sh", "train_en_ewt_trf.sh"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_no_default_points_outside_the_package(script):
+    """Data outside the repository (``../shared``) is named by the user, never a default."""
+    for name, line in settings(script):
+        assert ":-../" not in line and ":-/" not in line.replace(":-${TMPDIR:-/tmp}", ""), (script.name, line)
