@@ -791,6 +791,8 @@ class BiaffineParser(TrainablePipe):
         losses: Optional[Dict[str, float]] = None,
     ) -> Dict[str, float]:
         """One gradient step on the tree-CRF loss plus the relation cross-entropy."""
+        if self._home_mismatch is not None:
+            raise ValueError(self._home_mismatch)
         examples = list(examples)
         validate_examples(examples, "BiaffineParser.update")
         if losses is None:

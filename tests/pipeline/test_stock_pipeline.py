@@ -248,3 +248,15 @@ def test_calibrate_takes_a_saved_stock_pipeline_with_the_parser(obvious, tmp_pat
     doc = calibrated(TEXTS[0])
     assert tree(doc) == tree(obvious(TEXTS[0]))
     assert all(0.0 <= t._.head_prob <= 1.0 for t in doc)
+
+
+def test_a_parser_built_for_another_tok2vec_width_is_refused_by_name(home):
+    """Created from the shipped parser's config in the stock pipeline (not sourced), the parser
+    would read the stock tok2vec (96 wide, not 128): refused by name when it would run, not a
+    broadcast error."""
+    nlp = spacy.load(STOCK)
+    config = dict(home.config.interpolate()["components"]["biaffine_parser"])
+    config.pop("factory")
+    nlp.add_pipe("biaffine_parser", config=config)
+    with pytest.raises(ValueError, match="biaffine_parser.*128 values per token.*another pipeline"):
+        nlp("The dog barks.")
