@@ -270,7 +270,9 @@ def _load(model: Optional[str]) -> Any:
     except Exception as e:  # a package or folder that is not a loadable spaCy pipeline
         raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
     if "tree_expectations" not in nlp.pipe_names:
-        if not any("doc._.parser_scores" in nlp.get_pipe_meta(name).assigns for name in nlp.pipe_names):
+        from spacy_treexp.pipeline.extensions import score_writers
+
+        if not score_writers(nlp):
             raise UserError(
                 f"--model {model}: no component of {nlp.pipe_names} writes arc scores (Doc._.parser_scores) "
                 "and it has no tree_expectations with a score source"

@@ -23,6 +23,7 @@ from spacy_treexp.cli.common import UserError
 from spacy_treexp.io.inputs import Context, Item
 from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions)
 from spacy_treexp.pipeline.config_checks import check_pipeline_folder
+from spacy_treexp.pipeline.extensions import score_writers
 
 SENTENCE_SETTERS = ("senter", "sentencizer")
 
@@ -86,7 +87,7 @@ def _check_scores_upstream(nlp: Language) -> None:
     if config["scores"] != {"@misc": "spacy_treexp.parser_scores.v1"}:
         return
     before = nlp.pipe_names[: nlp.pipe_names.index("tree_expectations")]
-    if not any("doc._.parser_scores" in nlp.get_pipe_meta(name).assigns for name in before):
+    if not score_writers(nlp, before):
         raise UserError(
             f"no component of the pipeline {before} writes arc scores (Doc._.parser_scores); "
             "use a pipeline with 'biaffine_parser'"

@@ -22,9 +22,19 @@ tens of times larger than the annotations, and would travel in every pickle and
 ``DocBin(store_user_data=True)``).
 """
 
+from typing import List, Optional, Sequence
+
+from spacy.language import Language
 from spacy.tokens import Doc
 
 PARSER_SCORES = "parser_scores"
+
+
+def score_writers(nlp: Language, names: Optional[Sequence[str]] = None) -> List[str]:
+    """The components of ``nlp`` (among ``names``; None: all) that declare they write
+    ``Doc._.parser_scores`` (``assigns`` of their factory)."""
+    candidates = nlp.pipe_names if names is None else names
+    return [name for name in candidates if f"doc._.{PARSER_SCORES}" in nlp.get_pipe_meta(name).assigns]
 
 
 def register_extensions() -> None:

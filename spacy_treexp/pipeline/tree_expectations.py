@@ -46,7 +46,7 @@ from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, Cal
 from spacy_treexp.calibration.novelty import spans_novelty
 from spacy_treexp.engine.native import native_requested
 from spacy_treexp.pipeline import attributes
-from spacy_treexp.pipeline.extensions import PARSER_SCORES
+from spacy_treexp.pipeline.extensions import PARSER_SCORES, score_writers
 from spacy_treexp.pipeline.score_sources import (
     PARSER_SCORES_SOURCE,
     Errors,
@@ -110,9 +110,7 @@ def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
     :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one. A parser sourced
     from another pipeline (its vocabulary is not ``nlp``'s) brings its map without the
     novelty reference: that was fitted on its own pipeline's ``doc.tensor``, not the host's."""
-    for name in nlp.pipe_names:
-        if "doc._.parser_scores" not in nlp.get_pipe_meta(name).assigns:
-            continue
+    for name in score_writers(nlp):
         component = nlp.get_pipe(name)
         carried = getattr(component, "calibration_map", None)
         if isinstance(carried, CalibrationMap):
@@ -136,9 +134,8 @@ def store_calibration(nlp: Language, calibration: CalibrationMap, name: str = "t
     nlp.replace_pipe(name, name, config=config)
     if config.get("scores", DEFAULT_CONFIG["scores"]) != DEFAULT_CONFIG["scores"]:
         return
-    for pipe_name in nlp.pipe_names:
-        parser = nlp.get_pipe(pipe_name)
-        if "doc._.parser_scores" in nlp.get_pipe_meta(pipe_name).assigns and hasattr(parser, "calibration_map"):
+    for parser in map(nlp.get_pipe, score_writers(nlp)):
+        if hasattr(parser, "calibration_map"):
             setattr(parser, "calibration_map", calibration)
 
 
