@@ -387,7 +387,7 @@ class BiaffineParser(TrainablePipe):
                 f"biaffine_parser: encoder_precision must be one of {ENCODER_PRECISIONS}, got {encoder_precision!r}"
             )
         self.encoder_precision = encoder_precision
-        self._native_bfloat16: Dict[str, bool] = {}  # by device type, probed at its first bfloat16 prediction
+        self._native_by_device: Dict[str, bool] = {}  # native bfloat16, probed at a device type's first use
         if not isinstance(overwrite, bool):
             raise ValueError(f"biaffine_parser: overwrite must be true or false, got {overwrite!r}")
         #: Replace a parse already on the Doc (see the module doc).
@@ -497,10 +497,11 @@ class BiaffineParser(TrainablePipe):
         host = util.load_config(host_config, interpolate=False)["components"]
         home = self._home_config["components"]
 
-        def held(name: str) -> bool:
+        def held(name: str) -> bool:  # the settings first: serialising the weights costs more
             saved = path.parent / name / "model"
-            same_weights = saved.is_file() and saved.read_bytes() == self._home_upstreams[name].model.to_bytes()
-            return host.get(name) == home.get(name) and same_weights
+            if host.get(name) != home.get(name) or not saved.is_file():
+                return False
+            return saved.read_bytes() == self._home_upstreams[name].model.to_bytes()
 
         return [] if all(held(name) for name in names) else names
 
@@ -604,16 +605,16 @@ class BiaffineParser(TrainablePipe):
         for CPUs with AVX2 alone (it fails)."""
         if self.encoder_precision != "bfloat16":
             return self.encoder_precision
-        if device.type not in self._native_bfloat16:
-            self._native_bfloat16[device.type] = _native_bfloat16(device)
-            if not self._native_bfloat16[device.type]:
+        if device.type not in self._native_by_device:
+            self._native_by_device[device.type] = _native_bfloat16(device)
+            if not self._native_by_device[device.type]:
                 warnings.warn(
                     f"biaffine_parser '{self.name}': encoder_precision = 'bfloat16' needs native bfloat16 "
                     f"(a CPU with AVX512-BF16 or AMX, or a GPU that supports it); {device.type} has none, "
                     "so the BiLSTM runs at float32",
                     stacklevel=3,
                 )
-        return "bfloat16" if self._native_bfloat16[device.type] else "float32"
+        return "bfloat16" if self._native_by_device[device.type] else "float32"
 
     def _scores(
         self, docs: List[Doc], sentences: List[Sentences]
