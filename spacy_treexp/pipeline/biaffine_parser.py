@@ -41,6 +41,7 @@ ClearNLP relations. See ``spacy_treexp/pipeline/stock.py``.
 """
 
 import os
+import shutil
 import warnings
 from contextlib import contextmanager
 from itertools import islice
@@ -448,6 +449,10 @@ class BiaffineParser(TrainablePipe):
         vocabulary (vectors) and the components its listeners read, in :data:`HOME_DIR`."""
         path = Path(path)
         super().to_disk(path, exclude=exclude)
+        # what an earlier save into the same folder left must not outlive this one
+        (path / CALIBRATION_FILE).unlink(missing_ok=True)
+        if (path / HOME_DIR / HOME_COMPONENTS).is_file():
+            shutil.rmtree(path / HOME_DIR)
         if self.calibration_map is not None:
             self.calibration_map.to_disk(path / CALIBRATION_FILE)
         upstreams = self._hosted_upstreams(path)

@@ -182,6 +182,12 @@ def test_a_saved_pipeline_with_a_sourced_parser_loads_back_with_its_home(home, o
         assert [t._.head_prob for t in again] == pytest.approx([t._.head_prob for t in doc], abs=1e-6)
     home.to_disk(tmp_path / "shipped")
     assert not (tmp_path / "shipped" / "biaffine_parser" / HOME_DIR).exists()
+    home.to_disk(tmp_path / "again")  # a save into a folder that held a hosted parser's copy
+    shutil.copytree(
+        tmp_path / "combined" / "biaffine_parser" / HOME_DIR, tmp_path / "again" / "biaffine_parser" / HOME_DIR
+    )
+    home.to_disk(tmp_path / "again")
+    assert not (tmp_path / "again" / "biaffine_parser" / HOME_DIR).exists()
     shutil.rmtree(tmp_path / "combined" / "biaffine_parser" / HOME_DIR)
     with pytest.raises(ValueError, match="biaffine_parser.*another pipeline.*add_uncertainty"):
         spacy.load(tmp_path / "combined")
