@@ -71,7 +71,7 @@ def autograd_logdet_marginals(scores: torch.Tensor):
     """Baseline: single-root Koo matrix from unshifted exp(scores), log Z by logdet, autograd."""
     scores = scores.detach().requires_grad_(True)
     n = scores.shape[-1] - 1
-    weights = scores.exp() * (1 - torch.eye(n + 1, dtype=scores.dtype))
+    weights = scores.exp() * (1 - torch.eye(n + 1, dtype=scores.dtype, device=scores.device))
     words = weights[:, 1:, 1:]
     lap = torch.diag_embed(words.sum(1)) - words
     lap = torch.cat([weights[:, 0:1, 1:], lap[:, 1:]], dim=1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Iterable, List, Optional, Sequence
 
 import numpy
+from thinc.api import to_numpy
 
 from spacy_treexp.annotate import SentenceScores
 from spacy_treexp.calibration.domain import SentenceSignals
@@ -205,7 +206,7 @@ def sentence_signals(nlp: Any, docs: Iterable[Any], batch_size: int = 128) -> Se
     out = SentenceSignals()
     with nlp.select_pipes(disable=senters):
         for doc in nlp.pipe(docs, batch_size=batch_size):
-            tensor = numpy.asarray(doc.tensor, dtype=numpy.float32)
+            tensor = numpy.asarray(to_numpy(doc.tensor), dtype=numpy.float32)  # CuPy on a GPU
             whole = tensor.ndim == 2 and tensor.shape[0] == len(doc) and tensor.shape[1] > 0
             annotations = doc._.get("tree_expectations") if doc.has_extension("tree_expectations") else None
             out.vectors.append(tensor if whole else numpy.zeros((0, 0), dtype=numpy.float32))

@@ -40,6 +40,7 @@ from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc
 from spacy.util import minibatch
+from thinc.api import to_numpy
 
 from spacy_treexp.annotate import DEFAULTS, AnnotateOptions, SentenceScores, annotate_sentences, install_fork_hook
 from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, CalibrationMap, read_map
@@ -253,7 +254,8 @@ class TreeExpectations(Pipe):
         novelty = None if self.calibration is None else self.calibration.novelty
         if novelty is not None:  # sent._.novelty: the map's reference against doc.tensor, one product per batch
             docs_of = [doc for doc, doc_scores in zip(docs, per_doc) for _ in doc_scores]
-            spans = [(doc.tensor, record.start, record.end) for doc, record in zip(docs_of, annotations)]
+            tensors = {id(doc): to_numpy(doc.tensor) for doc in docs}  # a CuPy array on a GPU
+            spans = [(tensors[id(doc)], record.start, record.end) for doc, record in zip(docs_of, annotations)]
             for record, value in zip(annotations, spans_novelty(novelty, spans)):
                 record.novelty = value
             if novelty.domain is not None:  # sent._.out_of_domain: the domain model on the sentence

@@ -110,3 +110,32 @@ def test_shipped_model_smoke():
     for sent in doc.sents:
         assert sent._.tree_entropy >= 0 and 0 <= sent._.expected_attachment <= 1
         assert all(0 < t._.head_prob <= 1 for t in sent)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_shipped_pipeline_on_a_gpu_matches_the_cpu():
+    """With ``spacy.require_gpu()`` thinc runs on CuPy, so ``doc.tensor`` (read for
+    ``sent._.novelty``) is a CuPy array: numpy refuses to convert it implicitly, and the
+    first Doc crashed before (benchmarks/cuda_check.py)."""
+    import spacy
+    from thinc.api import require_cpu
+
+    def annotate():
+        nlp = spacy_treexp.load()
+        nlp.add_pipe("tree_expectations", config={"n_samples": 2})
+        return list(nlp.pipe(TEXTS))
+
+    cpu = annotate()
+    spacy.require_gpu()
+    try:
+        gpu = annotate()
+    finally:
+        require_cpu()
+    for a, b in zip(cpu, gpu):
+        assert [t.head.i for t in a] == [t.head.i for t in b]
+        numpy.testing.assert_allclose([t._.head_prob for t in a], [t._.head_prob for t in b], atol=1e-3)
+        assert [s._.novelty is None for s in a.sents] == [s._.novelty is None for s in b.sents]
+        numpy.testing.assert_allclose(
+            [s._.novelty or 0 for s in a.sents], [s._.novelty or 0 for s in b.sents], atol=1e-3
+        )
