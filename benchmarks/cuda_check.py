@@ -9,7 +9,9 @@ failure, so one run shows every problem:
    engine on CUDA) against the same pipeline on the CPU, on the texts of a CoNLL-U file: same
    trees, ``head_prob`` within 1e-4, samples are trees; then its words/s on both devices;
 3. spaCy, ``tree_expectations(device="cuda")`` behind the CPU parser: same ``head_prob``;
-4. Stanza: ``pipeline_from_dir(..., use_gpu=True)`` on a folder of Stanza models against the CPU.
+4. Stanza: ``pipeline_from_dir(..., use_gpu=True)`` on a folder of Stanza models against the CPU;
+5. a stock pipeline (``--stock``) with ``add_uncertainty(overwrite=False)`` on the GPU against
+   the CPU: its own annotations unchanged, the same UD tree and ``head_prob``.
 
 Usage (on the GPU machine; the test suite's ``-m cuda`` tests are run beside it):
     python benchmarks/cuda_check.py --conllu tests/fixtures/eval_20.conllu \
@@ -181,10 +183,47 @@ def stanza_gpu(folder: str) -> None:
     check("stanza use_gpu=True", same and gap < 1e-4, f"same heads={same} max|d head_prob|={gap:.1e}")
 
 
+def stock_gpu(conllu: str, stock: str) -> None:
+    """The stock route (``add_uncertainty``) on a GPU against the CPU: the host's own
+    annotations and the hosted parser's UD tree and ``head_prob``."""
+    import spacy
+    from thinc.api import require_cpu
+
+    import spacy_treexp
+
+    texts = read_texts(conllu)
+    runs = []
+    for gpu in (False, True):
+        if gpu:
+            check("spacy.require_gpu (stock)", bool(spacy.require_gpu()))
+        else:
+            require_cpu()
+        nlp = spacy_treexp.add_uncertainty(spacy.load(stock, exclude=["ner"]), overwrite=False)
+        docs = list(nlp.pipe(texts))
+        runs.append(
+            (
+                [(t.tag_, t.lemma_, t.dep_, t.head.i, t.is_sent_start) for d in docs for t in d],
+                [t._.ud_head.i for d in docs for t in d],
+                numpy.array([t._.head_prob for d in docs for t in d], dtype=float),
+            )
+        )
+    (cpu_stock, cpu_ud, cpu_p), (gpu_stock, gpu_ud, gpu_p) = runs
+    same = sum(a == b for a, b in zip(cpu_stock, gpu_stock))
+    check("stock annotations on the GPU", same == len(cpu_stock), f"{same}/{len(cpu_stock)} tokens")
+    agree = sum(a == b for a, b in zip(cpu_ud, gpu_ud))
+    gap = float(numpy.abs(cpu_p - gpu_p).max())
+    check(
+        "stock + parser UD tree on the GPU",
+        agree == len(cpu_ud) and gap < 1e-3,
+        f"{agree}/{len(cpu_ud)} heads, max|dp|={gap:.1e}",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conllu", required=True, help="texts (gold tokens) for the spaCy checks")
     parser.add_argument("--stanza-dir", help="a folder of Stanza models (pipeline_from_dir)")
+    parser.add_argument("--stock", help="a stock pipeline (name or folder) for add_uncertainty, loaded without ner")
     parser.add_argument("--copies", type=int, default=20, help="words/s: the texts this many times over")
     parser.add_argument("--threads", type=int, default=4)
     args = parser.parse_args()
@@ -195,6 +234,8 @@ def main() -> None:
     if args.stanza_dir:
         part("Stanza on CUDA", lambda: stanza_gpu(args.stanza_dir))
     part("spaCy pipeline on the GPU", lambda: spacy_gpu(args.conllu, args.copies))
+    if args.stock:
+        part("a stock pipeline with the parser on the GPU", lambda: stock_gpu(args.conllu, args.stock))
     print(f"\n{len(FAILURES)} failed: {FAILURES}" if FAILURES else "\nall passed")
 
 

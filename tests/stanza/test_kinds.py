@@ -58,19 +58,25 @@ def _folder(kind, tmp_path_factory):
     return copy
 
 
-@pytest.fixture(scope="module", params=["pretrain", "charlm", "transformer", "ensemble"])
-def kind(request, tmp_path_factory):
-    """(kind, pipeline, parsed document) for one kind of depparse model."""
-    folder = _folder(request.param, tmp_path_factory)
+def _pipeline(kind, tmp_path_factory, use_gpu=False):
+    """The pipeline of one kind of depparse model (on the CPU unless ``use_gpu``)."""
+    folder = _folder(kind, tmp_path_factory)
     # an ensemble saved by stanza.models.depparse.ensemble stores no batch size of its own
-    extra = {"depparse_batch_size": 1000} if request.param == "ensemble" else {}
-    nlp = treexp_stanza.pipeline_from_dir(
+    extra = {"depparse_batch_size": 1000} if kind == "ensemble" else {}
+    return treexp_stanza.pipeline_from_dir(
         str(folder),
         pos_model_path=str(POS),
         depparse_resolve_head_constraints=False,
         logging_level="WARN",
+        use_gpu=use_gpu,
         **extra,
     )
+
+
+@pytest.fixture(scope="module", params=["pretrain", "charlm", "transformer", "ensemble"])
+def kind(request, tmp_path_factory):
+    """(kind, pipeline, parsed document) for one kind of depparse model."""
+    nlp = _pipeline(request.param, tmp_path_factory)
     return request.param, nlp, nlp("\n".join(SHORT + LONGER))
 
 
@@ -245,3 +251,15 @@ def test_to_spacy_carries_an_ensembles_members(kind):
         for token, word in zip(span, sentence.words):
             assert token._.head_prob == pytest.approx(word.head_prob, abs=1e-6)
             assert token._.head_mutual_information == pytest.approx(word.head_mutual_information, abs=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_same_annotations_on_a_gpu(kind, tmp_path_factory):
+    name, _, cpu = kind
+    gpu = _pipeline(name, tmp_path_factory, use_gpu=True)("\n".join(SHORT + LONGER))
+    for a, b in zip(cpu.sentences, gpu.sentences):
+        assert [w.head for w in a.words] == [w.head for w in b.words]
+        # cuDNN's LSTM and TF32 products move scores of size 20-30 by about 1e-3 (1e-4 relative)
+        numpy.testing.assert_allclose(arc64(a), arc64(b), rtol=1e-3, atol=1e-2)
+        numpy.testing.assert_allclose([w.head_prob for w in a.words], [w.head_prob for w in b.words], atol=1e-3)
