@@ -10,7 +10,8 @@
    file's sentences; both sides go through the same tokenizer, one sentence per line.
 3. **Speed**: the whole pipeline (``spacy_treexp.load()`` + ``tree_expectations`` with its
    default settings) on the raw
-   texts of the first ``--timing-sentences`` sentences, without members (``members = 0``,
+   texts of the first ``--timing-sentences`` sentences (``--model``: another pipeline with
+   ``biaffine_parser``, e.g. the transformer one of ``configs/train_en_ewt_trf.sh``, for every part), without members (``members = 0``,
    the cost before issue 21), with the default members, and with ``--full-members`` full
    members (``member_kind = "full"``); best of ``--repeats`` interleaved runs, ratios of the
    process's CPU time (one torch thread: steadier than wall-clock time on a shared machine)
@@ -34,13 +35,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy
 import torch
 from spacy.tokens import Doc
 
-import spacy_treexp
 from spacy_treexp.evaluation.epistemic import (
     EWT_RISK_TEMPERATURE,
     auroc_table,
@@ -49,6 +49,7 @@ from spacy_treexp.evaluation.epistemic import (
     parse_log_probs,
     score_table,
 )
+from spacy_treexp.evaluation.run import load_spacy
 from spacy_treexp.evaluation.scores import text_docs
 from spacy_treexp.io import read_conllu
 
@@ -65,9 +66,13 @@ def read_ood(path: Path, column: int = 1) -> List[str]:
 PER_STYLE_SCORES = ("out_of_domain", "novelty", "entropy_per_word", "local_head_entropy")
 
 
+#: ``--model``: the pipeline every part loads (None: the shipped one, ``spacy_treexp.load()``).
+MODEL: Optional[str] = None
+
+
 def pipeline(members: int, kind: str = "head", risk_temperature: float = EWT_RISK_TEMPERATURE):
-    nlp = spacy_treexp.load(
-        config={"components.biaffine_parser.members": members, "components.biaffine_parser.member_kind": kind}
+    nlp = load_spacy(
+        MODEL, {"components.biaffine_parser.members": members, "components.biaffine_parser.member_kind": kind}
     )
     nlp.add_pipe("tree_expectations", config={"keep_scores": True, "risk_temperature": risk_temperature})
     return nlp
@@ -163,6 +168,9 @@ def speed(texts: Sequence[str], default_members: int, full_members: int, repeats
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--conllu", required=True, help="CoNLL-U with gold trees (e.g. EWT test)")
+    parser.add_argument(
+        "--model", default=None, help="a pipeline folder or name with biaffine_parser (default: the shipped one)"
+    )
     parser.add_argument("--ood", default=str(OOD), help="out-of-domain sentences, style<TAB>text per line")
     parser.add_argument("--limit", type=int, default=0, help="first N sentences of --conllu (0: all)")
     parser.add_argument(
@@ -174,6 +182,8 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["risk", "ood", "speed"])
     parser.add_argument("--per-style", action="store_true", help="also the AUROCs of each style of --ood")
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
     path = Path(args.conllu)
     if not path.is_file():
         sys.exit(f"--conllu: no such file: {args.conllu}")
@@ -182,7 +192,7 @@ def main() -> None:
     if args.limit:
         sentences = sentences[: args.limit]
     texts = [s.text or " ".join(s.forms) for s in sentences]
-    default = spacy_treexp.load().get_pipe("biaffine_parser").members
+    default = load_spacy(MODEL).get_pipe("biaffine_parser").members
     report: Dict = {"torch_threads": torch.get_num_threads(), "default_members": default}
     temperature = EWT_RISK_TEMPERATURE
     if args.dev:
