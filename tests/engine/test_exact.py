@@ -224,6 +224,30 @@ def test_cuda_matches_cpu(stable):
     assert torch.equal(gpu.mode.cpu(), cpu.mode)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("n", [30, 120])
+def test_cuda_float32_matches_cpu_float64(n):
+    """Short float32 sentences start in float32 on CUDA, long ones in float64
+    (CUDA_FLOAT64_FROM_LENGTH); either way within float32 rounding of the float64 answer."""
+    scores = torch.randn(4, n + 1, n + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(n)) * 2
+    lengths = torch.tensor([n, n - 1, n // 2, 2])
+    cpu = TreeDistribution(scores, lengths)
+    gpu = TreeDistribution(scores.float().cuda(), lengths.cuda())
+    assert gpu.marginals.dtype == torch.float32
+    assert torch.allclose(gpu.marginals.cpu().double(), cpu.marginals, atol=1e-4)
+    assert torch.allclose(gpu.entropy().cpu().double(), cpu.entropy(), atol=1e-3, rtol=1e-4)
+    assert torch.equal(gpu.mode.cpu(), cpu.mode)
+
+
+def test_first_pass_dtype_on_cpu_keeps_the_scores_dtype():
+    from spacy_treexp.engine.distribution import CUDA_FLOAT64_FROM_LENGTH, _first_pass_dtype
+
+    long = torch.zeros(1, CUDA_FLOAT64_FROM_LENGTH + 1, CUDA_FLOAT64_FROM_LENGTH + 1)
+    assert _first_pass_dtype(long) == torch.float32
+    assert _first_pass_dtype(long.double()) == torch.float64
+    assert _first_pass_dtype(long.half()) == torch.float32
+
+
 @pytest.mark.parametrize("n,single_root", [(n, s) for n in range(3, 7) for s in (True, False)])
 def test_log_space_gth_with_forbidden_arcs(n, single_root):
     # A forbidden arc sends the stable path to its log-space arithmetic.
