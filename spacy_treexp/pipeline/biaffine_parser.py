@@ -325,6 +325,14 @@ def _native_bfloat16(device: torch.device) -> bool:
     return _native_cpu_bfloat16()
 
 
+def _interpolated_components(config: Config) -> Optional[Dict[str, Any]]:
+    """``config``'s components with its variables filled in, or None where it leaves one unset."""
+    try:
+        return dict(config.interpolate()["components"])
+    except Exception:  # confection: a variable the config does not set
+        return None
+
+
 def _listeners(model: Model) -> List[Model]:
     """The layers of ``model`` that read another component's output (spaCy's
     ``Tok2VecListener``, spacy-transformers' ``TransformerListener``, ...)."""
@@ -470,15 +478,41 @@ class BiaffineParser(TrainablePipe):
             home = spacy.load(path / HOME_DIR, exclude=[name for name in names if name not in kept])
             self.vocab = home.vocab
             self.remember_home(home)
+        else:
+            self._read_home_config(path.parent)
         if self._home_mismatch is not None:
             raise ValueError(self._home_mismatch)
         return self
+
+    def _read_home_config(self, folder: Path) -> None:
+        """The home's config and meta as saved in ``folder``, the pipeline folder this parser
+        is loaded from without a home copy (so that folder's pipeline is its home). The
+        factory saw the config only as spaCy builds it, without the ``[paths]`` values a
+        component may read (``name = ${paths.transformer}``): a copy written from that
+        could not load (:meth:`_write_home`)."""
+        config_path = folder / "config.cfg"
+        if self._home_config is None or not config_path.is_file():
+            return
+        config = util.load_config(config_path, interpolate=False)
+        if self.name not in config["nlp"]["pipeline"]:
+            return
+        self._home_config = config
+        if (folder / "meta.json").is_file():
+            self._home_meta = srsly.read_json(folder / "meta.json")
 
     def _write_home(self, path: Path, names: List[str]) -> None:
         """The home as a spaCy pipeline folder (``Language.to_disk``'s layout) holding only
         the components ``names``: ``spacy.load(path, exclude=<the others>)`` reads it."""
         if self._home_config is None or self._home_tokenizer is None:
             return
+        try:
+            self._home_config.interpolate()
+        except Exception as e:  # confection: a variable the config does not set
+            raise ValueError(
+                f"biaffine_parser '{self.name}': cannot save a copy of its home pipeline, whose config "
+                f"leaves a variable unset ({str(e).strip()}). Save the parser's own pipeline with "
+                "nlp.to_disk first and source the parser from that folder."
+            ) from None
         path.mkdir(parents=True, exist_ok=True)
         self._home_config.to_disk(path / "config.cfg")
         srsly.write_json(path / "meta.json", self._home_meta)
@@ -498,13 +532,22 @@ class BiaffineParser(TrainablePipe):
             return []
         read = [self._upstream(listener) for listener in _listeners(self.model)]
         names = [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
-        # as written (not interpolated: a config may leave a variable to the command line)
-        host = util.load_config(host_config, interpolate=False)["components"]
-        home = self._home_config["components"]
+        host_written = util.load_config(host_config, interpolate=False)
+        host, home = host_written["components"], self._home_config["components"]
+        # as written, else with the variables filled in (spaCy writes a sourced component's
+        # settings interpolated); a config may leave a variable to the command line
+        host_filled, home_filled = _interpolated_components(host_written), _interpolated_components(self._home_config)
+
+        def same_settings(name: str) -> bool:
+            if host.get(name) == home.get(name):
+                return True
+            return (
+                host_filled is not None and home_filled is not None and host_filled.get(name) == home_filled.get(name)
+            )
 
         def held(name: str) -> bool:  # the settings first: serialising the weights costs more
             saved = path.parent / name / "model"
-            if host.get(name) != home.get(name) or not saved.is_file():
+            if not same_settings(name) or not saved.is_file():
                 return False
             return saved.read_bytes() == self._home_upstreams[name].model.to_bytes()
 

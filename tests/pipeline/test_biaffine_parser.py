@@ -9,8 +9,9 @@ import pytest
 import spacy
 import torch
 from helpers.paths import REPO
-from helpers.toy_pipelines import TEXTS, TINY_CONFIG, sentence_heads, train_toy
+from helpers.toy_pipelines import TEXTS, TINY_CONFIG, sentence_heads, toy_examples, train_toy
 from spacy.tokens import Doc, DocBin
+from thinc.api import Config, fix_random_seed
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.pipeline.default_model import MODEL_PATH
@@ -326,3 +327,36 @@ def test_the_parser_carries_its_calibration_map_through_disk(tmp_path):
     assert other.calibration_map.to_dict() == parser.calibration_map.to_dict()
     (tmp_path / "parser" / CALIBRATION_FILE).unlink()
     assert other.from_disk(tmp_path / "parser").calibration_map is None
+
+
+def test_training_resumed_from_a_saved_pipeline_saves_and_loads(tmp_path):
+    """spaCy's way to go on training a pipeline: every component ``source``d from its folder.
+    With a listened component reading a ``[paths]`` variable (as the transformer config's
+    ``name = ${paths.transformer}``), the parser took the resumed pipeline for a foreign host
+    (spaCy writes a sourced component's settings interpolated) and saved beside itself a
+    copy of its home whose config lacked that variable: spacy.load failed on the folder."""
+    config = "[paths]\nwidth = 32\n" + TINY_CONFIG.replace(
+        "pretrained_vectors = null\nwidth = 32", "pretrained_vectors = null\nwidth = ${paths.width}"
+    )
+    assert "${paths.width}" in config
+    fix_random_seed(0)
+    first = spacy.util.load_model_from_config(Config().from_str(config, interpolate=False), auto_fill=True)
+    examples = toy_examples(first)
+    optimizer = first.initialize(lambda: examples)
+    for _ in range(3):
+        first.update(examples, sgd=optimizer)
+    first.to_disk(tmp_path / "first")
+
+    resumed_config = Config().from_str(config, interpolate=False)
+    for name in resumed_config["nlp"]["pipeline"]:
+        resumed_config["components"][name] = {"source": str(tmp_path / "first")}
+    resumed = spacy.util.load_model_from_config(resumed_config, auto_fill=True)
+    optimizer = resumed.resume_training()
+    for _ in range(2):
+        resumed.update(examples, sgd=optimizer)
+    resumed.to_disk(tmp_path / "second")
+    assert not (tmp_path / "second" / "biaffine_parser" / "home").exists()  # the pipeline holds its tok2vec
+    loaded = spacy.load(tmp_path / "second")
+    for a, b in zip(resumed.pipe(TEXTS), loaded.pipe(TEXTS)):
+        assert [t.head.i for t in a] == [t.head.i for t in b]
+        numpy.testing.assert_allclose(a._.parser_scores[0]["arc"], b._.parser_scores[0]["arc"], atol=1e-5)
