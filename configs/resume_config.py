@@ -1,0 +1,54 @@
+"""Write a training config that goes on training a saved pipeline: a new learning-rate cycle.
+
+Every component of the saved pipeline is ``source``d from its folder (spaCy resumes their
+training; nothing is initialised again), with the rest of its config (corpora, batcher,
+optimizer) kept, and a new ``warmup_linear`` schedule: ``--warmup`` steps up to ``--rate``,
+then down to zero at ``--steps``. A second cycle after the first's rate has decayed to zero
+is what took the transformer pipeline of ``configs/train_en_ewt_trf.sh`` from EWT test UAS
+90.69 to 91.02 (README, "Training on any treebank").
+
+Usage:
+    python configs/resume_config.py training/trf/model-best resume.cfg --steps 1600 --rate 1e-4
+    python -m spacy train resume.cfg --output training/trf2 --paths.train ... --paths.dev ...
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from spacy.util import load_config
+
+
+def resume_config(model: Path, steps: int, rate: float, warmup: int) -> str:
+    """The config (text) that resumes training every component of the pipeline in ``model``."""
+    config = load_config(model / "config.cfg", interpolate=False)
+    for name in config["nlp"]["pipeline"]:
+        config["components"][name] = {"source": str(model)}
+    training = config["training"]
+    training["max_steps"] = steps
+    training["max_epochs"] = 0
+    training["optimizer"]["learn_rate"] = {
+        "@schedules": "warmup_linear.v1",
+        "warmup_steps": warmup,
+        "total_steps": steps,
+        "initial_rate": rate,
+    }
+    return config.to_str()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", type=Path, help="the saved pipeline (e.g. training/trf/model-best)")
+    parser.add_argument("out", type=Path, help="the config to write")
+    parser.add_argument("--steps", type=int, default=1600, help="steps of the new cycle")
+    parser.add_argument("--rate", type=float, default=1e-4, help="its peak learning rate")
+    parser.add_argument("--warmup", type=int, default=50, help="its warm-up steps")
+    args = parser.parse_args()
+    if not (args.model / "config.cfg").is_file():
+        parser.error(f"{args.model}: not a saved pipeline (no config.cfg)")
+    args.out.write_text(resume_config(args.model, args.steps, args.rate, args.warmup), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""configs/resume_config.py: a config that goes on training a saved pipeline (a new cycle)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy
+import spacy
+from helpers.paths import REPO
+from helpers.toy_pipelines import TEXTS, TINY_CONFIG, toy_examples, train_toy
+from thinc.api import Config
+
+SPEC = importlib.util.spec_from_file_location("resume_config", REPO / "configs" / "resume_config.py")
+assert SPEC is not None and SPEC.loader is not None
+resume = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(resume)
+
+
+def test_every_component_resumes_from_the_saved_pipeline(tmp_path):
+    nlp, _, _ = train_toy(TINY_CONFIG, 3)
+    nlp.to_disk(tmp_path / "first")
+    text = resume.resume_config(tmp_path / "first", steps=7, rate=3e-4, warmup=2)
+    config = Config().from_str(text, interpolate=False)
+    assert all(config["components"][name] == {"source": str(tmp_path / "first")} for name in nlp.pipe_names)
+    assert config["training"]["max_steps"] == 7
+    assert config["training"]["optimizer"]["learn_rate"]["initial_rate"] == 3e-4
+
+    resumed = spacy.util.load_model_from_config(config, auto_fill=True)
+    # the sourced components are the saved ones: same scores before any update
+    for a, b in zip(nlp.pipe(TEXTS), resumed.pipe(TEXTS)):
+        numpy.testing.assert_allclose(a._.parser_scores[0]["arc"], b._.parser_scores[0]["arc"], atol=1e-6)
+    optimizer = resumed.resume_training()
+    losses = resumed.update(toy_examples(resumed), sgd=optimizer, losses={})
+    assert losses["biaffine_parser"] > 0
