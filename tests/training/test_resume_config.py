@@ -24,6 +24,7 @@ def test_every_component_resumes_from_the_saved_pipeline(tmp_path):
     assert all(config["components"][name] == {"source": str(tmp_path / "first")} for name in nlp.pipe_names)
     assert config["training"]["max_steps"] == 7
     assert config["training"]["optimizer"]["learn_rate"]["initial_rate"] == 3e-4
+    assert config["initialize"]["vectors"] is None  # the toy pipeline has none to read again
 
     resumed = spacy.util.load_model_from_config(config, auto_fill=True)
     # the sourced components are the saved ones: same scores before any update
@@ -32,3 +33,11 @@ def test_every_component_resumes_from_the_saved_pipeline(tmp_path):
     optimizer = resumed.resume_training()
     losses = resumed.update(toy_examples(resumed), sgd=optimizer, losses={})
     assert losses["biaffine_parser"] > 0
+
+
+def test_vectors_come_from_the_saved_pipeline(tmp_path):
+    nlp, _, _ = train_toy(TINY_CONFIG, 1)
+    nlp.vocab.set_vector("cat", numpy.ones(4, dtype="float32"))
+    nlp.to_disk(tmp_path / "with_vectors")
+    config = Config().from_str(resume.resume_config(tmp_path / "with_vectors", 5, 1e-4, 1), interpolate=False)
+    assert config["initialize"]["vectors"] == str(tmp_path / "with_vectors")
