@@ -510,7 +510,7 @@ class BiaffineParser(TrainablePipe):
         except Exception as e:  # confection: a variable the config does not set
             raise ValueError(
                 f"biaffine_parser '{self.name}': cannot save a copy of its home pipeline, whose config "
-                f"leaves a variable unset ({str(e).strip()}). Save the parser's own pipeline with "
+                f"leaves a variable unset ({' '.join(str(e).split())}). Save the parser's own pipeline with "
                 "nlp.to_disk first and source the parser from that folder."
             ) from None
         path.mkdir(parents=True, exist_ok=True)

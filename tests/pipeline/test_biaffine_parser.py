@@ -360,3 +360,26 @@ def test_training_resumed_from_a_saved_pipeline_saves_and_loads(tmp_path):
     for a, b in zip(resumed.pipe(TEXTS), loaded.pipe(TEXTS)):
         assert [t.head.i for t in a] == [t.head.i for t in b]
         numpy.testing.assert_allclose(a._.parser_scores[0]["arc"], b._.parser_scores[0]["arc"], atol=1e-5)
+
+
+def test_a_home_copy_that_could_not_load_is_refused_by_name(tmp_path):
+    """A parser made in this process from a config with a ``[paths]`` variable, sourced into
+    another pipeline before its own was saved: spaCy's factory showed it no ``[paths]``
+    values, so a home copy would not load; saving says so instead of writing it."""
+    config = "[paths]\nwidth = 32\n" + TINY_CONFIG.replace(
+        "pretrained_vectors = null\nwidth = 32", "pretrained_vectors = null\nwidth = ${paths.width}"
+    )
+    home = spacy.util.load_model_from_config(Config().from_str(config, interpolate=False), auto_fill=True)
+    home.initialize(lambda: toy_examples(home))
+    host = spacy.blank("en")
+    host.add_pipe("sentencizer")
+    host.add_pipe("biaffine_parser", source=home)
+    with pytest.raises(ValueError, match=r"cannot save a copy of its home pipeline.*paths\.width"):
+        host.to_disk(tmp_path / "host")
+    home.to_disk(tmp_path / "home")  # the way out the message gives
+    host = spacy.blank("en")
+    host.add_pipe("sentencizer")
+    host.add_pipe("biaffine_parser", source=spacy.load(tmp_path / "home"))
+    host.to_disk(tmp_path / "host2")
+    loaded = spacy.load(tmp_path / "host2")
+    assert [t.head.i for t in loaded(TEXTS[0])] == [t.head.i for t in host(TEXTS[0])]
