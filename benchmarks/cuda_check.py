@@ -28,6 +28,8 @@ from typing import Callable, List
 import numpy
 import torch
 
+from spacy_treexp.io import read_conllu
+
 FAILURES: List[str] = []
 
 
@@ -68,20 +70,8 @@ def engine() -> None:
 
 
 def read_texts(path: str) -> List[str]:
-    texts, words = [], []
-    for line in open(path, encoding="utf8"):
-        line = line.strip()
-        if not line:
-            if words:
-                texts.append(" ".join(words))
-            words = []
-        elif not line.startswith("#"):
-            cols = line.split("\t")
-            if cols[0].isdigit():
-                words.append(cols[1])
-    if words:
-        texts.append(" ".join(words))
-    return texts
+    """Each sentence of a CoNLL-U file as its words joined by spaces."""
+    return [" ".join(sentence.forms) for sentence in read_conllu(path)]
 
 
 def shipped(**tree_options: object):

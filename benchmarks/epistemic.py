@@ -10,12 +10,14 @@
    file's sentences; both sides go through the same tokenizer, one sentence per line.
 3. **Speed**: the whole pipeline (``spacy_treexp.load()`` + ``tree_expectations`` with its
    default settings) on the raw
-   texts of the first ``--timing-sentences`` sentences (``--model``: another pipeline with
-   ``biaffine_parser``, e.g. the transformer one of ``configs/train_en_ewt_trf.sh``, for every part), without members (``members = 0``,
+   texts of the first ``--timing-sentences`` sentences, without members (``members = 0``,
    the cost before issue 21), with the default members, and with ``--full-members`` full
    members (``member_kind = "full"``); best of ``--repeats`` interleaved runs, ratios of the
    process's CPU time (one torch thread: steadier than wall-clock time on a shared machine)
    to the run without members.
+
+``--model`` runs every part on another pipeline with ``biaffine_parser`` (e.g. the transformer
+one of ``configs/train_en_ewt_trf.sh``).
 
 Usage::
 
@@ -66,13 +68,10 @@ def read_ood(path: Path, column: int = 1) -> List[str]:
 PER_STYLE_SCORES = ("out_of_domain", "novelty", "entropy_per_word", "local_head_entropy")
 
 
-#: ``--model``: the pipeline every part loads (None: the shipped one, ``spacy_treexp.load()``).
-MODEL: Optional[str] = None
-
-
-def pipeline(members: int, kind: str = "head", risk_temperature: float = EWT_RISK_TEMPERATURE):
+def pipeline(model: Optional[str], members: int, kind: str = "head", risk_temperature: float = EWT_RISK_TEMPERATURE):
+    """``model`` (None: the shipped pipeline) with these members and ``tree_expectations``."""
     nlp = load_spacy(
-        MODEL, {"components.biaffine_parser.members": members, "components.biaffine_parser.member_kind": kind}
+        model, {"components.biaffine_parser.members": members, "components.biaffine_parser.member_kind": kind}
     )
     nlp.add_pipe("tree_expectations", config={"keep_scores": True, "risk_temperature": risk_temperature})
     return nlp
@@ -109,10 +108,10 @@ def risk(nlp, sentences) -> Dict:
     return {"sentences": len(records), "with_error": round(float(wrong.mean()), 4), "auroc": rounded(table)}
 
 
-def fit_on_dev(path: Path) -> Dict[str, float]:
+def fit_on_dev(model: Optional[str], path: Path) -> Dict[str, float]:
     """``risk_temperature`` fitted on a held-out CoNLL-U file (gold tokens and sentences)."""
     sentences = list(read_conllu(path))
-    nlp = pipeline(0, risk_temperature=1.0)
+    nlp = pipeline(model, 0, risk_temperature=1.0)
     records, arcs, _ = annotate(nlp, gold_docs(nlp, sentences))
     heads = [r.heads for r in records]
     wrong = has_attachment_error(heads, [s.heads[1:] for s in sentences])
@@ -137,11 +136,11 @@ def out_of_domain(nlp, in_domain: Sequence[str], ood: Sequence[str], styles: Seq
     return out
 
 
-def speed(texts: Sequence[str], default_members: int, full_members: int, repeats: int) -> Dict:
+def speed(model: Optional[str], texts: Sequence[str], default_members: int, full_members: int, repeats: int) -> Dict:
     variants = {
-        "no_members": pipeline(0, risk_temperature=1.0),
-        f"default_{default_members}_head": pipeline(default_members, risk_temperature=1.0),
-        f"full_{full_members}": pipeline(full_members, "full", risk_temperature=1.0),
+        "no_members": pipeline(model, 0, risk_temperature=1.0),
+        f"default_{default_members}_head": pipeline(model, default_members, risk_temperature=1.0),
+        f"full_{full_members}": pipeline(model, full_members, "full", risk_temperature=1.0),
     }
     for nlp in variants.values():
         list(nlp.pipe(texts[:20]))  # warm up
@@ -182,8 +181,6 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["risk", "ood", "speed"])
     parser.add_argument("--per-style", action="store_true", help="also the AUROCs of each style of --ood")
     args = parser.parse_args()
-    global MODEL
-    MODEL = args.model
     path = Path(args.conllu)
     if not path.is_file():
         sys.exit(f"--conllu: no such file: {args.conllu}")
@@ -192,17 +189,17 @@ def main() -> None:
     if args.limit:
         sentences = sentences[: args.limit]
     texts = [s.text or " ".join(s.forms) for s in sentences]
-    default = load_spacy(MODEL).get_pipe("biaffine_parser").members
+    default = load_spacy(args.model).get_pipe("biaffine_parser").members
     report: Dict = {"torch_threads": torch.get_num_threads(), "default_members": default}
     temperature = EWT_RISK_TEMPERATURE
     if args.dev:
-        report["risk_temperature_fit"] = fit_on_dev(Path(args.dev))
+        report["risk_temperature_fit"] = fit_on_dev(args.model, Path(args.dev))
         temperature = report["risk_temperature_fit"]["risk_temperature"]
     report["risk_temperature"] = temperature
     if "risk" not in args.skip or "ood" not in args.skip:
         variants = (("default", default, "head"), ("full", args.full_members, "full"))[: 2 if args.full_members else 1]
         for label, members, kind in variants:
-            nlp = pipeline(members, kind, temperature)
+            nlp = pipeline(args.model, members, kind, temperature)
             if "risk" not in args.skip:
                 report[f"risk_{label}"] = risk(nlp, sentences)
             if "ood" not in args.skip:
@@ -210,7 +207,7 @@ def main() -> None:
                 report[f"ood_{label}"] = out_of_domain(nlp, texts, read_ood(Path(args.ood)), styles)
             print(json.dumps(report, indent=1), file=sys.stderr, flush=True)
     if "speed" not in args.skip:
-        report["speed"] = speed(texts[: args.timing_sentences], default, args.full_members, args.repeats)
+        report["speed"] = speed(args.model, texts[: args.timing_sentences], default, args.full_members, args.repeats)
     print(json.dumps(report, indent=1))
 
 
