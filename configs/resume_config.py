@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy
 from spacy.util import load_config
 
+from spacy_treexp.cli.partial import write_atomic
+
 
 def _has_vectors(model: Path) -> bool:
     """Whether the saved pipeline's vocabulary holds word vectors (a non-empty table)."""
@@ -62,7 +64,9 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.model / "config.cfg").is_file():
         parser.error(f"{args.model}: not a saved pipeline (no config.cfg)")
-    args.out.write_text(resume_config(args.model, args.steps, args.rate, args.warmup), encoding="utf-8")
+    if args.out.resolve() == (args.model / "config.cfg").resolve():
+        parser.error(f"{args.out}: that is the saved pipeline's own config; write the new one elsewhere")
+    write_atomic(args.out, resume_config(args.model, args.steps, args.rate, args.warmup))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 
 import numpy
 import spacy
@@ -41,3 +43,18 @@ def test_vectors_come_from_the_saved_pipeline(tmp_path):
     nlp.to_disk(tmp_path / "with_vectors")
     config = Config().from_str(resume.resume_config(tmp_path / "with_vectors", 5, 1e-4, 1), interpolate=False)
     assert config["initialize"]["vectors"] == str(tmp_path / "with_vectors")
+
+
+def test_the_saved_pipelines_own_config_is_never_overwritten(tmp_path):
+    nlp, _, _ = train_toy(TINY_CONFIG, 1)
+    nlp.to_disk(tmp_path / "saved")
+    before = (tmp_path / "saved" / "config.cfg").read_bytes()
+    script = REPO / "configs" / "resume_config.py"
+    run = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "saved"), str(tmp_path / "saved" / "config.cfg")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2 and "own config" in run.stderr and "Traceback" not in run.stderr
+    assert (tmp_path / "saved" / "config.cfg").read_bytes() == before
