@@ -17,6 +17,11 @@ Reports medians over repeated calls (after warm-up):
    which computes the T2 quantity Cov[r, 1_e], O(n³ + n²F)) vs Druck et al. (2009)'s
    covariance method that materialises Cov(1_e, 1_e') for all arc pairs. Paper: 9x.
 
+6. (``--device cuda``) the dtype of the first pass for float32 scores: log Z + marginals with
+   float32 first everywhere (the old rule) against float64 first from
+   ``CUDA_FLOAT64_FROM_LENGTH`` words on (the engine's rule), beside the autograd baseline,
+   with each rule's largest |μ − μ| against float64 on the CPU (README, "On a GPU").
+
 Sections 4-5 run on the CPU in float64 (as the paper), each sentence alone (unbatched)
 and each bucket in one padded call (batched), on random scores N(0, 2²); with
 ``--conllu`` the buckets hold real sentence lengths (the first ``--per-bucket`` of each),
@@ -368,7 +373,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="which sections to run")
+    parser.add_argument(
+        "--sections", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="which sections to run (6: CUDA)"
+    )
     parser.add_argument("--conllu", default=None, help="sections 4-5: sentence lengths from this CoNLL-U file")
     parser.add_argument("--per-bucket", type=int, default=32, help="sections 4-5: sentences per length bucket")
     parser.add_argument("--bucket-repeats", type=int, default=15, help="sections 4-5: median of this many runs")
@@ -390,6 +397,37 @@ def main() -> None:
             entropy_table(buckets, args.bucket_repeats, not args.cold)
         if 5 in args.sections:
             ge_table(buckets, args.bucket_repeats, args.features, args.max_cov_mb, not args.cold)
+    if 6 in args.sections:
+        first_pass_table(args.device, args.repeats, gen)
+
+
+def first_pass_table(device: str, repeats: int, gen: torch.Generator) -> None:
+    """Section 6: float32 first everywhere vs the engine's float64 first on long CUDA sentences."""
+    if not device.startswith("cuda"):
+        print("\n6. needs --device cuda (the rule applies to CUDA only)")
+        return
+    from spacy_treexp.engine import distribution
+
+    rule = distribution.CUDA_FLOAT64_FROM_LENGTH
+    print(f"\n6. first pass of float32 scores ~ N(0, 2): float32 always (old) vs float64 from n = {rule} (new), ms")
+    print(f"{'batch':>5} {'n':>4} | {'old':>8} {'new':>8} {'baseline':>8} | max|dmu| old / new (8 sentences)")
+    for batch in (64, 512):
+        for n in (30, 60, 100, 120, 200):
+            exact = torch.randn(batch, n + 1, n + 1, generator=gen, dtype=torch.float64) * 2
+            scores = exact.float().to(device)
+            reference = TreeDistribution(exact[:8]).marginals
+            times, errors = [], []
+            for limit in (10**9, rule):
+                distribution.CUDA_FLOAT64_FROM_LENGTH = limit
+                times.append(median_ms(lambda: TreeDistribution(scores).marginals, repeats, device="cuda"))
+                got = TreeDistribution(scores[:8]).marginals.cpu().double()
+                errors.append((got - reference).abs().max().item())
+            distribution.CUDA_FLOAT64_FROM_LENGTH = rule
+            base = median_ms(lambda: autograd_logdet_marginals(scores), repeats, device="cuda")
+            print(
+                f"{batch:>5} {n:>4} | {times[0]:>8.3f} {times[1]:>8.3f} {base:>8.3f} | "
+                f"{errors[0]:.1e} / {errors[1]:.1e}"
+            )
 
 
 def sections_1_to_3(args: argparse.Namespace, gen: torch.Generator) -> None:
