@@ -21,7 +21,11 @@ gives the same tokens, so lexical features, word vectors and norms are those it 
 on; the Doc's sentence boundaries are kept), runs on the copies the components of its home
 pipeline that its listeners read (``tok2vec``), predicts there, and writes the tree and
 scores on the original Docs. The host pipeline's tok2vec and vocabulary are never read or
-changed, so its tagger, entities, lemmas and sentences stay as they were. spaCy's warning
+changed, so its tagger, entities, lemmas and sentences stay as they were. When the host runs
+the very tok2vec the parser listens to (same weights: a head trained on a stock pipeline's
+own frozen tok2vec, ``configs/en_core_web_sm_head.cfg``), the host's ``doc.tensor`` already
+holds what the home would compute; the parser checks that on one Doc of each batch and then
+reads it instead of making copies. spaCy's warning
 W113 (the source pipeline's vectors differ) is silenced for this component: it reads its
 own vectors. Saved with the host (``nlp.to_disk``), the parser writes beside its weights a
 copy of what it reads from home (tokenizer, vocabulary with its vectors, ``tok2vec``: folder
@@ -56,6 +60,7 @@ from spacy import util
 from spacy.attrs import DEP, HEAD, IS_SPACE, ORTH, SENT_START, SPACY
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
+from spacy.pipeline.tok2vec import Tok2VecListener
 from spacy.scorer import Scorer
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
@@ -710,11 +715,19 @@ class BiaffineParser(TrainablePipe):
         return arc, rel, numpy.array([n for n, _, _, _ in spans], dtype="int64"), members
 
     def _home_docs(self, docs: List[Doc]) -> List[Doc]:
-        """Copies of ``docs`` in the parser's own vocabulary, with the output of the home
-        components its listeners read (spaCy's ``replace_listeners``, at prediction time):
-        the home tokenizer's Doc of the same text when it has the same tokens (its norms
-        and lexical features), else a Doc of the same words and spaces; sentence starts
-        copied."""
+        """The Docs to run the model on when they come from another pipeline: ``docs``
+        themselves when the host's ``doc.tensor`` is what the home would compute
+        (:meth:`_reads_host_tensors`), else copies in the parser's own vocabulary with the
+        output of the home components its listeners read (spaCy's ``replace_listeners``, at
+        prediction time; :meth:`_copies`)."""
+        if self._reads_host_tensors(docs):
+            return docs
+        return self._run_home(self._copies(docs))
+
+    def _copies(self, docs: List[Doc]) -> List[Doc]:
+        """Copies of ``docs`` in the parser's own vocabulary: the home tokenizer's Doc of the
+        same text when it has the same tokens (its norms and lexical features), else a Doc
+        of the same words and spaces; sentence starts copied."""
         copies = []
         for doc in docs:
             if doc.vocab is self.vocab:
@@ -727,6 +740,10 @@ class BiaffineParser(TrainablePipe):
             if len(doc) and doc.has_annotation("SENT_START"):
                 copy.from_array([SENT_START], cast(Ints2d, doc.to_array([SENT_START])))
             copies.append(copy)
+        return copies
+
+    def _run_home(self, copies: List[Doc]) -> List[Doc]:
+        """``copies`` after the home components the model's listeners read."""
         for listener in _listeners(self.model):
             upstream = self._upstream(listener)
             if upstream is None:
@@ -738,6 +755,37 @@ class BiaffineParser(TrainablePipe):
             with _numpy_blas(upstream.model):
                 copies = list(upstream.pipe(copies, batch_size=max(1, len(copies))))
         return copies
+
+    def _reads_host_tensors(self, docs: List[Doc]) -> bool:
+        """Whether the model can read the host pipeline's ``doc.tensor`` as it is: its
+        listeners are all ``Tok2VecListener`` (which read ``doc.tensor`` in prediction), every
+        Doc's tensor has their width, and the home component they listen to, run on a copy of
+        the batch's first Doc, gives that Doc's tensor (up to float rounding). That holds when
+        the host runs the very tok2vec the parser was trained on, as for the head trained on
+        ``en_core_web_sm``'s own tok2vec (``configs/en_core_web_sm_head.cfg``): the copies and
+        a second tok2vec pass are then skipped. Checked on one Doc of every batch, so a host
+        whose tensor comes from another encoder gets the copies."""
+        listeners = _listeners(self.model)
+        if not listeners or not all(isinstance(listener, Tok2VecListener) for listener in listeners):
+            return False
+        sample = next((doc for doc in docs if len(doc)), None)
+        widths = {_width(listener) for listener in listeners}
+        if sample is None or len(widths) != 1:
+            return False
+        width = widths.pop()
+        if any(doc.tensor is None or tuple(doc.tensor.shape) != (len(doc), width) for doc in docs if len(doc)):
+            return False
+        host_vectors = self.model.ops.to_numpy(sample.tensor)
+        copy = self._copies([sample])
+        for listener in listeners:
+            upstream = self._upstream(listener)
+            if upstream is None:
+                return False
+            with _numpy_blas(upstream.model):
+                home_vectors = self.model.ops.to_numpy(upstream.predict(copy)[0])
+            if not numpy.allclose(home_vectors, host_vectors, rtol=1e-3, atol=1e-4):
+                return False
+        return True
 
     def _members(self, capture: ScorerCapture, docs: List[Doc], sentences: List[Sentences]) -> Optional[numpy.ndarray]:
         """Arc scores ``(K, B, N+1, N+1)`` of the parser's ``members`` MC-dropout members at

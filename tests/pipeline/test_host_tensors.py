@@ -1,0 +1,75 @@
+"""A sourced ``biaffine_parser`` reads the host's ``doc.tensor`` only when the host ran the
+very tok2vec the parser was trained on (``BiaffineParser._reads_host_tensors``); otherwise
+it runs its home tok2vec on copies of the Docs. Either way the scores are its own."""
+
+import numpy
+import pytest
+import torch
+
+import spacy_treexp
+from spacy_treexp.pipeline.biaffine_parser import BiaffineParser
+
+TEXT = "The old man saw the dog with the telescope. It barked twice at him."
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def source():
+    return spacy_treexp.load()
+
+
+def host_with(source, scale: float):
+    """The shipped pipeline loaded again (another vocabulary), its tok2vec's first weight
+    matrix scaled by ``scale``, the parser sourced from ``source`` where the tok2vec's output
+    is still ``doc.tensor`` (before ``tagger_tok2vec`` replaces it)."""
+    host = spacy_treexp.load(exclude=["tagger_tok2vec", "tagger", "lemmatizer", "lemma_table"])
+    host.remove_pipe("biaffine_parser")
+    if scale != 1.0:
+        layer = next(node for node in host.get_pipe("tok2vec").model.walk() if node.has_param("W"))
+        layer.set_param("W", layer.get_param("W") * scale)
+    host.add_pipe("biaffine_parser", source=source)
+    return host
+
+
+def count_home_runs(monkeypatch):
+    calls = []
+    original = BiaffineParser._run_home
+
+    def counted(self, copies):
+        calls.append(len(copies))
+        return original(self, copies)
+
+    monkeypatch.setattr(BiaffineParser, "_run_home", counted)
+    return calls
+
+
+@pytest.mark.parametrize("scale, reads_host", [(1.0, True), (0.5, False)])
+def test_the_host_tensor_is_read_only_when_it_is_the_homes(source, monkeypatch, scale, reads_host):
+    host = host_with(source, scale)
+    calls = count_home_runs(monkeypatch)
+    docs = list(host.pipe([TEXT, "Short one.", ""], batch_size=3))
+    assert host.vocab is not source.vocab
+    assert (calls == []) is reads_host
+    own = list(source.pipe([TEXT, "Short one.", ""], batch_size=3))
+    for doc, reference in zip(docs, own):
+        assert [(t.head.i, t.dep_) for t in doc] == [(t.head.i, t.dep_) for t in reference]
+        for record, expected in zip(doc._.parser_scores, reference._.parser_scores):
+            numpy.testing.assert_allclose(record["arc"], expected["arc"], rtol=1e-4, atol=1e-4)
+
+
+def test_a_host_tensor_of_another_width_gets_the_copies(source, monkeypatch):
+    """After ``tagger_tok2vec`` (width 192) the tensor is not the tok2vec's (128)."""
+    host = spacy_treexp.load()
+    host.remove_pipe("biaffine_parser")
+    host.add_pipe("biaffine_parser", source=source)
+    calls = count_home_runs(monkeypatch)
+    doc = host(TEXT)
+    assert calls == [1]
+    assert [(t.head.i, t.dep_) for t in doc] == [(t.head.i, t.dep_) for t in source(TEXT)]
