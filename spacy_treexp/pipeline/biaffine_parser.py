@@ -424,6 +424,8 @@ class BiaffineParser(TrainablePipe):
         #: Why the parser cannot predict in the pipeline it was created in (a listener reads
         #: a component of another width) until ``from_disk`` finds its saved home; or None.
         self._home_mismatch: Optional[str] = None
+        #: the last host vocabulary whose lookup tables were found equal to the home's
+        self._host_vocab_checked: Optional[Vocab] = None
         #: The calibration map kept beside the parser (``treexp_calibration.json`` in its
         #: folder: the shipped model's, or one a user put there), read by ``from_disk`` and
         #: written by ``to_disk``; ``tree_expectations`` applies it wherever the parser goes,
@@ -442,6 +444,7 @@ class BiaffineParser(TrainablePipe):
         self._home_tokenizer = nlp.tokenizer
         self._home_upstreams = {name: proc for name, proc in nlp.pipeline if isinstance(proc, ListenedToComponent)}
         self._home_mismatch = None
+        self._host_vocab_checked = None
         for listener in _listeners(self.model):
             upstream = self._upstream(listener)
             if upstream is None:
@@ -759,8 +762,9 @@ class BiaffineParser(TrainablePipe):
     def _reads_host_tensors(self, docs: List[Doc]) -> bool:
         """Whether the model can read the host pipeline's ``doc.tensor`` as it is: its
         listeners are all ``Tok2VecListener`` (which read ``doc.tensor`` in prediction), every
-        Doc's tensor has their width, and the home component they listen to, run on a copy of
-        the batch's first Doc, gives that Doc's tensor (up to float rounding). That holds when
+        Doc's tensor has their width, the host vocabulary has the home's lookup tables (the
+        lexical norms the tok2vec reads), and the home component the listeners read, run on a
+        copy of the batch's first Doc, gives that Doc's tensor (up to float rounding). That holds when
         the host runs the very tok2vec the parser was trained on, as for the head trained on
         ``en_core_web_sm``'s own tok2vec (``configs/en_core_web_sm_head.cfg``): the copies and
         a second tok2vec pass are then skipped. Checked on one Doc of every batch, so a host
@@ -775,6 +779,10 @@ class BiaffineParser(TrainablePipe):
         width = widths.pop()
         if any(doc.tensor is None or tuple(doc.tensor.shape) != (len(doc), width) for doc in docs if len(doc)):
             return False
+        if sample.vocab is not self._host_vocab_checked:  # norms come from the vocabulary's tables
+            if sample.vocab.lookups.to_bytes() != self.vocab.lookups.to_bytes():
+                return False
+            self._host_vocab_checked = sample.vocab
         host_vectors = self.model.ops.to_numpy(sample.tensor)
         copy = self._copies([sample])
         for listener in listeners:

