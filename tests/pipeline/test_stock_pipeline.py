@@ -62,7 +62,7 @@ def obvious(home):
 
 @pytest.fixture(scope="module")
 def kept():
-    return spacy_treexp.add_uncertainty(spacy.load(STOCK), overwrite=False)
+    return spacy_treexp.add_uncertainty(spacy.load(STOCK), source=spacy_treexp.load(), overwrite=False)
 
 
 @pytest.fixture(scope="module")
