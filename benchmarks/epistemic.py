@@ -69,10 +69,14 @@ PER_STYLE_SCORES = ("out_of_domain", "novelty", "entropy_per_word", "local_head_
 
 
 def pipeline(model: Optional[str], members: int, kind: str = "head", risk_temperature: float = EWT_RISK_TEMPERATURE):
-    """``model`` (None: the shipped pipeline) with these members and ``tree_expectations``."""
+    """``model`` (None: the shipped pipeline) with these members and a ``tree_expectations`` of
+    these settings (replacing one the pipeline has; the parser's own calibration map, when
+    it carries one, still applies)."""
     nlp = load_spacy(
         model, {"components.biaffine_parser.members": members, "components.biaffine_parser.member_kind": kind}
     )
+    if "tree_expectations" in nlp.pipe_names:
+        nlp.remove_pipe("tree_expectations")
     nlp.add_pipe("tree_expectations", config={"keep_scores": True, "risk_temperature": risk_temperature})
     return nlp
 
