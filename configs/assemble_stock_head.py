@@ -9,9 +9,14 @@ the parser runs it on copies of the Docs of any host that does not compute the s
 vectors. The output folder is replaced atomically (a sibling folder renamed into place).
 
     python configs/assemble_stock_head.py training_sm_head/model-best OUT
+
+With ``--scores FILE`` (the JSON of ``configs/evaluate_en_ewt.py``), it only writes the
+gold-sentence UAS/LAS of that file into the meta of the folder given as ``output``
+(``performance``, spaCy's fractions), atomically.
 """
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -40,11 +45,29 @@ DESCRIPTION = (
 )
 
 
+def write_scores(folder: Path, scores_path: Path) -> int:
+    """Put the gold-sentence UAS/LAS of ``scores_path`` into ``folder``'s meta.json."""
+    gold = [row for row in json.loads(scores_path.read_text(encoding="utf8")) if row["sentences"] == "gold"]
+    if not gold:
+        print(f"assemble_stock_head: {scores_path} has no 'gold' condition", file=sys.stderr)
+        return 2
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf8"))
+    meta["performance"] = {"dep_uas": round(gold[0]["uas"] / 100, 4), "dep_las": round(gold[0]["las"] / 100, 4)}
+    meta["performance_note"] = "UD English-EWT test, gold tokens and sentences (configs/evaluate_en_ewt.py)"
+    partial = folder / "meta.json.partial"
+    partial.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+    partial.replace(folder / "meta.json")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("trained", type=Path, help="the trained pipeline (spacy train's model-best)")
     parser.add_argument("output", type=Path, help="the folder to write the head to")
+    parser.add_argument("--scores", type=Path, default=None, help="only write these scores into output's meta")
     args = parser.parse_args()
+    if args.scores is not None:
+        return write_scores(args.output, args.scores)
     nlp = spacy.load(args.trained)
     if "parser" in nlp.pipe_names:
         nlp.remove_pipe("parser")

