@@ -43,8 +43,8 @@ import numpy
 import torch
 from spacy.tokens import Doc
 
+from spacy_treexp.calibration.map import calibrate_sentences
 from spacy_treexp.evaluation.epistemic import (
-    EWT_RISK_TEMPERATURE,
     auroc_table,
     fit_risk_temperature,
     has_attachment_error,
@@ -68,10 +68,10 @@ def read_ood(path: Path, column: int = 1) -> List[str]:
 PER_STYLE_SCORES = ("out_of_domain", "novelty", "entropy_per_word", "local_head_entropy")
 
 
-def pipeline(model: Optional[str], members: int, kind: str = "head", risk_temperature: float = EWT_RISK_TEMPERATURE):
+def pipeline(model: Optional[str], members: int, kind: str = "head", risk_temperature: Optional[float] = None):
     """``model`` (None: the shipped pipeline) with these members and a ``tree_expectations`` of
     these settings (replacing one the pipeline has; the parser's own calibration map, when
-    it carries one, still applies)."""
+    it carries one, still applies; ``risk_temperature`` None: the map's own, else 1)."""
     nlp = load_spacy(
         model, {"components.biaffine_parser.members": members, "components.biaffine_parser.member_kind": kind}
     )
@@ -102,24 +102,34 @@ def gold_docs(nlp, sentences) -> List[Doc]:
     return [Doc(nlp.vocab, words=s.forms, spaces=s.spaces, sent_starts=[True] + [False] * (s.n - 1)) for s in sentences]
 
 
+def calibrated_arcs(nlp, docs: Sequence[Doc]) -> List[numpy.ndarray]:
+    """The arc scores of annotated Docs (``keep_scores``) as the annotation core sees them:
+    the parser's, with the ``tree_expectations`` map applied (what ``risk_temperature``
+    divides)."""
+    component = nlp.get_pipe("tree_expectations")
+    records = [record for doc in docs for record in component.sentence_scores(doc)]
+    return [record.arc for record in calibrate_sentences(records, component.calibration)]
+
+
 def risk(nlp, sentences) -> Dict:
-    records, arcs, _ = annotate(nlp, gold_docs(nlp, sentences))
+    records, arcs, docs = annotate(nlp, gold_docs(nlp, sentences))
     heads = [r.heads for r in records]
     wrong = has_attachment_error(heads, [s.heads[1:] for s in sentences])
     scores = score_table(records, arcs)
-    scores["error_probability_at_T1"] = -numpy.expm1(parse_log_probs(arcs, heads, 1.0))
+    scores["error_probability_at_T1"] = -numpy.expm1(parse_log_probs(calibrated_arcs(nlp, docs), heads, 1.0))
     table = auroc_table(scores, wrong)
     return {"sentences": len(records), "with_error": round(float(wrong.mean()), 4), "auroc": rounded(table)}
 
 
 def fit_on_dev(model: Optional[str], path: Path) -> Dict[str, float]:
-    """``risk_temperature`` fitted on a held-out CoNLL-U file (gold tokens and sentences)."""
+    """``risk_temperature`` fitted on a held-out CoNLL-U file (gold tokens and sentences), on
+    the scores with the pipeline's calibration map applied, as the core uses it."""
     sentences = list(read_conllu(path))
     nlp = pipeline(model, 0, risk_temperature=1.0)
-    records, arcs, _ = annotate(nlp, gold_docs(nlp, sentences))
-    heads = [r.heads for r in records]
-    wrong = has_attachment_error(heads, [s.heads[1:] for s in sentences])
-    return {k: round(v, 4) for k, v in fit_risk_temperature(arcs, heads, wrong).items()}
+    records, _, docs = annotate(nlp, gold_docs(nlp, sentences))
+    arcs = calibrated_arcs(nlp, docs)
+    wrong = has_attachment_error([r.heads for r in records], [s.heads[1:] for s in sentences])
+    return {k: round(v, 4) for k, v in fit_risk_temperature(arcs, [r.heads for r in records], wrong).items()}
 
 
 def out_of_domain(nlp, in_domain: Sequence[str], ood: Sequence[str], styles: Sequence[str] = ()) -> Dict:
@@ -177,7 +187,7 @@ def main() -> None:
     parser.add_argument("--ood", default=str(OOD), help="out-of-domain sentences, style<TAB>text per line")
     parser.add_argument("--limit", type=int, default=0, help="first N sentences of --conllu (0: all)")
     parser.add_argument(
-        "--dev", default=None, help=f"held-out CoNLL-U to fit risk_temperature on (default {EWT_RISK_TEMPERATURE})"
+        "--dev", default=None, help="held-out CoNLL-U to fit risk_temperature on (default: the calibration map's)"
     )
     parser.add_argument("--full-members", type=int, default=8, help="members of the costlier variant (0: leave it out)")
     parser.add_argument("--timing-sentences", type=int, default=500)
@@ -195,7 +205,7 @@ def main() -> None:
     texts = [s.text or " ".join(s.forms) for s in sentences]
     default = load_spacy(args.model).get_pipe("biaffine_parser").members
     report: Dict = {"torch_threads": torch.get_num_threads(), "default_members": default}
-    temperature = EWT_RISK_TEMPERATURE
+    temperature = None
     if args.dev:
         report["risk_temperature_fit"] = fit_on_dev(args.model, Path(args.dev))
         temperature = report["risk_temperature_fit"]["risk_temperature"]

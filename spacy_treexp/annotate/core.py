@@ -11,6 +11,7 @@ unbiased samples with their exact log-probabilities (Stanojević 2022).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import math
@@ -59,6 +60,9 @@ def annotate_sentences(
         from spacy_treexp.calibration.map import calibrate_sentences  # the map's package imports this one
 
         sentences = calibrate_sentences(sentences, calibration)
+    if options.risk_temperature is None:  # the map's own, fitted with it (AnnotateOptions)
+        fitted = None if calibration is None else calibration.risk_temperature
+        options = dataclasses.replace(options, risk_temperature=1.0 if fitted is None else fitted)
     device = resolve_device(options.device)
     out: List[Optional[SentenceAnnotation]] = [None] * len(sentences)
     with torch.no_grad(), threads_for(device):
@@ -105,8 +109,10 @@ def _infer(
     marginals_np = marginals.float().cpu().numpy()
     log_partition = dist.log_partition.cpu().numpy()
     risk = dist
-    if options.risk_temperature != 1.0:  # the sentence risk's own scale (AnnotateOptions)
-        risk = TreeDistribution(dist.scores / options.risk_temperature, dist.lengths, single_root=dist.single_root)
+    if options.risk_temperature not in (None, 1.0):  # the sentence risk's own scale (AnnotateOptions)
+        risk = TreeDistribution(
+            dist.scores / float(options.risk_temperature), dist.lengths, single_root=dist.single_root
+        )
     parse_log_prob = risk.log_prob(torch.from_numpy(padded).to(marginals.device)).double().cpu().numpy()
     entropy = dist.entropy().cpu().numpy()
     annotations = []

@@ -46,13 +46,13 @@ class AnnotateOptions:
             from torch's global generator (not reproducible).
         risk_temperature: the temperature T of the sentence risk ``error_probability`` =
             1 − p_T(parse), where p_T is the tree distribution of the scores divided by T
-            (1: the annotated distribution itself). Whole-tree probabilities need their own
+            (1: the annotated distribution itself). None (the default): the calibration
+            map's own (``CalibrationMap.risk_temperature``, fitted with the map by
+            ``spacy-treexp calibrate``), else 1. Whole-tree probabilities need their own
             scale: a distribution calibrated for its arc marginals is under-confident about
-            whole trees. For the shipped pipeline (with its calibration map) T = 0.73,
-            fitted on EWT dev by the likelihood of "the parse is entirely right"
-            (:func:`spacy_treexp.evaluation.epistemic.fit_risk_temperature`; log-loss 0.376
-            against 0.421 at T = 1, 42.4% of parses predicted wrong against 41.9%); see
-            ``benchmarks/epistemic.py``.
+            whole trees. For the shipped pipeline's map T = 0.76, fitted with the map on EWT dev by the
+            likelihood of "the parse is entirely right" (log-loss 0.363 against 0.405 at
+            T = 1; ``benchmarks/epistemic.py --dev``).
     """
 
     single_root: bool = True
@@ -64,7 +64,7 @@ class AnnotateOptions:
     batch_size: int = 256
     max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH
     seed: Optional[int] = 0
-    risk_temperature: float = 1.0
+    risk_temperature: Optional[float] = None
 
     def __post_init__(self) -> None:
         check_fields(dataclasses.asdict(self))
@@ -94,8 +94,10 @@ def check_fields(values: Mapping[str, Any], prefix: str = "") -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{prefix}{name} must be an integer >= {minimum}, got {value!r}.")
     temperature = values["risk_temperature"]
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < float("inf"):
-        raise ValueError(f"{prefix}risk_temperature must be a positive number, got {temperature!r}.")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < float("inf")
+    ):
+        raise ValueError(f"{prefix}risk_temperature must be a positive number or None, got {temperature!r}.")
     if values["device"] not in DEVICES:
         raise ValueError(f"{prefix}device must be one of {DEVICES}, got {values['device']!r}.")
     seed = values["seed"]

@@ -36,6 +36,12 @@ not change. With several groups it may: the fit reports the attachment score bef
 after. Relation log-probabilities are re-normalised at ``rel_temperature``
 (log-softmax(log p / T) = log-softmax(logits / T)).
 
+A map may also carry ``risk_temperature``, the temperature of the sentence risk
+(``sent._.error_probability`` = 1 − p_T(parse)) fitted with the map applied, by the
+likelihood of "the parse is entirely right" (``spacy-treexp calibrate``;
+:func:`spacy_treexp.evaluation.epistemic.fit_map_risk_temperature`): the annotation core
+uses it where the component's own ``risk_temperature`` is not set. It changes no score.
+
 A map may also carry a :class:`~spacy_treexp.calibration.novelty.NoveltyReference`
 (``novelty``): the reference of ``sent._.novelty``, how unfamiliar a sentence's encoder
 vectors are (out-of-domain detection); it changes no score.
@@ -242,6 +248,8 @@ class CalibrationMap:
         head_relation_bias: η_{r, d} per relation (empty: none), one value per direction of
             :data:`HEAD_DIRECTIONS`.
         head_relation_scale: τ_{r, d}, in the same form.
+        risk_temperature: the sentence risk's temperature fitted with this map, or None (see
+            the module doc).
         novelty: the reference of the sentences' encoder novelty, or None (see the module doc).
         fit: how it was fitted (data size, objective before/after); informative only.
     """
@@ -263,6 +271,7 @@ class CalibrationMap:
     head_relation_bias: Tuple[Tuple[float, ...], ...] = ()
     head_relation_scale: Tuple[Tuple[float, ...], ...] = ()
     fit: Dict[str, Any] = field(default_factory=dict, compare=False)
+    risk_temperature: Optional[float] = None
     novelty: Optional[NoveltyReference] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -306,6 +315,13 @@ class CalibrationMap:
         if not (math.isfinite(t) and t > 0):
             raise CalibrationError(f"calibration map: rel_temperature must be positive, got {self.rel_temperature!r}")
         object.__setattr__(self, "rel_temperature", t)
+        if self.risk_temperature is not None:
+            risk = float(self.risk_temperature)
+            if isinstance(self.risk_temperature, bool) or not (math.isfinite(risk) and risk > 0):
+                raise CalibrationError(
+                    f"calibration map: risk_temperature must be positive or absent, got {self.risk_temperature!r}"
+                )
+            object.__setattr__(self, "risk_temperature", risk)
         features = tuple(str(f) for f in self.dependent_features)
         unknown = [f for f in features if f not in DEPENDENT_FEATURES]
         if unknown or len(set(features)) != len(features):
@@ -509,6 +525,7 @@ class CalibrationMap:
             "head_relation_bias": [list(row) for row in self.head_relation_bias],
             "head_relation_scale": [list(row) for row in self.head_relation_scale],
             "fit": dict(self.fit),
+            **({} if self.risk_temperature is None else {"risk_temperature": self.risk_temperature}),
             **({} if self.novelty is None else {"novelty": self.novelty.to_dict()}),
         }
 
@@ -523,7 +540,7 @@ class CalibrationMap:
                 f"calibration map: format version {version!r}, this version reads {list(READABLE_VERSIONS)}"
             )
         known = {"version", "kind", "log_scale", "bias", "edges", "knots", "hinge", "relations", "relation_scale"}
-        known |= {"label_scale", "rel_temperature", "fit", "novelty"}
+        known |= {"label_scale", "rel_temperature", "fit", "novelty", "risk_temperature"}
         if version >= 2:
             known |= {"dependent_features", "feature_scale", "relation_bias", "relation_direction_scale"}
             known |= {"head_relation_bias", "head_relation_scale"}
@@ -556,6 +573,7 @@ class CalibrationMap:
             head_relation_bias=data.get("head_relation_bias", ()),
             head_relation_scale=data.get("head_relation_scale", ()),
             fit=dict(data.get("fit") or {}),
+            risk_temperature=data.get("risk_temperature"),
             novelty=novelty,
         )
 

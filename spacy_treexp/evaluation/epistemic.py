@@ -28,13 +28,11 @@ import numpy
 import torch
 
 from spacy_treexp.annotate.batching import pad_scores
-from spacy_treexp.annotate.records import SentenceAnnotation
+from spacy_treexp.annotate.records import SentenceAnnotation, SentenceScores
+from spacy_treexp.calibration.fit import GoldTree
+from spacy_treexp.calibration.map import CalibrationMap, calibrate_sentences
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation.metrics import auroc
-
-#: ``AnnotateOptions.risk_temperature`` fitted by :func:`fit_risk_temperature` for the shipped
-#: English pipeline on UD English-EWT dev (``benchmarks/epistemic.py --dev``).
-EWT_RISK_TEMPERATURE = 0.73
 
 #: The scores a sentence's annotation gives (see the module doc), by name.
 ANNOTATION_SCORES = (
@@ -175,3 +173,23 @@ def fit_risk_temperature(
         "predicted_error_rate": losses[best][1],
         "observed_error_rate": float(y.mean()),
     }
+
+
+def fit_map_risk_temperature(
+    calibration: Optional[CalibrationMap], gold: Sequence[GoldTree], scores: Sequence[SentenceScores]
+) -> Dict[str, float]:
+    """:func:`fit_risk_temperature` on gold sentences' scores with ``calibration`` applied
+    (None: the raw scores), the parser's own tree being the parse (the MAP tree where a record
+    has none): the risk temperature that map carries (``CalibrationMap.risk_temperature``)."""
+    calibrated = calibrate_sentences(scores, calibration)
+    arcs = [numpy.asarray(s.arc, dtype=numpy.float64) for s in calibrated]
+    heads = [numpy.asarray(s.heads) if s.heads is not None else _map_tree(arc) for s, arc in zip(calibrated, arcs)]
+    wrong = has_attachment_error(heads, [numpy.asarray(g.heads)[1:] for g in gold])
+    return fit_risk_temperature(arcs, heads, wrong)
+
+
+def _map_tree(arc: numpy.ndarray) -> numpy.ndarray:
+    """The single-root MAP tree ``(n,)`` of one sentence's arc scores."""
+    n = arc.shape[0] - 1
+    scores, lengths = pad_scores([arc], 1.0)
+    return TreeDistribution(scores, lengths).mode[0, 1 : n + 1].cpu().numpy()

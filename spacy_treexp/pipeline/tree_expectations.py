@@ -80,7 +80,7 @@ def make_tree_expectations(
     batch_size: int,
     max_sentence_length: int,
     seed: Optional[int],
-    risk_temperature: float,
+    risk_temperature: Optional[float],
     keep_scores: bool,
     calibration: Optional[Dict[str, Any]],
 ) -> TreeExpectations:

@@ -36,6 +36,8 @@ def test_spacy_pipeline_stores_and_reloads_the_map(pipeline_dir, tmp_path, capsy
     calibration = nlp.get_pipe("tree_expectations").calibration
     assert isinstance(calibration, CalibrationMap) and calibration.kind == "temperature"
     assert calibration.fit["n_sentences"] == 14  # 20 sentences, 6 held out
+    # the sentence risk's temperature, fitted with the map on the same sentences
+    assert calibration.risk_temperature is not None and 0.3 <= calibration.risk_temperature <= 1.5
     # kept beside the parser too: it travels when the parser is sourced into another pipeline
     assert nlp.get_pipe("biaffine_parser").calibration_map.to_dict() == calibration.to_dict()
     # the stored pipeline annotates with the map, exactly as the core applies it
@@ -72,6 +74,7 @@ def test_stanza_folder_gets_a_map_the_processor_reads(tmp_path, capsys):
     assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--kind", "temperature"]) == 0
     assert "Stanza" in capsys.readouterr().out
     stored = CalibrationMap.from_disk(folder / "treexp_calibration.json")
+    assert stored.risk_temperature is not None
     nlp = pipeline_from_dir(str(folder), logging_level="WARN")
     processor = nlp.processors["tree_expectations"]
     assert processor.calibration == stored

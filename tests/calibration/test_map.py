@@ -1,6 +1,7 @@
 """The calibration map: an exact tree distribution (checked by brute force), its record
 forms, its single point of application in the core, and its fit by gold-tree likelihood."""
 
+import dataclasses
 import math
 
 import numpy
@@ -166,6 +167,10 @@ def test_calibrate_sentences_maps_a_ragged_batch_with_and_without_members():
 def test_record_round_trips(tmp_path):
     calibration = rich_map(rel_temperature=1.7)
     assert CalibrationMap.from_dict(calibration.to_dict()) == calibration
+    assert calibration.risk_temperature is None and "risk_temperature" not in calibration.to_dict()
+    risky = dataclasses.replace(calibration, risk_temperature=0.8)
+    assert CalibrationMap.from_dict(risky.to_dict()).risk_temperature == 0.8
+    assert CalibrationMap.from_bytes(risky.to_bytes()) == risky
     assert CalibrationMap.from_bytes(calibration.to_bytes()) == calibration
     calibration.to_disk(tmp_path / "map.json")
     assert CalibrationMap.from_disk(tmp_path / "map.json") == calibration
@@ -180,6 +185,8 @@ def test_record_round_trips(tmp_path):
         ({"bias": [float("nan")] * 7}, "finite"),
         ({"knots": [1.5, 0.5]}, "probabilities"),
         ({"rel_temperature": 0}, "rel_temperature"),
+        ({"risk_temperature": -1.0}, "risk_temperature"),
+        ({"risk_temperature": float("nan")}, "risk_temperature"),
         ({"edges": [2, 3, 4]}, "edges"),
         ({"version": 9}, "version"),
         ({"colour": 1}, "unknown"),

@@ -57,3 +57,45 @@ def test_auroc_table():
     table = auroc_table({"perfect": positive.astype(float), "reversed": -positive.astype(float)}, positive, n_boot=50)
     assert table["perfect"]["auroc"] == 1.0 and table["reversed"]["auroc"] == 0.0
     assert table["perfect"]["low"] <= 1.0 <= table["perfect"]["high"] + 1e-12
+
+
+class _Gold:
+    def __init__(self, heads):
+        self.heads, self.deprels = heads, []
+
+
+@pytest.mark.parametrize("map_temperature", [None, 2.0])
+def test_the_maps_risk_temperature_is_fitted_on_top_of_the_map(map_temperature):
+    """Gold trees drawn at risk temperature 0.5 of the *calibrated* scores: the fit with the
+    map applied recovers 0.5 (with and without a map), the parse being each record's MAP tree."""
+    from spacy_treexp.annotate import SentenceScores
+    from spacy_treexp.calibration import CalibrationMap
+    from spacy_treexp.evaluation.epistemic import fit_map_risk_temperature
+
+    calibration = None if map_temperature is None else CalibrationMap.temperature(map_temperature)
+    arcs = random_sentences(400, 3)
+    calibrated = arcs if calibration is None else [calibration.apply_arc(a) for a in arcs]
+    scores, lengths = pad_scores(calibrated)
+    drawn = TreeDistribution(scores / 0.5, lengths).sample((1,), generator=torch.Generator().manual_seed(4))[0]
+    gold = [_Gold(numpy.r_[-1, drawn[b, 1 : n + 1].numpy()]) for b, n in enumerate(lengths.tolist())]
+    fit = fit_map_risk_temperature(calibration, gold, [SentenceScores(arc=a) for a in arcs])
+    assert abs(fit["risk_temperature"] - 0.5) <= 0.15
+    assert fit["log_loss"] < fit["log_loss_at_1"]
+
+
+def test_the_annotation_core_takes_the_maps_risk_temperature_unless_one_is_set():
+    import dataclasses
+
+    from spacy_treexp.annotate import AnnotateOptions, SentenceScores, annotate_sentences
+    from spacy_treexp.calibration import CalibrationMap
+
+    sentences = [SentenceScores(arc=a) for a in random_sentences(6, 5)]
+    plain = CalibrationMap.temperature(1.5)
+    with_risk = dataclasses.replace(plain, risk_temperature=0.6)
+
+    def risk(options, calibration):
+        return [a.error_probability for a in annotate_sentences(sentences, options, calibration)]
+
+    assert risk(AnnotateOptions(), with_risk) == pytest.approx(risk(AnnotateOptions(risk_temperature=0.6), plain))
+    assert risk(AnnotateOptions(risk_temperature=1.0), with_risk) == pytest.approx(risk(AnnotateOptions(), plain))
+    assert risk(AnnotateOptions(), with_risk) != pytest.approx(risk(AnnotateOptions(), plain))
