@@ -31,28 +31,16 @@ CYCLE2_RATE=${CYCLE2_RATE:-0.001}
 MODEL_DIR=spacy_treexp/models/en_core_web_sm_head
 OUT=training_sm_head
 
-mkdir -p corpus "$OUT" docs/eval_ewt
-for split in train dev test; do
-    if [ ! -f "corpus/en_ewt-ud-$split.spacy" ]; then
-        "$PYTHON" -m spacy convert "$UD_EWT/en_ewt-ud-$split.conllu" corpus/ --converter conllu -n 10
-    fi
-done
-
-# One torch/BLAS thread: on a shared 2-core machine more threads only contend.
-status=0
-OMP_NUM_THREADS=1 timeout --signal=TERM "$TRAIN_SECONDS" \
-    nice -n 19 "$PYTHON" -m spacy train configs/en_core_web_sm_head.cfg --output "$OUT/" \
-    --paths.stock "$STOCK" "$@" || status=$?
-if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then exit "$status"; fi
+source configs/train_lib.sh
+mkdir -p "$OUT" docs/eval_ewt
+convert_ewt
+train_within "$TRAIN_SECONDS" configs/en_core_web_sm_head.cfg --output "$OUT/" --paths.stock "$STOCK" "$@"
 
 TRAINED="$OUT/model-best"
 if [ "$CYCLE2_STEPS" -gt 0 ]; then
     "$PYTHON" configs/resume_config.py "$OUT/model-best" "$OUT/cycle2.cfg" --steps "$CYCLE2_STEPS" \
         --rate "$CYCLE2_RATE" --warmup 100
-    status=0
-    OMP_NUM_THREADS=1 timeout --signal=TERM "$TRAIN_SECONDS" \
-        nice -n 19 "$PYTHON" -m spacy train "$OUT/cycle2.cfg" --output "$OUT/cycle2/" "$@" || status=$?
-    if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then exit "$status"; fi
+    train_within "$TRAIN_SECONDS" "$OUT/cycle2.cfg" --output "$OUT/cycle2/" "$@"
     TRAINED="$OUT/cycle2/model-best"
 fi
 

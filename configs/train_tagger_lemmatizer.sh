@@ -20,19 +20,10 @@ TRAIN_SECONDS=${TRAIN_SECONDS:-3000}
 MODEL_DIR=spacy_treexp/models/en_treexp_ewt
 OUT=training_tagger
 
-mkdir -p corpus "$OUT"
-for split in train dev test; do
-    if [ ! -f "corpus/en_ewt-ud-$split.spacy" ]; then
-        "$PYTHON" -m spacy convert "$UD_EWT/en_ewt-ud-$split.conllu" corpus/ --converter conllu -n 10
-    fi
-done
-
-# One torch/BLAS thread: on a shared 2-core machine more threads only contend.
-status=0
-OMP_NUM_THREADS=1 timeout --signal=TERM "$TRAIN_SECONDS" \
-    nice -n 19 "$PYTHON" -m spacy train configs/en_ewt_tagger_lemmatizer.cfg --output "$OUT/" \
-    --paths.base_model "$MODEL_DIR" "$@" || status=$?
-if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then exit "$status"; fi
+source configs/train_lib.sh
+mkdir -p "$OUT"
+convert_ewt
+train_within "$TRAIN_SECONDS" configs/en_ewt_tagger_lemmatizer.cfg --output "$OUT/" --paths.base_model "$MODEL_DIR" "$@"
 
 "$PYTHON" configs/add_tagger_lemmatizer.py "$MODEL_DIR" "$OUT/model-best" corpus/en_ewt-ud-train.spacy
 mkdir -p docs/eval_ewt

@@ -4,20 +4,12 @@ it runs its home tok2vec on copies of the Docs. Either way the scores are its ow
 
 import numpy
 import pytest
-import torch
+from helpers.hosting import count_home_runs
+from helpers.threads import one_torch_thread  # noqa: F401  (autouse)
 
 import spacy_treexp
-from spacy_treexp.pipeline.biaffine_parser import BiaffineParser
 
 TEXT = "The old man saw the dog with the telescope. It barked twice at him."
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -36,18 +28,6 @@ def host_with(source, scale: float):
         layer.set_param("W", layer.get_param("W") * scale)
     host.add_pipe("biaffine_parser", source=source)
     return host
-
-
-def count_home_runs(monkeypatch):
-    calls = []
-    original = BiaffineParser._run_home
-
-    def counted(self, copies):
-        calls.append(len(copies))
-        return original(self, copies)
-
-    monkeypatch.setattr(BiaffineParser, "_run_home", counted)
-    return calls
 
 
 @pytest.mark.parametrize("scale, reads_host", [(1.0, True), (0.5, False)])

