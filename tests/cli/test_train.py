@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-import torch
 from helpers.paths import FIXTURES
+from helpers.threads import one_torch_thread  # noqa: F401  (autouse)
 
 TOY = FIXTURES / "toy_treebank.conllu"
 
@@ -69,14 +69,6 @@ TINY = [
 ]
 # The transformer template (the transformer itself is tiny).
 TRANSFORMER = settings(*FAST)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _builds_wheels_offline() -> bool:

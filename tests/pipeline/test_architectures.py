@@ -5,6 +5,7 @@ import numpy
 import pytest
 import spacy
 import torch
+from helpers.threads import one_torch_thread  # noqa: F401  (autouse)
 from helpers.toy_pipelines import TINY_CONFIG, toy_examples, train_toy
 from spacy.tokens import Doc
 from thinc.api import Config, Model, chain, fix_random_seed
@@ -57,14 +58,6 @@ dropout = 0.0
 width = 24
 """
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _scores(nlp, words):

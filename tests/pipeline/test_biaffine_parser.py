@@ -9,21 +9,13 @@ import pytest
 import spacy
 import torch
 from helpers.paths import REPO
+from helpers.threads import one_torch_thread  # noqa: F401  (autouse)
 from helpers.toy_pipelines import TEXTS, TINY_CONFIG, sentence_heads, toy_examples, train_toy
 from spacy.tokens import Doc, DocBin
 from thinc.api import Config, fix_random_seed
 
 from spacy_treexp import TreeDistribution
 from spacy_treexp.pipeline.default_model import MODEL_PATH
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread, and the CI machine has two shared cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
