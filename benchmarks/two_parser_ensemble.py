@@ -7,6 +7,9 @@ reports UAS and LAS of each parser's MAP tree and of the MAP tree of the summed 
 (the product of the two tree distributions, as Stanza's ensembles sum their members'
 scores), whose relations are the best by the summed relation log-probabilities at the chosen
 head (labels matched by name; ``ROOT`` is UD's ``root``). Nothing is fitted on the file read.
+Also the sentence risk of the full parser's tree ("it has an attachment error"): AUROC of
+1 − p(tree) under the full parser, under the head, and of their geometric mean (the two
+parsers' log-probabilities summed), each at its map's ``risk_temperature``.
 
     OMP_NUM_THREADS=1 python benchmarks/two_parser_ensemble.py --conllu PATH/en_ewt-ud-test.conllu
 """
@@ -27,6 +30,7 @@ from spacy_treexp.annotate.records import SentenceScores
 from spacy_treexp.calibration.map import calibrate_sentences
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
+from spacy_treexp.evaluation.metrics import auroc
 from spacy_treexp.evaluation.scores import component_scores
 from spacy_treexp.pipeline.default_model import STOCK_HEAD_PATH
 
@@ -58,6 +62,18 @@ def relation(records: Sequence[SentenceScores], head: int, dependent: int) -> st
     return "root" if best == "ROOT" else best
 
 
+def tree_log_probs(arcs: Sequence[numpy.ndarray], trees, temperature: float) -> numpy.ndarray:
+    """log p_T(tree) of each sentence's ``trees[i]`` under its arc scores divided by T."""
+    out: List[float] = []
+    for start in range(0, len(arcs), 256):
+        scores, lengths = pad_scores([numpy.asarray(a, dtype=numpy.float64) for a in arcs[start : start + 256]], 1.0)
+        padded = torch.full(scores.shape[:2], -1, dtype=torch.long)
+        for b, n in enumerate(lengths.tolist()):
+            padded[b, 1 : n + 1] = torch.as_tensor(numpy.asarray(trees[start + b], dtype=numpy.int64))
+        out.extend(TreeDistribution(scores / temperature, lengths).log_prob(padded).tolist())
+    return numpy.array(out)
+
+
 def attachment(gold: Sequence[GoldSentence], trees, parsers: Sequence[Sequence[SentenceScores]]) -> Dict[str, float]:
     words = unlabelled = labelled = 0
     for i, (sentence, tree) in enumerate(zip(gold, trees)):
@@ -80,13 +96,25 @@ def main() -> int:
         return 2
     torch.set_num_threads(1)
     gold = read_conllu(args.conllu)
-    full = calibrated_scores(spacy_treexp.load(), gold)
-    head = calibrated_scores(spacy.load(args.head), gold)
+    full_nlp, head_nlp = spacy_treexp.load(), spacy.load(args.head)
+    full, head = calibrated_scores(full_nlp, gold), calibrated_scores(head_nlp, gold)
+    trees = map_trees([s.arc for s in full])
+    wrong = numpy.array([bool((t != numpy.asarray(g.heads)[1:]).any()) for t, g in zip(trees, gold)])
+    log_p = {}
+    for name, nlp, scores in (("full parser", full_nlp, full), ("head", head_nlp, head)):
+        temperature = nlp.get_pipe("tree_expectations").calibration.risk_temperature or 1.0
+        log_p[name] = tree_log_probs([s.arc for s in scores], trees, temperature)
     report = {
         "sentences": len(gold),
         "full parser": attachment(gold, map_trees([s.arc for s in full]), [full]),
         "head": attachment(gold, map_trees([s.arc for s in head]), [head]),
         "product of both": attachment(gold, map_trees([a.arc + b.arc for a, b in zip(full, head)]), [full, head]),
+        "risk of the full parser's tree (AUROC)": {
+            "sentences with an error": round(float(wrong.mean()), 4),
+            "full parser": round(auroc(-log_p["full parser"], wrong), 4),
+            "head": round(auroc(-log_p["head"], wrong), 4),
+            "geometric mean": round(auroc(-(log_p["full parser"] + log_p["head"]), wrong), 4),
+        },
     }
     print(json.dumps(report, indent=2))
     return 0
