@@ -27,7 +27,6 @@ tree entropy. Both are stored in the map. Stanza's processor has no token vector
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -97,7 +96,7 @@ def calibrate(
     from spacy_treexp.calibration import CalibrationError, fit_calibration
     from spacy_treexp.calibration.fit import DEFAULT_L2
     from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
-    from spacy_treexp.evaluation.epistemic import fit_map_risk_temperature
+    from spacy_treexp.evaluation.epistemic import with_risk_temperature
 
     if model is not None and stanza is not None:
         raise UserError("use either --model or --stanza, not both")
@@ -146,11 +145,7 @@ def calibrate(
             calibration = fit_calibration(fit_gold, fit_scores, kind.value, l2=ridge)
         except CalibrationError as e:
             raise UserError(str(e)) from e
-        risk = fit_map_risk_temperature(calibration, fit_gold, fit_scores)
-        fitted = {"risk_log_loss": risk["log_loss"], "risk_log_loss_at_1": risk["log_loss_at_1"]}
-        calibration = dataclasses.replace(
-            calibration, risk_temperature=risk["risk_temperature"], fit={**calibration.fit, **fitted}
-        )
+        calibration, risk = with_risk_temperature(calibration, fit_gold, fit_scores)
         warn(
             f"risk temperature {risk['risk_temperature']:.2f} (sentence error probability, log-loss on the fitted "
             f"part {risk['log_loss_at_1']:.4f} at 1 -> {risk['log_loss']:.4f})"

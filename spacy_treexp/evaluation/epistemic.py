@@ -22,6 +22,7 @@ local expected errors Σ_m (1 − q(head_m | m)). Sentence length is reported be
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy
@@ -186,6 +187,20 @@ def fit_map_risk_temperature(
     heads = [numpy.asarray(s.heads) if s.heads is not None else _map_tree(arc) for s, arc in zip(calibrated, arcs)]
     wrong = has_attachment_error(heads, [numpy.asarray(g.heads)[1:] for g in gold])
     return fit_risk_temperature(arcs, heads, wrong)
+
+
+def with_risk_temperature(
+    calibration: CalibrationMap, gold: Sequence[GoldTree], scores: Sequence[SentenceScores]
+) -> Tuple[CalibrationMap, Dict[str, float]]:
+    """``calibration`` carrying the risk temperature :func:`fit_map_risk_temperature` fits
+    with it on these sentences (and its log-losses in ``fit``), and that fit's figures: what
+    ``spacy-treexp calibrate`` and ``spacy-treexp train`` store."""
+    risk = fit_map_risk_temperature(calibration, gold, scores)
+    fitted = {"risk_log_loss": risk["log_loss"], "risk_log_loss_at_1": risk["log_loss_at_1"]}
+    mapped = dataclasses.replace(
+        calibration, risk_temperature=risk["risk_temperature"], fit={**calibration.fit, **fitted}
+    )
+    return mapped, risk
 
 
 def _map_tree(arc: numpy.ndarray) -> numpy.ndarray:

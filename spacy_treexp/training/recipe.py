@@ -310,17 +310,21 @@ def train_model(config: Any, output: Path, gpu: int = -1, log: Callable[[str], N
 
 def calibrate(model_dir: Path, dev: Sequence[Any], kind: str) -> Tuple[Any, Any]:
     """The trained pipeline with a ``tree_expectations`` component and the calibration map
-    fitted on ``dev`` (:func:`spacy_treexp.calibration.fit_calibration`), stored in that
-    component's config and beside the parser (``store_calibration``). Returns (nlp, map)."""
+    fitted on ``dev`` (:func:`spacy_treexp.calibration.fit_calibration`, with the sentence
+    risk's temperature, :func:`~spacy_treexp.evaluation.epistemic.with_risk_temperature`),
+    stored in that component's config and beside the parser (``store_calibration``).
+    Returns (nlp, map)."""
     import spacy
 
     from spacy_treexp.calibration import fit_calibration
+    from spacy_treexp.evaluation.epistemic import with_risk_temperature
     from spacy_treexp.evaluation.scores import component_scores
     from spacy_treexp.pipeline.tree_expectations import store_calibration
 
     nlp = spacy.load(model_dir)
     nlp.add_pipe("tree_expectations")
-    calibration = fit_calibration(dev, component_scores(nlp, dev), kind)
+    scores = component_scores(nlp, dev)
+    calibration, _ = with_risk_temperature(fit_calibration(dev, scores, kind), dev, scores)
     store_calibration(nlp, calibration)
     return nlp, calibration
 

@@ -94,6 +94,7 @@ def test_train_calibrate_evaluate_package(run_cli, tmp_path, monkeypatch):
     assert nlp.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
     calibration = nlp.get_pipe_config("tree_expectations")["calibration"]
     assert calibration["kind"] == "distance"
+    assert calibration["risk_temperature"] > 0  # the sentence risk's, fitted with the map
     assert nlp.get_pipe("biaffine_parser").calibration_map.to_dict() == calibration  # it travels with the parser
     check_parses(nlp)
     # it learnt: the toy treebank is parsed far better than by chance (about 1/n)
