@@ -6,7 +6,7 @@ head is meant to be sourced into ``en_core_web_sm``, whose parser sets the sente
 there), and writes its meta (version, author and url from pyproject.toml, like the default
 pipeline's). The stock ``tok2vec`` stays: it is en_core_web_sm's own, byte for byte, and
 the parser runs it on copies of the Docs of any host that does not compute the same token
-vectors. The output folder is replaced atomically (a sibling folder renamed into place).
+vectors. The output folder is replaced atomically (``spacy_treexp.cli.partial.replace_folder``).
 
     python configs/assemble_stock_head.py training_sm_head/model-best OUT
 
@@ -17,11 +17,12 @@ gold-sentence UAS/LAS of that file into the meta of the folder given as ``output
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import spacy
+
+from spacy_treexp.cli.partial import replace_folder, write_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from write_model_meta import package_metadata  # noqa: E402
@@ -54,9 +55,7 @@ def write_scores(folder: Path, scores_path: Path) -> int:
     meta = json.loads((folder / "meta.json").read_text(encoding="utf8"))
     meta["performance"] = {"dep_uas": round(gold[0]["uas"] / 100, 4), "dep_las": round(gold[0]["las"] / 100, 4)}
     meta["performance_note"] = "UD English-EWT test, gold tokens and sentences (configs/evaluate_en_ewt.py)"
-    partial = folder / "meta.json.partial"
-    partial.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
-    partial.replace(folder / "meta.json")
+    write_atomic(folder / "meta.json", json.dumps(meta, indent=2) + "\n")
     return 0
 
 
@@ -74,15 +73,7 @@ def main() -> int:
     nlp.add_pipe("sentencizer", before="biaffine_parser")
     nlp.meta.update(package_metadata())
     nlp.meta.update(name="core_web_sm_head", description=DESCRIPTION, sources=SOURCES, license="CC BY-SA 4.0")
-    staging = args.output.with_name(args.output.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    nlp.to_disk(staging)
-    old = args.output.with_name(args.output.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if args.output.exists():
-        args.output.rename(old)
-    staging.rename(args.output)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_folder(args.output, nlp.to_disk)
     print(f"assemble_stock_head: wrote {args.output} ({', '.join(nlp.pipe_names)})")
     return 0
 

@@ -9,8 +9,8 @@
 #      CYCLE2_STEPS=0 leaves it out),
 #   3. from the last cycle's model-best: drop the stock parser, add a sentencizer, write the meta (configs/assemble_stock_head.py;
 #      after step 5 it adds the test scores to the meta),
-#   4. fit its calibration map on EWT dev into spacy_treexp/models/en_core_web_sm_head
-#      (spacy-treexp calibrate),
+#   4. fit its calibration map on EWT dev and write the head to MODEL_DIR
+#      (spacy-treexp calibrate --force: the folder is replaced whole),
 #   5. score it on EWT test, gold tokens (configs/evaluate_en_ewt.py, gold sentences:
 #      docs/eval_ewt/sm_head_test.json) and time the stock pipeline with and without it
 #      (benchmarks/bench_stock_pipeline.py: docs/eval_ewt/stock_pipeline.json).
@@ -49,11 +49,7 @@ fi
 
 "$PYTHON" configs/assemble_stock_head.py "$TRAINED" "$OUT/assembled"
 OMP_NUM_THREADS=1 "$PYTHON" -m spacy_treexp calibrate --model "$OUT/assembled" \
-    --dev "$UD_EWT/en_ewt-ud-dev.conllu" --out "$OUT/calibrated"
-rm -rf "$MODEL_DIR.old"
-if [ -d "$MODEL_DIR" ]; then mv "$MODEL_DIR" "$MODEL_DIR.old"; fi
-mv "$OUT/calibrated" "$MODEL_DIR"
-rm -rf "$MODEL_DIR.old"
+    --dev "$UD_EWT/en_ewt-ud-dev.conllu" --out "$MODEL_DIR" --force
 
 OMP_NUM_THREADS=1 "$PYTHON" configs/evaluate_en_ewt.py "$MODEL_DIR" corpus/en_ewt-ud-test.spacy \
     --conditions gold --output docs/eval_ewt/sm_head_test.json

@@ -27,8 +27,6 @@ tree entropy. Both are stored in the map. Stanza's processor has no token vector
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Optional, Sequence, Tuple
 
@@ -36,6 +34,7 @@ import numpy
 import typer
 
 from spacy_treexp.cli.common import CalibrationKind, Model, Stanza, StanzaTags, UserError, check_output_path, warn
+from spacy_treexp.cli.partial import replace_folder
 
 
 def calibrate(
@@ -299,19 +298,11 @@ def _spacy_scores(nlp: Any, gold: Sequence[Any]) -> List[Any]:
 def _store_spacy(nlp: Any, calibration: Any, target: Path) -> None:
     """The pipeline with the map in its ``tree_expectations`` config (and beside its parser:
     ``store_calibration``), written to a temporary folder beside ``target`` and renamed into
-    place."""
+    place (``cli.partial.replace_folder``)."""
     from spacy_treexp.pipeline.tree_expectations import store_calibration
 
     store_calibration(nlp, calibration)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        nlp.to_disk(staging)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+    replace_folder(target, nlp.to_disk)
 
 
 def _table(calibration: Any, parts: Sequence[Tuple[str, Sequence[Any], Sequence[Any]]], seed: int) -> str:

@@ -36,10 +36,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any, Callable, Optional
 
 from spacy_treexp import __version__
 from spacy_treexp.cli.common import UserError, is_stdio
@@ -350,3 +351,25 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
+
+
+def replace_folder(target: Path, write: Callable[[Path], None]) -> None:
+    """Have ``write`` fill a temporary folder beside ``target``, then put it in ``target``'s
+    place (an old ``target`` is moved aside first and removed last): ``target`` is whole, old
+    or new, never half-written. A failed ``write`` leaves ``target`` as it was."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    old = staging.with_name(staging.name + ".old")
+    try:
+        write(staging)
+        if target.exists():
+            target.rename(old)
+        try:
+            staging.rename(target)
+        except BaseException:
+            if old.exists() and not target.exists():
+                old.rename(target)
+            raise
+    finally:
+        for leftover in (staging, old):
+            if leftover.exists():
+                shutil.rmtree(leftover)

@@ -202,3 +202,23 @@ def test_sigterm_restores_the_handler_of_every_command(model, source, tmp_path, 
     before = signal.getsignal(signal.SIGTERM)
     assert run_cli("render", str(source), "-o", str(tmp_path / "p.html"), "--model", model)[0] == 0
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_replace_folder_puts_a_whole_folder_in_place_or_leaves_the_old_one(tmp_path):
+    from spacy_treexp.cli.partial import replace_folder
+
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+
+    def fails(folder):
+        (folder / "half.txt").write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        replace_folder(target, fails)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert sorted(p.name for p in target.iterdir()) == ["old.txt"]
+    replace_folder(target, lambda folder: (folder / "new.txt").write_text("new"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert sorted(p.name for p in target.iterdir()) == ["new.txt"]
