@@ -43,10 +43,11 @@ import numpy
 import torch
 from spacy.tokens import Doc
 
+from spacy_treexp.annotate.records import SentenceScores
 from spacy_treexp.calibration.map import calibrate_sentences
 from spacy_treexp.evaluation.epistemic import (
     auroc_table,
-    fit_risk_temperature,
+    fit_map_risk_temperature,
     has_attachment_error,
     parse_log_probs,
     score_table,
@@ -102,13 +103,18 @@ def gold_docs(nlp, sentences) -> List[Doc]:
     return [Doc(nlp.vocab, words=s.forms, spaces=s.spaces, sent_starts=[True] + [False] * (s.n - 1)) for s in sentences]
 
 
-def calibrated_arcs(nlp, docs: Sequence[Doc]) -> List[numpy.ndarray]:
-    """The arc scores of annotated Docs (``keep_scores``) as the annotation core sees them:
-    the parser's, with the ``tree_expectations`` map applied (what ``risk_temperature``
-    divides)."""
+def score_records(nlp, docs: Sequence[Doc]) -> List[SentenceScores]:
+    """The core's records of annotated Docs (``keep_scores``): the parser's scores as
+    ``tree_expectations`` reads them, before its calibration map."""
     component = nlp.get_pipe("tree_expectations")
-    records = [record for doc in docs for record in component.sentence_scores(doc)]
-    return [record.arc for record in calibrate_sentences(records, component.calibration)]
+    return [record for doc in docs for record in component.sentence_scores(doc)]
+
+
+def calibrated_arcs(nlp, docs: Sequence[Doc]) -> List[numpy.ndarray]:
+    """The arc scores of annotated Docs as the annotation core sees them: the parser's, with
+    the ``tree_expectations`` map applied (what ``risk_temperature`` divides)."""
+    calibration = nlp.get_pipe("tree_expectations").calibration
+    return [record.arc for record in calibrate_sentences(score_records(nlp, docs), calibration)]
 
 
 def risk(nlp, sentences) -> Dict:
@@ -126,10 +132,10 @@ def fit_on_dev(model: Optional[str], path: Path) -> Dict[str, float]:
     the scores with the pipeline's calibration map applied, as the core uses it."""
     sentences = list(read_conllu(path))
     nlp = pipeline(model, 0, risk_temperature=1.0)
-    records, _, docs = annotate(nlp, gold_docs(nlp, sentences))
-    arcs = calibrated_arcs(nlp, docs)
-    wrong = has_attachment_error([r.heads for r in records], [s.heads[1:] for s in sentences])
-    return {k: round(v, 4) for k, v in fit_risk_temperature(arcs, [r.heads for r in records], wrong).items()}
+    _, _, docs = annotate(nlp, gold_docs(nlp, sentences))
+    calibration = nlp.get_pipe("tree_expectations").calibration
+    fit = fit_map_risk_temperature(calibration, sentences, score_records(nlp, docs))
+    return {k: round(v, 4) for k, v in fit.items()}
 
 
 def out_of_domain(nlp, in_domain: Sequence[str], ood: Sequence[str], styles: Sequence[str] = ()) -> Dict:

@@ -25,11 +25,10 @@ import spacy
 import torch
 
 import spacy_treexp
-from spacy_treexp.annotate.batching import pad_scores
 from spacy_treexp.annotate.records import SentenceScores
 from spacy_treexp.calibration.map import calibrate_sentences
-from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
+from spacy_treexp.evaluation.epistemic import map_trees, parse_log_probs
 from spacy_treexp.evaluation.metrics import auroc
 from spacy_treexp.evaluation.scores import component_scores
 from spacy_treexp.pipeline.default_model import STOCK_HEAD_PATH
@@ -42,16 +41,6 @@ def calibrated_scores(nlp, gold: Sequence[GoldSentence]) -> List[SentenceScores]
     return calibrate_sentences(component_scores(nlp, gold), nlp.get_pipe("tree_expectations").calibration)
 
 
-def map_trees(arcs: Sequence[numpy.ndarray]) -> List[numpy.ndarray]:
-    """The single-root MAP tree ``(n,)`` of each sentence's arc scores."""
-    trees: List[numpy.ndarray] = []
-    for start in range(0, len(arcs), 256):
-        scores, lengths = pad_scores([numpy.asarray(a, dtype=numpy.float64) for a in arcs[start : start + 256]], 1.0)
-        mode = TreeDistribution(scores, lengths).mode
-        trees.extend(mode[b, 1 : n + 1].numpy() for b, n in enumerate(lengths.tolist()))
-    return trees
-
-
 def relation(records: Sequence[SentenceScores], head: int, dependent: int) -> str:
     """The best relation of the arc by the records' summed log-probabilities (by name)."""
     totals: Dict[str, float] = {}
@@ -60,18 +49,6 @@ def relation(records: Sequence[SentenceScores], head: int, dependent: int) -> st
             totals[label] = totals.get(label, 0.0) + float(value)
     best = max(totals, key=lambda label: totals[label])
     return "root" if best == "ROOT" else best
-
-
-def tree_log_probs(arcs: Sequence[numpy.ndarray], trees, temperature: float) -> numpy.ndarray:
-    """log p_T(tree) of each sentence's ``trees[i]`` under its arc scores divided by T."""
-    out: List[float] = []
-    for start in range(0, len(arcs), 256):
-        scores, lengths = pad_scores([numpy.asarray(a, dtype=numpy.float64) for a in arcs[start : start + 256]], 1.0)
-        padded = torch.full(scores.shape[:2], -1, dtype=torch.long)
-        for b, n in enumerate(lengths.tolist()):
-            padded[b, 1 : n + 1] = torch.as_tensor(numpy.asarray(trees[start + b], dtype=numpy.int64))
-        out.extend(TreeDistribution(scores / temperature, lengths).log_prob(padded).tolist())
-    return numpy.array(out)
 
 
 def attachment(gold: Sequence[GoldSentence], trees, parsers: Sequence[Sequence[SentenceScores]]) -> Dict[str, float]:
@@ -103,7 +80,7 @@ def main() -> int:
     log_p = {}
     for name, nlp, scores in (("full parser", full_nlp, full), ("head", head_nlp, head)):
         temperature = nlp.get_pipe("tree_expectations").calibration.risk_temperature or 1.0
-        log_p[name] = tree_log_probs([s.arc for s in scores], trees, temperature)
+        log_p[name] = parse_log_probs([s.arc for s in scores], trees, temperature)
     report = {
         "sentences": len(gold),
         "full parser": attachment(gold, map_trees([s.arc for s in full]), [full]),

@@ -148,6 +148,16 @@ def parse_log_probs(arcs: Sequence[numpy.ndarray], heads: Sequence[numpy.ndarray
     return out
 
 
+def map_trees(arcs: Sequence[numpy.ndarray]) -> List[numpy.ndarray]:
+    """The single-root MAP tree ``(n,)`` (0 = ROOT) of each sentence's arc scores ``(n+1, n+1)``."""
+    trees: List[numpy.ndarray] = []
+    for start in range(0, len(arcs), 256):
+        scores, lengths = pad_scores([numpy.asarray(a, dtype=numpy.float64) for a in arcs[start : start + 256]], 1.0)
+        mode = TreeDistribution(scores, lengths).mode
+        trees.extend(mode[b, 1 : n + 1].cpu().numpy() for b, n in enumerate(lengths.tolist()))
+    return trees
+
+
 def fit_risk_temperature(
     arcs: Sequence[numpy.ndarray],
     heads: Sequence[numpy.ndarray],
@@ -184,7 +194,9 @@ def fit_map_risk_temperature(
     has none): the risk temperature that map carries (``CalibrationMap.risk_temperature``)."""
     calibrated = calibrate_sentences(scores, calibration)
     arcs = [numpy.asarray(s.arc, dtype=numpy.float64) for s in calibrated]
-    heads = [numpy.asarray(s.heads) if s.heads is not None else _map_tree(arc) for s, arc in zip(calibrated, arcs)]
+    missing = [i for i, s in enumerate(calibrated) if s.heads is None]
+    best = dict(zip(missing, map_trees([arcs[i] for i in missing])))
+    heads = [best[i] if s.heads is None else numpy.asarray(s.heads) for i, s in enumerate(calibrated)]
     wrong = has_attachment_error(heads, [numpy.asarray(g.heads)[1:] for g in gold])
     return fit_risk_temperature(arcs, heads, wrong)
 
@@ -201,10 +213,3 @@ def with_risk_temperature(
         calibration, risk_temperature=risk["risk_temperature"], fit={**calibration.fit, **fitted}
     )
     return mapped, risk
-
-
-def _map_tree(arc: numpy.ndarray) -> numpy.ndarray:
-    """The single-root MAP tree ``(n,)`` of one sentence's arc scores."""
-    n = arc.shape[0] - 1
-    scores, lengths = pad_scores([arc], 1.0)
-    return TreeDistribution(scores, lengths).mode[0, 1 : n + 1].cpu().numpy()

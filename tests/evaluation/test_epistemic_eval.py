@@ -99,3 +99,13 @@ def test_the_annotation_core_takes_the_maps_risk_temperature_unless_one_is_set()
     assert risk(AnnotateOptions(), with_risk) == pytest.approx(risk(AnnotateOptions(risk_temperature=0.6), plain))
     assert risk(AnnotateOptions(risk_temperature=1.0), with_risk) == pytest.approx(risk(AnnotateOptions(), plain))
     assert risk(AnnotateOptions(), with_risk) != pytest.approx(risk(AnnotateOptions(), plain))
+
+
+def test_map_trees_are_the_most_probable_trees_by_enumeration():
+    from spacy_treexp.evaluation.epistemic import map_trees
+
+    arcs = random_sentences(6, 7)
+    for arc, tree in zip(arcs, map_trees(arcs)):
+        n = arc.shape[0] - 1
+        trees, lp = tree_log_probs(torch.from_numpy(arc), n, True)
+        assert (trees[int(lp.argmax())][1:].numpy() == tree).all()
