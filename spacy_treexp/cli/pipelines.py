@@ -72,15 +72,15 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
         except Exception as e:  # a package that is not a spaCy pipeline, a broken one
             raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
     settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
-    if "tree_expectations" not in nlp.pipe_names and not score_writers(nlp) and _has_stock_parser(nlp):
-        import spacy_treexp  # a stock pipeline: our parser goes after it (the head for en_core_web_sm)
-
-        spacy_treexp.add_uncertainty(nlp, **settings)
     if "tree_expectations" in nlp.pipe_names:
         config = dict(nlp.get_pipe_config("tree_expectations"))
         config.pop("factory", None)
         config.update(settings)
         nlp.replace_pipe("tree_expectations", "tree_expectations", config=config)
+    elif not score_writers(nlp) and _has_stock_parser(nlp):
+        import spacy_treexp  # a stock pipeline: our parser goes after it (the head for en_core_web_sm)
+
+        spacy_treexp.add_uncertainty(nlp, **settings)
     else:
         nlp.add_pipe("tree_expectations", config=settings)
     _check_scores_upstream(nlp)
