@@ -42,6 +42,19 @@ pipeline's ``doc.tensor``).
 Universal Dependencies labels that writes its tree on ``token.dep_`` also gives the Doc the
 UD noun-chunk iterator (``spacy_treexp.pipeline.noun_chunks``): spaCy's English one reads
 ClearNLP relations. See ``spacy_treexp/pipeline/stock.py``.
+
+**Two parsers as one** (``product``, default false). A parser with ``product = true`` placed
+after another parser multiplies its tree distribution with the earlier one's: it adds its arc
+scores to those the earlier parser left in ``Doc._.parser_scores`` (and its relation
+log-probabilities, matched by label name, renormalised; its MC-dropout members to the
+earlier's, member by member; ``spacy_treexp.annotate.product``), decodes the tree of the sum
+and stores the product's scores in place of the earlier ones. The product of two
+edge-factored tree distributions is the edge-factored distribution of the summed scores, so
+marginals, entropy and samples stay exact; it is what Stanza's ensemble parsers decode. Both
+parsers must see the same sentences and know the same labels. ``tree_expectations`` then
+applies the map this parser carries (fitted on the product in this pipeline, by
+``spacy-treexp calibrate``), with its novelty reference. ``spacy_treexp.load(ensemble=True)``
+builds the shipped pipeline with the head for en_core_web_sm as a second parser this way.
 """
 
 import os
@@ -72,6 +85,8 @@ from thinc.types import Ints2d
 
 from spacy_treexp.annotate import check_length, install_fork_hook, threads_for
 from spacy_treexp.annotate.options import DEFAULT_MAX_SENTENCE_LENGTH
+from spacy_treexp.annotate.product import label_order, product_relations
+from spacy_treexp.annotate.product import product_members as multiply_members
 from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
 from spacy_treexp.annotate.runtime import cpu_threads
 from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationMap
@@ -274,6 +289,7 @@ def make_biaffine_parser_scorer() -> Callable:
         "member_kind": "head",
         "encoder_precision": "float32",
         "overwrite": True,
+        "product": False,
         "scorer": {"@scorers": "spacy_treexp.biaffine_parser_scorer.v1"},
     },
     default_score_weights={"dep_uas": 0.5, "dep_las": 0.5, "dep_las_per_type": None},
@@ -291,6 +307,7 @@ def make_biaffine_parser(
     member_kind: str = "head",
     encoder_precision: str = "float32",
     overwrite: bool = True,
+    product: bool = False,
 ) -> "BiaffineParser":
     """Create a ``biaffine_parser`` component (see ``BiaffineParser``) and remember the
     pipeline it is created in (its home, see ``BiaffineParser.remember_home``)."""
@@ -307,6 +324,7 @@ def make_biaffine_parser(
         member_kind=member_kind,
         encoder_precision=encoder_precision,
         overwrite=overwrite,
+        product=product,
     )
     parser.remember_home(nlp)
     return parser
@@ -366,6 +384,7 @@ class BiaffineParser(TrainablePipe):
         member_kind: str = "head",
         encoder_precision: str = "float32",
         overwrite: bool = True,
+        product: bool = False,
     ) -> None:
         """``arc_temperature`` / ``rel_temperature``: post-hoc temperature scaling (Guo et
         al. 2017) of the predicted scores — arc scores are divided by T before decoding
@@ -376,7 +395,9 @@ class BiaffineParser(TrainablePipe):
         predicts at (``BiaffineScorer.encode``); bfloat16 needs native support (CPUs with
         AVX512-BF16 or AMX, GPUs with bfloat16): elsewhere the parser warns once and runs
         float32. Training is float32 either way. ``overwrite``: replace a parse already on
-        the Doc, or keep it and store this parser's tree beside it (see the module doc)."""
+        the Doc, or keep it and store this parser's tree beside it (see the module doc).
+        ``product``: multiply this parser's tree distribution with the one an earlier parser
+        left in ``Doc._.parser_scores`` (a product of experts, see the module doc)."""
         if decoding not in DECODINGS:
             raise ValueError(f"biaffine_parser: decoding must be one of {DECODINGS}, got {decoding!r}")
         for label, value in (("arc_temperature", arc_temperature), ("rel_temperature", rel_temperature)):
@@ -406,6 +427,10 @@ class BiaffineParser(TrainablePipe):
             raise ValueError(f"biaffine_parser: overwrite must be true or false, got {overwrite!r}")
         #: Replace a parse already on the Doc (see the module doc).
         self.overwrite = overwrite
+        if not isinstance(product, bool):
+            raise ValueError(f"biaffine_parser: product must be true or false, got {product!r}")
+        #: Add this parser's scores to an earlier parser's (see the module doc).
+        self.product = product
         register_extensions()
         register_ud_extensions()
         self.vocab = vocab
@@ -646,6 +671,8 @@ class BiaffineParser(TrainablePipe):
         rel = [self._relation_scores(r) for r in raw_rel]
         labels = self.labels
         _attach_whitespace(arc, rel, docs, sentences, labels.index("dep") if "dep" in labels else None)
+        if self.product:
+            members = self._multiply_earlier(docs, sentences, arc, rel, members)
         return {
             "sentences": sentences,
             "arc": arc,
@@ -654,6 +681,54 @@ class BiaffineParser(TrainablePipe):
             "heads": self._decode(arc, lengths),
             "members": members,
         }
+
+    def _multiply_earlier(
+        self,
+        docs: List[Doc],
+        sentences: List[Sentences],
+        arc: numpy.ndarray,
+        rel: List[RelationScores],
+        members: Optional[numpy.ndarray],
+    ) -> Optional[numpy.ndarray]:
+        """Multiply, in place, this parser's scores of the batch (``arc`` ``(B, N+1, N+1)``,
+        ``rel``, each sentence's) with those an earlier parser stored in ``Doc._.parser_scores``
+        (``spacy_treexp.annotate.product``); returns the product's members ``(K, B, N+1, N+1)``."""
+        earlier_records: List[Dict[str, Any]] = []
+        for doc, spans in zip(docs, sentences):
+            records = doc._.get(PARSER_SCORES)
+            found = [] if records is None else [(int(r["start"]), int(r["end"])) for r in records]
+            if found != list(spans):
+                problem = (
+                    "the Doc carries none: put a parser before it"
+                    if records is None
+                    else "they are for other sentences: set no sentence boundaries between the two parsers"
+                )
+                raise ValueError(
+                    f"biaffine_parser '{self.name}' has product = true, so it multiplies its scores with "
+                    f"those an earlier parser stored in Doc._.parser_scores, but {problem}"
+                )
+            earlier_records.extend(records or [])
+        own = list(self.labels)
+        product_members = []
+        for b, record in enumerate(earlier_records):
+            n = int(record["end"]) - int(record["start"])
+            order = label_order(own, [str(label) for label in record["labels"]])
+            own_arc = arc[b, : n + 1, : n + 1].copy()
+            earlier_arc = numpy.asarray(record["arc"], dtype="float32")
+            arc[b, : n + 1, : n + 1] += earlier_arc
+            rel[b] = product_relations(rel[b], record["rel"], order)
+            own_members = None if members is None else members[:, b, : n + 1, : n + 1]
+            product_members.append(multiply_members(own_members, own_arc, record.get("members"), earlier_arc))
+        present = [m for m in product_members if m is not None]
+        if not present:
+            return None
+        if len(present) < len(product_members) or len({len(m) for m in present}) > 1:
+            raise ValueError(f"biaffine_parser '{self.name}': the earlier parser's members differ between sentences")
+        combined = numpy.zeros((len(present[0]),) + arc.shape, dtype="float32")
+        for b, sentence_members in enumerate(present):
+            size = sentence_members.shape[-1]
+            combined[:, b, :size, :size] = sentence_members
+        return combined
 
     def _encoder_precision(self, device: torch.device) -> str:
         """``encoder_precision``, or "float32" (with one warning) where ``device`` has no

@@ -106,27 +106,33 @@ def make_tree_expectations(
 
 
 def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
-    """The calibration map of the component of ``nlp`` that writes ``Doc._.parser_scores``:
-    the one it carries (``biaffine_parser.calibration_map``), or else the
-    :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one. A parser sourced
-    from another pipeline (its vocabulary is not ``nlp``'s) brings its map without the
-    novelty reference: that was fitted on its own pipeline's ``doc.tensor``, not the host's."""
-    for name in score_writers(nlp):
+    """The calibration map of the component of ``nlp`` that writes ``Doc._.parser_scores``
+    last (the scores ``tree_expectations`` reads): the one it carries
+    (``biaffine_parser.calibration_map``), or else the :data:`CALIBRATION_FILE` in its folder
+    when ``nlp`` was loaded from one. A parser sourced from another pipeline (its vocabulary
+    is not ``nlp``'s) brings its map without the novelty reference: that was fitted on its own
+    pipeline's ``doc.tensor``, not the host's; except a parser with ``product`` set, whose
+    map can only have been fitted in a pipeline that holds the other parser (this one)."""
+    for name in reversed(score_writers(nlp)):
         component = nlp.get_pipe(name)
         carried = getattr(component, "calibration_map", None)
         if isinstance(carried, CalibrationMap):
             hosted = getattr(component, "vocab", nlp.vocab) is not nlp.vocab
-            return dataclasses.replace(carried, novelty=None) if hosted else carried
+            if hosted and not getattr(component, "product", False):
+                return dataclasses.replace(carried, novelty=None)
+            return carried
         path = None if nlp.path is None else Path(nlp.path) / name / CALIBRATION_FILE
         if path is not None and path.is_file():
             return path
+        if getattr(component, "product", False):
+            return None  # an earlier parser's map is not one for the product
     return None
 
 
 def store_calibration(nlp: Language, calibration: CalibrationMap, name: str = "tree_expectations") -> None:
     """Put ``calibration`` into the config of ``nlp``'s component ``name`` (a
     ``tree_expectations``; ``nlp.to_disk`` keeps it) and, when that component reads the
-    parser's own ``Doc._.parser_scores``, beside the parser that writes them
+    parser's own ``Doc._.parser_scores``, beside the parser that writes them last
     (``biaffine_parser.calibration_map``): the map then goes with the parser when it is
     sourced into another pipeline (:func:`parser_calibration`)."""
     config = dict(nlp.get_pipe_config(name))
@@ -135,9 +141,9 @@ def store_calibration(nlp: Language, calibration: CalibrationMap, name: str = "t
     nlp.replace_pipe(name, name, config=config)
     if config.get("scores", DEFAULT_CONFIG["scores"]) != DEFAULT_CONFIG["scores"]:
         return
-    for parser in map(nlp.get_pipe, score_writers(nlp)):
-        if hasattr(parser, "calibration_map"):
-            setattr(parser, "calibration_map", calibration)
+    writers = score_writers(nlp)
+    if writers and hasattr(nlp.get_pipe(writers[-1]), "calibration_map"):
+        setattr(nlp.get_pipe(writers[-1]), "calibration_map", calibration)
 
 
 class TreeExpectations(Pipe):

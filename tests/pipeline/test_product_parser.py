@@ -1,0 +1,183 @@
+"""``biaffine_parser`` with ``product = true``: two parsers as one tree distribution.
+
+The second parser's records must be the first's and its own scores multiplied (arc scores
+summed, relations renormalised, members paired), its tree the MAP tree of the sum, the
+annotations the brute-force product of the two parsers' tree distributions, and the map the
+second parser carries the one ``tree_expectations`` applies."""
+
+import numpy
+import pytest
+import spacy
+import torch
+from helpers.enumerate_trees import all_trees
+from helpers.toy_pipelines import TEXTS, tiny_parser_config, train_toy
+
+from spacy_treexp.annotate.product import label_order
+from spacy_treexp.calibration.map import CalibrationMap
+from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.pipeline.tree_expectations import parser_calibration, store_calibration
+
+TEXT = "The old man saw a bird . She reads books ."
+
+
+def temperature_map(log_scale):
+    return CalibrationMap("temperature", (log_scale,), (0.0,))
+
+
+@pytest.fixture(scope="module")
+def parsers(tmp_path_factory):
+    """Two toy pipelines of different sizes; the second saved, to be loaded with ``product``."""
+    first, _, _ = train_toy(tiny_parser_config(arc_width=64), 25)
+    second, _, _ = train_toy(tiny_parser_config(arc_width=32), 25)
+    folder = tmp_path_factory.mktemp("second") / "pipeline"
+    second.to_disk(folder)
+    return first, second, folder
+
+
+@pytest.fixture
+def combined(parsers):
+    host, _, folder = parsers
+    source = spacy.load(folder, config={"components.biaffine_parser.product": True})
+    host.add_pipe("biaffine_parser", name="second", source=source, after="biaffine_parser")
+    yield host
+    host.remove_pipe("second")
+
+
+def records_of(doc):
+    return [dict(record) for record in doc._.parser_scores]
+
+
+def test_the_second_parser_multiplies_its_scores_with_the_first(parsers, combined):
+    _, second_alone, _ = parsers
+    with combined.select_pipes(disable=["second"]):
+        first_records = records_of(combined(TEXT))
+    second_records = records_of(second_alone(TEXT))
+    doc = combined(TEXT)
+    product = records_of(doc)
+    assert [(r["start"], r["end"]) for r in product] == [(r["start"], r["end"]) for r in first_records]
+    for got, a, b in zip(product, first_records, second_records):
+        numpy.testing.assert_allclose(got["arc"], a["arc"] + b["arc"], atol=1e-5)
+        order = label_order(got["labels"], b["labels"])
+        summed = numpy.asarray(a["rel"], dtype=numpy.float64)[..., label_order(got["labels"], a["labels"])]
+        summed = summed + numpy.asarray(b["rel"], dtype=numpy.float64)[..., order]
+        expected = summed - numpy.logaddexp.reduce(summed, axis=-1, keepdims=True)
+        numpy.testing.assert_allclose(numpy.asarray(got["rel"]), expected, atol=1e-4)
+        numpy.testing.assert_allclose(got["members"], a["members"] + b["members"], atol=1e-5)
+        # The Doc's tree is the MAP tree of the summed scores.
+        n = got["end"] - got["start"]
+        mode = TreeDistribution(torch.from_numpy(got["arc"]), single_root=True).mode.numpy()
+        heads = [0 if t.head.i == t.i else t.head.i - got["start"] + 1 for t in doc[got["start"] : got["end"]]]
+        assert heads == list(mode[1 : n + 1])
+
+
+def test_the_annotations_are_the_product_of_the_two_tree_distributions(parsers, combined):
+    """By enumeration over every tree of a 6-word sentence, in float64."""
+    _, second_alone, _ = parsers
+    text = "She reads old books in gardens"
+    combined.add_pipe("tree_expectations", config={"calibration": temperature_map(0.0).to_dict()})
+    try:
+        with combined.select_pipes(disable=["second", "tree_expectations"]):
+            [a] = records_of(combined(text))
+        [b] = records_of(second_alone(text))
+        [annotation] = combined(text)._.tree_expectations
+    finally:
+        combined.remove_pipe("tree_expectations")
+    n = a["end"] - a["start"]
+    trees = all_trees(n, single_root=True).numpy()
+    words = numpy.arange(1, n + 1)
+
+    def log_probs(arc):
+        arc = numpy.asarray(arc, dtype=numpy.float64)
+        totals = numpy.array([arc[tree[1:], words].sum() for tree in trees])
+        return totals - numpy.logaddexp.reduce(totals)
+
+    log_p = log_probs(a["arc"]) + log_probs(b["arc"])
+    p = numpy.exp(log_p - numpy.logaddexp.reduce(log_p))
+    marginals = numpy.zeros((n + 1, n + 1))
+    for tree, weight in zip(trees, p):
+        marginals[tree[1:], words] += weight
+    numpy.testing.assert_allclose(numpy.asarray(annotation.marginals)[:, 1:], marginals[:, 1:], atol=5e-5)
+
+
+def test_tree_expectations_applies_the_map_of_the_product_not_the_first_parsers(combined):
+    first_map, product_map = temperature_map(0.3), temperature_map(-0.2)
+    combined.get_pipe("biaffine_parser").calibration_map = first_map
+    try:
+        assert parser_calibration(combined) is None  # the product has none: not the first parser's
+        combined.get_pipe("second").calibration_map = product_map
+        assert parser_calibration(combined) == product_map
+        assert combined.add_pipe("tree_expectations").calibration == product_map
+        fitted = temperature_map(0.1)
+        store_calibration(combined, fitted)
+        assert combined.get_pipe("second").calibration_map == fitted
+        assert combined.get_pipe("biaffine_parser").calibration_map == first_map
+    finally:
+        combined.get_pipe("biaffine_parser").calibration_map = None
+        if "tree_expectations" in combined.pipe_names:
+            combined.remove_pipe("tree_expectations")
+
+
+def test_a_product_parser_saves_and_loads_with_its_setting_and_map(combined, tmp_path):
+    combined.get_pipe("second").calibration_map = temperature_map(-0.2)
+    expected = records_of(combined(TEXT))
+    combined.to_disk(tmp_path / "both")
+    loaded = spacy.load(tmp_path / "both")
+    assert loaded.get_pipe("second").product is True
+    assert loaded.get_pipe("second").calibration_map == temperature_map(-0.2)
+    for got, want in zip(records_of(loaded(TEXT)), expected):
+        numpy.testing.assert_allclose(got["arc"], want["arc"], atol=1e-5)
+
+
+def test_a_product_parser_without_an_earlier_parser_says_so(parsers):
+    _, _, folder = parsers
+    alone = spacy.load(folder, config={"components.biaffine_parser.product": True})
+    with pytest.raises(ValueError, match="product = true.*carries none"):
+        alone(TEXTS[0])
+    with pytest.raises(ValueError, match="product.*'yes' is not"):  # spaCy's config check
+        spacy.load(folder, config={"components.biaffine_parser.product": "yes"})
+
+
+def test_the_shipped_ensemble_multiplies_the_shipped_parser_and_the_head():
+    import spacy_treexp
+    from spacy_treexp.pipeline.default_model import ENSEMBLE_CALIBRATION, ENSEMBLE_PARSER, STOCK_HEAD_PATH
+
+    nlp = spacy_treexp.load(ensemble=True)
+    names = nlp.pipe_names
+    assert names.index(ENSEMBLE_PARSER) == names.index("biaffine_parser") + 1
+    parser = nlp.get_pipe(ENSEMBLE_PARSER)
+    assert parser.product is True
+    shipped_map = CalibrationMap.from_disk(ENSEMBLE_CALIBRATION)
+    assert parser.calibration_map == shipped_map
+    assert nlp.add_pipe("tree_expectations").calibration == shipped_map  # novelty reference kept
+    text = "The old man saw the dog with the telescope."
+    with nlp.select_pipes(disable=[ENSEMBLE_PARSER, "tree_expectations"]):
+        [a] = records_of(nlp(text))
+    [b] = records_of(spacy.load(STOCK_HEAD_PATH, exclude=["tree_expectations"])(text))
+    with nlp.select_pipes(disable=["tree_expectations"]):
+        [both] = records_of(nlp(text))
+    numpy.testing.assert_allclose(both["arc"], a["arc"] + b["arc"], atol=1e-4)
+    doc = nlp(text)
+    assert doc._.tree_expectations and all(0.0 <= t._.head_prob <= 1.0 for t in doc)
+
+
+def test_calibrate_fits_the_product_and_stores_the_map_with_the_second_parser(combined, tmp_path, capsys):
+    """``spacy-treexp calibrate`` on a saved two-parser pipeline: the map is fitted on the
+    product's scores and goes to the parser that writes them last, not to the first one."""
+    from helpers.paths import FIXTURES
+
+    from spacy_treexp.cli import main
+
+    first_map = temperature_map(0.3)
+    combined.get_pipe("biaffine_parser").calibration_map = first_map
+    try:
+        combined.to_disk(tmp_path / "both")
+    finally:
+        combined.get_pipe("biaffine_parser").calibration_map = None
+    argv = ["calibrate", "--model", str(tmp_path / "both"), "--dev", str(FIXTURES / "eval_20.conllu")]
+    assert main(argv + ["--out", str(tmp_path / "calibrated"), "--kind", "temperature"]) == 0
+    capsys.readouterr()
+    nlp = spacy.load(tmp_path / "calibrated")
+    fitted = nlp.get_pipe("tree_expectations").calibration
+    assert nlp.get_pipe("second").calibration_map.to_dict() == fitted.to_dict()
+    assert nlp.get_pipe("biaffine_parser").calibration_map == first_map
+    assert fitted.fit["n_sentences"] == 16  # 20 sentences, a fifth held out
