@@ -29,6 +29,11 @@ in wall time and in the process's CPU time (robust on a machine loaded by other 
     OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_shipped_pipeline.py \
         --conllu PATH/en_ewt-ud-test.conllu [--model PATH] [--compare en_core_web_sm] \
         [--output docs/eval_ewt/shipped_pipeline.json]
+
+The ensemble (``spacy_treexp.load(ensemble=True)``) against the shipped pipeline, in one run::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_shipped_pipeline.py --conllu PATH/en_ewt-ud-test.conllu \
+        --model en_treexp_ewt_ensemble --without second_parser --output docs/eval_ewt/ensemble_pipeline.json
 """
 
 import argparse
@@ -45,8 +50,8 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.training.converters import conllu_to_docs
 
-import spacy_treexp
 from spacy_treexp.pipeline.biaffine_parser import biaffine_parser_score
+from spacy_treexp.pipeline.default_model import load_named
 from spacy_treexp.pipeline.noun_chunks import chunk_spans
 
 DEFAULT_WITHOUT = ("tagger_tok2vec", "tagger", "lemmatizer", "trainable_lemmatizer", "lemma_table")
@@ -148,7 +153,7 @@ def main(
     speed_only: bool = False,
 ) -> None:
     torch.set_num_threads(1)
-    nlp = spacy_treexp.load() if model is None else spacy.load(model)
+    nlp = load_named(model)
     references = list(conllu_to_docs(conllu.read_text(encoding="utf8"), n_sents=10, no_print=True))
     result: Dict[str, object] = {"data": conllu.name, "pipeline": nlp.pipe_names}
     if not speed_only:
@@ -170,7 +175,9 @@ def main(
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conllu", type=Path, required=True, help="UD English-EWT test (CoNLL-U)")
-    parser.add_argument("--model", default=None, help="a pipeline path (default: the shipped one)")
+    parser.add_argument(
+        "--model", default=None, help="a pipeline path (default: the shipped one; or en_treexp_ewt_ensemble)"
+    )
     parser.add_argument("--compare", nargs="*", default=[], help="other pipelines to score (e.g. en_core_web_sm)")
     parser.add_argument(
         "--without", nargs="*", default=list(DEFAULT_WITHOUT), help="components left out for the baseline speed"

@@ -25,6 +25,7 @@ import torch
 from spacy_treexp.calibration import CalibrationMap, fit_calibration
 from spacy_treexp.evaluation import read_conllu, spacy_scores
 from spacy_treexp.evaluation.calibration_report import calibration_section
+from spacy_treexp.evaluation.epistemic import with_risk_temperature
 from spacy_treexp.evaluation.report import _clean, calibration_lines, reliability_by_genre
 from spacy_treexp.evaluation.run import load_spacy, machine, shown_path
 
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     ]
     (out / "calibration.md").write_text("\n".join(lines) + "\n", encoding="utf8")
     if args.write_map:
-        fitted = fit_calibration(dev_gold, dev_scores, "distance")
+        fitted, _ = with_risk_temperature(fit_calibration(dev_gold, dev_scores, "distance"), dev_gold, dev_scores)
         fitted.fit["data"] = f"{Path(args.dev).name}: the pipeline's parser on gold tokens and sentences"
         fitted.fit["command"] = "python benchmarks/calibration_ewt.py --dev DEV --test TEST --out OUT --write-map MAP"
         if Path(args.write_map).is_file():  # keep the novelty reference (benchmarks/ood_novelty.py)

@@ -44,7 +44,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy
 import torch
 
-import spacy_treexp
 from spacy_treexp.calibration import CalibrationMap
 from spacy_treexp.calibration.domain import (
     DEFAULT_FEATURES,
@@ -61,6 +60,7 @@ from spacy_treexp.evaluation.epistemic import auroc_table
 from spacy_treexp.evaluation.metrics import auroc
 from spacy_treexp.evaluation.scores import sentence_signals, text_docs
 from spacy_treexp.io import read_conllu
+from spacy_treexp.pipeline.default_model import load_named
 
 DATA = Path(__file__).parent / "data"
 
@@ -240,6 +240,9 @@ def per_style_table(domain, novelty, features, texts, styles) -> Dict[str, Dict[
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model", default=None, help="spaCy pipeline (default: the shipped one; or en_treexp_ewt_ensemble)"
+    )
     parser.add_argument("--train", required=True, help="in-domain text to fit the reference and lexicon on (CoNLL-U)")
     parser.add_argument("--dev", required=True, help="in-domain CoNLL-U to fit the domain model on")
     parser.add_argument("--test", default=None, help="in-domain CoNLL-U to evaluate on (none: no evaluation)")
@@ -267,7 +270,7 @@ def main() -> int:
             sys.exit(f"--{name.replace('_', '-')}: no such file: {value}")
     torch.set_num_threads(1)
     start = time.process_time()
-    nlp = spacy_treexp.load(config={"components.biaffine_parser.members": 0})
+    nlp = load_named(args.model, config={"components.biaffine_parser.members": 0})
     nlp.add_pipe("tree_expectations")
     train = list(read_conllu(args.train))
     styles, ood = read_tsv(Path(args.ood))

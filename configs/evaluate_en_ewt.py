@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy
-import spacy
 from spacy.language import Language
 from spacy.scorer import Scorer
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
 from spacy_treexp.pipeline.biaffine_parser import biaffine_parser_score
+from spacy_treexp.pipeline.default_model import load_named
 from spacy_treexp.pipeline.readers import gold_tokens_doc
 
 CONDITIONS = ("predicted", "predicted+paragraphs", "gold")
@@ -139,13 +139,13 @@ def evaluate(
 
 
 def main(
-    model: Path,
+    model: str,
     test_path: Path,
     conllu: Optional[Path] = None,
     output: Optional[Path] = None,
     only: Optional[List[str]] = None,
 ) -> None:
-    nlp = spacy.load(model)
+    nlp = load_named(model)
     references = list(DocBin().from_disk(test_path).get_docs(nlp.vocab))
     conditions = ["predicted", "gold"]
     paragraphs = None
@@ -168,7 +168,7 @@ def main(
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", type=Path)
+    parser.add_argument("model", help="a pipeline folder or package, or en_treexp_ewt_ensemble")
     parser.add_argument("test_path", type=Path)
     parser.add_argument(
         "--conllu",

@@ -6,11 +6,12 @@ __all__ = ["TreeDistribution", "add_uncertainty", "load", "render"]
 __version__ = "0.1.0"
 
 
-def load(**overrides):
-    """Load the default English pipeline shipped with the package (see its model card)."""
+def load(*, ensemble=False, **overrides):
+    """Load the default English pipeline shipped with the package (see its model card);
+    ``ensemble=True`` adds a second parser (a product of experts: more accurate, slower)."""
     from spacy_treexp.pipeline.default_model import load as _load
 
-    return _load(**overrides)
+    return _load(ensemble=ensemble, **overrides)
 
 
 def add_uncertainty(nlp, **options):

@@ -257,19 +257,14 @@ def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed
 
 def _load(model: Optional[str]) -> Any:
     """The pipeline, with a ``tree_expectations`` component (added when it has none)."""
-    import spacy
-
     from spacy_treexp.cli.pipelines import check_model
     from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions and factories)
+    from spacy_treexp.pipeline.default_model import load_named
 
     try:
-        if model is None:
-            import spacy_treexp
-
-            nlp = spacy_treexp.load()
-        else:
+        if model is not None:
             check_model(model)
-            nlp = spacy.load(model)
+        nlp = load_named(model)
     except UserError:
         raise
     except Exception as e:  # a package or folder that is not a loadable spaCy pipeline

@@ -25,6 +25,7 @@ from spacy_treexp.cli.common import UserError
 from spacy_treexp.io.inputs import Context, Item
 from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions)
 from spacy_treexp.pipeline.config_checks import check_pipeline_folder
+from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, load_named
 from spacy_treexp.pipeline.extensions import score_writers
 
 SENTENCE_SETTERS = ("senter", "sentencizer")
@@ -35,8 +36,9 @@ Runner = Callable[[Iterable[tuple[Item, Context]]], Iterator[tuple[Doc, Context]
 
 def check_model(model: str) -> None:
     """A ``--model`` spaCy can load from (an installed package, a folder, ``blank:LANG``),
-    or a UserError naming it: checked before the pipeline is loaded or anything written."""
-    if model.startswith("blank:") or Path(model).exists() or spacy.util.is_package(model):
+    or a UserError naming it: checked before the pipeline is loaded or anything written.
+    ``en_treexp_ewt_ensemble`` is the shipped pipeline with its second parser."""
+    if model == ENSEMBLE_NAME or model.startswith("blank:") or Path(model).exists() or spacy.util.is_package(model):
         return
     raise UserError(f"--model {model}: no such spaCy pipeline (neither an installed package nor a folder)")
 
@@ -66,7 +68,7 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
         try:
             if Path(model).is_dir():
                 check_pipeline_folder(Path(model))
-            nlp = spacy.load(model)
+            nlp = load_named(model)
         except (ImportError, OSError, ValueError) as e:
             raise UserError(f"--model {model}: {e}") from e
         except Exception as e:  # a package that is not a spaCy pipeline, a broken one

@@ -122,16 +122,12 @@ def shown_path(path: Optional[PathLike]) -> Optional[str]:
 
 
 def load_spacy(model: Optional[str], config: Optional[Dict[str, Any]] = None) -> Any:
-    """The shipped pipeline (``model`` None) or ``spacy.load(model)``, with ``config``
-    overrides (e.g. ``{"components.biaffine_parser.encoder_precision": "bfloat16"}``)."""
-    overrides = config or {}
-    if model is None:
-        import spacy_treexp
+    """The shipped pipeline (``model`` None, or ``en_treexp_ewt_ensemble`` with its second
+    parser) or ``spacy.load(model)``, with ``config`` overrides (e.g.
+    ``{"components.biaffine_parser.encoder_precision": "bfloat16"}``)."""
+    from spacy_treexp.pipeline.default_model import load_named
 
-        return spacy_treexp.load(config=overrides)
-    import spacy
-
-    return spacy.load(model, config=overrides)
+    return load_named(model, config=config or {})
 
 
 def machine() -> str:

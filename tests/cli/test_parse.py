@@ -73,3 +73,16 @@ def test_the_error_handler_skips_components_that_take_none():
     _set_error_handler(nlp, raise_error)
     assert nlp.get_pipe("tagger").get_error_handler() is raise_error
     assert nlp.default_error_handler is raise_error
+
+
+def test_the_ensemble_is_a_model_name(run_cli):
+    """``--model en_treexp_ewt_ensemble``: the shipped pipeline with its second parser."""
+    status, out, _ = run_cli("parse", "The cat sat on the mat.", "--model", "en_treexp_ewt_ensemble")
+    assert status == 0
+    import spacy_treexp
+
+    nlp = spacy_treexp.load(ensemble=True)
+    nlp.add_pipe("tree_expectations")
+    doc = nlp("The cat sat on the mat.")
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [float(r[-2]) for r in rows] == [round(t._.head_prob, 3) for t in doc]
