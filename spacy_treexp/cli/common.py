@@ -40,7 +40,10 @@ class StopRun(BaseException):
 # Options of every command that runs a pipeline.
 Model = Annotated[
     Optional[str],
-    typer.Option("--model", help="spaCy pipeline name or path (default: the shipped model)."),
+    typer.Option(
+        "--model",
+        help="spaCy pipeline name or path (default: the shipped model; en_treexp_ewt_ensemble: it with a second parser).",
+    ),
 ]
 Stanza = Annotated[
     Optional[Path],

@@ -127,6 +127,15 @@ class Gold(TypedDict):
     heads: numpy.ndarray
     labels: numpy.ndarray
     complete: numpy.ndarray
+    targets: Dict[int, numpy.ndarray]  # sentence index -> soft arc targets (n+1, n+1), see ARC_TARGETS
+
+
+#: ``Doc.user_data`` key of a reference Doc's soft arc targets (knowledge distillation): one
+#: float array ``(n+1, n+1)`` per sentence, in sentence order, ``[head, dependent]``, each
+#: dependent's column a distribution over heads, e.g. a teacher's arc marginals mixed with the
+#: gold tree (``configs/distill_targets.py``). Training then minimises the expected negative
+#: log-likelihood of a tree drawn from the targets, ``log Z - sum target * score``.
+ARC_TARGETS = "spacy_treexp.arc_targets"
 
 
 DEFAULT_MODEL_CONFIG = """
@@ -364,6 +373,24 @@ def _listeners(model: Model) -> List[Model]:
 
 def _width(model: Model) -> Optional[int]:
     return int(model.get_dim("nO")) if model.has_dim("nO") is True else None
+
+
+def _soft_targets(gold: Gold, shape: Tuple[int, ...]) -> Optional[numpy.ndarray]:
+    """The batch's arc targets ``(B, N+1, N+1)``: a sentence's soft targets where it has
+    them, else its gold tree one-hot; None when no sentence has soft targets."""
+    if not gold["targets"]:
+        return None
+    soft = numpy.zeros(shape[:3], dtype="float32")
+    heads = gold["heads"]
+    for b in range(shape[0]):
+        given = gold["targets"].get(b)
+        if given is not None:
+            soft[b, : given.shape[0], : given.shape[1]] = given
+            continue
+        dependents = numpy.flatnonzero(heads[b] >= 0)
+        soft[b, heads[b, dependents], dependents] = 1.0
+    soft[:, :, 0] = 0.0
+    return soft
 
 
 class BiaffineParser(TrainablePipe):
@@ -1007,11 +1034,16 @@ class BiaffineParser(TrainablePipe):
         heads = numpy.full((n_sents, n_max + 1), -1, dtype="int64")
         labels = numpy.full((n_sents, n_max + 1), -1, dtype="int64")
         complete = numpy.zeros(n_sents, dtype=bool)
+        targets: Dict[int, numpy.ndarray] = {}
         label_index = {label: i for i, label in enumerate(self.labels)}
         b = 0
         for eg, sents in zip(examples, sentences):
             aligned_heads, aligned_deps = eg.get_aligned_parse(projectivize=False)
-            for start, end in sents:
+            given = eg.reference.user_data.get(ARC_TARGETS)
+            same_tokens = given is not None and len(given) == len(sents) and len(eg.predicted) == len(eg.reference)
+            for k, (start, end) in enumerate(sents):
+                if same_tokens and numpy.shape(given[k]) == (end - start + 1, end - start + 1):
+                    targets[b] = numpy.asarray(given[k], dtype="float32")
                 complete[b] = True
                 for i in range(start, end):
                     head = aligned_heads[i]
@@ -1023,7 +1055,7 @@ class BiaffineParser(TrainablePipe):
                     labels[b, m] = label_index.get(aligned_deps[i], -1)
                 complete[b] &= int((heads[b, 1 : end - start + 1] == 0).sum()) == 1
                 b += 1
-        return {"sentences": sentences, "heads": heads, "labels": labels, "complete": complete}
+        return {"sentences": sentences, "heads": heads, "labels": labels, "complete": complete, "targets": targets}
 
     def _loss(self, scores: Tuple[numpy.ndarray, ...], gold: Gold) -> Tuple[float, Tuple[numpy.ndarray, numpy.ndarray]]:
         """Loss and gradients, summed over the batch like spaCy's tagger and parser (so the
@@ -1043,7 +1075,12 @@ class BiaffineParser(TrainablePipe):
         if complete.any():
             arc_t = torch.from_numpy(arc[complete]).requires_grad_()
             dist = TreeDistribution(arc_t, torch.from_numpy(lengths[complete]), single_root=True)
-            nll = -dist.log_prob(torch.from_numpy(heads[complete])).sum()
+            soft = _soft_targets(gold, arc.shape)
+            if soft is None:
+                nll = -dist.log_prob(torch.from_numpy(heads[complete])).sum()
+            else:  # E_target[-log p(tree)]: log-linear in the arcs (Koo et al. 2007, eq. 1)
+                target = torch.from_numpy(soft[complete])
+                nll = dist.log_partition.sum() - torch.where(target > 0, target * arc_t, 0.0).sum()
             nll.backward()
             assert arc_t.grad is not None  # set by backward()
             d_arc[complete] = arc_t.grad.numpy()
