@@ -8,13 +8,13 @@ import sys
 import numpy
 import pytest
 import spacy
+from helpers.enumerate_trees import all_trees
+from helpers.paths import FIXTURES, REPO
+from helpers.toy_pipelines import TINY_CONFIG, train_toy
 from spacy.tokens import DocBin
 from spacy.training import Example
 from spacy.training.converters import conllu_to_docs
 
-from helpers.enumerate_trees import all_trees
-from helpers.paths import FIXTURES, REPO
-from helpers.toy_pipelines import TINY_CONFIG, train_toy
 from spacy_treexp.pipeline.biaffine_parser import ARC_TARGETS
 from spacy_treexp.pipeline.readers import gold_tokens_doc
 
