@@ -1039,8 +1039,8 @@ class BiaffineParser(TrainablePipe):
         b = 0
         for eg, sents in zip(examples, sentences):
             aligned_heads, aligned_deps = eg.get_aligned_parse(projectivize=False)
-            given = eg.reference.user_data.get(ARC_TARGETS)
-            same_tokens = given is not None and len(given) == len(sents) and len(eg.predicted) == len(eg.reference)
+            given = eg.reference.user_data.get(ARC_TARGETS) or ()
+            same_tokens = len(given) == len(sents) and len(eg.predicted) == len(eg.reference)
             for k, (start, end) in enumerate(sents):
                 if same_tokens and numpy.shape(given[k]) == (end - start + 1, end - start + 1):
                     targets[b] = numpy.asarray(given[k], dtype="float32")
