@@ -67,12 +67,17 @@ def add_second_parser(nlp: Language) -> Language:
     tree distribution becomes the product of the two parsers' (``biaffine_parser.py``, "Two
     parsers as one"), calibrated by the map fitted on that product on EWT dev
     (:data:`ENSEMBLE_CALIBRATION`, ``configs/fit_ensemble_map.sh``). The head takes the first
-    parser's ``members`` and ``member_kind`` (member k of the product is the sum of both
-    parsers' k-th members). Returns ``nlp``."""
+    parser's ``members``, ``member_kind`` (member k of the product is the sum of both
+    parsers' k-th members) and ``encoder_precision``. Returns ``nlp``."""
     if "biaffine_parser" not in nlp.pipe_names:
         raise ValueError("add_second_parser: the pipeline has no enabled 'biaffine_parser' to multiply with")
     first = cast(BiaffineParser, nlp.get_pipe("biaffine_parser"))
-    settings = {"product": True, "members": first.members, "member_kind": first.member_kind}
+    settings = {
+        "product": True,
+        "members": first.members,
+        "member_kind": first.member_kind,
+        "encoder_precision": first.encoder_precision,
+    }
     head = spacy.load(
         STOCK_HEAD_PATH,
         exclude=["tree_expectations"],

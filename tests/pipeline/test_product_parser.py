@@ -181,3 +181,16 @@ def test_calibrate_fits_the_product_and_stores_the_map_with_the_second_parser(co
     assert nlp.get_pipe("second").calibration_map.to_dict() == fitted.to_dict()
     assert nlp.get_pipe("biaffine_parser").calibration_map == first_map
     assert fitted.fit["n_sentences"] == 16  # 20 sentences, a fifth held out
+
+
+def test_the_head_of_the_ensemble_takes_the_first_parsers_member_settings():
+    import spacy_treexp
+    from spacy_treexp.pipeline.default_model import ENSEMBLE_PARSER
+
+    settings = {"members": 3, "member_kind": "full"}
+    nlp = spacy_treexp.load(ensemble=True, config={f"components.biaffine_parser.{k}": v for k, v in settings.items()})
+    second = nlp.get_pipe(ENSEMBLE_PARSER)
+    assert (second.members, second.member_kind) == (3, "full")
+    assert nlp.config["components"][ENSEMBLE_PARSER]["members"] == 3  # saved with the pipeline
+    [record] = records_of(nlp("Dogs bark at night."))
+    assert record["members"].shape[0] == 3
