@@ -151,11 +151,13 @@ def main(
     repeats: int,
     output: Optional[Path],
     speed_only: bool = False,
+    encoder_precision: Optional[str] = None,
 ) -> None:
     torch.set_num_threads(1)
-    nlp = load_named(model)
+    overrides = {} if encoder_precision is None else {"components.biaffine_parser.encoder_precision": encoder_precision}
+    nlp = load_named(model, config=overrides)
     references = list(conllu_to_docs(conllu.read_text(encoding="utf8"), n_sents=10, no_print=True))
-    result: Dict[str, object] = {"data": conllu.name, "pipeline": nlp.pipe_names}
+    result: Dict[str, object] = {"data": conllu.name, "pipeline": nlp.pipe_names, "config": overrides}
     if not speed_only:
         result["scores"] = [score(nlp, references, gold) for gold in (False, True)]
     if repeats:
@@ -185,5 +187,17 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per setting (0: no timing)")
     parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
     parser.add_argument("--speed-only", action="store_true", help="time the pipeline, score nothing")
+    parser.add_argument(
+        "--encoder-precision", default=None, choices=["float32", "bfloat16"], help="the parsers' encoder_precision"
+    )
     args = parser.parse_args()
-    main(args.conllu, args.model, args.compare, args.without, args.repeats, args.output, args.speed_only)
+    main(
+        args.conllu,
+        args.model,
+        args.compare,
+        args.without,
+        args.repeats,
+        args.output,
+        args.speed_only,
+        args.encoder_precision,
+    )
