@@ -393,6 +393,16 @@ def _soft_targets(gold: Gold, shape: Tuple[int, ...]) -> Optional[numpy.ndarray]
     return soft
 
 
+def _saved_as_product(path: Path) -> bool:
+    """Whether the pipeline saved around the component folder ``path`` has that component
+    with ``product`` set (then the map beside it was fitted on the product)."""
+    config = path.parent / "config.cfg"
+    if not config.is_file():
+        return False
+    component = util.load_config(config, interpolate=False)["components"].get(path.name, {})
+    return bool(component.get("product", False))
+
+
 class BiaffineParser(TrainablePipe):
     """Graph-based dependency parser (Dozat & Manning 2017) trained as a tree CRF."""
 
@@ -532,6 +542,13 @@ class BiaffineParser(TrainablePipe):
         super().from_disk(path, exclude=exclude)
         stored = path / CALIBRATION_FILE
         self.calibration_map = CalibrationMap.from_disk(stored) if stored.is_file() else None
+        if self.calibration_map is not None and self.product and not _saved_as_product(path):
+            self.calibration_map = None
+            warnings.warn(
+                f"biaffine_parser '{self.name}': product = true, but the map saved beside it was fitted on its "
+                "own scores, not on a product: it is not used; fit one on the product with spacy-treexp calibrate",
+                stacklevel=2,
+            )
         if (path / HOME_DIR / HOME_COMPONENTS).is_file():
             kept = srsly.read_json(path / HOME_DIR / HOME_COMPONENTS)
             names = util.load_config(path / HOME_DIR / "config.cfg")["nlp"]["pipeline"]

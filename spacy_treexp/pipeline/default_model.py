@@ -78,17 +78,24 @@ def add_second_parser(nlp: Language) -> Language:
         "member_kind": first.member_kind,
         "encoder_precision": first.encoder_precision,
     }
-    head = spacy.load(
-        STOCK_HEAD_PATH,
-        exclude=["tree_expectations"],
-        config={f"components.biaffine_parser.{key}": value for key, value in settings.items()},
-    )
+    with warnings.catch_warnings():  # the head's own map does not fit the product: replaced below
+        warnings.filterwarnings("ignore", message=r".*the map saved beside it was fitted on its own scores")
+        head = spacy.load(
+            STOCK_HEAD_PATH,
+            exclude=["tree_expectations"],
+            config={f"components.biaffine_parser.{key}": value for key, value in settings.items()},
+        )
     with warnings.catch_warnings():  # W113: the parser reads its own vectors (biaffine_parser.py)
         warnings.filterwarnings("ignore", message=r"\[W113\]")
         nlp.add_pipe("biaffine_parser", name=ENSEMBLE_PARSER, source=head, after="biaffine_parser")
-    if ENSEMBLE_CALIBRATION.is_file():
-        second = cast(BiaffineParser, nlp.get_pipe(ENSEMBLE_PARSER))
-        second.calibration_map = CalibrationMap.from_disk(ENSEMBLE_CALIBRATION)
+    second = cast(BiaffineParser, nlp.get_pipe(ENSEMBLE_PARSER))
+    second.calibration_map = CalibrationMap.from_disk(ENSEMBLE_CALIBRATION) if ENSEMBLE_CALIBRATION.is_file() else None
+    if second.calibration_map is None:
+        warnings.warn(
+            f"the ensemble's calibration map is missing ({ENSEMBLE_CALIBRATION.name}): its probabilities are "
+            "those of the raw product, overconfident; reinstall spacy_treexp or run configs/fit_ensemble_map.sh",
+            stacklevel=2,
+        )
     return nlp
 
 

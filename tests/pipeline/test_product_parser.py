@@ -194,3 +194,28 @@ def test_the_head_of_the_ensemble_takes_the_first_parsers_member_settings():
     assert nlp.config["components"][ENSEMBLE_PARSER]["members"] == 3  # saved with the pipeline
     [record] = records_of(nlp("Dogs bark at night."))
     assert record["members"].shape[0] == 3
+
+
+def test_the_ensemble_warns_when_its_map_is_missing(monkeypatch, tmp_path):
+    import spacy_treexp
+    from spacy_treexp.pipeline import default_model
+
+    monkeypatch.setattr(default_model, "ENSEMBLE_CALIBRATION", tmp_path / "missing.json")
+    with pytest.warns(UserWarning, match="calibration map is missing"):
+        nlp = spacy_treexp.load(ensemble=True)
+    assert nlp.get_pipe(default_model.ENSEMBLE_PARSER).calibration_map is None
+
+
+def test_a_parser_made_a_product_after_saving_drops_its_own_map(parsers, tmp_path):
+    """The map beside a parser saved on its own was fitted on its own scores: with
+    ``product`` set at load it would miscalibrate the product, so it is left out, with a warning."""
+    _, second_alone, _ = parsers
+    second_alone.get_pipe("biaffine_parser").calibration_map = temperature_map(0.4)
+    try:
+        second_alone.to_disk(tmp_path / "solo")
+    finally:
+        second_alone.get_pipe("biaffine_parser").calibration_map = None
+    assert spacy.load(tmp_path / "solo").get_pipe("biaffine_parser").calibration_map == temperature_map(0.4)
+    with pytest.warns(UserWarning, match="fitted on its own scores"):
+        product = spacy.load(tmp_path / "solo", config={"components.biaffine_parser.product": True})
+    assert product.get_pipe("biaffine_parser").calibration_map is None
