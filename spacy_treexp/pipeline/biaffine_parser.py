@@ -756,11 +756,12 @@ class BiaffineParser(TrainablePipe):
         product_members = []
         for b, record in enumerate(earlier_records):
             n = int(record["end"]) - int(record["start"])
-            order = label_order(own, [str(label) for label in record["labels"]])
             own_arc = arc[b, : n + 1, : n + 1].copy()
             earlier_arc = numpy.asarray(record["arc"], dtype="float32")
             arc[b, : n + 1, : n + 1] += earlier_arc
-            rel[b] = product_relations(rel[b], record["rel"], order)
+            if record.get("rel") is not None:  # a source without relations: uniform over labels
+                order = label_order(own, [str(label) for label in record["labels"]])
+                rel[b] = product_relations(rel[b], record["rel"], order)
             own_members = None if members is None else members[:, b, : n + 1, : n + 1]
             product_members.append(multiply_members(own_members, own_arc, record.get("members"), earlier_arc))
         present = [m for m in product_members if m is not None]

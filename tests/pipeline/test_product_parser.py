@@ -219,3 +219,21 @@ def test_a_parser_made_a_product_after_saving_drops_its_own_map(parsers, tmp_pat
     with pytest.warns(UserWarning, match="fitted on its own scores"):
         product = spacy.load(tmp_path / "solo", config={"components.biaffine_parser.product": True})
     assert product.get_pipe("biaffine_parser").calibration_map is None
+
+
+def test_an_earlier_source_without_relations_leaves_the_labels_to_the_product_parser(parsers):
+    """Arc scores alone (a custom source's record, no ``rel``): the arcs multiply, the
+    relations are this parser's own (a uniform factor changes nothing)."""
+    _, second_alone, folder = parsers
+    product = spacy.load(folder, config={"components.biaffine_parser.product": True})
+    [own] = records_of(second_alone("Dogs bark at night ."))
+    doc = product.make_doc("Dogs bark at night .")
+    for name, proc in product.pipeline:
+        if name == "biaffine_parser":
+            n = len(doc)
+            earlier = numpy.random.default_rng(5).standard_normal((n + 1, n + 1)).astype("float32")
+            doc._.parser_scores = [{"start": 0, "end": n, "arc": earlier, "rel": None, "labels": None}]
+        doc = proc(doc)
+    [got] = records_of(doc)
+    numpy.testing.assert_allclose(got["arc"], own["arc"] + earlier, atol=1e-5)
+    numpy.testing.assert_allclose(numpy.asarray(got["rel"]), numpy.asarray(own["rel"]), atol=1e-6)
