@@ -16,7 +16,7 @@ from typing import Optional, Sequence, Union
 
 import numpy
 
-from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
+from spacy_treexp.annotate.relation_scores import BiaffineRelationScores, log_softmax
 
 RelationScores = Union[numpy.ndarray, BiaffineRelationScores]
 
@@ -50,16 +50,7 @@ def product_relations(first: RelationScores, second: RelationScores, order: nump
         # Both parsers fix the same (whitespace) dependents to the same label: ``first``'s indices.
         return BiaffineRelationScores(head.astype(numpy.float32), dep.astype(numpy.float32), 1.0, first.fixed)
     summed = numpy.asarray(first, dtype=numpy.float32) + numpy.asarray(second, dtype=numpy.float32)[..., order]
-    return log_softmax(summed)
-
-
-def log_softmax(values: numpy.ndarray) -> numpy.ndarray:
-    """Log-softmax over the last axis, float32 (a row of -inf stays -inf)."""
-    top = values.max(axis=-1, keepdims=True)
-    top = numpy.where(numpy.isfinite(top), top, 0.0)
-    with numpy.errstate(divide="ignore"):
-        norm = top + numpy.log(numpy.exp(values - top).sum(axis=-1, keepdims=True))
-    return (values - norm).astype(numpy.float32, copy=False)
+    return log_softmax(summed).astype(numpy.float32)
 
 
 def product_members(

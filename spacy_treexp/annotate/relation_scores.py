@@ -21,6 +21,16 @@ import numpy
 import srsly
 
 
+def log_softmax(logits: numpy.ndarray) -> numpy.ndarray:
+    """log-softmax over the last axis, float64; -inf (impossible labels) stays -inf, and a
+    row of -inf stays -inf."""
+    logits = logits.astype(numpy.float64)
+    peak = numpy.max(logits, axis=-1, keepdims=True)
+    peak = numpy.where(numpy.isfinite(peak), peak, 0.0)
+    with numpy.errstate(divide="ignore"):
+        return logits - (numpy.log(numpy.exp(logits - peak).sum(-1, keepdims=True)) + peak)
+
+
 def _no_fixed_labels() -> numpy.ndarray:
     return numpy.zeros((0,), dtype=numpy.int32)
 

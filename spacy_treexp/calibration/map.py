@@ -62,6 +62,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 import numpy
 import torch
 
+from spacy_treexp.annotate.relation_scores import log_softmax
+
 if TYPE_CHECKING:
     from spacy_treexp.calibration.novelty import NoveltyReference
 
@@ -500,7 +502,7 @@ class CalibrationMap:
         factors = self.label_factors(relations, rows.shape[0])[1:]
         if self.rel_temperature == 1.0 and (factors == 1.0).all():
             return rows
-        return _log_softmax(rows.astype(numpy.float64) * (factors / self.rel_temperature)[:, None])
+        return log_softmax(rows.astype(numpy.float64) * (factors / self.rel_temperature)[:, None])
 
     # --- serialisation ------------------------------------------------------------
 
@@ -701,22 +703,13 @@ class ScaledRelationScores:
         if len(key) < 2 or any(isinstance(k, slice) or k is Ellipsis for k in key[:2]):
             return numpy.asarray(self)[key]
         heads, dependents = numpy.broadcast_arrays(numpy.asarray(key[0]), numpy.asarray(key[1]))
-        rows = _log_softmax(self.rel[heads, dependents] * self.factors[dependents][..., None])
+        rows = log_softmax(self.rel[heads, dependents] * self.factors[dependents][..., None])
         rows = rows.astype(self.rel.dtype)
         return rows if len(key) == 2 else rows[(Ellipsis, *key[2:])]
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> numpy.ndarray:
-        dense = _log_softmax(self.rel * self.factors[None, :, None]).astype(self.rel.dtype)
+        dense = log_softmax(self.rel * self.factors[None, :, None]).astype(self.rel.dtype)
         return dense if dtype is None else dense.astype(dtype)
-
-
-def _log_softmax(logits: numpy.ndarray) -> numpy.ndarray:
-    """log-softmax over the last axis, float64; -inf (impossible labels) stays -inf."""
-    logits = logits.astype(numpy.float64)
-    peak = numpy.max(logits, axis=-1, keepdims=True)
-    peak = numpy.where(numpy.isfinite(peak), peak, 0.0)
-    with numpy.errstate(divide="ignore"):
-        return logits - (numpy.log(numpy.exp(logits - peak).sum(-1, keepdims=True)) + peak)
 
 
 def _relation_rows(

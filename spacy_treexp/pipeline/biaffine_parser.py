@@ -85,8 +85,7 @@ from thinc.types import Ints2d
 
 from spacy_treexp.annotate import check_length, install_fork_hook, threads_for
 from spacy_treexp.annotate.options import DEFAULT_MAX_SENTENCE_LENGTH
-from spacy_treexp.annotate.product import label_order, product_relations
-from spacy_treexp.annotate.product import product_members as multiply_members
+from spacy_treexp.annotate.product import label_order, product_members, product_relations
 from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
 from spacy_treexp.annotate.runtime import cpu_threads
 from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationMap
@@ -753,7 +752,7 @@ class BiaffineParser(TrainablePipe):
                 )
             earlier_records.extend(records or [])
         own = list(self.labels)
-        product_members = []
+        paired = []
         for b, record in enumerate(earlier_records):
             n = int(record["end"]) - int(record["start"])
             own_arc = arc[b, : n + 1, : n + 1].copy()
@@ -763,11 +762,11 @@ class BiaffineParser(TrainablePipe):
                 order = label_order(own, [str(label) for label in record["labels"]])
                 rel[b] = product_relations(rel[b], record["rel"], order)
             own_members = None if members is None else members[:, b, : n + 1, : n + 1]
-            product_members.append(multiply_members(own_members, own_arc, record.get("members"), earlier_arc))
-        present = [m for m in product_members if m is not None]
+            paired.append(product_members(own_members, own_arc, record.get("members"), earlier_arc))
+        present = [m for m in paired if m is not None]
         if not present:
             return None
-        if len(present) < len(product_members) or len({len(m) for m in present}) > 1:
+        if len(present) < len(paired) or len({len(m) for m in present}) > 1:
             raise ValueError(f"biaffine_parser '{self.name}': the earlier parser's members differ between sentences")
         combined = numpy.zeros((len(present[0]),) + arc.shape, dtype="float32")
         for b, sentence_members in enumerate(present):
