@@ -107,26 +107,26 @@ def make_tree_expectations(
 
 def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
     """The calibration map of the component of ``nlp`` that writes ``Doc._.parser_scores``
-    last (the scores ``tree_expectations`` reads): the one it carries
-    (``biaffine_parser.calibration_map``), or else the :data:`CALIBRATION_FILE` in its folder
-    when ``nlp`` was loaded from one. A parser sourced from another pipeline (its vocabulary
-    is not ``nlp``'s) brings its map without the novelty reference: that was fitted on its own
-    pipeline's ``doc.tensor``, not the host's; except a parser with ``product`` set, whose
-    map can only have been fitted in a pipeline that holds the other parser (this one)."""
-    for name in reversed(score_writers(nlp)):
-        component = nlp.get_pipe(name)
-        carried = getattr(component, "calibration_map", None)
-        if isinstance(carried, CalibrationMap):
-            hosted = getattr(component, "vocab", nlp.vocab) is not nlp.vocab
-            if hosted and not getattr(component, "product", False):
-                return dataclasses.replace(carried, novelty=None)
-            return carried
-        path = None if nlp.path is None else Path(nlp.path) / name / CALIBRATION_FILE
-        if path is not None and path.is_file():
-            return path
-        if getattr(component, "product", False):
-            return None  # an earlier parser's map is not one for the product
-    return None
+    last (the scores ``tree_expectations`` reads; an earlier writer's map was fitted on other
+    scores): the one it carries (``biaffine_parser.calibration_map``), or else the
+    :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one. A parser sourced
+    from another pipeline (its vocabulary is not ``nlp``'s) brings its map without the
+    novelty reference: that was fitted on its own pipeline's ``doc.tensor``, not the host's;
+    except a parser with ``product`` set, whose map can only have been fitted in a pipeline
+    that holds the other parser (this one)."""
+    writers = score_writers(nlp)
+    if not writers:
+        return None
+    name = writers[-1]
+    component = nlp.get_pipe(name)
+    carried = getattr(component, "calibration_map", None)
+    if isinstance(carried, CalibrationMap):
+        hosted = getattr(component, "vocab", nlp.vocab) is not nlp.vocab
+        if hosted and not getattr(component, "product", False):
+            return dataclasses.replace(carried, novelty=None)
+        return carried
+    path = None if nlp.path is None else Path(nlp.path) / name / CALIBRATION_FILE
+    return path if path is not None and path.is_file() else None
 
 
 def store_calibration(nlp: Language, calibration: CalibrationMap, name: str = "tree_expectations") -> None:
