@@ -33,7 +33,7 @@ in wall time and in the process's CPU time (robust on a machine loaded by other 
 The ensemble (``spacy_treexp.load(ensemble=True)``) against the shipped pipeline, in one run::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_shipped_pipeline.py --conllu PATH/en_ewt-ud-test.conllu \
-        --model en_treexp_ewt_ensemble --without second_parser --output docs/eval_ewt/ensemble_pipeline.json
+        --model en_treexp_ewt_ensemble --without second_parser --output docs/eval_ewt/ensemble/pipeline.json
 """
 
 import argparse

@@ -47,6 +47,11 @@ def main() -> int:
     if not args.train.is_file():
         print(f"distill_targets: no such file: {args.train}", file=sys.stderr)
         return 2
+    if args.out.resolve() == args.train.resolve():
+        print(
+            f"distill_targets: {args.out} is the training corpus itself: write the targets elsewhere", file=sys.stderr
+        )
+        return 2
     torch.set_num_threads(1)
     start = time.perf_counter()
     nlp = load_named(args.teacher)

@@ -21,7 +21,7 @@ MAP=spacy_treexp/models/en_treexp_ewt_ensemble_calibration.json
 OUT=docs/eval_ewt/ensemble
 export OMP_NUM_THREADS=1
 mkdir -p "$OUT"
-rm -f "$MAP"  # the pipeline must read its raw product while the map is fitted
+rm -f "$MAP"  # a fresh map: calibration_ewt.py would keep an old one's novelty and domain model
 "$PYTHON" benchmarks/calibration_ewt.py --model en_treexp_ewt_ensemble --dev "$UD_EWT/en_ewt-ud-dev.conllu" \
     --test "$UD_EWT/en_ewt-ud-test.conllu" --out "$OUT" --write-map "$MAP"
 "$PYTHON" benchmarks/ood_novelty.py --model en_treexp_ewt_ensemble --train "$UD_EWT/en_ewt-ud-train.conllu" \

@@ -115,3 +115,19 @@ def test_the_script_writes_targets_mixed_with_the_gold_tree(toy, tmp_path):
                     numpy.testing.assert_array_equal(target, gold)
                 else:
                     assert (target[gold > 0] >= 0.5 - 1e-3).all()
+
+
+def test_the_script_refuses_to_overwrite_its_input(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("distill_targets", REPO / "configs" / "distill_targets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (FIXTURES / "toy_treebank.conllu").read_text(encoding="utf8")
+    DocBin(docs=list(conllu_to_docs(text, n_sents=2, no_print=True))[:1]).to_disk(tmp_path / "train.spacy")
+    before = (tmp_path / "train.spacy").read_bytes()
+    sys_argv, sys.argv = sys.argv, ["distill_targets.py", str(tmp_path / "train.spacy"), str(tmp_path / "train.spacy")]
+    try:
+        assert module.main() == 2
+    finally:
+        sys.argv = sys_argv
+    assert "training corpus itself" in capsys.readouterr().err
+    assert (tmp_path / "train.spacy").read_bytes() == before
