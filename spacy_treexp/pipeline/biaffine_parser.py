@@ -29,7 +29,8 @@ reads it instead of making copies. spaCy's warning
 W113 (the source pipeline's vectors differ) is silenced for this component: it reads its
 own vectors. Saved with the host (``nlp.to_disk``), the parser writes beside its weights a
 copy of what it reads from home (tokenizer, vocabulary with its vectors, ``tok2vec``: folder
-``home``, about 14 MB for the shipped model), and ``spacy.load`` gives it back; a sourced
+``home``, about 14 MB for the shipped model), and ``spacy.load`` gives it back (``nlp.to_bytes``
+carries the same copy once the parser is known to be hosted, :attr:`BiaffineParser.hosted`); a sourced
 parser brings the calibration map kept beside it (``treexp_calibration.json``), which the
 host's ``tree_expectations`` applies without its novelty reference (fitted on the home
 pipeline's ``doc.tensor``).
@@ -57,8 +58,10 @@ applies the map this parser carries (fitted on the product in this pipeline, by
 builds the shipped pipeline with the head for en_core_web_sm as a second parser this way.
 """
 
+import hashlib
 import os
 import shutil
+import tempfile
 import warnings
 from contextlib import contextmanager
 from itertools import islice
@@ -101,6 +104,8 @@ from spacy_treexp.pipeline.stock import register_ud_extensions, set_ud_tree
 #: file there that names those components.
 HOME_DIR = "home"
 HOME_COMPONENTS = "treexp_home.json"
+#: In ``to_bytes``: the SHA-256 of the weights of each home component the listeners read.
+HOME_DIGESTS = "treexp_home_sha256"
 
 #: A sentence's relation log-probabilities: the dense (n+1, n+1, L) array or its factors.
 RelationScores = Union[numpy.ndarray, BiaffineRelationScores]
@@ -364,6 +369,10 @@ def _interpolated_components(config: Config) -> Optional[Dict[str, Any]]:
         return None
 
 
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def _listeners(model: Model) -> List[Model]:
     """The layers of ``model`` that read another component's output (spaCy's
     ``Tok2VecListener``, spacy-transformers' ``TransformerListener``, ...)."""
@@ -487,6 +496,10 @@ class BiaffineParser(TrainablePipe):
         self._home_mismatch: Optional[str] = None
         #: the last host vocabulary whose lookup tables were found equal to the home's
         self._host_vocab_checked: Optional[Vocab] = None
+        #: Whether the parser is known to run outside its home pipeline (sourced by
+        #: ``add_uncertainty`` or ``load(ensemble=True)``, given Docs of another vocabulary, or
+        #: loaded with a home copy): ``to_bytes`` then carries that copy (see its doc).
+        self.hosted = False
         #: The calibration map kept beside the parser (``treexp_calibration.json`` in its
         #: folder: the shipped model's, or one a user put there), read by ``from_disk`` and
         #: written by ``to_disk``; ``tree_expectations`` applies it wherever the parser goes,
@@ -549,13 +562,73 @@ class BiaffineParser(TrainablePipe):
                 stacklevel=2,
             )
         if (path / HOME_DIR / HOME_COMPONENTS).is_file():
-            kept = srsly.read_json(path / HOME_DIR / HOME_COMPONENTS)
-            names = util.load_config(path / HOME_DIR / "config.cfg")["nlp"]["pipeline"]
-            home = spacy.load(path / HOME_DIR, exclude=[name for name in names if name not in kept])
-            self.vocab = home.vocab
-            self.remember_home(home)
+            self._adopt_home(path / HOME_DIR)
         else:
             self._read_home_config(path.parent)
+        if self._home_mismatch is not None:
+            raise ValueError(self._home_mismatch)
+        return self
+
+    def _adopt_home(self, folder: Path) -> None:
+        """Take the home copy saved in ``folder`` (:meth:`_write_home`) as the parser's home."""
+        kept = srsly.read_json(folder / HOME_COMPONENTS)
+        names = util.load_config(folder / "config.cfg")["nlp"]["pipeline"]
+        home = spacy.load(folder, exclude=[name for name in names if name not in kept])
+        self.vocab = home.vocab
+        self.remember_home(home)
+        self.hosted = True
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        """spaCy's bytes (model, labels) with the calibration map and, when the parser is
+        :attr:`hosted`, its home copy (what ``to_disk`` writes to :data:`HOME_DIR`: the
+        tokenizer, vocabulary and the components its listeners read, as the folder's files),
+        so that ``from_bytes`` in a pipeline made from the host's config parses as before. A
+        parser sourced by hand and saved before it saw a Doc is not known to be hosted: save
+        it with ``to_disk``, which compares the host's files, or parse one Doc first."""
+        data = srsly.msgpack_loads(super().to_bytes(exclude=exclude))
+        if self.calibration_map is not None:
+            data[CALIBRATION_FILE] = self.calibration_map.to_json()
+        read = [self._upstream(listener) for listener in _listeners(self.model)]
+        names = [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
+        data[HOME_DIGESTS] = {name: _digest(self._home_upstreams[name].model.to_bytes()) for name in names}
+        if self.hosted and names:
+            with tempfile.TemporaryDirectory() as folder:
+                self._write_home(Path(folder), names)
+                data[HOME_DIR] = {
+                    str(file.relative_to(folder)): file.read_bytes()
+                    for file in Path(folder).rglob("*")
+                    if file.is_file()
+                }
+        return srsly.msgpack_dumps(data)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "BiaffineParser":
+        """Read :meth:`to_bytes`'s data. A home copy is taken as the parser's home when the
+        pipeline it is read into cannot serve as one: a listener expects another width, or
+        the pipeline's component has other weights than the home's (their SHA-256, which
+        the bytes always carry). Without a copy, either is refused by name."""
+        data = srsly.msgpack_loads(bytes_data)
+        calibration, home = data.pop(CALIBRATION_FILE, None), data.pop(HOME_DIR, None)
+        digests: Dict[str, str] = data.pop(HOME_DIGESTS, {})
+        super().from_bytes(srsly.msgpack_dumps(data), exclude=exclude)
+        self.calibration_map = None if calibration is None else CalibrationMap.from_json(calibration)
+        other = sorted(
+            name
+            for name, digest in digests.items()
+            if name not in self._home_upstreams or _digest(self._home_upstreams[name].model.to_bytes()) != digest
+        )
+        if home is not None and (self._home_mismatch is not None or other):
+            with tempfile.TemporaryDirectory() as folder:
+                for name, content in home.items():
+                    (Path(folder) / name).parent.mkdir(parents=True, exist_ok=True)
+                    (Path(folder) / name).write_bytes(content)
+                self._adopt_home(Path(folder))
+        elif other and self._home_mismatch is None:
+            self._home_mismatch = (
+                f"biaffine_parser '{self.name}': it was trained on other weights of {', '.join(other)} than "
+                f"this pipeline's, and its bytes carry no copy of them (it was sourced by hand and turned into "
+                f"bytes before it parsed a Doc): save the host with nlp.to_disk, or add the parser with "
+                f"spacy_treexp.add_uncertainty(nlp), or parse one Doc before nlp.to_bytes()."
+            )
         if self._home_mismatch is not None:
             raise ValueError(self._home_mismatch)
         return self
@@ -705,7 +778,9 @@ class BiaffineParser(TrainablePipe):
         scorer.encoder_precision = self._encoder_precision(device)
         try:
             with threads_for(device), _blas_threads(device):
-                model_docs = self._home_docs(docs) if any(doc.vocab is not self.vocab for doc in docs) else docs
+                foreign = any(doc.vocab is not self.vocab for doc in docs)
+                self.hosted = self.hosted or foreign
+                model_docs = self._home_docs(docs) if foreign else docs
                 arc, raw_rel, lengths, members = self._scores(model_docs, sentences)
         finally:
             scorer.rel_temperature = 1.0

@@ -98,6 +98,7 @@ def add_second_parser(nlp: Language) -> Language:
         warnings.filterwarnings("ignore", message=r"\[W113\]")
         nlp.add_pipe("biaffine_parser", name=ENSEMBLE_PARSER, source=head, after="biaffine_parser")
     second = cast(BiaffineParser, nlp.get_pipe(ENSEMBLE_PARSER))
+    second.hosted = True  # nlp.to_bytes carries its home copy
     second.calibration_map = CalibrationMap.from_disk(ENSEMBLE_CALIBRATION) if ENSEMBLE_CALIBRATION.is_file() else None
     if second.calibration_map is None:
         warnings.warn(

@@ -105,6 +105,7 @@ def add_uncertainty(
         warnings.filterwarnings("ignore", message=r"\[W113\]")
         parser = nlp.add_pipe("biaffine_parser", name=name, source=source)
     setattr(parser, "overwrite", overwrite)  # the component is a BiaffineParser (sourced: shared with `source`)
+    setattr(parser, "hosted", True)  # nlp.to_bytes carries its home copy
     nlp.get_pipe_config(name)["overwrite"] = overwrite  # saved with the pipeline's config
     nlp.add_pipe("tree_expectations", config=tree_options)
     if overwrite:

@@ -190,6 +190,39 @@ def test_a_saved_pipeline_with_a_sourced_parser_loads_back_with_its_home(home, o
         spacy.load(tmp_path / "combined")
 
 
+def from_bytes_of(nlp):
+    """``nlp`` through spaCy's bytes route: a pipeline made from its config reads its bytes."""
+    again = spacy.util.get_lang_class(nlp.config["nlp"]["lang"]).from_config(nlp.config)
+    return again.from_bytes(nlp.to_bytes())
+
+
+def test_nlp_to_bytes_carries_the_sourced_parsers_home_and_map(home, obvious, docs):
+    """``nlp.to_bytes`` of a host carries the hosted parser's home copy and map, so
+    ``from_bytes`` gives the same annotations; the shipped pipeline read back from its own bytes
+    keeps its own tok2vec as the parser's home (the copy is not taken). Without the copy, the
+    host's bytes are refused by name, as a folder without it is."""
+    parser = obvious.get_pipe("biaffine_parser")
+    assert parser.hosted  # it has parsed the host's Docs
+    loaded = from_bytes_of(obvious)
+    again = loaded.get_pipe("biaffine_parser")
+    assert again.calibration_map == parser.calibration_map and again.vocab is not loaded.vocab
+    for doc, other in zip(docs, loaded.pipe(TEXTS)):
+        assert stock_view(other) == stock_view(doc) and tree(other) == tree(doc)
+        assert [t._.head_prob for t in other] == pytest.approx([t._.head_prob for t in doc], abs=1e-6)
+    shipped = from_bytes_of(home)
+    assert shipped.get_pipe("biaffine_parser").vocab is shipped.vocab
+    assert tree(shipped(TEXTS[0])) == tree(home(TEXTS[0]))
+    parser.hosted = False
+    try:
+        with pytest.raises(ValueError, match="biaffine_parser.*another pipeline.*add_uncertainty"):
+            from_bytes_of(obvious)
+    finally:
+        parser.hosted = True
+    assert (
+        spacy_treexp.add_uncertainty(spacy.load(STOCK), source=spacy_treexp.load()).get_pipe("biaffine_parser").hosted
+    )
+
+
 def test_a_host_with_the_same_tok2vec_settings_but_other_weights_gets_the_home_copy(tmp_path):
     """Sourced into a pipeline whose tok2vec has the parser's settings but other weights,
     the saved parser still keeps its own tok2vec: the host's would give other scores."""
@@ -206,6 +239,21 @@ def test_a_host_with_the_same_tok2vec_settings_but_other_weights_gets_the_home_c
     assert (tmp_path / "host" / "biaffine_parser" / HOME_DIR / "tok2vec").is_dir()
     again = spacy.load(tmp_path / "host")
     numpy.testing.assert_allclose(again(TEXTS[0])._.parser_scores[0]["arc"], arcs, atol=1e-5)
+
+
+def test_bytes_of_a_host_with_other_tok2vec_weights_never_give_the_hosts_vectors_silently():
+    """Same tok2vec settings, other weights: bytes taken before the sourced parser is known to
+    be hosted are refused by name (its home's weights are recorded by their SHA-256); taken
+    after it parsed a Doc, they carry the home copy and give the parser's own scores."""
+    source, host = spacy_treexp.load(), spacy_treexp.load()
+    host.remove_pipe("biaffine_parser")
+    layer = next(n for n in host.get_pipe("tok2vec").model.walk() if n.has_param("W"))
+    layer.set_param("W", layer.get_param("W") * 0.5)
+    host.add_pipe("biaffine_parser", source=source)
+    with pytest.raises(ValueError, match="other weights of tok2vec.*parse one Doc before"):
+        from_bytes_of(host)
+    arcs = host(TEXTS[0])._.parser_scores[0]["arc"]
+    numpy.testing.assert_allclose(from_bytes_of(host)(TEXTS[0])._.parser_scores[0]["arc"], arcs, atol=1e-5)
 
 
 def test_the_parsers_calibration_map_travels_without_its_novelty_reference(home, obvious, docs):
