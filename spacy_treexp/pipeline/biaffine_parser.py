@@ -892,6 +892,7 @@ class BiaffineParser(TrainablePipe):
         arc = numpy.zeros((len(spans), n_max + 1, n_max + 1), dtype="float32")
         members = None if self.members == 0 else numpy.zeros((self.members,) + arc.shape, dtype="float32")
         rel: List[Any] = [None] * len(spans)
+        texts: Dict[int, str] = {}  # each Doc's text, built once (spaCy joins the tokens on every doc.text)
         for group in groups:
             per_doc: Dict[int, List[int]] = {}
             for k in sorted(group):  # the model's order: Docs, then their sentences
@@ -901,7 +902,10 @@ class BiaffineParser(TrainablePipe):
             capture = ScorerCapture(get_scorer_module(self.model), enabled=self.members > 0)
             with capture:
                 group_arc, group_rel, _ = self.model.predict((group_docs, group_sentences, None))
-            group_members = self._members(capture, group_docs, group_sentences)
+            if self.members > 0:
+                texts.update((i, docs[i].text) for i in per_doc if i not in texts)
+            group_texts = [texts.get(i, "") for i in per_doc]
+            group_members = self._members(capture, group_docs, group_sentences, group_texts)
             group_arc = self.model.ops.to_numpy(group_arc)
             for j, k in enumerate(k for ks in per_doc.values() for k in ks):
                 n = spans[k][0]
@@ -989,16 +993,17 @@ class BiaffineParser(TrainablePipe):
                 return False
         return True
 
-    def _members(self, capture: ScorerCapture, docs: List[Doc], sentences: List[Sentences]) -> Optional[numpy.ndarray]:
+    def _members(
+        self, capture: ScorerCapture, docs: List[Doc], sentences: List[Sentences], doc_texts: List[str]
+    ) -> Optional[numpy.ndarray]:
         """Arc scores ``(K, B, N+1, N+1)`` of the parser's ``members`` MC-dropout members at
         ``arc_temperature`` (``spacy_treexp/pipeline/members.py``; masks seeded by each
-        sentence's text), whitespace tokens attached as in the parser's own scores; None
-        when ``members`` is 0 or no sentence was scored."""
+        sentence's text, cut from its Doc's ``doc_texts``), whitespace tokens attached as in
+        the parser's own scores; None when ``members`` is 0 or no sentence was scored."""
         if self.members == 0 or capture.H is None:
             return None
         texts: List[str] = []
-        for doc, spans in zip(docs, sentences):
-            text = doc.text
+        for doc, spans, text in zip(docs, sentences, doc_texts):
             texts.extend(_span_text(doc, start, end, text) for start, end in spans)
         generators = [sentence_generator(0, text) for text in texts]
         scores = arc_members(get_scorer_module(self.model), capture, self.members, self.member_kind, generators)
