@@ -8,15 +8,18 @@ Nothing is fitted on the evaluation sets: the novelty reference is fitted on the
 vectors of ``--train`` (its first ``--train-sentences``, default all; unlabelled text, the
 parser's own training data), or taken from the map ``--reference-from``; the lexicon is the
 word forms of all of ``--train``; the domain model is fitted on ``--dev`` (in domain) against
-``benchmarks/data/ood_dev_sentences.tsv`` (160 out-of-domain sentences we wrote, 22 styles,
-none shared with the evaluation sets) with ``fit_domain``'s defaults, or, with ``--select``,
-with the features, knots and ridge that score best by leave-one-style-out cross-validation on
-those two sets alone (for each OOD style: fit on one half of ``--dev`` against the other
-styles, score the other half against the held-out style, and the other way round; the mean
-AUROC over styles; the candidates are listed below, fixed before their results were seen).
-With ``--test``, the AUROC is then measured on ``--test`` against ``--ood``
-(``benchmarks/data/ood_sentences.tsv``, 130 sentences, 12 styles), overall and per style.
-Every side goes through the pipeline's tokenizer and tagger, one sentence per Doc.
+``--ood-dev``, by default the three out-of-domain sets we wrote first
+(``benchmarks/data/ood_dev_sentences.tsv``, ``ood_sentences.tsv``, ``ood_blind_sentences.tsv``:
+490 sentences, 36 styles; a style named in several files is one style) with ``fit_domain``'s
+defaults, or, with ``--select``, with the features, knots and ridge that score best by
+leave-one-style-out cross-validation on those sets alone (for each OOD style: fit on one half
+of ``--dev`` against the other styles, score the other half against the held-out style, and
+the other way round; the mean AUROC over styles; the candidates are listed below, fixed
+before their results were seen). With ``--test``, the AUROC is then measured on ``--test``
+against ``--ood`` (by default ``benchmarks/data/ood_blind2_sentences.tsv``, 120 sentences in
+12 styles written after the others by a writer who had read none of them nor any result),
+overall and per style. Every side goes through the pipeline's tokenizer and tagger, one
+sentence per Doc.
 
     OMP_NUM_THREADS=1 python benchmarks/ood_novelty.py --train .../en_ewt-ud-train.conllu \
         --dev .../en_ewt-ud-dev.conllu [--test .../en_ewt-ud-test.conllu] [--select] \
@@ -246,8 +249,15 @@ def main() -> int:
     parser.add_argument("--train", required=True, help="in-domain text to fit the reference and lexicon on (CoNLL-U)")
     parser.add_argument("--dev", required=True, help="in-domain CoNLL-U to fit the domain model on")
     parser.add_argument("--test", default=None, help="in-domain CoNLL-U to evaluate on (none: no evaluation)")
-    parser.add_argument("--ood-dev", default=str(DATA / "ood_dev_sentences.tsv"))
-    parser.add_argument("--ood", default=str(DATA / "ood_sentences.tsv"))
+    parser.add_argument(
+        "--ood-dev",
+        nargs="+",
+        default=[
+            str(DATA / name) for name in ("ood_dev_sentences.tsv", "ood_sentences.tsv", "ood_blind_sentences.tsv")
+        ],
+        help="out-of-domain sentences to fit on (one or more style<TAB>text files; a style named in several is one style)",
+    )
+    parser.add_argument("--ood", default=str(DATA / "ood_blind2_sentences.tsv"))
     parser.add_argument("--train-sentences", type=int, default=0, help="first N sentences of --train (0: all)")
     parser.add_argument("--size", type=int, default=2048, help="reference directions")
     parser.add_argument("--reference-from", default=None, help="take the novelty reference of this calibration map")
@@ -265,16 +275,20 @@ def main() -> int:
     )
     args = parser.parse_args()
     for name in ("train", "dev", "test", "ood_dev", "ood", "reference_from"):
-        value = getattr(args, name)
-        if value is not None and not Path(value).is_file():
-            sys.exit(f"--{name.replace('_', '-')}: no such file: {value}")
+        for value in getattr(args, name) if name == "ood_dev" else [getattr(args, name)]:
+            if value is not None and not Path(value).is_file():
+                sys.exit(f"--{name.replace('_', '-')}: no such file: {value}")
     torch.set_num_threads(1)
     start = time.process_time()
     nlp = load_named(args.model, config={"components.biaffine_parser.members": 0})
     nlp.add_pipe("tree_expectations")
     train = list(read_conllu(args.train))
     styles, ood = read_tsv(Path(args.ood))
-    dev_styles, ood_dev = read_tsv(Path(args.ood_dev))
+    dev_styles, ood_dev = [], []
+    for path in args.ood_dev:
+        file_styles, file_texts = read_tsv(Path(path))
+        dev_styles += file_styles
+        ood_dev += file_texts
     texts = {"dev": [s.text or " ".join(s.forms) for s in read_conllu(args.dev)], "ood_dev": ood_dev}
     if args.test:
         texts |= {"test": [s.text or " ".join(s.forms) for s in read_conllu(args.test)], "ood": ood}
@@ -363,7 +377,8 @@ def main() -> int:
             }
         fit["novelty"]["domain"] = {
             "data": f"lexicon: the forms of {Path(args.train).name}; fitted on {Path(args.dev).name} "
-            f"({len(texts['dev'])} sentences, text) vs {Path(args.ood_dev).name} ({len(texts['ood_dev'])})",
+            f"({len(texts['dev'])} sentences, text) vs {' + '.join(Path(p).name for p in args.ood_dev)} "
+            f"({len(texts['ood_dev'])}, {len(set(dev_styles))} styles)",
             "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV "
             "[--reference-from MAP] --select --write-map MAP",
             "features": list(domain.features),
