@@ -25,7 +25,7 @@ from spacy_treexp.cli.common import UserError
 from spacy_treexp.io.inputs import Context, Item
 from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions)
 from spacy_treexp.pipeline.config_checks import check_pipeline_folder
-from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, load_named
+from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, STOCK_HEAD_NAME, load_named
 from spacy_treexp.pipeline.extensions import score_writers
 
 SENTENCE_SETTERS = ("senter", "sentencizer")
@@ -38,7 +38,12 @@ def check_model(model: str) -> None:
     """A ``--model`` spaCy can load from (an installed package, a folder, ``blank:LANG``),
     or a UserError naming it: checked before the pipeline is loaded or anything written.
     ``en_treexp_ewt_ensemble`` is the shipped pipeline with its second parser."""
-    if model == ENSEMBLE_NAME or model.startswith("blank:") or Path(model).exists() or spacy.util.is_package(model):
+    if (
+        model in (ENSEMBLE_NAME, STOCK_HEAD_NAME)
+        or model.startswith("blank:")
+        or Path(model).exists()
+        or spacy.util.is_package(model)
+    ):
         return
     raise UserError(f"--model {model}: no such spaCy pipeline (neither an installed package nor a folder)")
 

