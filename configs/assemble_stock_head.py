@@ -20,7 +20,6 @@ folder as it is. Output folders are replaced atomically
 """
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 import spacy
 
 from spacy_treexp.cli.partial import replace_folder
+from spacy_treexp.pipeline.biaffine_parser import weights_digest
 from spacy_treexp.pipeline.default_model import STOCK_TOK2VEC_FILE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,7 +70,7 @@ def package(full: Path, output: Path, scores_path: Path, keep_tok2vec: bool) -> 
     record = {
         "packages": STOCK_PACKAGES,
         "version": STOCK_VERSION,
-        "sha256": hashlib.sha256((full / "tok2vec" / "model").read_bytes()).hexdigest(),
+        "sha256": weights_digest((full / "tok2vec" / "model").read_bytes()),
     }
 
     def write(folder: Path) -> None:

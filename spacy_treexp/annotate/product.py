@@ -12,13 +12,11 @@ has members.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import numpy
 
-from spacy_treexp.annotate.relation_scores import BiaffineRelationScores, log_softmax
-
-RelationScores = Union[numpy.ndarray, BiaffineRelationScores]
+from spacy_treexp.annotate.relation_scores import BiaffineRelationScores, RelationScores, log_softmax
 
 
 class ProductError(ValueError):

@@ -15,7 +15,7 @@ The biaffine parser keeps short sentences (where the dense array is the smaller 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy
 import srsly
@@ -165,3 +165,7 @@ def register_msgpack() -> None:
 
 
 register_msgpack()
+
+
+#: A sentence's relation log-probabilities: the dense (n+1, n+1, L) array or its factors.
+RelationScores = Union[numpy.ndarray, BiaffineRelationScores]

@@ -66,7 +66,7 @@ import warnings
 from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypedDict, Union, cast
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypedDict, cast
 
 import numpy
 import spacy
@@ -89,7 +89,7 @@ from thinc.types import Ints2d
 from spacy_treexp.annotate import check_length, install_fork_hook, threads_for
 from spacy_treexp.annotate.options import DEFAULT_MAX_SENTENCE_LENGTH
 from spacy_treexp.annotate.product import label_order, product_members, product_relations
-from spacy_treexp.annotate.relation_scores import BiaffineRelationScores
+from spacy_treexp.annotate.relation_scores import BiaffineRelationScores, RelationScores
 from spacy_treexp.annotate.runtime import cpu_threads
 from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationMap
 from spacy_treexp.engine import TreeDistribution
@@ -106,9 +106,6 @@ HOME_DIR = "home"
 HOME_COMPONENTS = "treexp_home.json"
 #: In ``to_bytes``: the SHA-256 of the weights of each home component the listeners read.
 HOME_DIGESTS = "treexp_home_sha256"
-
-#: A sentence's relation log-probabilities: the dense (n+1, n+1, L) array or its factors.
-RelationScores = Union[numpy.ndarray, BiaffineRelationScores]
 
 Sentences = List[Tuple[int, int]]
 
@@ -369,8 +366,10 @@ def _interpolated_components(config: Config) -> Optional[Dict[str, Any]]:
         return None
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def weights_digest(weights: bytes) -> str:
+    """The SHA-256 (hex) of a component's serialised weights (``model.to_bytes()``): how a
+    parser's home and the head for en_core_web_sm recognise the tok2vec they were trained on."""
+    return hashlib.sha256(weights).hexdigest()
 
 
 def _listeners(model: Model) -> List[Model]:
@@ -588,9 +587,8 @@ class BiaffineParser(TrainablePipe):
         data = srsly.msgpack_loads(super().to_bytes(exclude=exclude))
         if self.calibration_map is not None:
             data[CALIBRATION_FILE] = self.calibration_map.to_json()
-        read = [self._upstream(listener) for listener in _listeners(self.model)]
-        names = [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
-        data[HOME_DIGESTS] = {name: _digest(self._home_upstreams[name].model.to_bytes()) for name in names}
+        names = self._read_upstreams()
+        data[HOME_DIGESTS] = {name: weights_digest(self._home_upstreams[name].model.to_bytes()) for name in names}
         if self.hosted and names:
             with tempfile.TemporaryDirectory() as folder:
                 self._write_home(Path(folder), names)
@@ -614,7 +612,7 @@ class BiaffineParser(TrainablePipe):
         other = sorted(
             name
             for name, digest in digests.items()
-            if name not in self._home_upstreams or _digest(self._home_upstreams[name].model.to_bytes()) != digest
+            if name not in self._home_upstreams or weights_digest(self._home_upstreams[name].model.to_bytes()) != digest
         )
         if home is not None and (self._home_mismatch is not None or other):
             with tempfile.TemporaryDirectory() as folder:
@@ -679,8 +677,7 @@ class BiaffineParser(TrainablePipe):
         host_config = path.parent / "config.cfg"
         if self._home_config is None or not host_config.is_file():
             return []
-        read = [self._upstream(listener) for listener in _listeners(self.model)]
-        names = [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
+        names = self._read_upstreams()
         host_written = util.load_config(host_config, interpolate=False)
         host, home = host_written["components"], self._home_config["components"]
         # as written, else with the variables filled in (spaCy writes a sourced component's
@@ -701,6 +698,11 @@ class BiaffineParser(TrainablePipe):
             return saved.read_bytes() == self._home_upstreams[name].model.to_bytes()
 
         return [] if all(held(name) for name in names) else names
+
+    def _read_upstreams(self) -> List[str]:
+        """The names of the home components the model's listeners read."""
+        read = [self._upstream(listener) for listener in _listeners(self.model)]
+        return [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
 
     def _upstream(self, listener: Model) -> Any:
         """The home component that ``listener`` reads (the last one for ``'*'``), or None."""
@@ -892,7 +894,8 @@ class BiaffineParser(TrainablePipe):
         arc = numpy.zeros((len(spans), n_max + 1, n_max + 1), dtype="float32")
         members = None if self.members == 0 else numpy.zeros((self.members,) + arc.shape, dtype="float32")
         rel: List[Any] = [None] * len(spans)
-        texts: Dict[int, str] = {}  # each Doc's text, built once (spaCy joins the tokens on every doc.text)
+        # each Doc's text, built once (spaCy joins the tokens again on every doc.text): the members' seeds
+        texts = [doc.text if self.members > 0 else "" for doc in docs]
         for group in groups:
             per_doc: Dict[int, List[int]] = {}
             for k in sorted(group):  # the model's order: Docs, then their sentences
@@ -902,10 +905,7 @@ class BiaffineParser(TrainablePipe):
             capture = ScorerCapture(get_scorer_module(self.model), enabled=self.members > 0)
             with capture:
                 group_arc, group_rel, _ = self.model.predict((group_docs, group_sentences, None))
-            if self.members > 0:
-                texts.update((i, docs[i].text) for i in per_doc if i not in texts)
-            group_texts = [texts.get(i, "") for i in per_doc]
-            group_members = self._members(capture, group_docs, group_sentences, group_texts)
+            group_members = self._members(capture, group_docs, group_sentences, [texts[i] for i in per_doc])
             group_arc = self.model.ops.to_numpy(group_arc)
             for j, k in enumerate(k for ks in per_doc.values() for k in ks):
                 n = spans[k][0]

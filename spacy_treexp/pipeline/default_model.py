@@ -5,10 +5,9 @@ trained on UD English-EWT with ``configs/train_en_ewt.sh``. No download step: th
 live in ``spacy_treexp/models/en_treexp_ewt``.
 """
 
-import hashlib
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, cast
+from typing import Any, Dict, Optional, Tuple, cast
 
 import spacy
 import srsly
@@ -16,7 +15,7 @@ from spacy import util
 from spacy.language import Language
 
 from spacy_treexp.calibration.map import CalibrationMap
-from spacy_treexp.pipeline.biaffine_parser import BiaffineParser
+from spacy_treexp.pipeline.biaffine_parser import BiaffineParser, weights_digest
 from spacy_treexp.pipeline.config_checks import check_pipeline_folder
 
 MODEL_NAME = "en_treexp_ewt"
@@ -117,13 +116,14 @@ def stock_tok2vec_record(path: Path = STOCK_HEAD_PATH) -> Dict[str, Any]:
     return cast(Dict[str, Any], srsly.read_json(path / STOCK_TOK2VEC_FILE))
 
 
-def _tok2vec_digest(nlp: Language) -> Optional[str]:
+def _tok2vec_weights(nlp: Language) -> Optional[bytes]:
+    """The weights of ``nlp``'s ``tok2vec`` (spaCy's serialisation), or None without one."""
     model = getattr(nlp.get_pipe("tok2vec"), "model", None) if "tok2vec" in nlp.pipe_names else None
-    return None if model is None else hashlib.sha256(model.to_bytes()).hexdigest()
+    return None if model is None else cast(bytes, model.to_bytes())
 
 
-def _installed_stock(path: Path) -> Language:
-    """en_core_web_sm's tok2vec and vocabulary, from the first installed package of the
+def _installed_stock(path: Path) -> Tuple[Language, bytes]:
+    """en_core_web_sm and its tok2vec weights, from the first installed package of the
     head's :func:`stock_tok2vec_record` whose tok2vec has the recorded weights."""
     record = stock_tok2vec_record(path)
     found = []
@@ -131,8 +131,9 @@ def _installed_stock(path: Path) -> Language:
         if not util.is_package(package):
             continue
         stock = spacy.load(package)
-        if _tok2vec_digest(stock) == record["sha256"]:
-            return stock
+        weights = _tok2vec_weights(stock)
+        if weights is not None and weights_digest(weights) == record["sha256"]:
+            return stock, weights
         found.append(f"{package} {stock.meta.get('version')}")
     raise ValueError(
         f"the head for en_core_web_sm ({STOCK_HEAD_NAME}) reads en_core_web_sm {record['version']}'s tok2vec, "
@@ -153,15 +154,22 @@ def load_stock_head(stock: Optional[Language] = None, *, path: Path = STOCK_HEAD
     if unknown:
         raise ValueError(f"load_stock_head: unknown option(s) {unknown}; expected exclude, config")
     if stock is None:
-        stock = _installed_stock(path)
-    elif _tok2vec_digest(stock) != stock_tok2vec_record(path)["sha256"]:
-        raise ValueError(f"load_stock_head: the pipeline's tok2vec is not the one {STOCK_HEAD_NAME} was trained on")
+        stock, weights = _installed_stock(path)
+    else:
+        given = _tok2vec_weights(stock)
+        if given is None or weights_digest(given) != stock_tok2vec_record(path)["sha256"]:
+            raise ValueError(f"load_stock_head: the pipeline's tok2vec is not the one {STOCK_HEAD_NAME} was trained on")
+        weights = given
+    return _assemble_head(path, stock, weights, **overrides)
+
+
+def _assemble_head(path: Path, stock: Language, weights: bytes, **overrides: Any) -> Language:
+    """The head in ``path`` on ``stock``'s vocabulary and tok2vec ``weights`` (checked)."""
     exclude = list(overrides.get("exclude", []))
     config_overrides = util.dict_to_dot(overrides.get("config", {}), for_overrides=True)
     config = util.load_config(path / "config.cfg", overrides=config_overrides)
     head = util.load_model_from_config(config, exclude=exclude, meta=util.get_model_meta(path))
     head.vocab.from_bytes(stock.vocab.to_bytes())
-    weights = cast(Any, stock.get_pipe("tok2vec")).model.to_bytes()
     cast(Any, head.get_pipe("tok2vec")).model.from_bytes(weights)
     return head.from_disk(path, exclude=[*exclude, "vocab", "tok2vec"], overrides=config_overrides)
 
@@ -176,6 +184,7 @@ def stock_head_for(nlp: Language) -> Optional[Language]:
     of its own, which is what makes it cheap."""
     if not (STOCK_HEAD_PATH / STOCK_TOK2VEC_FILE).is_file():
         return None
-    if _tok2vec_digest(nlp) != stock_tok2vec_record()["sha256"]:
+    weights = _tok2vec_weights(nlp)
+    if weights is None or weights_digest(weights) != stock_tok2vec_record()["sha256"]:
         return None
-    return load_stock_head(nlp)
+    return _assemble_head(STOCK_HEAD_PATH, nlp, weights)
