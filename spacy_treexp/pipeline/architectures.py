@@ -134,6 +134,14 @@ def _forward(model: Model, inputs: ParserInput, is_train: bool) -> Tuple[ParserO
             return backprop_tok2vec([model.ops.alloc2f(*t.shape) for t in tokvecs])
 
         return empty, backprop_empty
+    for i, doc_vectors in enumerate(tokvecs):
+        if len(docs[i]) > 0 and doc_vectors.shape[-1] != width:
+            # spaCy's listeners read doc.tensor in prediction, which a later tok2vec may have replaced
+            raise ValueError(
+                f"biaffine parser: got token vectors of width {doc_vectors.shape[-1]}, expected {width}: "
+                "a Doc's tensor was written by another tok2vec (e.g. a parser run alone on a Doc the "
+                "whole pipeline already processed); run the pipeline, nlp(doc), instead"
+            )
     X = numpy.zeros((len(spans), int(lengths.max()), width), dtype="float32")
     for b, (i, start, end) in enumerate(spans):
         X[b, : end - start] = model.ops.to_numpy(tokvecs[i][start:end])

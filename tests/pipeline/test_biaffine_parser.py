@@ -240,6 +240,11 @@ def test_shipped_model_loads_and_parses():
     assert all(token.pos_ for token in doc)
     with pytest.raises(ValueError, match="unknown option"):
         spacy_treexp.load(colour="red")
+    # the tagger's tok2vec (192 wide) wrote doc.tensor last: the parser alone names that, not a broadcast error
+    parser = nlp.get_pipe("biaffine_parser")
+    with pytest.raises(ValueError, match="width 192, expected 128.*another tok2vec"):
+        parser(doc)
+    assert [t.head.i for t in nlp(doc)] == [t.head.i for t in doc]
 
 
 def test_numpy_blas_runs_a_thinc_model_alike_and_restores_its_ops():
