@@ -1069,6 +1069,7 @@ class BiaffineParser(TrainablePipe):
                     if isinstance(rel[b], BiaffineRelationScores)
                     else numpy.ascontiguousarray(rel[b], dtype="float32"),
                     "labels": labels,
+                    "writer": self.name,  # tree_expectations takes this parser's calibration map
                 }
                 if not isinstance(rel[b], BiaffineRelationScores):
                     record["rel_normalised"] = True  # a log-softmax over labels (architectures.py)

@@ -79,7 +79,9 @@ def add_second_parser(nlp: Language) -> Language:
     parsers as one"), calibrated by the map fitted on that product on EWT dev
     (:data:`ENSEMBLE_CALIBRATION`, ``configs/fit_ensemble_map.sh``). The head takes the first
     parser's ``members``, ``member_kind`` (member k of the product is the sum of both
-    parsers' k-th members) and ``encoder_precision``. Returns ``nlp``."""
+    parsers' k-th members) and ``encoder_precision``. A ``tree_expectations`` already in
+    ``nlp`` is added again, so that it takes the product's map (unless its config holds a
+    map of its own). Returns ``nlp``."""
     if "biaffine_parser" not in nlp.pipe_names:
         raise ValueError("add_second_parser: the pipeline has no enabled 'biaffine_parser' to multiply with")
     first = cast(BiaffineParser, nlp.get_pipe("biaffine_parser"))
@@ -107,6 +109,10 @@ def add_second_parser(nlp: Language) -> Language:
             "those of the raw product, overconfident; reinstall spacy_treexp or run configs/fit_ensemble_map.sh",
             stacklevel=2,
         )
+    for name in nlp.pipe_names:  # a tree_expectations already there takes the product's map
+        config = dict(nlp.get_pipe_config(name))
+        if config.pop("factory", None) == "tree_expectations" and config.get("calibration") is None:
+            nlp.replace_pipe(name, "tree_expectations", config=config)
     return nlp
 
 

@@ -164,6 +164,10 @@ class Errors:
         "[TXE025] {where}: the record's own tree ('heads', 0 = ROOT, and 'deps') must give one head in 0..{n} "
         "(and one relation) per word; got {got}."
     )
+    TXE026 = (
+        "[TXE026] {name}: these scores were written by {writer!r}, but its calibration map is the one of "
+        "{fitted!r}, fitted on that parser's scores. {hint}"
+    )
 
 
 class ScoreSourceError(ValueError):
@@ -369,6 +373,8 @@ def _kind(value: Any) -> str:
 def _numbers(value: Any, what: str, where: Where) -> numpy.ndarray:
     """``value`` (an array, nested lists or a torch tensor) as a numpy array of numbers."""
     if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and value.dtype not in (torch.float32, torch.float64):
+            value = value.float()  # bfloat16 has no numpy dtype; float16 is widened alike
         value = value.detach().cpu().numpy()
     try:
         array = numpy.asarray(value)

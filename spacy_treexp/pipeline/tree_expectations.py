@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -102,31 +102,39 @@ def make_tree_expectations(
         keep_scores=keep_scores,
         calibration=calibration,
         parser_calibration=None if calibration is not None else parser_calibration(nlp),
+        writers={writer: nlp.get_pipe(writer) for writer in score_writers(nlp)},
     )
 
 
 def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
     """The calibration map of the component of ``nlp`` that writes ``Doc._.parser_scores``
     last (the scores ``tree_expectations`` reads; an earlier writer's map was fitted on other
-    scores): the one it carries (``biaffine_parser.calibration_map``), or else the
-    :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one. A parser sourced
-    from another pipeline (its vocabulary is not ``nlp``'s) brings its map without the
-    novelty reference: that was fitted on its own pipeline's ``doc.tensor``, not the host's;
-    except a parser with ``product`` set, whose map can only have been fitted in a pipeline
-    that holds the other parser (this one)."""
+    scores): the one it carries (:func:`carried_calibration`), or else the
+    :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one."""
     writers = score_writers(nlp)
     if not writers:
         return None
     name = writers[-1]
-    component = nlp.get_pipe(name)
-    carried = getattr(component, "calibration_map", None)
-    if isinstance(carried, CalibrationMap):
-        hosted = getattr(component, "vocab", nlp.vocab) is not nlp.vocab
-        if hosted and not getattr(component, "product", False):
-            return dataclasses.replace(carried, novelty=None)
+    carried = carried_calibration(nlp.get_pipe(name), nlp.vocab)
+    if carried is not None:
         return carried
     path = None if nlp.path is None else Path(nlp.path) / name / CALIBRATION_FILE
     return path if path is not None and path.is_file() else None
+
+
+def carried_calibration(component: Any, vocab: Any) -> Optional[CalibrationMap]:
+    """The map a score writer carries (``biaffine_parser.calibration_map``) as it applies in
+    a pipeline of ``vocab``, or None. A parser sourced from another pipeline (its vocabulary
+    is not ``vocab``) brings its map without the novelty reference: that was fitted on its own
+    pipeline's ``doc.tensor``, not the host's; except a parser with ``product`` set, whose map
+    can only have been fitted in a pipeline that holds the other parser (this one)."""
+    carried = getattr(component, "calibration_map", None)
+    if not isinstance(carried, CalibrationMap):
+        return None
+    hosted = getattr(component, "vocab", vocab) is not vocab
+    if hosted and not getattr(component, "product", False):
+        return dataclasses.replace(carried, novelty=None)
+    return carried
 
 
 def store_calibration(nlp: Language, calibration: CalibrationMap, name: str = "tree_expectations") -> None:
@@ -175,6 +183,7 @@ class TreeExpectations(Pipe):
         keep_scores: bool = False,
         calibration: Any = None,
         parser_calibration: Union[CalibrationMap, Path, None] = None,
+        writers: Optional[Dict[str, Any]] = None,
         **options: Any,
     ) -> None:
         self.options = AnnotateOptions.from_config(options, prefix=f"{name}: ")
@@ -195,6 +204,10 @@ class TreeExpectations(Pipe):
             raise ValueError(str(e)) from e
         #: Whether the map is part of the config (else ``to_disk`` carries it).
         self.calibration_in_config = calibration is not None
+        #: The pipeline's score writers when the component was added, by name (records name
+        #: their ``writer``); ``calibration`` is the map for the scores of the last of them.
+        self._writers = dict(writers or {})
+        self._calibrated_for = list(self._writers)[-1] if self._writers else None
         #: How messages name the component and its score source.
         self.where = f"{name}: score source {source_name(self.score_source)}"
         install_fork_hook()
@@ -249,15 +262,55 @@ class TreeExpectations(Pipe):
 
     def annotate(self, docs: Sequence[Doc]) -> None:
         """Compute and store the annotations of every sentence of ``docs``, then drop the
-        parser's scores unless ``keep_scores``."""
+        parser's scores unless ``keep_scores``. Each Doc's scores get the calibration map of
+        the parser that wrote them (:meth:`calibration_for`)."""
         native = native_requested()  # read once per batch
+        records = [[] if len(doc) == 0 else call_source(self.score_source, doc, self.where) for doc in docs]
+        maps = [self.calibration_for(doc_records) for doc_records in records]
         per_doc: List[List[SentenceScores]] = [
-            [] if len(doc) == 0 else self.sentence_scores(doc, native=native) for doc in docs
+            [] if len(doc) == 0 else self._checked(doc, doc_records, native) for doc, doc_records in zip(docs, records)
         ]
+        for calibration in {id(m): m for m in maps}.values():
+            group = [i for i, m in enumerate(maps) if m is calibration]
+            self._annotate_group([docs[i] for i in group], [per_doc[i] for i in group], calibration)
+
+    def calibration_for(self, records: Sequence[Any]) -> Optional[CalibrationMap]:
+        """The calibration map for a Doc's score records: ``calibration`` when they name no
+        writer (``"writer"``, as ``biaffine_parser`` does) or the writer it was taken for, else
+        the map that writer carries (an ensemble's second parser disabled, so the first wrote
+        the scores). Raises ``ValueError`` where no right map is known: the writer was added
+        after this component, or the map in the config was fitted for another writer."""
+        writer = next((r.get("writer") for r in records if isinstance(r, Mapping)), None)
+        if writer is None or self._calibrated_for is None or writer == self._calibrated_for:
+            return self.calibration
+        hint = None
+        if writer not in self._writers:
+            hint = (
+                f"{writer!r} was added after {self.name!r}: add {self.name!r} after the last parser "
+                f"(nlp.remove_pipe({self.name!r}), then nlp.add_pipe('tree_expectations'))."
+            )
+        elif self.calibration_in_config:
+            hint = (
+                f"The map is in {self.name!r}'s config: enable {self._calibrated_for!r} again, or fit a map "
+                f"for {writer!r}'s scores (spacy-treexp calibrate)."
+            )
+        if hint is not None:
+            raise ValueError(
+                Errors.TXE026.format(name=self.name, writer=writer, fitted=self._calibrated_for, hint=hint)
+            )
+        return carried_calibration(self._writers[writer], self.vocab)
+
+    def _checked(self, doc: Doc, records: Sequence[Any], native: bool) -> List[SentenceScores]:
+        return sentence_scores(doc, records, self.where, single_root=self.options.single_root, native=native)
+
+    def _annotate_group(
+        self, docs: Sequence[Doc], per_doc: Sequence[List[SentenceScores]], calibration: Optional[CalibrationMap]
+    ) -> None:
+        """Annotate Docs whose scores take the same calibration map."""
         sentences = [s for doc_scores in per_doc for s in doc_scores]
         # sentence_scores held every record to the contract (SentenceScores.check included)
-        annotations = annotate_sentences(sentences, self.options, self.calibration, checked=True)
-        novelty = None if self.calibration is None else self.calibration.novelty
+        annotations = annotate_sentences(sentences, self.options, calibration, checked=True)
+        novelty = None if calibration is None else calibration.novelty
         if novelty is not None:  # sent._.novelty: the map's reference against doc.tensor, one product per batch
             docs_of = [doc for doc, doc_scores in zip(docs, per_doc) for _ in doc_scores]
             tensors = {id(doc): to_numpy(doc.tensor) for doc in docs}  # a CuPy array on a GPU
@@ -281,4 +334,4 @@ class TreeExpectations(Pipe):
         """The core's records of ``doc``'s sentences from the score source, checked
         (``native``: see :func:`~spacy_treexp.pipeline.score_sources.sentence_scores`)."""
         records = call_source(self.score_source, doc, self.where)
-        return sentence_scores(doc, records, self.where, single_root=self.options.single_root, native=native)
+        return self._checked(doc, records, native_requested() if native is None else native)

@@ -117,6 +117,71 @@ def test_tree_expectations_applies_the_map_of_the_product_not_the_first_parsers(
             combined.remove_pipe("tree_expectations")
 
 
+def _annotation_under(nlp, calibration, text=TEXT):
+    """What tree_expectations gives with ``calibration`` forced (an explicit map in its config)."""
+    nlp.add_pipe("tree_expectations", name="forced", config={"calibration": calibration.to_dict()})
+    try:
+        return [a.marginals for a in nlp(text)._.tree_expectations]
+    finally:
+        nlp.remove_pipe("forced")
+
+
+def test_the_map_follows_the_parser_that_wrote_the_scores(combined):
+    """With the second parser disabled, the first parser's own map applies, not the product's
+    (which would be wrong by the product's scale on scores of another size)."""
+    first_map, product_map = temperature_map(0.7), temperature_map(-0.5)
+    combined.get_pipe("biaffine_parser").calibration_map = first_map
+    combined.get_pipe("second").calibration_map = product_map
+    try:
+        component = combined.add_pipe("tree_expectations")
+        assert component.calibration == product_map
+        got = [a.marginals for a in combined(TEXT)._.tree_expectations]
+        with combined.select_pipes(disable=["tree_expectations"]):
+            expected = _annotation_under(combined, product_map)
+        for a, b in zip(got, expected):
+            numpy.testing.assert_allclose(a, b, atol=1e-6)
+        with combined.select_pipes(disable=["second"]):
+            alone = [a.marginals for a in combined(TEXT)._.tree_expectations]
+        with combined.select_pipes(disable=["second", "tree_expectations"]):
+            expected = _annotation_under(combined, first_map)
+            wrong = _annotation_under(combined, product_map)
+        for a, b, c in zip(alone, expected, wrong):
+            numpy.testing.assert_allclose(a, b, atol=1e-6)
+            assert numpy.abs(numpy.asarray(a) - numpy.asarray(c)).max() > 1e-3
+    finally:
+        combined.get_pipe("biaffine_parser").calibration_map = None
+        combined.get_pipe("second").calibration_map = None
+        if "tree_expectations" in combined.pipe_names:
+            combined.remove_pipe("tree_expectations")
+
+
+def test_scores_of_a_parser_added_later_or_another_than_the_configs_map_are_refused(parsers):
+    host, _, folder = parsers
+    host.add_pipe("tree_expectations", config={"calibration": temperature_map(0.2).to_dict()})
+    try:
+        with host.select_pipes(disable=["tree_expectations"]):
+            host.add_pipe(
+                "biaffine_parser",
+                name="second",
+                source=spacy.load(folder, config={"components.biaffine_parser.product": True}),
+                after="biaffine_parser",
+            )
+        with pytest.raises(ValueError, match="TXE026.*written by 'second'.*added after 'tree_expectations'"):
+            host(TEXT)
+        host.remove_pipe("tree_expectations")
+        host.add_pipe("tree_expectations", config={"calibration": temperature_map(0.2).to_dict()})
+        assert len(host(TEXT)._.tree_expectations) == 2
+        with host.select_pipes(disable=["second"]):
+            with pytest.raises(
+                ValueError, match="TXE026.*written by 'biaffine_parser'.*in 'tree_expectations'.s config"
+            ):
+                host(TEXT)
+    finally:
+        for name in ("tree_expectations", "second"):
+            if name in host.pipe_names:
+                host.remove_pipe(name)
+
+
 def test_a_product_parser_saves_and_loads_with_its_setting_and_map(combined, tmp_path):
     combined.get_pipe("second").calibration_map = temperature_map(-0.2)
     expected = records_of(combined(TEXT))
