@@ -31,7 +31,9 @@ class AnnotateOptions:
             not depend on the scores; Wilson's walks can take astronomically long on a trained
             parser's peaked scores.
         without_replacement: draw ``n_samples`` distinct trees (fewer when a sentence has
-            fewer trees: the rest are padded with -1 heads and -inf log-probabilities).
+            fewer trees: the rest are padded with -1 heads and -inf log-probabilities; trees
+            less probable than about e^-745 times the sentence's total count as absent, see
+            :func:`spacy_treexp.engine.sampling.sample_without_replacement`).
         top_k_heads: candidate heads listed per word.
         device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
         batch_size: the most sentences per engine call.

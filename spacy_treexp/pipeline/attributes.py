@@ -39,7 +39,16 @@ ROOT_DEP = "ROOT"
 
 
 def _records(doc: Doc) -> Optional[Sequence[SentenceAnnotation]]:
-    return doc._.get(STORE)
+    """The Doc's sentence records; raises if the Doc no longer has the tokens they describe."""
+    records = doc._.get(STORE)
+    if records and records[-1].end != len(doc):
+        raise ValueError(
+            f"The Doc has {len(doc)} tokens, but its tree_expectations annotations describe "
+            f"{records[-1].end}: it was retokenized (doc.retokenize()) after 'tree_expectations' ran, "
+            "so they no longer belong to its tokens. Retokenize before the parser, or run the "
+            "pipeline again on the new tokens (nlp(doc))."
+        )
+    return records
 
 
 def _start(record: SentenceAnnotation) -> int:
@@ -119,7 +128,8 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
         if (row < 0).any():
             raise ValueError(
                 f"Sample {i} of the sentence at token {start} does not exist (the "
-                "sentence has fewer distinct trees than samples drawn without replacement)."
+                "sentence has fewer distinct trees than samples drawn without replacement, or its "
+                "other trees are less probable than about e^-745, which the samplers cannot reach)."
             )
         for m, h in enumerate(row, start=1):
             token_i = start + m - 1

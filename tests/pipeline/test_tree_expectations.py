@@ -348,6 +348,20 @@ def test_span_that_is_not_a_sentence_is_an_error():
     assert blank_doc(["x"])[0]._.head_prob is None  # unannotated: None, as in spaCy
 
 
+def test_a_doc_retokenized_after_annotation_is_refused_not_read_at_shifted_offsets():
+    nlp = make_nlp()
+    doc = nlp(TEXTS[0])
+    assert len(doc) >= 4 and doc[3]._.head_prob is not None
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:3])
+    for read in (lambda: doc[-1]._.head_prob, lambda: list(doc.sents)[0]._.tree_entropy, lambda: doc._.tree_entropy):
+        with pytest.raises(ValueError, match="retokenized"):
+            read()
+    again = nlp(doc)  # the pipeline run on the new tokens annotates them
+    assert len(again._.tree_expectations[-1].head_prob) + again._.tree_expectations[-1].start == len(again)
+    assert again[-1]._.head_prob is not None
+
+
 @pytest.mark.parametrize(
     "config, message",
     [

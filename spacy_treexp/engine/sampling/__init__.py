@@ -250,7 +250,11 @@ def sample_without_replacement(
 
     ``"sbs"`` returns them in the order of a sequential draw (the first is a sample of p),
     ``"trie"`` in draw order too. A sentence with fewer than k trees is padded with -1 heads
-    and -inf log-probabilities. Cost O(k n^3).
+    and -inf log-probabilities. Both samplers work with conditional probabilities in float64,
+    so a tree whose probability is below about e^-745 (the smallest float64) counts as absent:
+    a sentence whose other trees are all that improbable (scores peaked by hundreds of nats,
+    far beyond a calibrated parser's) gets padding rows although it has more trees. Cost
+    O(k n^3).
     """
     k = _check_k(k)
     dist = dist.batched()
