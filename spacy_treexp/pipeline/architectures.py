@@ -121,6 +121,14 @@ def _forward(model: Model, inputs: ParserInput, is_train: bool) -> Tuple[ParserO
     if len(docs) != len(sentences):
         raise ValueError("biaffine parser: need one list of sentence spans per Doc")
     tok2vec, scorer = model.layers
+    upstream = getattr(tok2vec, "upstream_name", None)  # a spaCy Tok2VecListener
+    if not is_train and upstream is not None and any(len(doc) > 0 and doc.tensor.size == 0 for doc in docs):
+        # in prediction a listener reads doc.tensor, and gives zeros where it is empty
+        raise ValueError(
+            f"biaffine parser: a Doc has no token vectors (doc.tensor is empty): the tok2vec the parser "
+            f"listens to ({upstream!r}) did not run on it. Enable it (nlp.select_pipes, disable=) or run "
+            "the whole pipeline."
+        )
     tokvecs, backprop_tok2vec = tok2vec(docs, is_train)
     spans = [(i, start, end) for i, doc_sents in enumerate(sentences) for start, end in doc_sents]
     lengths = numpy.array([end - start for _, start, end in spans], dtype="int64")

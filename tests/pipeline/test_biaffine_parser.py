@@ -245,6 +245,10 @@ def test_shipped_model_loads_and_parses():
     with pytest.raises(ValueError, match="width 192, expected 128.*another tok2vec"):
         parser(doc)
     assert [t.head.i for t in nlp(doc)] == [t.head.i for t in doc]
+    # without its tok2vec the listener would read zeros: named, not parsed
+    with nlp.select_pipes(disable=["tok2vec"]):
+        with pytest.raises(ValueError, match="no token vectors.*'tok2vec'"):
+            nlp("The parser keeps its scores.")
 
 
 def test_numpy_blas_runs_a_thinc_model_alike_and_restores_its_ops():
