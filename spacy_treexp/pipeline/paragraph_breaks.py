@@ -4,7 +4,8 @@ spaCy's tokenizer keeps line breaks as whitespace tokens (``token.is_space``). A
 whitespace holding ``min_newlines`` or more line breaks (by default a blank line) is a
 paragraph break: the next word starts a sentence. Whitespace tokens themselves never start
 one, so they stay at the end of the sentence before them (whitespace at the start of the
-Doc joins the first sentence). Other tokens are left unset for a
+Doc joins the first sentence); a boundary already set on a whitespace token (by the user or
+an earlier component) moves to the word after the run. Other tokens are left unset for a
 downstream ``senter`` or ``sentencizer`` (both keep boundaries already set, unless told to
 overwrite them). Docs without whitespace tokens are returned untouched at the cost of
 one ``to_array`` call.
@@ -44,11 +45,13 @@ class ParagraphBreaks:
         starts = spaces[numpy.r_[0, breaks]]
         ends = spaces[numpy.r_[breaks - 1, len(spaces) - 1]] + 1
         for start, end in zip(starts.tolist(), ends.tolist()):
+            # a boundary already set inside the run (by the user, or a component before this one) moves to the next word
+            boundary_set = any(doc[i].is_sent_start for i in range(max(start, 1), end))
             for i in range(max(start, 1), end):
                 doc[i].is_sent_start = False
             newlines = sum(doc[i].text.count("\n") for i in range(start, end))
             if start == 0 and end < len(doc):
                 doc[end].is_sent_start = False  # leading whitespace joins the first sentence
-            elif end < len(doc) and newlines >= self.min_newlines:
+            elif end < len(doc) and (newlines >= self.min_newlines or boundary_set):
                 doc[end].is_sent_start = True
         return doc

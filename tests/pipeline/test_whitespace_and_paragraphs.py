@@ -44,6 +44,14 @@ def test_newlines_of_a_whitespace_run_add_up(blank):
     assert starts(blank(doc)) == [True, False, False, False, True]
 
 
+def test_a_boundary_set_on_whitespace_moves_to_the_next_word(blank):
+    words = ["Hello", ".", "\n", "world", "."]
+    doc = Doc(blank.vocab, words=words, spaces=[False] * 5, sent_starts=[True, False, True, False, False])
+    assert starts(blank(doc)) == [True, False, False, True, False]
+    unset = Doc(blank.vocab, words=words, spaces=[False] * 5)
+    assert starts(blank(unset)) == [True, None, False, None, None]  # one line break alone: left to the senter
+
+
 def test_leading_whitespace_joins_the_first_sentence_and_plain_text_is_untouched(blank):
     doc = blank("\n\nHello there")
     assert starts(doc) == [True, False, None]
