@@ -130,3 +130,12 @@ def test_float32_ties_at_a_large_scale():
     dist = TreeDistribution(scores)
     assert abs(dist.entropy().item() - math.log(3)) < 1e-6
     assert torch.allclose(dist.marginals[0, 1:], torch.full((3,), 1 / 3), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_marginals_stay_in_the_unit_interval_on_peaked_scores(dtype):
+    """Rounding on the stable path gave 1 + 2e-16 and -1e-74 here, and log(marginals) NaN."""
+    scores = torch.randn(2, 31, 31, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).mul(100)
+    marginals = TreeDistribution(scores.to(dtype), torch.tensor([30, 17])).marginals
+    assert float(marginals.min()) >= 0.0 and float(marginals.max()) <= 1.0
+    assert not torch.log(marginals).isnan().any()

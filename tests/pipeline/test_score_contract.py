@@ -283,6 +283,16 @@ def test_arc_scores_as_lists_tuples_and_tensors():
         numpy.testing.assert_allclose(doc._.tree_expectations[0].dep_prob, reference.dep_prob, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_tensors_are_read_as_their_values(dtype):
+    """bfloat16 has no numpy dtype: its values are widened, not refused with a TypeError."""
+    arc, rel = random_scores(3, 0)
+    half_arc, half_rel = torch.from_numpy(arc).to(dtype), torch.from_numpy(rel).to(dtype)
+    exact = component()(doc_with(half_arc.float().numpy(), half_rel.float().numpy(), LABELS))._.tree_expectations[0]
+    got = component()(doc_with(half_arc, half_rel, LABELS))._.tree_expectations[0]
+    numpy.testing.assert_allclose(got.marginals, exact.marginals, atol=1e-6)
+
+
 def test_records_read_back_from_a_docbin():
     nlp = spacy.blank("en")
     doc = labelled_doc()
