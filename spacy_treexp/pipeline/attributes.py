@@ -115,6 +115,8 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
     if not records:
         raise ValueError("Doc has no sentences, so it has no sampled parses.")
     k = min(len(record.sampled_heads) for record in records)
+    if isinstance(i, bool) or not isinstance(i, (int, numpy.integer)):
+        raise ValueError(f"Sample index must be an integer, got {i!r}")
     if not 0 <= i < k:
         raise ValueError(
             f"Sample index {i} out of range: the Doc has {k} samples per sentence "

@@ -47,6 +47,11 @@ def load(*, ensemble: bool = False, **overrides: Any) -> Language:
     unknown = sorted(set(overrides) - set(LOAD_OPTIONS))
     if unknown:
         raise ValueError(f"spacy_treexp.load: unknown option(s) {unknown}; expected {LOAD_OPTIONS}")
+    if not isinstance(overrides.get("config", {}), dict):
+        raise ValueError(
+            "spacy_treexp.load: config must be a dict of config overrides, e.g. "
+            f'{{"components.biaffine_parser.decoding": "mbr"}}; got {overrides["config"]!r}'
+        )
     if not (MODEL_PATH / "config.cfg").exists():
         raise FileNotFoundError(
             f"The default pipeline is missing from {MODEL_PATH}: reinstall spacy_treexp or "

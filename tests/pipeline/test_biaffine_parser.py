@@ -240,6 +240,8 @@ def test_shipped_model_loads_and_parses():
     assert all(token.pos_ for token in doc)
     with pytest.raises(ValueError, match="unknown option"):
         spacy_treexp.load(colour="red")
+    with pytest.raises(ValueError, match="config must be a dict"):
+        spacy_treexp.load(config="x")
     # the tagger's tok2vec (192 wide) wrote doc.tensor last: the parser alone names that, not a broadcast error
     parser = nlp.get_pipe("biaffine_parser")
     with pytest.raises(ValueError, match="width 192, expected 128.*another tok2vec"):

@@ -270,6 +270,8 @@ def test_sampled_doc_is_a_parse_of_the_sample():
                 assert token.dep_ == LABELS[int(rel[h, m].argmax())]
     with pytest.raises(ValueError, match="out of range"):
         doc._.sampled_doc(3)
+    with pytest.raises(ValueError, match="must be an integer, got 1.5"):
+        doc._.sampled_doc(1.5)
 
 
 # --- bad input and edge cases -------------------------------------------------------
