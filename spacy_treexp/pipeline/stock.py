@@ -91,7 +91,9 @@ def add_uncertainty(
     the module doc), else ``spacy_treexp.load()``;
     ``overwrite``: see the module doc; ``tree_options``: settings of ``tree_expectations``
     (``n_samples``, ``seed``, ...). The parser goes last (after the host's parser and
-    sentence boundaries), ``tree_expectations`` after it.
+    sentence boundaries), ``tree_expectations`` after it. A pipeline with no component that
+    sets sentence boundaries (``spacy.blank("en")``) first gets spaCy's rule-based
+    ``sentencizer``, as the parser parses sentence by sentence.
     """
     from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
 
@@ -101,6 +103,8 @@ def add_uncertainty(
         from spacy_treexp.pipeline.default_model import load, stock_head_for
 
         source = stock_head_for(nlp) or load()
+    if not any("token.is_sent_start" in nlp.get_pipe_meta(pipe).assigns for pipe in nlp.pipe_names):
+        nlp.add_pipe("sentencizer")
     with warnings.catch_warnings():  # W113: the parser reads its own vectors (biaffine_parser.py)
         warnings.filterwarnings("ignore", message=r"\[W113\]")
         parser = nlp.add_pipe("biaffine_parser", name=name, source=source)

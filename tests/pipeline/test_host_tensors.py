@@ -53,3 +53,16 @@ def test_a_host_tensor_of_another_width_gets_the_copies(source, monkeypatch):
     doc = host(TEXT)
     assert calls == [1]
     assert [(t.head.i, t.dep_) for t in doc] == [(t.head.i, t.dep_) for t in source(TEXT)]
+
+
+def test_add_uncertainty_gives_a_blank_pipeline_sentence_boundaries(source):
+    """spacy.blank has no component that splits sentences, which the parser needs."""
+    import spacy
+
+    nlp = spacy_treexp.add_uncertainty(spacy.blank("en"), source=source)
+    assert nlp.pipe_names == ["sentencizer", "biaffine_parser", "tree_expectations"]
+    doc = nlp(TEXT)
+    assert len(list(doc.sents)) == 2
+    alone = source(TEXT)
+    assert [(t.head.i, t.dep_) for t in doc] == [(t.head.i, t.dep_) for t in alone]
+    assert all(0.0 <= t._.head_prob <= 1.0 for t in doc)
