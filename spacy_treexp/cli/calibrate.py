@@ -33,7 +33,16 @@ from typing import Annotated, Any, Dict, List, Optional, Sequence, Tuple
 import numpy
 import typer
 
-from spacy_treexp.cli.common import CalibrationKind, Model, Stanza, StanzaTags, UserError, check_output_path, warn
+from spacy_treexp.cli.common import (
+    CalibrationKind,
+    Model,
+    Stanza,
+    StanzaTags,
+    UserError,
+    check_not_holding,
+    check_output_path,
+    warn,
+)
 from spacy_treexp.cli.partial import replace_folder
 
 
@@ -113,11 +122,22 @@ def calibrate(
         raise UserError("--ood-dev needs --novelty-text: the out-of-domain model reads the novelty reference")
     if held_out is None and not 0 < held_out_fraction < 1:
         raise UserError(f"--held-out-fraction {held_out_fraction}: expected a number between 0 and 1")
-    if l2 is not None and not l2 >= 0:
-        raise UserError(f"--l2 {l2}: expected a number >= 0")
+    if l2 is not None and not 0 <= l2 < float("inf"):
+        raise UserError(f"--l2 {l2}: expected a finite number >= 0")
     if stanza is not None and not stanza.is_dir():
         raise UserError(f"--stanza {stanza}: no such directory")
     target = _target(out, stanza, force, [p for p in (dev, held_out) if p is not None])
+    if stanza is None:  # --force replaces the folder whole: never one holding an input
+        check_not_holding(
+            target,
+            [
+                ("--dev", dev),
+                ("--held-out", held_out),
+                ("--novelty-text", novelty_text),
+                ("--ood-dev", ood_dev),
+                ("--model", _model_folder(model)),
+            ],
+        )
     try:
         fit_gold, report_gold = _split(
             read_conllu(dev), None if held_out is None else read_conllu(held_out), held_out_fraction, seed
@@ -237,6 +257,15 @@ def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Se
     if out.exists() and any(out.iterdir()) and not force:
         raise UserError(f"--out {out}: is not empty; give --force to replace it")
     return out
+
+
+def _model_folder(model: Optional[str]) -> Optional[Path]:
+    """The folder the pipeline is loaded from, when it is one (the shipped model's by default)."""
+    from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, MODEL_PATH
+
+    if model is None or model == ENSEMBLE_NAME:
+        return MODEL_PATH
+    return Path(model) if Path(model).exists() else None
 
 
 def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed: int) -> Tuple[List[Any], List[Any]]:

@@ -118,6 +118,23 @@ def check_output_path(path: Path, sources: Iterable[Path], what: str = "--output
             raise UserError(f"{what} {path}: folder {folder_written} is not writable")
 
 
+def check_not_holding(folder: Path, sources: Iterable[tuple[str, Optional[Path]]], what: str = "--out") -> None:
+    """An output folder that a command replaces whole (``--force``) must be none of the
+    inputs and hold none of them: replacing it would delete them. ``sources``: (option, path)."""
+    if not folder.is_dir():
+        return
+    places = {Path(os.path.abspath(folder)), folder.resolve()}
+    for option, source in sources:
+        if source is None or is_stdio(source) or not (source.exists() or source.is_symlink()):
+            continue
+        for candidate in {Path(os.path.abspath(source)), source.resolve()}:
+            if any(candidate == place or place in candidate.parents for place in places):
+                raise UserError(
+                    f"{what} {folder}: holds the input {option} {source}, which replacing the folder would "
+                    "delete; write to another folder"
+                )
+
+
 def same_file(path: Path, source: Path) -> bool:
     """Whether ``path`` names the existing input ``source``: the same path once symlinks,
     ``.`` and ``..`` are resolved, or another link (hard or symbolic) to the same file."""
