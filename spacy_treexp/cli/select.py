@@ -16,9 +16,10 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, List
+from typing import Annotated, Any, List
 
 import typer
+from spacy.tokens import Span
 from tqdm import tqdm
 
 from spacy_treexp.cli.common import (
@@ -110,11 +111,14 @@ def select(
                         "--strategy mutual_information: the pipeline's annotations carry no mutual information; "
                         "it needs an ensemble parser (several members' scores)"
                     )
+                words, expected_attachment = _words(doc[record.start : record.end], record)
+                if not words:  # whitespace only: nothing to annotate
+                    continue
                 items.append(
                     candidate(
                         doc[record.start : record.end].text,
-                        record.n,
-                        record.expected_attachment,
+                        words,
+                        expected_attachment,
                         record.entropy,
                         mutual_information,
                         {"line": context.get("line"), "sentence": k},
@@ -147,3 +151,15 @@ def select(
         f"(budget {budget} {unit.value}, strategy {strategy.value}); {selection.duplicates} near-duplicate(s) skipped"
     )
     return 0
+
+
+def _words(sent: Span, record: Any) -> tuple[int, float]:
+    """The sentence's words and the expected fraction of them with the right head. Whitespace
+    tokens (extra spaces, tabs, line breaks: nodes of the parse) are not words an annotator
+    checks or is paid for: they count neither in the budget nor in the expected errors."""
+    words = [token for token in sent if not token.is_space]
+    if len(words) == record.n:
+        return record.n, record.expected_attachment
+    if not words:
+        return 0, 1.0
+    return len(words), 1.0 - sum(1.0 - token._.head_prob for token in words) / len(words)
