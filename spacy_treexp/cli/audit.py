@@ -39,7 +39,9 @@ def audit(
         Optional[Path],
         typer.Option("--output", "-o", help="Ranked arcs: .jsonl or .csv ('-': JSONL on stdout)."),
     ] = None,
-    html: Annotated[Optional[Path], typer.Option("--html", help="The HTML report of the flagged sentences.")] = None,
+    html: Annotated[
+        Optional[Path], typer.Option("--html", help="The HTML report of the flagged sentences ('-': stdout).")
+    ] = None,
     model: Model = None,
     folds: Annotated[
         int,
@@ -79,7 +81,10 @@ def audit(
             raise UserError(f"--output {output}: expected a .jsonl or .csv path ('-': JSONL on stdout)")
         if not is_stdio(output):
             check_output_path(output, [gold])
-    if html is not None:
+    if html is not None and is_stdio(html):
+        if output is not None and is_stdio(output):
+            raise UserError("--html - and --output -: only one of them can go to standard output")
+    elif html is not None:
         check_output_path(html, [gold], what="--html")
         if output is not None and not is_stdio(output) and html.resolve() == output.resolve():
             raise UserError(f"--html {html}: is also --output; give two paths")
@@ -148,7 +153,12 @@ def audit(
             write_atomic(output, text)
     if html is not None:
         note = f"Cross-fitted with {result.folds} folds." if result.folds else ""
-        write_atomic(html, audit_html(result.sentences, ranked, threshold=threshold, limit=html_limit, note=note))
+        page = audit_html(result.sentences, ranked, threshold=threshold, limit=html_limit, note=note)
+        if is_stdio(html):
+            sys.stdout.write(page)
+            sys.stdout.flush()
+        else:
+            write_atomic(html, page)
     if output is None and html is None:
         _print_top(ranked[:top])
     timing = f" in {seconds:.1f} s"

@@ -30,7 +30,15 @@ def parse(
     entropy, expected attachment and log Z; with --samples K, K sampled trees.
     """
     if text == STDIO:
-        text = sys.stdin.read().rstrip("\r\n")
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8").removeprefix("\ufeff").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise UserError(f"TEXT -: standard input is not valid UTF-8 ({e.reason} at byte {e.start})") from e
+    else:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # bytes the locale could not decode, kept as surrogates
+            raise UserError("TEXT: not valid UTF-8 text") from e
 
     def fail(context: dict[str, Any], e: Exception) -> None:
         raise UserError(f"{type(e).__name__}: {e}")

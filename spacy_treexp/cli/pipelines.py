@@ -29,6 +29,7 @@ from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, STOCK_HEAD_NAME, 
 from spacy_treexp.pipeline.extensions import score_writers
 
 SENTENCE_SETTERS = ("senter", "sentencizer")
+_MAX_SAMPLES = 2**63 - 1  # an int64
 
 OnError = Callable[[Context, Exception], None]
 Runner = Callable[[Iterable[tuple[Item, Context]]], Iterator[tuple[Doc, Context]]]
@@ -50,6 +51,8 @@ def check_model(model: str) -> None:
 
 def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> Language:
     """The spaCy pipeline to run, with a ``tree_expectations`` drawing ``n_samples`` samples."""
+    if n_samples > _MAX_SAMPLES:  # spaCy's config cannot hold it (E961) and no tensor could
+        raise UserError(f"--samples {n_samples}: too large (at most {_MAX_SAMPLES})")
     if model is not None:
         check_model(model)
     if gpu >= 0:
@@ -158,8 +161,13 @@ def annotate_stream(
 
     def feed() -> Iterator[tuple[Doc, int]]:
         for seq, (item, context) in enumerate(items):
+            try:  # a text over nlp.max_length (E088), say: reported with its line, not a crash
+                doc = make_doc(nlp, item)
+            except Exception as e:
+                on_error(context, e)
+                continue
             pending[seq] = (item, context)
-            yield make_doc(nlp, item), seq
+            yield doc, seq
 
     def retry(seq: int) -> Iterator[tuple[Doc, Context]]:
         item, context = pending.pop(seq)

@@ -63,7 +63,12 @@ def render(
     if input.suffix.lower() == ".spacy" and input_format is None:
         if not input.exists():
             raise UserError(f"INPUT {input}: no such file or folder")
-        docs = list(take(read_docbin(input, spacy.blank("xx").vocab), limit))
+        try:
+            docs = list(take(read_docbin(input, spacy.blank("xx").vocab), limit))
+        except (ValueError, OSError) as e:  # not a DocBin (E1014), a shard that cannot be read
+            raise UserError(
+                f"INPUT {input}: cannot read it as .spacy DocBin shards ({' '.join(str(e).split())})"
+            ) from e
     else:
         reader = open_reader(input, input_format, lambda line, message: warn(f"{reader.name}:{line}: {message}"))
         run = make_runner(
@@ -77,7 +82,10 @@ def render(
             on_error=lambda context, e: warn(f"{reader.name}:{context['line']}: {type(e).__name__}: {e}"),
         )
         docs = [doc for doc, _ in run(take(iter(reader), limit))]
-    html = render_html(docs, alt_threshold=alt_threshold)
+    try:
+        html = render_html(docs, alt_threshold=alt_threshold)
+    except ValueError as e:  # a .spacy of Docs without the tree_expectations annotation
+        raise UserError(f"INPUT {input}: {' '.join(str(e).split())}") from e
     if is_stdio(output):
         sys.stdout.write(html)
         sys.stdout.flush()

@@ -15,8 +15,8 @@ Outside that contract the reader normalises, and says so here:
   blank lines at the start, become the writer's single empty line after each sentence.
 
 :func:`read_conllu` checks the *format* only (10 tab-separated columns, word ids 1..n,
-well-formed ``a-b`` and ``a.b`` ids in their places, comments before token lines, at least
-one word, UTF-8) and raises :class:`ConlluError` naming path and line, or reports the bad
+well-formed ``a-b`` and ``a.b`` ids in their places, a FORM in every word line, comments
+before token lines, at least one word, UTF-8) and raises :class:`ConlluError` naming path and line, or reports the bad
 sentence to ``on_error`` and goes on. Whether the gold heads form a tree is a separate
 question: :meth:`ConlluSentence.tree_problem`.
 
@@ -470,6 +470,8 @@ def _parse_block(block: list[_Line], path: str | None) -> ConlluSentence:
         cols = tuple(line.split("\t"))
         if len(cols) != 10:
             raise ConlluError(path, number, f"expected 10 tab-separated columns, got {len(cols)}")
+        if cols[1] == "":  # UD: '_' is "no value"; a word without a form cannot be parsed
+            raise ConlluError(path, number, "column 2 (FORM) is empty; write _ for no value")
         token_id = cols[0]
         if token_id == next_id:
             n += 1

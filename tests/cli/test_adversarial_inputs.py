@@ -1,0 +1,82 @@
+"""Inputs a user's own data brings: one clear line or a correct result, never a traceback,
+a silently wrong count or a deleted input (found by an adversarial sweep of the CLI)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+from spacy.tokens import DocBin
+
+GOLD = """# sent_id = s1
+1	Dogs	dog	NOUN	NNS	_	2	nsubj	_	_
+2	bark	bark	VERB	VBP	_	0	root	_	_
+
+"""
+
+
+def test_a_text_over_the_length_limit_is_reported_and_skipped(model, tmp_path, run_cli):
+    source = tmp_path / "in.txt"
+    source.write_text("One here.\n" + "word " * 220_000 + "\nThree here.\n", encoding="utf-8")
+    target = tmp_path / "out.jsonl"
+    status, _, err = run_cli("annotate", str(source), "-o", str(target), "--model", model, "--quiet")
+    assert status == 0, err
+    assert f"{source}:2: ValueError: [E088]" in err and "Traceback" not in err
+    assert [json.loads(line)["line"] for line in target.read_text().splitlines()] == [1, 3]
+
+
+def test_parse_names_invalid_utf8_on_stdin_and_an_int64_overflow(model, monkeypatch, user_error):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"caf\xe9 au lait\n")))
+    assert "standard input is not valid UTF-8" in user_error("parse", "-", "--model", model)
+    assert "--samples 18446744073709551616: too large" in user_error(
+        "parse", "A text.", "--samples", str(2**64), "--model", model
+    )
+
+
+def test_render_refuses_a_spacy_input_it_cannot_draw(tmp_path, user_error):
+    garbage, plain, page = tmp_path / "garbage.spacy", tmp_path / "plain.spacy", tmp_path / "page.html"
+    garbage.write_text("not a DocBin\n")
+    assert "cannot read it as .spacy DocBin shards" in user_error("render", str(garbage), "-o", str(page))
+    import spacy
+
+    DocBin(docs=[spacy.blank("en")("No annotation here.")]).to_disk(plain)
+    assert "no tree_expectations annotation" in user_error("render", str(plain), "-o", str(page))
+    assert not page.exists()
+
+
+def test_select_counts_words_not_whitespace_tokens(model, tmp_path, run_cli):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat on the mat.\nThe  cat  sat  on  the  mat .\n", encoding="utf-8")
+    status, out, err = run_cli("select", str(corpus), "--model", model, "--budget", "100", "--no-dedup", "--quiet")
+    assert status == 0, err
+    assert sorted(json.loads(line)["words"] for line in out.splitlines()) == [7, 7]
+
+
+def test_force_never_replaces_a_folder_holding_an_input(model, tmp_path, user_error):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "dev.conllu").write_text(GOLD * 3, encoding="utf-8")
+    (folder / "train.conllu").write_text(GOLD * 3, encoding="utf-8")
+    dev = str(folder / "dev.conllu")
+    line = user_error("calibrate", "--dev", dev, "--model", model, "--out", str(folder), "--force")
+    assert "holds the input --dev" in line
+    line = user_error("calibrate", "--dev", dev, "--model", model, "--out", str(tmp_path), "--force")
+    assert "holds the input --dev" in line
+    line = user_error("train", str(folder / "train.conllu"), dev, "-o", str(folder), "--force")
+    assert "holds the input TRAIN" in line
+    assert sorted(p.name for p in folder.iterdir()) == ["dev.conllu", "train.conllu"]
+
+
+def test_calibrate_refuses_an_infinite_ridge(model, conllu_file, tmp_path, user_error):
+    out = str(tmp_path / "o")
+    line = user_error("calibrate", "--dev", str(conllu_file), "--model", model, "--out", out, "--l2", "inf")
+    assert "--l2 inf: expected a finite number >= 0" in line
+
+
+def test_audit_html_dash_is_standard_output(model, conllu_file, tmp_path, monkeypatch, run_cli, user_error):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_cli("audit", str(conllu_file), "--model", model, "--html", "-", "--quiet")
+    assert status == 0, err
+    assert out.startswith("<!DOCTYPE html>") and not (tmp_path / "-").exists()
+    assert "only one of them" in user_error("audit", str(conllu_file), "--model", model, "--html", "-", "-o", "-")
