@@ -133,7 +133,8 @@ def annotate(
 
     Streams, and writes each document as soon as it is done to OUTPUT.partial, renamed to
     OUTPUT when the run is complete; --resume finishes an interrupted run. A bad input
-    line is reported with its number and skipped (--strict: stop there, exit status 1).
+    line is reported with its number and skipped (--strict: stop there, exit status 1; exit
+    status 1 too when every input of the run was bad).
     """
     if backend is Backend.ray:
         return _annotate_ray(
@@ -216,9 +217,11 @@ def annotate(
         disable=quiet or None,
         file=sys.stderr,
     )
+    written = 0
     try:
         for doc, context in run(reader):
             writer.write(doc, context)
+            written += 1
             progress.update(1)
         writer.finish()
     except KeyboardInterrupt:
@@ -242,6 +245,9 @@ def annotate(
         writer.close()
     if problems:
         warn(f"{problems} bad input(s) skipped; {writer.docs} documents written to {writer.where}.")
+    if problems and written == 0:  # not one input of this run could be annotated: a failed run
+        warn("no input could be annotated (exit status 1)")
+        return 1
     return 0
 
 

@@ -106,7 +106,11 @@ def audit(
         bad.append(str(error))
         warn(f"{gold}:{sentence.line}: sentence {sentence.sent_id or ''}: {' '.join(str(error).split())} (skipped)")
 
-    total = sum(1 for _ in read_conllu(gold, on_error=lambda error: None))
+    errors: List[ConlluError] = []
+    total = sum(1 for _ in read_conllu(gold, on_error=errors.append))
+    if total == 0:  # nothing to audit: a failed run, not an empty table
+        first = f": {' '.join(str(errors[0]).split())}" if errors else ""
+        raise UserError(f"GOLD {gold}: no sentence could be read as CoNLL-U{first}")
     progress = tqdm(total=total, unit="sent", disable=quiet or None, file=sys.stderr)
     started = time.perf_counter()
     try:
@@ -169,7 +173,7 @@ def audit(
         f"tree(s), {sum(a.score >= threshold for a in ranked)} arc(s) with score >= {threshold:g}"
         + (f"; {len(bad)} sentence(s) skipped (malformed or not parsed)" if bad else "")
     )
-    return 0
+    return 1 if bad and not result.sentences else 0
 
 
 def _print_top(arcs: list) -> None:

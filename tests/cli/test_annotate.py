@@ -35,6 +35,15 @@ def test_txt_to_jsonl_reports_bad_lines_and_goes_on(model, reference, tmp_path, 
     assert token["head_distribution"][0][1] >= token["head_distribution"][-1][1]
 
 
+def test_a_run_whose_every_input_is_bad_fails(model, tmp_path, run_cli):
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"This will FAIL.\n\xff\xfe\n")
+    target = tmp_path / "out.jsonl"
+    status, _, err = run_cli("annotate", str(source), "-o", str(target), "--model", model)
+    assert status == 1
+    assert "2 bad input(s) skipped" in err and "no input could be annotated" in err
+
+
 def test_strict_stops_at_the_first_bad_line_keeping_finished_documents(model, tmp_path, run_cli):
     source = tmp_path / "in.jsonl"
     source.write_text('{"text": "One.", "id": 7}\n{"text": "Two."}\n{"txt": 3}\n{"text": "Four."}\n')

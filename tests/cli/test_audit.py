@@ -125,8 +125,10 @@ def test_audit_folds_trains_one_model_per_fold(run_cli, model, gold, tmp_path, m
         (["{gold}", "--train-steps", "3"], "--train-steps and --train-seconds need --folds"),
         (["{gold}", "--model", "no-such-model-xyz"], "no such spaCy pipeline"),
         (["{gold}", "--model", "x", "--folds", "2"], "leave out --model"),
+        (["{tmp}/notes.conllu"], "no sentence could be read as CoNLL-U: {tmp}/notes.conllu:1: expected 10"),
     ],
 )
 def test_audit_user_errors_are_one_line(user_error, gold, tmp_path, args, message):
+    (tmp_path / "notes.conllu").write_text("hello world\n", encoding="utf-8")
     line = user_error("audit", *[a.format(gold=gold, tmp=tmp_path) for a in args])
-    assert message in line
+    assert message.format(tmp=tmp_path) in line
