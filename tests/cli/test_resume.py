@@ -1,6 +1,7 @@
 """``annotate`` killed in a real process (SIGKILL, SIGTERM), then finished by the same command
 with ``--resume``: the result is what an uninterrupted run writes (byte for byte for .jsonl
-and .conllu, the same Docs for .spacy), with no duplicate and no gap.
+and .conllu with the test scorer, whose scores do not depend on batching; the same Docs for
+.spacy), with no duplicate and no gap.
 
 Each input format goes to one output format (.txt -> .jsonl, .conllu -> .conllu,
 .jsonl -> .spacy), so the three ways of numbering input positions are covered too; each
