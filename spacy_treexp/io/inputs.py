@@ -138,8 +138,14 @@ def read_txt_items(handle: Iterable[bytes], on_bad: OnBad) -> Iterator[tuple[Ite
         yield line, {"line": number}
 
 
+#: Fields of a JSONL output record that ``annotate`` writes itself: an input object holding
+#: one is refused rather than have its value overwritten.
+RESERVED_FIELDS = ("line", "tree_entropy", "sentences")
+
+
 def read_jsonl_items(handle: Iterable[bytes], on_bad: OnBad) -> Iterator[tuple[Item, Context]]:
-    """One ``{"text": ...}`` object per non-empty line; its other fields go to ``meta``."""
+    """One ``{"text": ...}`` object per non-empty line; its other fields go to ``meta``
+    (none of :data:`RESERVED_FIELDS`)."""
     for number, line in _lines(handle, on_bad):
         try:
             record = json.loads(line)
@@ -148,6 +154,10 @@ def read_jsonl_items(handle: Iterable[bytes], on_bad: OnBad) -> Iterator[tuple[I
             continue
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             on_bad(number, 'expected an object with a string "text" field')
+            continue
+        clash = [key for key in RESERVED_FIELDS if key in record]
+        if clash:
+            on_bad(number, f'field "{clash[0]}" is one annotate writes ({", ".join(RESERVED_FIELDS)}): rename it')
             continue
         meta = {key: value for key, value in record.items() if key != "text"}
         yield record["text"], {"line": number, "meta": meta}

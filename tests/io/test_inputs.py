@@ -29,6 +29,14 @@ def test_jsonl_keeps_metadata_and_reports_bad_lines():
     assert [line for line, _ in bad] == [2, 3, 4] and bad[2][1].startswith("invalid JSON")
 
 
+def test_jsonl_refuses_fields_the_output_record_would_overwrite():
+    items, bad = read(
+        b'{"text": "A", "line": 99}\n{"text": "B", "sentences": []}\n{"text": "C", "lines": 1}\n', "jsonl"
+    )
+    assert items == [("C", {"line": 3, "meta": {"lines": 1}})]
+    assert [line for line, _ in bad] == [1, 2] and 'field "line" is one annotate writes' in bad[0][1]
+
+
 def test_conllu_gives_gold_words_spaces_and_the_sentence():
     text = (
         "# sent_id = a\n1\tI\t_\t_\t_\t_\t2\tnsubj\t_\t_\n2-3\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n"
