@@ -69,9 +69,9 @@ def audit(
     from spacy_treexp.audit.report import arcs_csv, arcs_jsonl, audit_html
     from spacy_treexp.audit.run import audit_cross_fitted, audit_treebank, default_trainer
     from spacy_treexp.audit.scoring import spacy_scorer
-    from spacy_treexp.cli.partial import write_atomic
     from spacy_treexp.cli.pipelines import check_model, load_pipeline
     from spacy_treexp.io import ConlluError, read_conllu
+    from spacy_treexp.io.files import write_atomic
 
     check_input_file(gold, "GOLD")
     kind = None

@@ -11,7 +11,7 @@ of its last document). A record or shard is flushed before its manifest line is 
 so the manifest never lists what is not there. When the run completes, ``OUTPUT.partial``
 is renamed to OUTPUT (``os.replace``: an existing OUTPUT is replaced whole, never
 truncated or half overwritten) and the manifest is removed. ``render`` writes its page to
-a temporary file beside the target and renames it the same way (:func:`write_atomic`).
+a temporary file beside the target and renames it the same way (:func:`spacy_treexp.io.files.write_atomic`).
 
 Interrupted runs. After Ctrl-C or SIGTERM (or an error, or ``--strict``) the partial
 holds exactly the records the manifest lists (a ``.spacy`` run first writes the documents
@@ -335,25 +335,6 @@ def clear_unlisted_shards(partial: Path, kept: Kept) -> None:
     for path in partial.iterdir():
         if _SHARD_FILE.fullmatch(path.name) and path.name not in listed:
             path.unlink()
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to a temporary file beside ``path`` (or the file a symlink
-    ``path`` points at), then rename it into place: ``path`` is whole, old or new."""
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(text.encode("utf-8"))
-            file.flush()
-            os.fsync(file.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(name, 0o666 & ~umask)
-        os.replace(name, target)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
 
 
 def replace_folder(target: Path, write: Callable[[Path], None]) -> None:

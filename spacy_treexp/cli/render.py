@@ -1,7 +1,7 @@
 """``spacy-treexp render INPUT -o page.html``: the standalone HTML view of a file's parses.
 
 The page is written to a temporary file beside OUTPUT and renamed into place once whole
-(:func:`spacy_treexp.cli.partial.write_atomic`): an interrupted run leaves OUTPUT as it
+(:func:`spacy_treexp.io.files.write_atomic`): an interrupted run leaves OUTPUT as it
 was. OUTPUT may not be INPUT (nor a link to it); ``-`` writes to standard output."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from spacy_treexp.cli.common import (
     warn,
 )
 from spacy_treexp.cli.outputs import read_docbin
-from spacy_treexp.cli.partial import write_atomic
 from spacy_treexp.cli.pipelines import make_runner
+from spacy_treexp.io.files import write_atomic
 from spacy_treexp.pipeline.render import render as render_html
 
 

@@ -77,8 +77,8 @@ def select(
     """Rank unlabelled sentences for annotation and choose them within a budget."""
     from spacy_treexp.audit.select import Candidate, candidate, finite
     from spacy_treexp.audit.select import select as choose
-    from spacy_treexp.cli.partial import write_atomic
     from spacy_treexp.cli.pipelines import check_model, make_runner
+    from spacy_treexp.io.files import write_atomic
     from spacy_treexp.pipeline import attributes
 
     if dedup_threshold <= 0.0 and not no_dedup:

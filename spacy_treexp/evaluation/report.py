@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from spacy_treexp.io.files import write_atomic
 
 #: The targets of the issue for the default model on EWT test.
 TARGETS = {"arc_ece_max": 0.02, "auroc_min": 0.85}
@@ -36,8 +39,15 @@ def targets(quality: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+def _save_figure(fig: Any, path: Path, dpi: int) -> None:
+    """A PNG written whole or not at all (an interrupted report never leaves half a plot)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    write_atomic(path, buffer.getvalue())
+
+
 def write_json(report: Dict[str, Any], path: Path) -> None:
-    path.write_text(json.dumps(_clean(report), indent=2, ensure_ascii=False) + "\n", encoding="utf8")
+    write_atomic(path, json.dumps(_clean(report), indent=2, ensure_ascii=False) + "\n")
 
 
 def _f(value: Optional[float], digits: int = 4) -> str:
@@ -292,7 +302,7 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
         ]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
-    path.write_text("\n".join(lines) + "\n", encoding="utf8")
+    write_atomic(path, "\n".join(lines) + "\n")
 
 
 def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
@@ -328,7 +338,7 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
         ax.set_ylim(0, 1)
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fig.savefig(out_dir / "reliability.png", dpi=110)
+    _save_figure(fig, out_dir / "reliability.png", 110)
     plt.close(fig)
     written.append("reliability.png")
 
@@ -352,7 +362,7 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
         ax.set_title("best of k sampled trees (grey: MAP)", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out_dir / "oracle_uas.png", dpi=110)
+        _save_figure(fig, out_dir / "oracle_uas.png", 110)
         plt.close(fig)
         written.append("oracle_uas.png")
 
@@ -386,7 +396,7 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
         ax.set_yscale("log")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(out_dir / "entropy_timing.png", dpi=110)
+        _save_figure(fig, out_dir / "entropy_timing.png", 110)
         plt.close(fig)
         written.append("entropy_timing.png")
     return written
@@ -419,6 +429,6 @@ def reliability_by_genre(section: Dict[str, Any], out_dir: Path, plt: Any) -> st
     for ax in axes.reshape(-1)[len(genres) :]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(out_dir / "reliability_genres.png", dpi=100)
+    _save_figure(fig, out_dir / "reliability_genres.png", 100)
     plt.close(fig)
     return "reliability_genres.png"

@@ -1,0 +1,27 @@
+"""Files written whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Union
+
+
+def write_atomic(path: Path, data: Union[str, bytes]) -> None:
+    """Write ``data`` (text as UTF-8) to a temporary file beside ``path`` (or the file a symlink
+    ``path`` points at), then rename it into place: ``path`` is whole, old or new."""
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data.encode("utf-8") if isinstance(data, str) else data)
+            file.flush()
+            os.fsync(file.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(name, 0o666 & ~umask)
+        os.replace(name, target)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
