@@ -11,6 +11,10 @@ to spaCy Docs with the same attributes.
 
 from __future__ import annotations
 
+import multiprocessing
+import signal
+import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
@@ -183,12 +187,46 @@ def annotate_stream(
 
     _set_error_handler(nlp, _ignore_error)
     with nlp.select_pipes(disable=gold if gold_sentences else []):
-        for doc, seq in nlp.pipe(feed(), as_tuples=True, batch_size=batch_size, n_process=n_process):
+        parsed = nlp.pipe(feed(), as_tuples=True, batch_size=batch_size, n_process=n_process)
+        for doc, seq in parsed if n_process == 1 else _deaf_workers(parsed):
             for earlier in sorted(s for s in pending if s < seq):
                 yield from retry(earlier)
             yield doc, pending.pop(seq)[1]
         for earlier in sorted(pending):
             yield from retry(earlier)
+
+
+def _deaf_workers(stream: Iterator[Any]) -> Iterator[Any]:
+    """``stream`` (``nlp.pipe`` with ``n_process`` > 1) with Ctrl-C and SIGTERM left to this
+    process. Its workers are forked while these signals only set a flag, so they never print a
+    traceback of their own; from then on either signal kills them (this process's children)
+    and raises KeyboardInterrupt here. Killed, not told to stop: a worker blocked sending a
+    batch that is no longer read would keep spaCy's join, and the process, waiting for ever."""
+    if threading.current_thread() is not threading.main_thread():
+        yield from stream
+        return
+
+    def end_workers(signum: int = signal.SIGINT, frame: Any = None) -> None:
+        for worker in multiprocessing.active_children():
+            worker.kill()
+        warnings.filterwarnings("ignore", message=r"\[W127\]")  # spaCy's "not all workers completed": we ended them
+        raise KeyboardInterrupt
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    interrupted: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: interrupted.append(signum)) for s in signals}
+    try:
+        first = next(stream, None)  # spaCy forks its workers on the first request
+        for s in signals:
+            signal.signal(s, end_workers)
+        if interrupted:
+            end_workers()
+        if first is not None:
+            yield first
+            yield from stream
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def load_stanza(path: Path, gpu: int, pretokenized: bool) -> Any:

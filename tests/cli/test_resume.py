@@ -140,3 +140,35 @@ def test_a_stopped_run_resumed_equals_an_uninterrupted_one(fmt, sig, model, unin
     # the refused documents are reported once, by the run that reached them
     refused = [line for line in (stopped.stderr + resumed.stderr).splitlines() if "test scorer refuses" in line]
     assert len(refused) == 2, refused
+
+
+def test_ctrl_c_with_worker_processes_stops_them_cleanly_and_resumes(model, uninterrupted, tmp_path):
+    """Ctrl-C reaches the whole process group: the workers print no traceback of their own
+    (nor spaCy its W127), the run stops with 130 and no worker left behind, and the resumed
+    output is the uninterrupted one."""
+    source, expected = uninterrupted("jsonl")
+    target = tmp_path / "out.jsonl"
+    manifest = tmp_path / "out.jsonl.partial.manifest"
+    args = command(source, target, model, "jsonl") + ["--n-process", "2"]
+    process = subprocess.Popen(
+        args, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while not (manifest.exists() and manifest.read_bytes().count(b"\n") > 5):
+            assert process.poll() is None, f"the run ended before it was stopped: {process.communicate()[1][-2000:]}"
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.005)
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "W127" not in err
+    with pytest.raises(ProcessLookupError):  # nothing of the group is left
+        os.killpg(process.pid, 0)
+    resumed = run(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert contents(target, "jsonl") == expected
