@@ -6,8 +6,10 @@
 2. **train** with a config template shipped in the package (``templates/parser.cfg``, or
    ``templates/transformer.cfg`` with a transformer), written filled in to
    ``OUT/config.cfg`` so that ``spacy train OUT/config.cfg`` repeats it; spaCy's own
-   training loop writes ``OUT/training/model-best``, stopped early by a time budget if asked
-   (``spacy_treexp.time_budget.v1``);
+   training loop writes ``OUT/training/model-best`` and ``model-last``, stopped early by a
+   time budget if asked (``spacy_treexp.time_budget.v1``); the one that attaches more dev
+   words correctly goes on (a run shorter than ``eval_frequency`` has only the untrained
+   initial model as its best);
 3. **calibrate**: fit a calibration map (:mod:`spacy_treexp.calibration`, by gold-tree
    likelihood on dev) and store it in a ``tree_expectations`` component appended to the
    pipeline, which applies it to every parse;
@@ -31,6 +33,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy
 
 SENTENCES_PER_DOC = 10
 TEMPLATES = ("parser.cfg", "transformer.cfg")
@@ -308,6 +312,33 @@ def train_model(config: Any, output: Path, gpu: int = -1, log: Callable[[str], N
     return best if best.is_dir() else output / "model-last"
 
 
+def choose_checkpoint(training: Path, dev: Sequence[Any], log: Callable[[str], None] = print) -> Path:
+    """``model-best``, unless ``model-last`` attaches more ``dev`` words to their gold head.
+    spaCy saves ``model-best`` only when it evaluates (every ``eval_frequency`` steps, from
+    step 0), so a run that ends first (``--max-steps`` or ``--max-seconds`` below it) has the
+    untrained initial model as its best."""
+    best, last = training / "model-best", training / "model-last"
+    if not (best.is_dir() and last.is_dir()):
+        return best if best.is_dir() else last
+    uas = {path: _dev_uas(path, dev) for path in (best, last)}
+    chosen = last if uas[last] > uas[best] else best
+    log(f"checkpoint: {chosen.name} (dev UAS {100 * uas[best]:.2f} model-best, {100 * uas[last]:.2f} model-last)")
+    return chosen
+
+
+def _dev_uas(model_dir: Path, dev: Sequence[Any]) -> float:
+    """The share of ``dev`` words whose head the pipeline in ``model_dir`` gets right."""
+    import spacy
+
+    from spacy_treexp.evaluation.scores import component_scores
+
+    nlp = spacy.load(model_dir)
+    nlp.add_pipe("tree_expectations")
+    scores = component_scores(nlp, dev)
+    right = sum(int((numpy.asarray(s.heads) == numpy.asarray(g.heads)[1:]).sum()) for s, g in zip(scores, dev))
+    return right / max(1, sum(g.n for g in dev))
+
+
 def calibrate(model_dir: Path, dev: Sequence[Any], kind: str) -> Tuple[Any, Any]:
     """The trained pipeline with a ``tree_expectations`` component and the calibration map
     fitted on ``dev`` (:func:`spacy_treexp.calibration.fit_calibration`, with the sentence
@@ -406,7 +437,8 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     config.to_disk(out / "config.cfg", interpolate=False)
     log(f"2/5 train: {out / 'config.cfg'} ({', '.join(config['nlp']['pipeline'])})")
     start = time.perf_counter()
-    best = train_model(config, out / "training", options.gpu, log)
+    train_model(config, out / "training", options.gpu, log)
+    best = choose_checkpoint(out / "training", dev_gold, log)
     train_seconds = time.perf_counter() - start
     log(f"3/5 calibrate: a {options.calibration} map fitted on {len(dev_gold)} dev sentences")
     nlp, calibration = calibrate(best, dev_gold, options.calibration)

@@ -149,3 +149,26 @@ def test_templates_resolve_entry_points():
     assert registry.misc.get("spacy_treexp.has_vectors.v1") is callbacks.has_vectors
     assert registry.callbacks.get("spacy_treexp.time_budget.v1") is callbacks.time_budget
     assert "spacy-transformers.TransformerListener.v1" in template_text("transformer.cfg")
+
+
+def test_the_checkpoint_that_parses_dev_better_goes_on(tmp_path):
+    """A run shorter than eval_frequency leaves the untrained step-0 model as model-best:
+    model-last, trained, must be chosen (and model-best when it is the better one)."""
+    from helpers.toy_pipelines import TINY_CONFIG, train_toy
+
+    from spacy_treexp.training.recipe import choose_checkpoint
+
+    trained, _, _ = train_toy(TINY_CONFIG, 30)
+    untrained, _, _ = train_toy(TINY_CONFIG, 0)
+    dev = read_conllu(TOY)
+    for best, last, expected in ((untrained, trained, "model-last"), (trained, untrained, "model-best")):
+        folder = tmp_path / expected
+        folder.mkdir()
+        best.to_disk(folder / "model-best")
+        last.to_disk(folder / "model-last")
+        messages = []
+        assert choose_checkpoint(folder, dev, messages.append).name == expected
+        assert messages and messages[0].startswith(f"checkpoint: {expected}")
+    (tmp_path / "only").mkdir()
+    trained.to_disk(tmp_path / "only" / "model-last")
+    assert choose_checkpoint(tmp_path / "only", dev).name == "model-last"
