@@ -115,10 +115,19 @@ def check_options(options: TrainOptions) -> str:
         spacy.util.get_lang_class(lang)
     except ImportError as e:
         raise TrainingError(f"--lang {lang}: spaCy has no such language (e.g. en, de, zh, xx)") from e
+    try:  # the tokenizer of some languages needs a package of its own (ja: SudachiPy, th, ko, vi)
+        spacy.blank(lang)
+    except ImportError as e:
+        raise TrainingError(f"--lang {lang}: spaCy's {lang!r} needs a package that is missing: {_one_line(e)}") from e
     if options.vectors is not None and options.transformer is not None:
         raise TrainingError("--vectors and --transformer: give one (the transformer template has no static vectors)")
     if options.vectors is not None and not (Path(options.vectors).exists() or spacy.util.is_package(options.vectors)):
         raise TrainingError(f"--vectors {options.vectors}: neither a folder nor an installed package")
+    if options.vectors is not None and Path(options.vectors).exists() and not _holds_vectors(Path(options.vectors)):
+        raise TrainingError(
+            f"--vectors {options.vectors}: not a spaCy pipeline folder with vectors; make one from a "
+            "word2vec or GloVe text file with `python -m spacy init vectors LANG FILE FOLDER`"
+        )
     if options.transformer is not None:
         try:
             import spacy_transformers  # noqa: F401
@@ -271,6 +280,16 @@ def _has_setting(config: Any, key: str) -> bool:
             return False
         node = node[part]
     return True
+
+
+def _holds_vectors(folder: Path) -> bool:
+    """Whether ``folder`` is a spaCy pipeline folder whose vocabulary has a non-empty vectors table."""
+    from spacy.vectors import Vectors
+
+    try:
+        return bool(Vectors().from_disk(folder / "vocab").shape[0] > 0)
+    except (OSError, ValueError):
+        return False
 
 
 def parse_override(text: str) -> Tuple[str, Any]:

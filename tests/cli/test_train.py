@@ -196,12 +196,33 @@ def test_train_on_a_local_transformer(run_cli, tmp_path):
         ([str(TOY), str(TOY), "--max-seconds", "0"], "--max-seconds 0: expected a positive number"),
         ([str(TOY), str(TOY), "--vectors", "no/such/vectors"], "--vectors no/such/vectors: neither a folder"),
         ([str(TOY), str(TOY), "--vectors", "x", "--transformer", "y"], "--vectors and --transformer: give one"),
+        ([str(TOY), str(TOY), "--vectors", "{tmp}/vectors.txt"], "not a spaCy pipeline folder with vectors"),
+        ([str(TOY), str(TOY), "--vectors", "{tmp}"], "not a spaCy pipeline folder with vectors"),
     ],
 )
 def test_user_errors(user_error, tmp_path, args, message):
     out = tmp_path / "out"
-    assert message in user_error("train", *args, "-o", str(out))
+    (tmp_path / "vectors.txt").write_text("1 2\nword 0.1 0.2\n", encoding="utf8")  # word2vec text, not spaCy's
+    assert message in user_error("train", *[a.format(tmp=tmp_path) for a in args], "-o", str(out))
     assert not out.exists()  # nothing written
+
+
+def test_a_language_whose_tokenizer_needs_a_missing_package_is_refused_before_force_deletes(
+    user_error, tmp_path, monkeypatch
+):
+    import spacy
+
+    def missing(lang, *args, **kwargs):
+        raise ImportError("Japanese support requires SudachiPy")
+
+    monkeypatch.setattr(spacy, "blank", missing)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old_results.txt").write_text("keep", encoding="utf8")
+    assert "--lang ja: spaCy's 'ja' needs a package that is missing" in user_error(
+        "train", str(TOY), str(TOY), "--lang", "ja", "-o", str(out), "--force"
+    )
+    assert (out / "old_results.txt").read_text(encoding="utf8") == "keep"
 
 
 def test_malformed_treebank_is_named_with_its_line(user_error, tmp_path):
