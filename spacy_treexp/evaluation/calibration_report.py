@@ -35,9 +35,23 @@ from spacy_treexp.evaluation.conllu import GoldSentence
 N_BINS = 15
 
 
+#: More distinct ``sent_id`` prefixes than this are not genres (ids such as ``doc12-s3``).
+MAX_GENRES = 20
+
+
 def genre(sent_id: str) -> str:
-    """The genre of an EWT-style ``sent_id`` (``weblog-...`` -> ``weblog``); ``all`` without one."""
-    return sent_id.split("-", 1)[0] if "-" in sent_id else "all"
+    """The genre of an EWT-style ``sent_id`` (``weblog-...`` -> ``weblog``); ``all`` without one
+    (and for the ``line-N`` ids :func:`~spacy_treexp.evaluation.conllu.read_conllu` gives a
+    sentence without a ``sent_id``)."""
+    prefix = sent_id.split("-", 1)[0] if "-" in sent_id else "all"
+    return "all" if prefix == "line" else prefix
+
+
+def genres(sent_ids: Sequence[str]) -> List[str]:
+    """:func:`genre` of each id, or ``all`` for every one when the prefixes are too many
+    (:data:`MAX_GENRES`) to be genres."""
+    found = [genre(sent_id) for sent_id in sent_ids]
+    return found if len(set(found)) <= MAX_GENRES else ["all"] * len(found)
 
 
 def predicted_heads(scores: Sequence[SentenceScores]) -> List[numpy.ndarray]:
@@ -97,7 +111,9 @@ def word_arrays(
         "local_gold": numpy.concatenate(local_gold),  # type: ignore[arg-type]
         "head_ok": numpy.concatenate([h[1:] == g.heads[1:] for h, g in zip(heads, gold)]),
         "sentence": numpy.concatenate([numpy.full(g.n, i) for i, g in enumerate(gold)]),
-        "genre": numpy.concatenate([numpy.full(g.n, genre(g.sent_id), dtype=object) for g in gold]),
+        "genre": numpy.concatenate(
+            [numpy.full(g.n, name, dtype=object) for g, name in zip(gold, genres([g.sent_id for g in gold]))]
+        ),
     }
     if all(s.rel is not None and s.labels is not None for s in scores):
         label_prob, label_ok = [], []

@@ -109,3 +109,14 @@ def test_calibration_section_per_genre_with_targets():
     low, high = raw["bootstrap_95"]["arc_ece"]
     assert low <= high
     assert set(section["targets"]["arc_ece_below_chance_band_per_genre"]) == {"a", "b"}
+
+
+def test_genres_come_from_ewt_style_ids_only():
+    from spacy_treexp.evaluation.calibration_report import MAX_GENRES, genre, genres
+
+    assert genre("weblog-blogspot.com_x-0001") == "weblog"
+    assert genre("s1") == "all"
+    assert genre("line-17") == "all"  # the id the reader gives a sentence without one
+    assert genres(["email-1", "answers-2", "email-3"]) == ["email", "answers", "email"]
+    many = [f"doc{k}-s1" for k in range(MAX_GENRES + 1)]
+    assert genres(many) == ["all"] * len(many)
