@@ -36,6 +36,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 
+from spacy_treexp.evaluation.report import _clean
+
 SENTENCES_PER_DOC = 10
 TEMPLATES = ("parser.cfg", "transformer.cfg")
 CALIBRATION_KINDS = ("distance", "temperature")
@@ -268,7 +270,7 @@ def check_config(config: Any) -> None:
     try:
         nlp = load_model_from_config(config, auto_fill=True, validate=True)
         registry.resolve(nlp.config.interpolate()["training"], schema=ConfigSchemaTraining)
-    except (ConfigValidationError, ValueError) as e:
+    except (ConfigValidationError, ValueError, ImportError) as e:  # ImportError: nlp.lang=qq (E048)
         raise TrainingError(f"--set: {_one_line(e)}") from e
 
 
@@ -425,7 +427,7 @@ def write_meta(
             "treexp_labeled_ece": after.get("labeled_ece"),
         }
     )
-    path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+    path.write_text(json.dumps(_clean(meta), indent=2) + "\n", encoding="utf8")
 
 
 def package(model_dir: Path, out: Path) -> Path:
@@ -480,7 +482,7 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     if options.package:
         summary["package"] = str(package(out / "model", out / "package"))
     partial = out / "summary.json.partial"
-    partial.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf8")
+    partial.write_text(json.dumps(_clean(summary), indent=2, default=str) + "\n", encoding="utf8")  # NaN: null
     partial.replace(out / "summary.json")
     before, after = evaluation["before"], evaluation["after"]
     log(
