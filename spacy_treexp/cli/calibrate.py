@@ -159,6 +159,7 @@ def calibrate(
             nlp = _load(model)
             fit_scores, report_scores = _spacy_scores(nlp, fit_gold), _spacy_scores(nlp, report_gold)
         warn(f"fitting a {kind.value} map on {len(fit_gold)} sentences ({sum(g.n for g in fit_gold)} words)")
+        _warn_if_few_errors(fit_gold, fit_scores)
         try:
             ridge = DEFAULT_L2 if l2 is None else l2
             calibration = fit_calibration(fit_gold, fit_scores, kind.value, l2=ridge)
@@ -266,6 +267,25 @@ def _model_folder(model: Optional[str]) -> Optional[Path]:
     if model is None or model == ENSEMBLE_NAME:
         return MODEL_PATH
     return Path(model) if Path(model).exists() else None
+
+
+#: Fewer wrongly attached words than this in the fitted part: the map is poorly determined.
+MIN_FIT_ERRORS = 30
+
+
+def _warn_if_few_errors(gold: Sequence[Any], scores: Sequence[Any]) -> None:
+    """Warn when the parser errs too rarely on the fitted sentences to fit a confidence: with
+    no error at all the likelihood grows without bound as the scores sharpen, and the map stops
+    only at its ridge (on 2 sentences, a map that raised held-out NLL from 0.25 to 1.79)."""
+    from spacy_treexp.evaluation.calibration_report import predicted_heads
+
+    wrong = sum(int((h[1:] != numpy.asarray(g.heads)[1:]).sum()) for h, g in zip(predicted_heads(scores), gold))
+    if wrong < MIN_FIT_ERRORS:
+        warn(
+            f"only {wrong} of {sum(g.n for g in gold)} fitted words have a wrong head (fewer than "
+            f"{MIN_FIT_ERRORS}): too few to tell how sure the parser should be, so the map can be far off; "
+            "fit on more sentences (--dev) and check the held-out rows below"
+        )
 
 
 def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed: int) -> Tuple[List[Any], List[Any]]:

@@ -161,3 +161,16 @@ def test_map_beside_the_parser_is_used_and_carried(pipeline_dir, tmp_path):
     off = spacy.load(folder)
     off.add_pipe("tree_expectations", config={"calibration": CalibrationMap.identity().to_dict()})
     assert off.get_pipe("tree_expectations").calibration == CalibrationMap.identity()
+
+
+def test_a_fit_on_too_few_errors_is_warned_about(pipeline_dir, tmp_path, capsys):
+    """The parser's own training sentences: it makes (almost) no error there."""
+    from spacy_treexp.cli.calibrate import MIN_FIT_ERRORS
+
+    dev = tmp_path / "seen.conllu"
+    blocks = FIXTURE.read_text(encoding="utf-8").strip().split("\n\n")[:12]
+    dev.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    out = tmp_path / "calibrated"
+    argv = ["calibrate", "--model", str(pipeline_dir), "--dev", str(dev), "--out", str(out), "--kind", "temperature"]
+    assert main(argv) == 0
+    assert f"fitted words have a wrong head (fewer than {MIN_FIT_ERRORS})" in capsys.readouterr().err
