@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy
 from spacy.util import load_config
 
-from spacy_treexp.cli.partial import write_atomic
+from spacy_treexp.io.files import write_atomic
 
 
 def _has_vectors(model: Path) -> bool:
