@@ -36,6 +36,12 @@ class PackedLSTM(torch.nn.LSTM):
     ) -> Tuple[torch.Tensor, None]:
         if lengths is None:
             return super().forward(X)[0], None
+        nonempty = lengths > 0
+        if not bool(nonempty.all()):  # an empty Doc in the batch: packing refuses length 0
+            out = X.new_zeros(X.shape[0], X.shape[1], self.hidden_size * (2 if self.bidirectional else 1))
+            if bool(nonempty.any()):
+                out[:, nonempty] = self.forward(X[:, nonempty], lengths[nonempty])[0]
+            return out, None
         packed = torch.nn.utils.rnn.pack_padded_sequence(X, lengths, enforce_sorted=False)
         output, _ = super().forward(packed)
         padded, _ = torch.nn.utils.rnn.pad_packed_sequence(output, total_length=X.shape[0])

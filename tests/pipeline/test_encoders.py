@@ -46,6 +46,17 @@ def test_each_sequence_is_encoded_as_if_alone_in_its_batch(pair):
     assert numpy.abs(leaked - theirs.predict([batch[0]])[0]).max() > 1e-4
 
 
+def test_an_empty_sequence_in_the_batch(pair):
+    _, ours = pair
+    batch = sequences([3, 0, 2])
+    together = ours.predict(batch)
+    assert together[1].shape == (0, WIDTH)
+    numpy.testing.assert_allclose(together[0], ours.predict([batch[0]])[0], atol=1e-6)
+    assert [y.shape for y in ours.predict(sequences([0, 0]))] == [(0, WIDTH), (0, WIDTH)]
+    outputs, backprop = ours.begin_update(batch)
+    assert [d.shape for d in backprop([numpy.ones_like(y) for y in outputs])] == [x.shape for x in batch]
+
+
 def test_the_gradient_reaches_the_inputs_and_only_through_real_positions(pair):
     _, ours = pair
     batch = sequences([2, 5])
