@@ -12,6 +12,7 @@ scores themselves stay in ``doc._.parser_scores`` (docs/CONTRACTS.md) only with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
@@ -20,6 +21,7 @@ import numpy
 from stanza.models.common.doc import Document
 
 from spacy_treexp.stanza.capture import SCORES_ATTR
+from spacy_treexp.stanza.processor import SETTINGS_ATTR
 
 if TYPE_CHECKING:  # spaCy is imported only when converting
     from spacy.tokens import Doc
@@ -48,9 +50,12 @@ def _sentence_scores(sentence: Any) -> Dict[str, Any]:
 def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **component_options: Any) -> Doc:
     """A spaCy Doc with Stanza's words, parse and scores (see the module doc).
 
-    ``annotate``: run the spaCy ``tree_expectations`` component (with
-    ``component_options``, e.g. ``n_samples=10``) so the Doc carries its extension
-    attributes; otherwise only ``doc._.parser_scores`` is set.
+    ``annotate``: run the spaCy ``tree_expectations`` component so the Doc carries its
+    extension attributes, with the options and calibration map the Stanza processor used on
+    ``stanza_doc`` (so both sides give the same numbers), each overridden by
+    ``component_options`` (e.g. ``n_samples=10``, ``calibration=None`` for the raw scores); a
+    Document the processor did not annotate (read back with ``from_dict``) gets the
+    component's defaults. Otherwise only ``doc._.parser_scores`` is set.
     """
     from spacy.tokens import Doc
 
@@ -108,7 +113,9 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
     if annotate:
         from spacy_treexp.pipeline.tree_expectations import TreeExpectations
 
-        TreeExpectations(vocab, **component_options)(doc)
+        settings = getattr(stanza_doc, SETTINGS_ATTR, None)
+        used = {} if settings is None else {**dataclasses.asdict(settings[0]), "calibration": settings[1]}
+        TreeExpectations(vocab, **{**used, **component_options})(doc)
     return doc
 
 

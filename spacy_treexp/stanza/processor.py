@@ -53,6 +53,9 @@ from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture
 NAME = "tree_expectations"
 #: Attribute holding a sentence's annotation (read by the properties).
 RECORD_ATTR = "_tree_expectations"
+#: The Document attribute holding the ``(options, calibration map)`` the processor annotated
+#: it with: :func:`spacy_treexp.stanza.convert.to_spacy` annotates the spaCy Doc alike.
+SETTINGS_ATTR = "_tree_expectations_settings"
 
 
 def parse_options(config: Dict[str, Any]) -> AnnotateOptions:
@@ -121,6 +124,8 @@ def annotate_documents(
     )
     for sentence, annotation in zip(sentences, annotations):
         setattr(sentence, RECORD_ATTR, annotation)
+    for doc in docs:
+        setattr(doc, SETTINGS_ATTR, (options, calibration))
 
 
 def _sentence_scores(position: int, sentence: Sentence) -> SentenceScores:
@@ -160,9 +165,26 @@ def _record(sentence: Sentence) -> Optional[SentenceAnnotation]:
     return getattr(sentence, RECORD_ATTR, None)
 
 
+#: Values that describe the tree the sentence had when annotated (``record.heads``).
+TREE_VALUES = ("expected_attachment", "parse_log_prob", "error_probability", "expected_errors", "head_prob", "dep_prob")
+
+
+def _checked_record(sentence: Sentence, key: str) -> Optional[SentenceAnnotation]:
+    """The record, refused for a value of :data:`TREE_VALUES` when the sentence's heads are no
+    longer the ones it describes (re-parsed, or edited by hand)."""
+    record = _record(sentence)
+    if record is not None and key in TREE_VALUES and record.heads is not None:
+        if [int(h) for h in record.heads] != [word.head for word in sentence.words]:
+            raise ValueError(
+                f"{key}: the sentence's heads changed after tree_expectations annotated it (re-parsed "
+                "or edited), so it describes another tree; run tree_expectations on it again"
+            )
+    return record
+
+
 def _sentence_value(key: str) -> Callable[[Sentence], Any]:
     def getter(sentence: Sentence) -> Any:
-        record = _record(sentence)
+        record = _checked_record(sentence, key)
         return None if record is None else getattr(record, key)
 
     getter.__name__ = f"get_{key}"
@@ -180,7 +202,7 @@ def _score_value(key: str) -> Callable[[Sentence], Any]:
 
 def _word_value(key: str) -> Callable[[Word], Optional[float]]:
     def getter(word: Word) -> Optional[float]:
-        record = _record(word.sent) if word.sent is not None else None
+        record = _checked_record(word.sent, key) if word.sent is not None else None
         values = None if record is None else getattr(record, key)
         if values is None:
             return None

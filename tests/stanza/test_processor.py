@@ -336,6 +336,46 @@ def test_to_spacy_from_a_json_export_with_scores(parsed):
         treexp_stanza.to_spacy(without_scores, vocab)
 
 
+def test_to_spacy_annotates_with_the_processors_options_and_map(tmp_path):
+    """The same numbers on both sides: the processor's options (here not the defaults) and
+    the map beside its depparse model (as ``spacy-treexp calibrate --stanza`` stores it)."""
+    import shutil
+
+    spacy = pytest.importorskip("spacy")
+    from spacy_treexp.calibration import CalibrationMap
+
+    folder = tmp_path / "calibrated"
+    shutil.copytree(MODEL_DIR, folder)
+    CalibrationMap.temperature(2.5).to_disk(folder / "treexp_calibration.json")
+    options = {"single_root": False, "risk_temperature": 3.0, "top_k_heads": 1}
+    calibrated = treexp_stanza.pipeline_from_dir(
+        str(folder), tree_options=options, depparse_resolve_head_constraints=False, logging_level="WARN"
+    )
+    parsed = calibrated("\n".join([SHORT] + LONGER))
+    vocab = spacy.blank("en").vocab
+    doc = treexp_stanza.to_spacy(parsed, vocab)
+    for sentence, span in zip(parsed.sentences, doc.sents):
+        assert span._.tree_entropy == pytest.approx(sentence.tree_entropy, abs=1e-6)
+        assert span._.error_probability == pytest.approx(sentence.error_probability, abs=1e-6)
+        assert [t._.head_prob for t in span] == pytest.approx([w.head_prob for w in sentence.words], abs=1e-6)
+        assert all(len(t._.head_distribution) == 1 for t in span)
+    raw = treexp_stanza.to_spacy(parsed, vocab, calibration=None)  # an explicit option wins
+    assert list(raw.sents)[0]._.tree_entropy != pytest.approx(parsed.sentences[0].tree_entropy, abs=1e-3)
+
+
+def test_tree_values_are_refused_once_the_heads_change(nlp):
+    """An edited (or re-parsed) sentence: head_prob and the tree's risk would describe the old
+    tree; the distribution's own values (entropy, marginals) still hold."""
+    sentence = nlp(SHORT).sentences[0]
+    assert sentence.words[2].head_prob is not None
+    word = next(w for w in sentence.words if w.head != 0 and w.head != w.id - 1 and w.id > 1)
+    word.head = word.id - 1
+    for read in (lambda: word.head_prob, lambda: sentence.expected_attachment, lambda: sentence.error_probability):
+        with pytest.raises(ValueError, match="heads changed after tree_expectations"):
+            read()
+    assert sentence.tree_entropy >= 0 and sentence.words[0].head_entropy is not None
+
+
 def test_one_word_sentence_is_certain(nlp):
     sentence = nlp("Hello").sentences[0]
     assert sentence.tree_entropy == pytest.approx(0.0, abs=1e-9)
