@@ -89,6 +89,12 @@ def _check_graph_model(processor: Any) -> Any:
                 "tree_expectations needs an ensemble of graph-based (biaffine) depparse models; this "
                 f"EnsembleGraphParser holds {', '.join(kinds) or 'no models'}."
             )
+    elif model is None:  # Stanza keeps a placeholder when depparse could not be built
+        raise ValueError(
+            "tree_expectations: this pipeline's depparse processor has no model loaded; Stanza could not "
+            "build it (often a missing requirement: depparse needs 'tokenize', 'pos' and 'lemma' before it). "
+            "Check the pipeline without tree_expectations for Stanza's own message."
+        )
     elif not isinstance(model, GraphParser):
         kind = type(model).__name__
         raise ValueError(

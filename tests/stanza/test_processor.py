@@ -259,6 +259,9 @@ def test_non_graph_parser_is_a_clear_error():
 
     with pytest.raises(ValueError, match="graph-based"):
         DepparseScoreCapture(FakeProcessor())
+    FakeTrainer.model = None  # Stanza's placeholder when depparse could not be built
+    with pytest.raises(ValueError, match="no model loaded.*missing requirement"):
+        DepparseScoreCapture(FakeProcessor())
 
 
 def test_sentence_without_scores_is_a_clear_error():
