@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from spacy_treexp.calibration import CalibrationMap
 
 
+def _shown(text: str) -> str:
+    """A sentence's text for a message: its start, Stanza's word separators as spaces."""
+    return text.replace("\x01", " ")[:40]
+
+
 def annotate_sentences(
     sentences: Sequence[SentenceScores],
     options: Optional[AnnotateOptions] = None,
@@ -54,8 +59,8 @@ def annotate_sentences(
     options = options or AnnotateOptions()
     for i, sentence in enumerate(sentences):
         if not checked:
-            sentence.check(f"sentence {i} ({sentence.text[:40]!r})")
-        check_length(sentence.n, options.max_sentence_length, lambda: f"sentence {i} ({sentence.text[:40]!r})")
+            sentence.check(f"sentence {i} ({_shown(sentence.text)!r})")
+        check_length(sentence.n, options.max_sentence_length, lambda: f"sentence {i} ({_shown(sentence.text)!r})")
     if calibration is not None:
         from spacy_treexp.calibration.map import calibrate_sentences  # the map's package imports this one
 
