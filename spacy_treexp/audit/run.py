@@ -3,8 +3,8 @@
 :func:`audit_treebank` audits with one model. :func:`audit_cross_fitted` audits a
 *training* treebank with models that never saw the sentence they judge (cross-fitting):
 the sentences are cut into K contiguous folds (documents stay together), a model is trained
-on the other K − 1 folds' valid trees for each fold, and each fold is audited by its own
-model. Training is a :data:`Trainer` (injectable; the default runs ``spacy train`` with the
+on the other K − 1 folds' valid trees for each fold (a tenth of them its dev set,
+:func:`split_dev`), and each fold is audited by its own model. Training is a :data:`Trainer` (injectable; the default runs ``spacy train`` with the
 shipped pipeline's config, :func:`spacy_trainer`).
 """
 
@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from spacy_treexp.audit.arcs import ArcAudit, SentenceAudit, audit_sentence, rank_arcs
 from spacy_treexp.audit.scoring import Scorer, scored, sentence_id
@@ -71,6 +71,15 @@ def fold_slices(count: int, k: int) -> List[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(k)]
 
 
+def split_dev(valid: List[ConlluSentence], share: int = 10) -> Tuple[List[ConlluSentence], List[ConlluSentence]]:
+    """(train, dev) of a fold's training sentences: the last ``1/share`` of them (at least one)
+    is the dev set that picks the checkpoint and fits the calibration map, so that the fold's
+    model has seen nothing of the sentences it audits, not even as dev data. A single sentence
+    is both."""
+    n_dev = max(1, len(valid) // share)
+    return (valid[:-n_dev] or valid), valid[-n_dev:]
+
+
 def audit_cross_fitted(
     sentences: Sequence[ConlluSentence],
     k: int,
@@ -95,8 +104,9 @@ def audit_cross_fitted(
         for fold, held_out in enumerate(slices):
             folder = root / f"fold{fold}"
             folder.mkdir(parents=True, exist_ok=True)
-            train = [s for i, s in enumerate(sentences) if i not in held_out and s.tree_problem() is None]
-            dev = [sentences[i] for i in held_out if sentences[i].tree_problem() is None] or train[:1]
+            train, dev = split_dev(
+                [s for i, s in enumerate(sentences) if i not in held_out and s.tree_problem() is None]
+            )
             write_conllu(train, folder / "train.conllu")
             write_conllu(dev, folder / "dev.conllu")
             log(f"fold {fold + 1}/{k}: training on {len(train)} sentences, auditing {len(held_out)}")

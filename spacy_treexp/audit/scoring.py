@@ -25,18 +25,35 @@ def sentence_id(sentence: ConlluSentence) -> str:
 
 def spacy_scorer(nlp: Any, batch_size: int = 64) -> Scorer:
     """A :data:`Scorer` parsing with the spaCy pipeline ``nlp`` (its parser must write
-    ``Doc._.parser_scores``, as ``biaffine_parser`` does)."""
+    ``Doc._.parser_scores``, as ``biaffine_parser`` does), its scores under the calibration
+    map the pipeline applies (:func:`pipeline_calibration`), so that the audit's
+    probabilities are the ones ``parse``, ``annotate`` and ``select`` show."""
+    from spacy_treexp.calibration.map import calibrate_sentences
     from spacy_treexp.evaluation.conllu import GoldSentence
     from spacy_treexp.evaluation.scores import spacy_scores
+
+    calibration = pipeline_calibration(nlp)
 
     def score(sentences: Sequence[ConlluSentence]) -> List[SentenceScores]:
         gold = [
             GoldSentence(sentence_id(s), s.forms, numpy.zeros(s.n + 1, dtype=numpy.int64), s.deprels, s.spaces)
             for s in sentences
         ]
-        return spacy_scores(nlp, gold, batch_size=batch_size)
+        return calibrate_sentences(spacy_scores(nlp, gold, batch_size=batch_size), calibration)
 
     return score
+
+
+def pipeline_calibration(nlp: Any) -> Any:
+    """The calibration map ``nlp`` applies to its parser's scores: its ``tree_expectations``
+    component's, else the one its last parser carries (or stores in its folder), else None."""
+    from spacy_treexp.calibration.map import read_map
+    from spacy_treexp.pipeline.tree_expectations import parser_calibration
+
+    annotators = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "tree_expectations"]
+    if annotators:
+        return nlp.get_pipe(annotators[-1]).calibration
+    return read_map(parser_calibration(nlp))
 
 
 def chunks(items: Iterable[ConlluSentence], size: int) -> Iterator[List[ConlluSentence]]:

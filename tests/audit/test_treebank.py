@@ -98,8 +98,8 @@ def test_cross_fitted_audits_each_fold_with_a_model_that_never_saw_it(tmp_path, 
 
     def trainer(train: Path, dev: Path, output: Path) -> str:
         print("a training log line")  # goes to stderr: stdout may carry the audit's output
-        ids = [s.sent_id for s in read_conllu(train)]
-        trained[str(output)] = ids
+        ids = [s.sent_id for s in read_conllu(train)] + [s.sent_id for s in read_conllu(dev)]
+        trained[str(output)] = ids  # dev picks the checkpoint and fits the map: seen too
         return str(output)
 
     scored_by: dict = {}
@@ -128,6 +128,45 @@ def test_cross_fitted_audits_each_fold_with_a_model_that_never_saw_it(tmp_path, 
     # the same numbers as a plain audit with the same scores
     plain = audit_treebank(TREEBANK, random_scorer())
     assert [(a.sent_id, a.id, a.score) for a in result.ranked] == [(a.sent_id, a.id, a.score) for a in plain.ranked]
+
+
+def test_the_dev_set_of_a_fold_is_a_tenth_of_its_training_sentences():
+    from spacy_treexp.audit.run import split_dev
+
+    valid = TREEBANK * 5
+    train, dev = split_dev(valid)
+    assert len(dev) == len(valid) // 10 and train + dev == valid
+    assert split_dev(TREEBANK[:1]) == (TREEBANK[:1], TREEBANK[:1])  # one sentence: both
+
+
+def test_the_audit_reads_the_pipelines_calibrated_probabilities():
+    """Its marginals are the ones the pipeline's tree_expectations gives (the shipped map applied)."""
+    import spacy
+    from spacy.tokens import Doc
+
+    import spacy_treexp
+    from spacy_treexp.audit.scoring import pipeline_calibration, spacy_scorer
+
+    nlp = spacy_treexp.load()
+    assert pipeline_calibration(nlp) is not None
+    sentence = ConlluSentence(
+        ["# sent_id = t1"],
+        [
+            ("1", "She", "_", "_", "_", "_", "2", "nsubj", "_", "_"),
+            ("2", "reads", "_", "_", "_", "_", "0", "root", "_", "_"),
+            ("3", "old", "_", "_", "_", "_", "4", "amod", "_", "_"),
+            ("4", "books", "_", "_", "_", "_", "2", "obj", "_", "_"),
+        ],
+    )
+    [audited] = audit_treebank([sentence], spacy_scorer(nlp)).sentences
+    annotated = spacy.load(spacy_treexp.pipeline.default_model.MODEL_PATH)
+    annotated.add_pipe("tree_expectations")
+    doc = annotated(
+        Doc(annotated.vocab, words=["She", "reads", "old", "books"], sent_starts=[True, False, False, False])
+    )
+    marginals = doc._.arc_marginals[0]
+    for arc in audited.arcs:
+        assert arc.head_prob == pytest.approx(float(marginals[arc.head, arc.id]), abs=1e-4)
 
 
 def test_jsonl_and_csv_hold_every_field_in_rank_order():
