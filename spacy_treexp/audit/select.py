@@ -16,8 +16,8 @@ they check:
 sentences) greedily: a sentence that no longer fits is passed over for shorter ones below
 it. A near-duplicate of a sentence already chosen is skipped: the same normalised text
 (lower case, digits as 0, punctuation and spacing dropped), or a Jaccard similarity of
-their word sets of at least ``dedup_threshold``, found through MinHash signatures with
-banding (Broder 1997) and then checked exactly.
+their word sets of at least ``dedup_threshold``, found exactly by prefix filtering
+(:class:`DuplicateGuard`).
 """
 
 from __future__ import annotations
@@ -27,14 +27,11 @@ import math
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
-
-import numpy
+from typing import Any, Dict, Iterable, List, Optional, Set
 
 STRATEGIES = ("expected_errors", "entropy", "mutual_information", "random")
 UNITS = ("words", "sentences")
 
-_NUM_HASHES, _BANDS = 32, 16  # 16 bands of 2 rows: a pair with Jaccard 0.7 collides with p > 0.999
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -110,26 +107,19 @@ def word_set(text: str) -> Set[str]:
     return set(normalise(text).split())
 
 
-def _minhash(words: Set[str]) -> Tuple[int, ...]:
-    """``_NUM_HASHES`` minimum hashes of the words (salted blake2b), a MinHash signature."""
-    if not words:
-        return (0,) * _NUM_HASHES
-    hashes = numpy.array(
-        [
-            [
-                int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8, salt=bytes([k])).digest(), "little") >> 1
-                for k in range(_NUM_HASHES)
-            ]
-            for word in words
-        ],
-        dtype=numpy.int64,
-    )
-    return tuple(int(v) for v in hashes.min(axis=0))
+def _rank(word: str) -> int:
+    """A fixed total order of words (a hash: the same in every run) for prefix filtering."""
+    return int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
 
 
 class DuplicateGuard:
     """Remembers the chosen sentences; :meth:`is_duplicate` says whether a new one is a near
-    duplicate of one of them (same normalised text, or word-set Jaccard >= ``threshold``)."""
+    duplicate of one of them (same normalised text, or word-set Jaccard >= ``threshold``).
+
+    Exact, by prefix filtering (Chaudhuri, Ganti & Kaushik 2006): with the words of every set
+    in one fixed order, two sets x, y with J(x, y) >= t share at least ceil(t·|x|) words, so
+    they share one of the first |x| − ceil(t·|x|) + 1 words of x and likewise of y. Only the
+    chosen sentences that share such a prefix word with the new one are compared."""
 
     def __init__(self, threshold: float = 0.8) -> None:
         if not 0.0 < threshold <= 1.0:
@@ -137,22 +127,22 @@ class DuplicateGuard:
         self.threshold = threshold
         self._texts: Set[str] = set()
         self._sets: List[Set[str]] = []
-        self._buckets: Dict[Tuple[int, Tuple[int, ...]], List[int]] = {}
+        self._index: Dict[str, List[int]] = {}
 
-    def _bands(self, words: Set[str]) -> List[Tuple[int, Tuple[int, ...]]]:
-        signature = _minhash(words)
-        rows = _NUM_HASHES // _BANDS
-        return [(b, signature[b * rows : (b + 1) * rows]) for b in range(_BANDS)]
+    def _prefix(self, words: Set[str]) -> List[str]:
+        ordered = sorted(words, key=_rank)
+        needed = math.ceil(self.threshold * len(ordered) - 1e-9)  # shared words a near duplicate has
+        return ordered[: len(ordered) - needed + 1]
 
     def is_duplicate(self, text: str) -> bool:
-        if normalise(text) in self._texts:
+        if _key(text) in self._texts:
             return True
         words = word_set(text)
         if not words:
             return False
         seen: Set[int] = set()
-        for band in self._bands(words):
-            for index in self._buckets.get(band, ()):
+        for word in self._prefix(words):
+            for index in self._index.get(word, ()):
                 if index in seen:
                     continue
                 seen.add(index)
@@ -162,13 +152,18 @@ class DuplicateGuard:
         return False
 
     def add(self, text: str) -> None:
-        self._texts.add(normalise(text))
+        self._texts.add(_key(text))
         words = word_set(text)
         index = len(self._sets)
         self._sets.append(words)
-        if words:
-            for band in self._bands(words):
-                self._buckets.setdefault(band, []).append(index)
+        for word in self._prefix(words):
+            self._index.setdefault(word, []).append(index)
+
+
+def _key(text: str) -> str:
+    """What exact duplicates share: the normalised text, or for a sentence without words
+    ("!!", "?") the text itself, so that such sentences are not all one duplicate."""
+    return normalise(text) or " ".join(text.split())
 
 
 @dataclass

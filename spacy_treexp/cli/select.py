@@ -148,7 +148,8 @@ def select(
         write_atomic(output, text)
     warn(
         f"selected {len(selection.chosen)} of {selection.candidates} sentences, {selection.words} words "
-        f"(budget {budget} {unit.value}, strategy {strategy.value}); {selection.duplicates} near-duplicate(s) skipped"
+        f"(budget {budget} {unit.value}, strategy {strategy.value}); {selection.duplicates} near-duplicate(s) skipped, "
+        f"{selection.too_long} passed over for not fitting the rest of the budget"
     )
     return 0
 
