@@ -21,16 +21,18 @@ in a torn or unlisted record and the manifest in a torn line; a resumed run drop
 
 Resume rule. ``--resume`` checks that the header matches the command (format, input file
 and size, input format, model, Stanza folder, samples, package version; anything else,
-such as ``--batch-size`` or ``--n-process``, changes no tree, relation or sample), keeps
-what the manifest lists, skips the input documents that start on or before the last listed
-line (an input position -- a .txt/.jsonl line, the first line of a CoNLL-U sentence -- never
-a text), and appends the rest: the documents, trees, relations and samples an uninterrupted
-run writes (samples are seeded per sentence), in the same order, with no gap or duplicate.
-The probabilities agree to about 1e-5, not always to the last printed digit: the parser's
-float32 matrix products round differently when the documents after the resume point are
-batched differently (measured on 44 EWT dev texts: ``--batch-size`` 1, 7 and 64 differ by at
-most 4e-6, trees identical). For ``.spacy`` the same Docs (shard sizes may differ). Without a partial, ``--resume`` simply runs; with a complete OUTPUT and no
-partial, it says so and does nothing. Without ``--resume``, an existing partial is never
+such as ``--batch-size`` or ``--n-process``, changes a result only by float32 rounding),
+keeps what the manifest lists, skips the input documents that start on or before the last
+listed line (an input position -- a .txt/.jsonl line, the first line of a CoNLL-U sentence
+-- never a text), and appends the rest: the documents, trees, relations and samples an
+uninterrupted run writes (samples are seeded per sentence), in the same order, with no gap
+or duplicate. The probabilities agree to about 1e-5, not always to the last printed digit:
+the parser's float32 matrix products round differently when the documents after the resume
+point are batched differently (measured on 44 EWT dev texts: ``--batch-size`` 1, 7 and 64
+differ by at most 4e-6, trees identical; a tree or sample could differ only where two
+choices are that close). For ``.spacy`` the same Docs (shard sizes may differ). Without a
+partial, ``--resume`` simply runs; with a complete OUTPUT and no partial, it says so and
+does nothing. Without ``--resume``, an existing partial is never
 overwritten: the command refuses and says how to resume or start over.
 """
 
