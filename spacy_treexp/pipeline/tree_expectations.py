@@ -102,7 +102,8 @@ def make_tree_expectations(
         keep_scores=keep_scores,
         calibration=calibration,
         parser_calibration=None if calibration is not None else parser_calibration(nlp),
-        writers={writer: nlp.get_pipe(writer) for writer in score_writers(nlp)},
+        # by the name the parser writes into its records (nlp.rename_pipe does not change it)
+        writers={getattr(nlp.get_pipe(name), "name", name): nlp.get_pipe(name) for name in score_writers(nlp)},
     )
 
 

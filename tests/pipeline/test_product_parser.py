@@ -306,3 +306,22 @@ def test_an_earlier_source_without_relations_leaves_the_labels_to_the_product_pa
     [got] = records_of(doc)
     numpy.testing.assert_allclose(got["arc"], own["arc"] + earlier, atol=1e-5)
     numpy.testing.assert_allclose(numpy.asarray(got["rel"]), numpy.asarray(own["rel"]), atol=1e-6)
+
+
+def test_a_renamed_parser_keeps_its_map(parsers):
+    """nlp.rename_pipe leaves the component's own name, which its records carry."""
+    host, _, _ = parsers
+    host.get_pipe("biaffine_parser").calibration_map = temperature_map(0.4)
+    host.rename_pipe("biaffine_parser", "renamed")
+    try:
+        host.add_pipe("tree_expectations")
+        got = [a.marginals for a in host(TEXT)._.tree_expectations]
+        with host.select_pipes(disable=["tree_expectations"]):
+            expected = _annotation_under(host, temperature_map(0.4))
+        for a, b in zip(got, expected):
+            numpy.testing.assert_allclose(a, b, atol=1e-6)
+    finally:
+        if "tree_expectations" in host.pipe_names:
+            host.remove_pipe("tree_expectations")
+        host.rename_pipe("renamed", "biaffine_parser")
+        host.get_pipe("biaffine_parser").calibration_map = None
