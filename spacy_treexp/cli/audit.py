@@ -182,7 +182,8 @@ def _print_top(arcs: list) -> None:
     for a in arcs:
         conditional = "-" if a.conditional_head_prob is None else f"{a.conditional_head_prob:.3f}"
         label = "-" if a.label_prob is None else f"{a.label_prob:.3f}"
+        head = "-" if a.head is None else a.head  # not a number in the file: tree_problem says why
         print(
-            f"{a.rank}\t{a.sent_id}\t{a.id}\t{a.form}\t{a.head}\t{a.deprel}\t{a.score:.3f}\t{conditional}\t"
+            f"{a.rank}\t{a.sent_id}\t{a.id}\t{a.form}\t{head}\t{a.deprel}\t{a.score:.3f}\t{conditional}\t"
             f"{a.head_prob:.3f}\t{label}\t{a.best_head} ({a.best_head_prob:.2f})\t{a.tree_problem or ''}"
         )

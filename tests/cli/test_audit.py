@@ -80,6 +80,18 @@ def test_audit_prints_the_top_arcs_without_outputs(run_cli, model, gold):
     assert scores == sorted(scores, reverse=True) and scores[0] == 1.0
 
 
+def test_the_top_table_shows_a_head_that_is_not_a_number_as_a_dash(run_cli, model, tmp_path):
+    path = tmp_path / "nonnumeric.conllu"
+    path.write_text(
+        "# sent_id = nonnum\n1\tGo\tgo\tVERB\tVB\t_\tx\troot\t_\t_\n2\tnow\tnow\tADV\tRB\t_\t1\tadvmod\t_\t_\n\n",
+        encoding="utf-8",
+    )
+    status, out, err = run_cli("audit", str(path), "--model", model, "--top", "5", "--quiet")
+    assert status == 0, err
+    rows = [line.split("\t") for line in out.splitlines()[1:]]
+    assert [row[4] for row in rows if row[3] == "Go"] == ["-"] and "None" not in out
+
+
 def test_audit_folds_trains_one_model_per_fold(run_cli, model, gold, tmp_path, monkeypatch):
     import spacy_treexp.audit.run as run_module
 
