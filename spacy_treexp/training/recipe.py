@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy
 
 from spacy_treexp.evaluation.report import _clean
+from spacy_treexp.io.files import write_atomic
 
 SENTENCES_PER_DOC = 10
 TEMPLATES = ("parser.cfg", "transformer.cfg")
@@ -307,9 +308,10 @@ def parse_override(text: str) -> Tuple[str, Any]:
     return key.strip(), value
 
 
-def train_model(config: Any, output: Path, gpu: int = -1, log: Callable[[str], None] = print) -> Path:
-    """Run spaCy's training loop on ``config``; returns the best pipeline's folder. A spent
-    time budget ends training early and keeps the best checkpoint so far."""
+def train_model(config: Any, output: Path, gpu: int = -1, log: Callable[[str], None] = print) -> None:
+    """Run spaCy's training loop on ``config``, writing ``output/model-best`` and
+    ``model-last`` (:func:`choose_checkpoint` picks one). A spent time budget ends training
+    early."""
     from spacy.training.initialize import init_nlp
     from spacy.training.loop import train
     from thinc.api import ConfigValidationError
@@ -328,57 +330,60 @@ def train_model(config: Any, output: Path, gpu: int = -1, log: Callable[[str], N
     try:
         train(nlp, output, use_gpu=gpu, stdout=sys.stdout, stderr=sys.stderr)
     except TimeBudgetReached as e:
-        log(f"stopped: {e}; keeping the best checkpoint")
-    best = output / "model-best"
-    return best if best.is_dir() else output / "model-last"
+        log(f"stopped: {e}")
 
 
-def choose_checkpoint(training: Path, dev: Sequence[Any], log: Callable[[str], None] = print) -> Path:
+def choose_checkpoint(training: Path, dev: Sequence[Any], log: Callable[[str], None] = print) -> Tuple[Path, Any, Any]:
     """``model-best``, unless ``model-last`` attaches more ``dev`` words to their gold head.
     spaCy saves ``model-best`` only when it evaluates (every ``eval_frequency`` steps, from
     step 0), so a run that ends first (``--max-steps`` or ``--max-seconds`` below it) has the
-    untrained initial model as its best."""
-    best, last = training / "model-best", training / "model-last"
-    if not (best.is_dir() and last.is_dir()):
-        return best if best.is_dir() else last
-    uas = {path: _dev_uas(path, dev) for path in (best, last)}
-    chosen = last if uas[last] > uas[best] else best
-    log(f"checkpoint: {chosen.name} (dev UAS {100 * uas[best]:.2f} model-best, {100 * uas[last]:.2f} model-last)")
-    return chosen
+    untrained initial model as its best. Returns the checkpoint's folder, the pipeline loaded
+    from it with a ``tree_expectations`` and its scores of ``dev`` (what :func:`calibrate`
+    fits on)."""
+    folders = [path for path in (training / "model-best", training / "model-last") if path.is_dir()]
+    scored = {path: _scored(path, dev) for path in folders}
+    uas = {path: _uas(scores, dev) for path, (_, scores) in scored.items()}
+    chosen = max(folders, key=lambda path: uas[path])  # the first, model-best, on a tie
+    if len(folders) > 1:
+        log(
+            "checkpoint: "
+            + chosen.name
+            + " (dev UAS "
+            + ", ".join(f"{100 * uas[p]:.2f} {p.name}" for p in folders)
+            + ")"
+        )
+    return (chosen, *scored[chosen])
 
 
-def _dev_uas(model_dir: Path, dev: Sequence[Any]) -> float:
-    """The share of ``dev`` words whose head the pipeline in ``model_dir`` gets right."""
+def _scored(model_dir: Path, dev: Sequence[Any]) -> Tuple[Any, Any]:
+    """The pipeline in ``model_dir`` with a ``tree_expectations``, and its scores of ``dev``."""
     import spacy
 
     from spacy_treexp.evaluation.scores import component_scores
 
     nlp = spacy.load(model_dir)
     nlp.add_pipe("tree_expectations")
-    scores = component_scores(nlp, dev)
-    right = sum(int((numpy.asarray(s.heads) == numpy.asarray(g.heads)[1:]).sum()) for s, g in zip(scores, dev))
-    return right / max(1, sum(g.n for g in dev))
+    return nlp, component_scores(nlp, dev)
 
 
-def calibrate(model_dir: Path, dev: Sequence[Any], kind: str) -> Tuple[Any, Any]:
-    """The trained pipeline with a ``tree_expectations`` component and the calibration map
-    fitted on ``dev`` (:func:`spacy_treexp.calibration.fit_calibration`, with the sentence
-    risk's temperature, :func:`~spacy_treexp.evaluation.epistemic.with_risk_temperature`),
-    stored in that component's config and beside the parser (``store_calibration``).
-    Returns (nlp, map)."""
-    import spacy
+def _uas(scores: Sequence[Any], gold: Sequence[Any]) -> float:
+    """The share of ``gold`` words whose head the parser's tree in ``scores`` gets right."""
+    right = sum(int((numpy.asarray(s.heads) == numpy.asarray(g.heads)[1:]).sum()) for s, g in zip(scores, gold))
+    return right / max(1, sum(g.n for g in gold))
 
+
+def calibrate(nlp: Any, scores: Sequence[Any], dev: Sequence[Any], kind: str) -> Any:
+    """The calibration map fitted on ``dev`` and the pipeline's ``scores`` of it
+    (:func:`spacy_treexp.calibration.fit_calibration`, with the sentence risk's temperature,
+    :func:`~spacy_treexp.evaluation.epistemic.with_risk_temperature`), stored in the config of
+    ``nlp``'s ``tree_expectations`` and beside the parser (``store_calibration``)."""
     from spacy_treexp.calibration import fit_calibration
     from spacy_treexp.evaluation.epistemic import with_risk_temperature
-    from spacy_treexp.evaluation.scores import component_scores
     from spacy_treexp.pipeline.tree_expectations import store_calibration
 
-    nlp = spacy.load(model_dir)
-    nlp.add_pipe("tree_expectations")
-    scores = component_scores(nlp, dev)
     calibration, _ = with_risk_temperature(fit_calibration(dev, scores, kind), dev, scores)
     store_calibration(nlp, calibration)
-    return nlp, calibration
+    return calibration
 
 
 def evaluate(nlp: Any, gold: Sequence[Any], calibration: Any) -> Dict[str, Any]:
@@ -459,10 +464,10 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     log(f"2/5 train: {out / 'config.cfg'} ({', '.join(config['nlp']['pipeline'])})")
     start = time.perf_counter()
     train_model(config, out / "training", options.gpu, log)
-    best = choose_checkpoint(out / "training", dev_gold, log)
     train_seconds = time.perf_counter() - start
+    _, nlp, dev_scores = choose_checkpoint(out / "training", dev_gold, log)
     log(f"3/5 calibrate: a {options.calibration} map fitted on {len(dev_gold)} dev sentences")
-    nlp, calibration = calibrate(best, dev_gold, options.calibration)
+    calibration = calibrate(nlp, dev_scores, dev_gold, options.calibration)
     evaluated_on = "test" if test_gold is not None else "dev (the calibration was fitted on it)"
     log(f"4/5 evaluate on {evaluated_on}")
     evaluation = evaluate(nlp, test_gold if test_gold is not None else dev_gold, calibration)
@@ -481,9 +486,7 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     }
     if options.package:
         summary["package"] = str(package(out / "model", out / "package"))
-    partial = out / "summary.json.partial"
-    partial.write_text(json.dumps(_clean(summary), indent=2, default=str) + "\n", encoding="utf8")  # NaN: null
-    partial.replace(out / "summary.json")
+    write_atomic(out / "summary.json", json.dumps(_clean(summary), indent=2, default=str) + "\n")  # NaN: null
     before, after = evaluation["before"], evaluation["after"]
     log(
         f"5/5 packaged {out / 'model'}: UAS {after['uas']:.4f}, LAS {after.get('las', float('nan')):.4f}, "

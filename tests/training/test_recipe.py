@@ -167,8 +167,10 @@ def test_the_checkpoint_that_parses_dev_better_goes_on(tmp_path):
         best.to_disk(folder / "model-best")
         last.to_disk(folder / "model-last")
         messages = []
-        assert choose_checkpoint(folder, dev, messages.append).name == expected
+        chosen, nlp, scores = choose_checkpoint(folder, dev, messages.append)
+        assert chosen.name == expected
         assert messages and messages[0].startswith(f"checkpoint: {expected}")
+        assert nlp.pipe_names[-1] == "tree_expectations" and len(scores) == len(dev)
     (tmp_path / "only").mkdir()
     trained.to_disk(tmp_path / "only" / "model-last")
-    assert choose_checkpoint(tmp_path / "only", dev).name == "model-last"
+    assert choose_checkpoint(tmp_path / "only", dev)[0].name == "model-last"
