@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, List
 
+import numpy
 import typer
 from spacy.tokens import Span
 from tqdm import tqdm
@@ -158,9 +159,10 @@ def _words(sent: Span, record: Any) -> tuple[int, float]:
     """The sentence's words and the expected fraction of them with the right head. Whitespace
     tokens (extra spaces, tabs, line breaks: nodes of the parse) are not words an annotator
     checks or is paid for: they count neither in the budget nor in the expected errors."""
-    words = [token for token in sent if not token.is_space]
-    if len(words) == record.n:
+    words = numpy.array([not token.is_space for token in sent], dtype=bool)
+    n = int(words.sum())
+    if n == record.n:
         return record.n, record.expected_attachment
-    if not words:
+    if n == 0:
         return 0, 1.0
-    return len(words), 1.0 - sum(1.0 - token._.head_prob for token in words) / len(words)
+    return n, float(numpy.asarray(record.head_prob, dtype=numpy.float64)[words].mean())
