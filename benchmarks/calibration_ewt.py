@@ -26,7 +26,7 @@ from spacy_treexp.calibration import CalibrationMap, fit_calibration
 from spacy_treexp.evaluation import read_conllu, spacy_scores
 from spacy_treexp.evaluation.calibration_report import calibration_section
 from spacy_treexp.evaluation.epistemic import with_risk_temperature
-from spacy_treexp.evaluation.report import _clean, calibration_lines, reliability_by_genre
+from spacy_treexp.evaluation.report import calibration_lines, json_safe, reliability_by_genre
 from spacy_treexp.evaluation.run import load_spacy, machine, shown_path
 
 
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "calibration.json").write_text(json.dumps(_clean(section), indent=2) + "\n", encoding="utf8")
+    (out / "calibration.json").write_text(json.dumps(json_safe(section), indent=2) + "\n", encoding="utf8")
     import matplotlib
 
     matplotlib.use("Agg")

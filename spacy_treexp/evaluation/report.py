@@ -14,12 +14,12 @@ from spacy_treexp.io.files import write_atomic
 TARGETS = {"arc_ece_max": 0.02, "auroc_min": 0.85}
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe copy: nan/inf become None, numpy scalars become Python numbers."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -47,7 +47,7 @@ def _save_figure(fig: Any, path: Path, dpi: int) -> None:
 
 
 def write_json(report: Dict[str, Any], path: Path) -> None:
-    write_atomic(path, json.dumps(_clean(report), indent=2, ensure_ascii=False) + "\n")
+    write_atomic(path, json.dumps(json_safe(report), indent=2, ensure_ascii=False) + "\n")
 
 
 def _f(value: Optional[float], digits: int = 4) -> str:

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 
-from spacy_treexp.evaluation.report import _clean
+from spacy_treexp.evaluation.report import json_safe
 from spacy_treexp.io.files import write_atomic
 
 SENTENCES_PER_DOC = 10
@@ -432,7 +432,7 @@ def write_meta(
             "treexp_labeled_ece": after.get("labeled_ece"),
         }
     )
-    path.write_text(json.dumps(_clean(meta), indent=2) + "\n", encoding="utf8")
+    path.write_text(json.dumps(json_safe(meta), indent=2) + "\n", encoding="utf8")
 
 
 def package(model_dir: Path, out: Path) -> Path:
@@ -486,7 +486,7 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     }
     if options.package:
         summary["package"] = str(package(out / "model", out / "package"))
-    write_atomic(out / "summary.json", json.dumps(_clean(summary), indent=2, default=str) + "\n")  # NaN: null
+    write_atomic(out / "summary.json", json.dumps(json_safe(summary), indent=2, default=str) + "\n")  # NaN: null
     before, after = evaluation["before"], evaluation["after"]
     log(
         f"5/5 packaged {out / 'model'}: UAS {after['uas']:.4f}, LAS {after.get('las', float('nan')):.4f}, "
