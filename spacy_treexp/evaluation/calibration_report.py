@@ -30,7 +30,7 @@ from spacy_treexp.calibration import CalibrationMap, calibrate_sentences
 from spacy_treexp.calibration.map import dependent_relations
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation import metrics
-from spacy_treexp.evaluation.conllu import GoldSentence
+from spacy_treexp.evaluation.conllu import UNNAMED_PREFIX, GoldSentence
 
 N_BINS = 15
 
@@ -44,7 +44,7 @@ def genre(sent_id: str) -> str:
     (and for the ``line-N`` ids :func:`~spacy_treexp.evaluation.conllu.read_conllu` gives a
     sentence without a ``sent_id``)."""
     prefix = sent_id.split("-", 1)[0] if "-" in sent_id else "all"
-    return "all" if prefix == "line" else prefix
+    return "all" if prefix == UNNAMED_PREFIX else prefix
 
 
 def genres(sent_ids: Sequence[str]) -> List[str]:

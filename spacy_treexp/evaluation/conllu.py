@@ -15,6 +15,10 @@ from spacy_treexp.io import read_conllu as read_sentences
 __all__ = ["ConlluError", "GoldSentence", "read_conllu"]
 
 
+#: The ``sent_id`` of a sentence that has none is this, a dash and the line it starts on.
+UNNAMED_PREFIX = "line"
+
+
 @dataclass
 class GoldSentence:
     """One gold sentence.
@@ -44,7 +48,7 @@ class GoldSentence:
         """The gold view of a CoNLL-U sentence; ``ConlluError`` if its heads are not a
         single-root tree."""
         problem = sentence.tree_problem()
-        sent_id = sentence.sent_id or f"line-{sentence.line}"
+        sent_id = sentence.sent_id or f"{UNNAMED_PREFIX}-{sentence.line}"
         if problem is not None:
             raise ConlluError(None if path is None else str(path), sentence.line, f"sentence {sent_id}: {problem}")
         return cls(
