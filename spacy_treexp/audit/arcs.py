@@ -44,6 +44,7 @@ import torch
 from spacy_treexp.annotate import SentenceScores
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.io import ConlluSentence
+from spacy_treexp.io.conllu import sentence_id
 
 #: The columns of an arc record, in output order (JSONL keys, CSV header).
 ARC_FIELDS = (
@@ -210,7 +211,7 @@ def audit_sentence(sentence: ConlluSentence, scores: SentenceScores, sent_id: Op
     n = len(forms)
     if scores.n != n:
         raise ValueError(f"arc scores of shape {scores.arc.shape} for a sentence of {n} words")
-    sent_id = sent_id or sentence.sent_id or f"line-{sentence.line}"
+    sent_id = sent_id or sentence_id(sentence)
     heads = gold_heads(sentence)
     deprels = sentence.deprels
     problem = sentence.tree_problem()

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from spacy_treexp.audit.arcs import ArcAudit, SentenceAudit, audit_sentence, rank_arcs
-from spacy_treexp.audit.scoring import Scorer, scored, sentence_id
+from spacy_treexp.audit.scoring import Scorer, scored
 from spacy_treexp.io import ConlluSentence, write_conllu
+from spacy_treexp.io.conllu import sentence_id
 
 #: ``trainer(train_conllu, dev_conllu, output_dir) -> model path``: trains a spaCy pipeline
 #: whose parser writes arc scores on the gold trees of ``train_conllu``.

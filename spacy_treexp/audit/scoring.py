@@ -13,14 +13,10 @@ import numpy
 
 from spacy_treexp.annotate import SentenceScores
 from spacy_treexp.io import ConlluSentence
+from spacy_treexp.io.conllu import sentence_id
 
 #: A function from gold sentences to the parser's scores of each (same order).
 Scorer = Callable[[Sequence[ConlluSentence]], List[SentenceScores]]
-
-
-def sentence_id(sentence: ConlluSentence) -> str:
-    """``# sent_id``, or ``line-N`` when the sentence has none."""
-    return sentence.sent_id or f"line-{sentence.line}"
 
 
 def spacy_scorer(nlp: Any, batch_size: int = 64) -> Scorer:

@@ -30,7 +30,8 @@ from spacy_treexp.calibration import CalibrationMap, calibrate_sentences
 from spacy_treexp.calibration.map import dependent_relations
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation import metrics
-from spacy_treexp.evaluation.conllu import UNNAMED_PREFIX, GoldSentence
+from spacy_treexp.evaluation.conllu import GoldSentence
+from spacy_treexp.io.conllu import UNNAMED_PREFIX
 
 N_BINS = 15
 

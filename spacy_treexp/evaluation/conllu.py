@@ -11,12 +11,9 @@ import numpy
 
 from spacy_treexp.io import ConlluError, ConlluSentence
 from spacy_treexp.io import read_conllu as read_sentences
+from spacy_treexp.io.conllu import sentence_id
 
 __all__ = ["ConlluError", "GoldSentence", "read_conllu"]
-
-
-#: The ``sent_id`` of a sentence that has none is this, a dash and the line it starts on.
-UNNAMED_PREFIX = "line"
 
 
 @dataclass
@@ -48,7 +45,7 @@ class GoldSentence:
         """The gold view of a CoNLL-U sentence; ``ConlluError`` if its heads are not a
         single-root tree."""
         problem = sentence.tree_problem()
-        sent_id = sentence.sent_id or f"{UNNAMED_PREFIX}-{sentence.line}"
+        sent_id = sentence_id(sentence)
         if problem is not None:
             raise ConlluError(None if path is None else str(path), sentence.line, f"sentence {sent_id}: {problem}")
         return cls(

@@ -521,3 +521,12 @@ def _write(sentences: Iterable[ConlluSentence], handle: IO[str]) -> int:
         handle.write(sentence.to_text() + "\n")
         count += 1
     return count
+
+
+#: The id of a sentence without ``# sent_id`` is this, a dash and the line it starts on.
+UNNAMED_PREFIX = "line"
+
+
+def sentence_id(sentence: ConlluSentence) -> str:
+    """``# sent_id``, or ``line-N`` (:data:`UNNAMED_PREFIX`) when the sentence has none."""
+    return sentence.sent_id or f"{UNNAMED_PREFIX}-{sentence.line}"
