@@ -39,8 +39,9 @@ The ensemble (``spacy_treexp.load(ensemble=True)``) against the shipped pipeline
 import argparse
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import spacy
 import torch
@@ -49,6 +50,7 @@ from spacy.scorer import Scorer
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.training.converters import conllu_to_docs
+from thinc.api import Model, NumpyOps
 
 from spacy_treexp.pipeline.biaffine_parser import biaffine_parser_score
 from spacy_treexp.pipeline.default_model import load_named
@@ -112,25 +114,57 @@ def score(nlp: Language, references: List[Doc], gold_sentences: bool) -> Dict[st
     return out
 
 
-def speed(nlp: Language, references: List[Doc], without: Sequence[str], repeats: int) -> Dict[str, object]:
+@contextmanager
+def blis_ops(nlp: Language, on: bool) -> Iterator[None]:
+    """With ``on``, every thinc layer of ``nlp`` multiplies with blis (thinc's default ops)
+    inside the block instead of the numpy BLAS the shipped config gives it
+    (``spacy_treexp.numpy_blas.v1``): the pipeline as it ran before that callback."""
+    if not on:
+        yield
+        return
+    nodes = [
+        node
+        for _, pipe in nlp.pipeline
+        if isinstance(getattr(pipe, "model", None), Model)
+        for node in pipe.model.walk()
+    ]
+    saved = [node.ops for node in nodes]
+    blis = NumpyOps(use_blis=True)
+    for node in nodes:
+        node.ops = blis
+    try:
+        yield
+    finally:
+        for node, ops in zip(nodes, saved):
+            node.ops = ops
+
+
+def speed(
+    nlp: Language, references: List[Doc], without: Sequence[str], repeats: int, blis: bool = False
+) -> Dict[str, object]:
     """Best-of-``repeats`` words/s with and without ``without``, passes alternating, in wall
     time and in the process's CPU time (one torch thread: the CPU time is the work done,
-    which other processes on a loaded machine do not inflate)."""
+    which other processes on a loaded machine do not inflate). With ``blis``, also both with
+    thinc's blis products (``blis_ops``), alternating with the others; ``ratio_to_blis_without``
+    is then the pipeline's speed over that of the pipeline without ``without`` on blis."""
     n_words = sum(len(r) for r in references)
     absent = [n for n in without if n in nlp.pipe_names]
-    best = {"full": float("inf"), "without": float("inf")}
+    settings = [("full", [], False), ("without", absent, False)]
+    if blis:
+        settings += [("blis", [], True), ("blis_without", absent, True)]
+    best = {key: float("inf") for key, _, _ in settings}
     best_cpu = dict(best)
     list(nlp.pipe([words_doc(nlp, r, False) for r in references[:5]]))
     for _ in range(repeats):
-        for key, disable in (("full", []), ("without", absent)):
+        for key, disable, on_blis in settings:
             docs = [words_doc(nlp, r, False) for r in references]
-            with nlp.select_pipes(disable=disable):
+            with nlp.select_pipes(disable=disable), blis_ops(nlp, on_blis):
                 start, start_cpu = time.perf_counter(), time.process_time()
                 for _doc in nlp.pipe(docs, batch_size=64):
                     pass
                 best[key] = min(best[key], time.perf_counter() - start)
                 best_cpu[key] = min(best_cpu[key], time.process_time() - start_cpu)
-    return {
+    out: Dict[str, object] = {
         "words": n_words,
         "torch_threads": torch.get_num_threads(),
         "without": absent,
@@ -141,6 +175,20 @@ def speed(nlp: Language, references: List[Doc], without: Sequence[str], repeats:
         "words_per_cpu_second_without": round(n_words / best_cpu["without"]),
         "ratio_cpu": round(best_cpu["without"] / best_cpu["full"], 3),
     }
+    if blis:
+        out.update(
+            {
+                "words_per_second_blis": round(n_words / best["blis"]),
+                "words_per_second_blis_without": round(n_words / best["blis_without"]),
+                "ratio_to_blis": round(best["blis"] / best["full"], 3),
+                "ratio_to_blis_without": round(best["blis_without"] / best["full"], 3),
+                "words_per_cpu_second_blis": round(n_words / best_cpu["blis"]),
+                "words_per_cpu_second_blis_without": round(n_words / best_cpu["blis_without"]),
+                "ratio_cpu_to_blis": round(best_cpu["blis"] / best_cpu["full"], 3),
+                "ratio_cpu_to_blis_without": round(best_cpu["blis_without"] / best_cpu["full"], 3),
+            }
+        )
+    return out
 
 
 def main(
@@ -152,6 +200,7 @@ def main(
     output: Optional[Path],
     speed_only: bool = False,
     encoder_precision: Optional[str] = None,
+    blis: bool = False,
 ) -> None:
     torch.set_num_threads(1)
     overrides = {} if encoder_precision is None else {"components.biaffine_parser.encoder_precision": encoder_precision}
@@ -161,7 +210,7 @@ def main(
     if not speed_only:
         result["scores"] = [score(nlp, references, gold) for gold in (False, True)]
     if repeats:
-        result["speed"] = speed(nlp, references, without, repeats)
+        result["speed"] = speed(nlp, references, without, repeats, blis)
     result["compare"] = {}
     for name in compare:
         other = spacy.load(name)
@@ -190,6 +239,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--encoder-precision", default=None, choices=["float32", "bfloat16"], help="the parsers' encoder_precision"
     )
+    parser.add_argument(
+        "--blis",
+        action="store_true",
+        help="also time the pipeline on thinc's blis products (the ops before spacy_treexp.numpy_blas.v1)",
+    )
     args = parser.parse_args()
     main(
         args.conllu,
@@ -200,4 +254,5 @@ if __name__ == "__main__":
         args.output,
         args.speed_only,
         args.encoder_precision,
+        args.blis,
     )

@@ -63,10 +63,10 @@ import os
 import shutil
 import tempfile
 import warnings
-from contextlib import contextmanager
+from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypedDict, cast
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypedDict, cast
 
 import numpy
 import spacy
@@ -83,17 +83,17 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.ty import ListenedToComponent
 from spacy.util import registry
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, NumpyOps, set_dropout_rate
+from thinc.api import Config, Model, set_dropout_rate
 from thinc.types import Ints2d
 
 from spacy_treexp.annotate import check_length, install_fork_hook, threads_for
 from spacy_treexp.annotate.options import DEFAULT_MAX_SENTENCE_LENGTH
 from spacy_treexp.annotate.product import label_order, product_members, product_relations
 from spacy_treexp.annotate.relation_scores import BiaffineRelationScores, RelationScores
-from spacy_treexp.annotate.runtime import cpu_threads
 from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationMap
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import ENCODER_PRECISIONS, get_scorer_module, set_n_labels
+from spacy_treexp.pipeline.blas import blas_threads, numpy_blas
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
 from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
@@ -165,10 +165,6 @@ _TOKENS = [ORTH, SPACY]
 BUCKET_WORDS = 4000
 #: Relations that only Universal Dependencies uses: a parser with them writes UD trees.
 UD_RELATIONS = frozenset({"obj", "obl", "case", "nmod"})
-_NUMPY_BLAS = NumpyOps(use_blis=False)
-#: threadpoolctl's view of the BLAS libraries loaded (made on first use, see ``_blas_threads``).
-_BLAS_CONTROLLER: Optional[Any] = None
-
 
 # Forked workers of nlp.pipe(n_process>1) can hang in the parent's OpenMP pool.
 install_fork_hook()
@@ -177,48 +173,12 @@ install_fork_hook()
 warnings.filterwarnings("ignore", message=r"\[W113\] Sourced component 'biaffine_parser'")
 
 
-@contextmanager
-def _blas_threads(device: torch.device) -> Iterator[None]:
-    """On the CPU, run numpy's BLAS (the tok2vec's and the relations' products: ``_numpy_blas``,
-    ``architectures._all_pairs_relations``) on ``cpu_threads()`` threads, as the parser's torch
-    work (``spacy_treexp/annotate/runtime.py``), with threadpoolctl. OpenBLAS's default, one
-    thread per core, spun on a loaded machine: parser CPU time 1.70 s against 1.30 s on one
-    thread per 500 EWT texts."""
-    global _BLAS_CONTROLLER
-    if device.type != "cpu":
-        yield
-        return
-    if _BLAS_CONTROLLER is None:
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS_CONTROLLER = ThreadpoolController()
-    with _BLAS_CONTROLLER.limit(limits=cpu_threads(), user_api="blas"):
-        yield
-
-
 def _span_text(doc: Doc, start: int, end: int, text: Optional[str] = None) -> str:
     """``doc[start:end].text`` (its characters, without the last token's trailing
     whitespace), sliced from ``doc.text`` (or ``text``, the same string built once per Doc:
     spaCy joins the tokens again on every ``doc.text``) without building the Span."""
     last = doc[end - 1]
     return (doc.text if text is None else text)[doc[start].idx : last.idx + len(last)]
-
-
-@contextmanager
-def _numpy_blas(model: Model) -> Iterator[None]:
-    """Run ``model``'s thinc layers with numpy's BLAS for their matrix products (thinc's
-    ``NumpyOps(use_blis=False)``) instead of blis, then restore their ops. Same results up to
-    float rounding; on the development machine (an AMD EPYC, 1 thread) the shipped tok2vec
-    ran 2.4x faster (blis reached a third of OpenBLAS's speed on its products)."""
-    nodes = [node for node in model.walk() if isinstance(node.ops, NumpyOps) and node.ops.use_blis]
-    saved = [node.ops for node in nodes]
-    for node in nodes:
-        node.ops = _NUMPY_BLAS
-    try:
-        yield
-    finally:
-        for node, ops in zip(nodes, saved):
-            node.ops = ops
 
 
 def _attach_whitespace(
@@ -779,7 +739,7 @@ class BiaffineParser(TrainablePipe):
         scorer.rel_temperature = self.rel_temperature  # the model's dense relations come scaled
         scorer.encoder_precision = self._encoder_precision(device)
         try:
-            with threads_for(device), _blas_threads(device):
+            with threads_for(device), blas_threads() if device.type == "cpu" else nullcontext():
                 foreign = any(doc.vocab is not self.vocab for doc in docs)
                 self.hosted = self.hosted or foreign
                 model_docs = self._home_docs(docs) if foreign else docs
@@ -953,7 +913,7 @@ class BiaffineParser(TrainablePipe):
                     f"vocabulary) and the component its model reads, '{getattr(listener, 'upstream_name')}', is not "
                     f"known: create the parser in its own pipeline and source it from there."
                 )
-            with _numpy_blas(upstream.model):
+            with numpy_blas(upstream.model):
                 copies = list(upstream.pipe(copies, batch_size=max(1, len(copies))))
         return copies
 
@@ -987,7 +947,7 @@ class BiaffineParser(TrainablePipe):
             upstream = self._upstream(listener)
             if upstream is None:
                 return False
-            with _numpy_blas(upstream.model):
+            with numpy_blas(upstream.model):
                 home_vectors = self.model.ops.to_numpy(upstream.predict(copy)[0])
             if not numpy.allclose(home_vectors, host_vectors, rtol=1e-3, atol=1e-4):
                 return False

@@ -253,32 +253,6 @@ def test_shipped_model_loads_and_parses():
             nlp("The parser keeps its scores.")
 
 
-def test_numpy_blas_runs_a_thinc_model_alike_and_restores_its_ops():
-    """``_numpy_blas`` (the sourced parser's tok2vec): numpy's BLAS instead of blis for the
-    products, the same outputs up to float rounding, the layers' own ops back afterwards,
-    also after an error."""
-    from thinc.api import Maxout, NumpyOps, chain
-
-    from spacy_treexp.pipeline.biaffine_parser import _numpy_blas
-
-    blis_ops = NumpyOps(use_blis=True)
-    model = chain(Maxout(8, 5, nP=3), Maxout(4, 8, nP=2))
-    for node in model.walk():
-        node.ops = blis_ops
-    X = numpy.random.default_rng(0).normal(size=(7, 5)).astype("float32")
-    model.initialize(X=X)
-    expected = model.predict(X)
-    with _numpy_blas(model):
-        assert all(node.ops.use_blis is False for node in model.walk())
-        got = model.predict(X)
-    numpy.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-    assert all(node.ops is blis_ops for node in model.walk())
-    with pytest.raises(RuntimeError):
-        with _numpy_blas(model):
-            raise RuntimeError("boom")
-    assert all(node.ops is blis_ops for node in model.walk())
-
-
 @pytest.mark.parametrize("text", ["Send it to me\nThanks.  Bye", "  Two  spaces.\n\nThen a break ", "x"])
 def test_span_text_is_the_spans_text(text):
     """The sentence text that seeds the members' masks, sliced from ``doc.text``, is ``Span.text``."""
@@ -293,25 +267,6 @@ def test_span_text_is_the_spans_text(text):
     for start, end in spans:
         assert _span_text(doc, start, end) == doc[start:end].text
         assert _span_text(doc, start, end, doc.text) == doc[start:end].text
-
-
-def test_numpy_blas_runs_on_the_parsers_threads(monkeypatch):
-    """Inside the parser's prediction numpy's BLAS has ``cpu_threads()`` threads
-    (SPACY_TREEXP_THREADS), and its own setting again afterwards."""
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    from spacy_treexp.pipeline.biaffine_parser import _blas_threads
-
-    def blas_threads():
-        return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
-
-    before = blas_threads()
-    if not before:
-        pytest.skip("numpy's BLAS is not visible to threadpoolctl")
-    for wanted in (1, 2):
-        monkeypatch.setenv("SPACY_TREEXP_THREADS", str(wanted))
-        with _blas_threads(torch.device("cpu")):
-            assert blas_threads() == [wanted] * len(before)
-        assert blas_threads() == before
 
 
 def test_the_parser_carries_its_calibration_map_through_disk(tmp_path):

@@ -83,9 +83,13 @@ def test_the_host_pipeline_is_not_changed(obvious, stock):
     assert obvious.get_pipe("tok2vec").model.get_dim("nO") == 96
 
 
-def test_the_home_tok2vec_gets_its_own_ops_back(home, docs):
-    """The sourced parser runs the home tok2vec with numpy's BLAS only while it parses."""
-    assert all(getattr(node.ops, "use_blis", True) for node in home.get_pipe("tok2vec").model.walk())
+def test_the_home_tok2vec_keeps_its_own_ops(home, docs):
+    """After parsing, the home tok2vec has the ops its config gave it (the shipped pipeline's
+    numpy BLAS, ``spacy_treexp.numpy_blas.v1``); ``numpy_blas`` restores any other ops
+    (``tests/pipeline/test_blas.py``)."""
+    from spacy_treexp.pipeline.blas import NUMPY_BLAS_OPS
+
+    assert all(node.ops is NUMPY_BLAS_OPS for node in home.get_pipe("tok2vec").model.walk())
 
 
 def test_the_parse_is_the_shipped_pipelines_on_the_same_tokens_and_sentences(home, docs):
