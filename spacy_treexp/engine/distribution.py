@@ -7,6 +7,7 @@ it is a function of the scores, differentiable with respect to them.
 
 from __future__ import annotations
 
+import warnings
 from types import ModuleType
 from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple, Union
 
@@ -229,21 +230,40 @@ class TreeDistribution(Distribution):
         return log_z, self._cache["marginals"]
 
     def _fast_pass(self, scores: Tensor, mask: Tensor, lengths: Tensor, dtype: torch.dtype) -> _Pass:
-        """One fast-path pass in ``dtype``; by the fused CPU kernel (:mod:`.fused`) where it runs."""
+        """One fast-path pass in ``dtype``; by the fused CPU kernel (:mod:`.fused`) where it runs.
+        With ``stable=False`` every finite result is kept (:meth:`_keep_finite`)."""
         if _use_fused_kernel(scores):
-            return _from_fused(self._native_pass(scores, lengths, dtype))
-        log_weights, shift = laplacian.shifted_log_weights(scores.to(dtype), mask)
-        log_det, marginals, error = laplacian.fast_partition_and_marginals(
-            torch.exp(log_weights), lengths, self.single_root
-        )
-        if self.stable is False:
-            accepted = torch.isfinite(log_det)
+            result = _from_fused(self._native_pass(scores, lengths, dtype))
         else:
+            log_weights, shift = laplacian.shifted_log_weights(scores.to(dtype), mask)
+            log_det, marginals, error = laplacian.fast_partition_and_marginals(
+                torch.exp(log_weights), lengths, self.single_root
+            )
             accepted = laplacian.fast_accepted(log_det, error, dtype) & laplacian.marginals_normalised(
                 marginals, lengths, self.single_root, dtype
             )
-        total = shift.to(torch.float64).sum(-1)
-        return _Pass(log_det.to(torch.float64), total, marginals, accepted, shift, log_weights)
+            total = shift.to(torch.float64).sum(-1)
+            result = _Pass(log_det.to(torch.float64), total, marginals, accepted, shift, log_weights)
+        return self._keep_finite(result, dtype) if self.stable is False else result
+
+    @staticmethod
+    def _keep_finite(result: _Pass, dtype: torch.dtype) -> _Pass:
+        """``stable=False``: keep the fast result of every sentence with a finite log Z', and
+        warn (``RuntimeWarning``) naming those whose error estimate or marginal sums are
+        outside ``dtype``'s tolerance, which the default would recompute (their numbers may be
+        wrong: peaked scores cancel in the determinant)."""
+        finite = torch.isfinite(result.log_z_shifted)
+        doubtful = (finite & ~result.accepted).nonzero().squeeze(-1).tolist()
+        if doubtful:
+            shown = ", ".join(str(b) for b in doubtful[:10]) + (", ..." if len(doubtful) > 10 else "")
+            warnings.warn(
+                f"TreeDistribution(stable=False): the fast path's {dtype} result is outside its error "
+                f"tolerance for {len(doubtful)} sentence(s) [{shown}] (peaked scores): their log Z, "
+                "marginals and entropy may be wrong; stable=None (the default) recomputes them",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return result._replace(accepted=finite, all_accepted=bool(finite.all()))
 
     def _native_pass(self, scores: Tensor, lengths: Tensor, dtype: torch.dtype) -> FusedPass:
         """The fused CPU kernel's fast pass in ``dtype`` (where :func:`_use_fused_kernel` holds;
@@ -254,7 +274,6 @@ class TreeDistribution(Distribution):
             self.single_root,
             laplacian.fast_tolerance(dtype),
             laplacian.normalisation_tolerance(dtype),
-            fast_only=self.stable is False,
         )
 
     def _fused_entropy(self) -> Optional[Tensor]:
@@ -747,17 +766,21 @@ class TreeDistribution(Distribution):
     # --------------------------------------------------------------- sampling
     def sample(
         self,
-        sample_shape: Union[torch.Size, List[int], Tuple[int, ...]] = torch.Size(),
+        sample_shape: Union[int, torch.Size, List[int], Tuple[int, ...]] = torch.Size(),
         method: Optional[str] = None,
         generator: Randomness = None,
     ) -> Tensor:
         """Independent trees ``(*sample_shape, B, N+1)`` (see :mod:`spacy_treexp.engine.sampling`;
-        ``method`` None: its ``DEFAULT_METHOD``, ``colbourn``).
+        ``method`` None: its ``DEFAULT_METHOD``, ``colbourn``). An int ``k`` is the shape ``(k,)``.
 
         ``generator``: a ``torch.Generator``, or (``colbourn``) one per sentence, so that each
         sentence's trees do not depend on the batch it is in."""
         from spacy_treexp.engine import sampling
 
+        if isinstance(sample_shape, int) and not isinstance(sample_shape, bool):
+            sample_shape = (sample_shape,)
+        if not isinstance(sample_shape, (tuple, list, torch.Size)):
+            raise ValueError(f"sample_shape must be an int or a tuple of non-negative ints, got {sample_shape!r}")
         self._require_trees("samples")
         heads = sampling.sample(self.batched(), torch.Size(sample_shape), method=method, generator=generator)
         return self._out(heads, batch_dim=-2)

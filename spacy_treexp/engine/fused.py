@@ -117,7 +117,6 @@ def native_fast_pass(
     single_root: bool,
     tolerance: float,
     normalisation: float,
-    fast_only: bool = False,
 ) -> FusedPass:
     """The fast path on CPU tensors without autograd (see :class:`FusedPass`).
 
@@ -131,7 +130,7 @@ def native_fast_pass(
     :func:`.laplacian.shifted_log_weights` (its column-shifted scores s' stay in the kernel:
     the caller forms them where it needs them). A sentence with a zero pivot gets
     log det -inf, error and deviation inf, and zero marginals. A sentence is accepted where
-    its log det is finite and (unless ``fast_only``) its error is at most ``tolerance`` and
+    its log det is finite, its error is at most ``tolerance`` and
     its deviation at most ``normalisation`` (:func:`.laplacian.fast_accepted`).
     """
     # read in place, strided or not (a sentence cut from a padded batch: no copy)
@@ -149,7 +148,6 @@ def native_fast_pass(
         _EPS[scores.dtype],
         tolerance,
         normalisation,
-        fast_only,
         stats,
         accepted,
         marginals,
@@ -172,7 +170,6 @@ def _fused_pass(
     eps,
     tolerance,
     normalisation,
-    fast_only,
     stats,
     accepted,
     marginals,
@@ -244,7 +241,7 @@ def _fused_pass(
         stats[_DEVIATION, b] = deviation
         stats[_EXPECTED, b] = expected
         stats[_ENTROPY, b] = max(log_det - expected, 0.0) + 0.0  # below 0: rounding (as _non_negative)
-        accepted[b] = fast_only or (error <= tolerance and deviation <= normalisation)
+        accepted[b] = error <= tolerance and deviation <= normalisation
         all_accepted = all_accepted and accepted[b]
     return all_accepted
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from helpers.enumerate_trees import tree_log_probs
@@ -283,3 +285,25 @@ def test_stable_path_batch_mixing_plain_and_log_space_sentences(single_root):
         assert abs(dist.log_partition[b].item() - log_z.item()) < TOL
         assert torch.allclose(dist.marginals[b, : n + 1, : n + 1], mu, atol=TOL, rtol=0)
         assert dist.marginals[b, n + 1 :].abs().sum() == 0 and dist.marginals[b, :, n + 1 :].abs().sum() == 0
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_stable_false_warns_where_its_numbers_may_be_wrong(native, monkeypatch):
+    """``stable=False`` keeps the fast path's result, but a sentence whose determinant the
+    peaked scores ruined (its error estimate above tolerance) is named in a RuntimeWarning;
+    a well-conditioned batch gets no warning and the exact numbers (fused kernel and torch)."""
+    from spacy_treexp.engine.native import NATIVE_ENV
+
+    monkeypatch.setenv(NATIVE_ENV, native)
+    n = 60
+    calm = torch.stack([_scores(n, seed) for seed in range(2)])
+    peaked = calm.clone()
+    peaked[1] = _scores(n, 8, scale=100.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fast = TreeDistribution(calm, stable=False)
+        assert torch.allclose(fast.log_partition, TreeDistribution(calm, stable=True).log_partition, rtol=1e-10)
+    with pytest.warns(RuntimeWarning, match=r"stable=False.*1 sentence\(s\) \[1\]"):
+        doubtful = TreeDistribution(peaked, stable=False).marginals
+    exact = TreeDistribution(peaked).marginals
+    assert torch.allclose(doubtful[0], exact[0], atol=1e-10)
