@@ -721,3 +721,15 @@ def test_sbs_in_chunks_of_sentences_draws_what_one_search_draws(monkeypatch, sin
     assert_exact_log_probs(dist, *chunked)
     (grad,) = torch.autograd.grad(chunked[1][0].sum(), scores)
     assert torch.isfinite(grad).all()
+
+
+def test_sample_shape_may_be_an_int_and_a_bad_one_is_named():
+    """``dist.sample(k)`` draws k trees, as ``sample((k,))`` with the same generator; a shape
+    that is neither an int nor a tuple of non-negative ints gets a ValueError naming it."""
+    dist = TreeDistribution(torch.randn(2, 5, 5, generator=torch.Generator().manual_seed(0)))
+    as_int = dist.sample(4, generator=torch.Generator().manual_seed(1))
+    as_tuple = dist.sample((4,), generator=torch.Generator().manual_seed(1))
+    assert as_int.shape == (4, 2, 5) and torch.equal(as_int, as_tuple)
+    for bad in (-1, 2.5, "3", True):
+        with pytest.raises(ValueError, match="sample_shape"):
+            dist.sample(bad)
