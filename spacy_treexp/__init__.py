@@ -1,8 +1,8 @@
 """spacy_treexp: exact marginals, entropy and unbiased samples of dependency trees."""
 
-from spacy_treexp.engine import TreeDistribution
+from spacy_treexp.engine import NoTreeError, TreeDistribution, TreeMixture
 
-__all__ = ["TreeDistribution", "add_uncertainty", "load", "render"]
+__all__ = ["NoTreeError", "TreeDistribution", "TreeMixture", "add_uncertainty", "load", "render"]
 __version__ = "0.1.0"
 
 
