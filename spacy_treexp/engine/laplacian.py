@@ -355,11 +355,12 @@ def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool
 
 #: A log-space elimination whose autograd graph would hold more bytes than this keeps only
 #: every chunk's input for the backward pass and recomputes the chunk (activation
-#: checkpointing, ``_gth_chunk_steps``): measured with ``MALLOC_MMAP_THRESHOLD_=65536``, one
-#: sentence of 300 words at scores x100 took 1.05 GB over the process's start and 4.8 CPU s
-#: without, 0.28 GB and 9.3 s with it (n = 200: 0.82 GB / 1.4 s, 0.41 GB / 2.8 s).
+#: checkpointing, ``_gth_chunk_steps``). Measured (one thread, one sentence, scores x100, log Z
+#: and marginals, CPU time and peak memory over the process's start): 300 words 1.67 s and
+#: 0.42 GB, 600 words 10.6 s and 0.45 GB (checkpointed); before the steps shrank the matrix
+#: (``_gth_eliminate_steps``) 4.95 s / 0.59 GB and 21.7 s / 3.5 GB.
 _CHECKPOINT_BYTES = 1 << 30
-#: ``(B, N+1, N+1)`` tensors' worth of memory autograd keeps per elimination step (measured:
+#: Tensors of a step's block size whose memory autograd keeps per elimination step (measured:
 #: about 5 in float64, from the figures above).
 _SAVED_PER_STEP = 5
 
@@ -383,7 +384,9 @@ def _gth_eliminate(logw: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
     log_z = torch.zeros(batch, dtype=logw.dtype, device=logw.device)
     steps = n_max - 1 if single_root else n_max
     values = logw
-    graph_bytes = _SAVED_PER_STEP * steps * logw.numel() * logw.element_size()
+    # step t works on a (B, N+1-t, N+1-t) block (see _gth_eliminate_steps)
+    cells = sum((size - t) ** 2 for t in range(steps))
+    graph_bytes = _SAVED_PER_STEP * batch * cells * logw.element_size()
     if torch.is_grad_enabled() and logw.requires_grad and graph_bytes > _CHECKPOINT_BYTES:
         from torch.utils.checkpoint import checkpoint
 
@@ -402,9 +405,8 @@ def _gth_eliminate(logw: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
             )
     else:
         values, remaining, log_z = _gth_eliminate_steps(values, remaining, log_z, lengths, single_root, 0, steps)
-    if single_root:
-        last = remaining.to(torch.long).argmax(-1)  # the word never eliminated
-        log_z = log_z + values[torch.arange(batch, device=logw.device), 0, last]
+    if single_root:  # ROOT and the word never eliminated are left
+        log_z = log_z + values[:, 0, 1]
     return log_z
 
 
@@ -412,30 +414,38 @@ def _gth_eliminate_steps(
     values: Tensor, remaining: Tensor, log_z: Tensor, lengths: Tensor, single_root: bool, begin: int, end: int
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """Steps ``begin``..``end - 1`` of :func:`_gth_eliminate`: ``(values, remaining, log_z)``
-    after them (``remaining``: the states not yet eliminated)."""
-    batch, size, _ = values.shape
+    after them (``remaining``: the words not yet eliminated, over the states of ``values``).
+
+    Each step drops the state it eliminates from the matrix, which shrinks from ``(B, s, s)``
+    to ``(B, s-1, s-1)``: the steps cost Σ s² = O(n³/3) instead of n · (N+1)². A sentence
+    whose own steps are done drops a state outside it (padding) instead, so every sentence
+    of the batch keeps ROOT first and its words not yet eliminated."""
+    batch = values.shape[0]
     device = values.device
-    positions = torch.arange(size, device=device)
     batch_index = torch.arange(batch, device=device)
-    off_diagonal = ~torch.eye(size, dtype=torch.bool, device=device)
     for step in range(begin, end):
+        size = values.shape[-1]
         active = step < (lengths - 1 if single_root else lengths)  # (B,)
         head_rows = remaining.clone()
         if not single_root:
             head_rows[:, 0] = True
         pivots = _logsumexp(values.masked_fill(~head_rows.unsqueeze(-1), NEG_INF), dim=-2)
         free = pivots.masked_fill(~remaining, NEG_INF)
-        k = free.detach().argmax(-1)
-        pivot = free[batch_index, k]
-        remaining = remaining & ~(active.unsqueeze(-1) & (positions == k.unsqueeze(-1)))
-        column = values[batch_index, :, k]  # w(h -> k)
-        row = values[batch_index, k, :]  # w(k -> m)
-        keep = remaining & active.unsqueeze(-1)
-        # A path m -> k -> m is a self-loop of the reduced chain: GTH drops it (no diagonal).
-        pivot = torch.where(active, pivot, torch.zeros_like(pivot))
+        spare = ~remaining  # a state that is no word of the sentence left, ROOT aside
+        spare[:, 0] = False
+        k = torch.where(active, free.detach().argmax(-1), spare.to(torch.int8).argmax(-1))
+        pivot = torch.where(active, free[batch_index, k], torch.zeros_like(log_z))
         log_z = log_z + pivot
-        row = row.masked_fill(~keep, NEG_INF)
+        kept = torch.arange(size - 1, device=device).unsqueeze(0).expand(batch, -1)
+        kept = kept + (kept >= k.unsqueeze(-1)).to(kept.dtype)  # every state but k, in order
+        column = values[batch_index, :, k].gather(1, kept)  # w(h -> k)
+        row = values[batch_index, k, :].gather(1, kept)  # w(k -> m)
+        remaining = remaining.gather(1, kept)
+        values = values[batch_index.view(-1, 1, 1), kept.unsqueeze(-1), kept.unsqueeze(-2)]
+        row = row.masked_fill(~(remaining & active.unsqueeze(-1)), NEG_INF)
+        # A path m -> k -> m is a self-loop of the reduced chain: GTH drops it (no diagonal).
         update = column.unsqueeze(-1) + row.unsqueeze(-2) - pivot.unsqueeze(-1).unsqueeze(-1)
-        update = update.masked_fill(~torch.isfinite(update) | ~off_diagonal, NEG_INF)
+        diagonal = torch.eye(size - 1, dtype=torch.bool, device=device)
+        update = update.masked_fill(~torch.isfinite(update) | diagonal, NEG_INF)
         values = _logaddexp(values, update)
     return values, remaining, log_z

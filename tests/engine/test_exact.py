@@ -307,3 +307,18 @@ def test_stable_false_warns_where_its_numbers_may_be_wrong(native, monkeypatch):
         doubtful = TreeDistribution(peaked, stable=False).marginals
     exact = TreeDistribution(peaked).marginals
     assert torch.allclose(doubtful[0], exact[0], atol=1e-10)
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_log_space_elimination_drops_padding_in_any_batch(single_root):
+    """The log-space elimination shrinks its matrix each step, dropping the eliminated word or,
+    once a sentence is done, a padding state: sentences of 1 to 6 words in one padded batch,
+    every one in log space (an arc below exp(-300) of its column's best), equal brute force."""
+    lengths = torch.tensor([1, 6, 2, 4, 3])
+    scores = torch.randn(5, 7, 7, generator=torch.Generator().manual_seed(11), dtype=torch.float64) * 4
+    scores[:, 0, 1] = -500.0
+    dist = TreeDistribution(scores, lengths, single_root=single_root, stable=True)
+    for b, n in enumerate(lengths.tolist()):
+        _, _, _, mu, log_z, _ = _brute(scores[b], n, single_root)
+        assert abs(dist.log_partition[b].item() - log_z.item()) < TOL
+        assert torch.allclose(dist.marginals[b, : n + 1, : n + 1], mu, atol=TOL, rtol=0)
