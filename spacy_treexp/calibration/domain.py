@@ -170,6 +170,19 @@ def hat_basis(x: numpy.ndarray, knots: numpy.ndarray) -> numpy.ndarray:
     return basis
 
 
+def _read_lexicon(data: Any) -> Dict[str, int]:
+    """A stored lexicon: ``[word, count]`` pairs, or a word -> count dict (maps written before
+    the pairs)."""
+    pairs = data.items() if isinstance(data, Mapping) else data
+    lexicon: Dict[str, int] = {}
+    for pair in pairs:
+        word, count = pair
+        if not isinstance(word, str) or word in lexicon:
+            raise ValueError(f"lexicon: {word!r} is not a new word")
+        lexicon[word] = int(count)
+    return lexicon
+
+
 @dataclass(frozen=True)
 class DomainModel:
     """The fitted model (module doc): the lexicon, per feature its knots and the values of
@@ -223,7 +236,9 @@ class DomainModel:
             "values": [list(v) for v in self.values],
             "bias": self.bias,
             "rare": RARE,
-            "lexicon": dict(sorted(self.lexicon.items())),
+            # [word, count] pairs, not a dict: stored in a spaCy config (``spacy-treexp calibrate``),
+            # a dict's keys would be config options, which a word such as "3:29" or "a=b" breaks
+            "lexicon": [[word, count] for word, count in sorted(self.lexicon.items())],
         }
 
     @classmethod
@@ -232,7 +247,7 @@ class DomainModel:
             if int(data["rare"]) != RARE:
                 raise CalibrationError(f"domain model: made for rare = {data['rare']}, this version reads {RARE}")
             return cls(
-                lexicon={str(w): int(c) for w, c in dict(data["lexicon"]).items()},
+                lexicon=_read_lexicon(data["lexicon"]),
                 knots=tuple(tuple(float(v) for v in k) for k in data["knots"]),
                 values=tuple(tuple(float(v) for v in k) for k in data["values"]),
                 bias=float(data["bias"]),

@@ -128,6 +128,25 @@ def test_dict_form_round_trips_through_json():
     assert NoveltyReference.from_dict(NoveltyReference(numpy.zeros(3), numpy.eye(3)).to_dict()).domain is None
 
 
+def test_a_lexicon_of_any_words_survives_a_spacy_config():
+    """``spacy-treexp calibrate`` stores the map, out-of-domain model included, in a spaCy
+    config: words such as "3:29", "a=b", "[" or a URL must come back as they were (as dict
+    keys they were config options: a crash or a silently wrong lexicon). A lexicon stored as
+    a dict (maps written before) still reads."""
+    from thinc.api import Config
+
+    lexicon = {"3:29": 1, "3:30": 2, "a=b": 1, "[": 3, "]": 1, "==": 1, ":)": 2, "http://x.org/?a=1": 1, "the": 4}
+    inside, outside = synthetic(6, 60, 15)
+    model = fit_domain(inside, outside, lexicon)
+    text = Config({"component": {"domain": model.to_dict()}}).to_str()
+    back = DomainModel.from_dict(Config().from_str(text)["component"]["domain"])
+    assert back == model and dict(back.lexicon) == lexicon
+    old = dict(model.to_dict(), lexicon=dict(lexicon))
+    assert DomainModel.from_dict(old) == model
+    with pytest.raises(CalibrationError, match="not a new word"):
+        DomainModel.from_dict(dict(model.to_dict(), lexicon=[["the", 1], ["the", 2]]))
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
