@@ -117,8 +117,12 @@ def evaluate(
         )
     except ValueError as e:
         raise UserError(str(e)) from e
+    from spacy_treexp.io import ConlluError
+
     try:
         run(config, log=warn)
+    except ConlluError as e:  # --conllu or --dev is not CoNLL-U: a mistake in the command's files
+        raise UserError(f"evaluate: {_one_line(e)}") from e
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         warn(f"{PROG}: evaluate: {_one_line(e)}")
         return 1

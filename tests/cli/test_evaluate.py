@@ -77,3 +77,19 @@ def test_a_failed_run_is_one_line_with_status_1(gold, tmp_path, monkeypatch, run
     status, _, err = run_cli("evaluate", "--conllu", str(gold), "--out", str(tmp_path / "out"))
     assert status == 1
     assert err == "spacy-treexp: evaluate: the model has no parser second line\n"
+
+
+def test_a_treebank_that_is_not_conllu_is_a_user_error(gold, tmp_path, monkeypatch, user_error):
+    """A --conllu or --dev file that is not CoNLL-U is a mistake in the command's files:
+    one line naming the file and line, exit status 2 (as ``audit`` and ``calibrate``)."""
+    from spacy_treexp.io import ConlluError
+
+    text = tmp_path / "notes.txt"
+    text.write_text("just some words\n")
+
+    def run(config, log=print):
+        raise ConlluError(str(text), 1, "expected 10 tab-separated columns, got 1")
+
+    monkeypatch.setattr(spacy_treexp.evaluation, "run", run)
+    message = user_error("evaluate", "--conllu", str(text), "--out", str(tmp_path / "out"))
+    assert "notes.txt:1" in message and "tab-separated" in message
