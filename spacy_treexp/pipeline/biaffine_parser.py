@@ -94,7 +94,7 @@ from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationMap
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import ENCODER_PRECISIONS, get_scorer_module, set_n_labels
 from spacy_treexp.pipeline.blas import blas_threads, numpy_blas
-from spacy_treexp.pipeline.extensions import PARSER_SCORES, register_extensions
+from spacy_treexp.pipeline.extensions import PARSER_SCORES, new_writer_token, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
 from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
 from spacy_treexp.pipeline.stock import register_ud_extensions, set_ud_tree
@@ -459,6 +459,8 @@ class BiaffineParser(TrainablePipe):
         #: ``add_uncertainty`` or ``load(ensemble=True)``, given Docs of another vocabulary, or
         #: loaded with a home copy): ``to_bytes`` then carries that copy (see its doc).
         self.hosted = False
+        #: Which component wrote a record, whatever its name (``extensions.new_writer_token``).
+        self.writer_token = new_writer_token(self)
         #: The calibration map kept beside the parser (``treexp_calibration.json`` in its
         #: folder: the shipped model's, or one a user put there), read by ``from_disk`` and
         #: written by ``to_disk``; ``tree_expectations`` applies it wherever the parser goes,
@@ -1030,6 +1032,7 @@ class BiaffineParser(TrainablePipe):
                     else numpy.ascontiguousarray(rel[b], dtype="float32"),
                     "labels": labels,
                     "writer": self.name,  # tree_expectations takes this parser's calibration map
+                    "writer_token": self.writer_token,
                 }
                 if not isinstance(rel[b], BiaffineRelationScores):
                     record["rel_normalised"] = True  # a log-softmax over labels (architectures.py)

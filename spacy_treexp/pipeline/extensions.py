@@ -12,6 +12,9 @@ survives ``Doc.to_bytes``, ``DocBin(store_user_data=True)``, pickle and
 - ``"rel"``: float32 ndarray ``(n+1, n+1, L)`` of log p(label | h, d), or an object with
   that ``shape`` and numpy indexing that computes them when indexed; or ``None``.
 - ``"labels"``: list of the L label strings of the ``rel`` axis, or ``None``.
+- optional ``"writer"`` and ``"writer_token"``: the name of the component that wrote the
+  scores and its token (:func:`new_writer_token`), by which ``tree_expectations`` applies that
+  component's calibration map.
 
 DocBin may give lists back as tuples: readers accept both. See docs/CONTRACTS.md, and
 :mod:`spacy_treexp.pipeline.score_sources` for the values ``tree_expectations`` accepts.
@@ -22,7 +25,9 @@ tens of times larger than the annotations, and would travel in every pickle and
 ``DocBin(store_user_data=True)``).
 """
 
-from typing import List, Optional, Sequence
+import uuid
+import weakref
+from typing import Any, List, Optional, Sequence
 
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -35,6 +40,19 @@ def score_writers(nlp: Language, names: Optional[Sequence[str]] = None) -> List[
     ``Doc._.parser_scores`` (``assigns`` of their factory)."""
     candidates = nlp.pipe_names if names is None else names
     return [name for name in candidates if f"doc._.{PARSER_SCORES}" in nlp.get_pipe_meta(name).assigns]
+
+
+#: The score writers alive in this process by the token they put in their records
+#: (``"writer_token"``): ``tree_expectations`` tells by it which component wrote a Doc's scores,
+#: whatever it is called now (``nlp.rename_pipe``) and whichever component now has its name.
+LIVE_WRITERS: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+
+
+def new_writer_token(component: Any) -> str:
+    """A token for ``component``'s records, unique in this process, registered in :data:`LIVE_WRITERS`."""
+    token = uuid.uuid4().hex
+    LIVE_WRITERS[token] = component
+    return token
 
 
 def register_extensions() -> None:

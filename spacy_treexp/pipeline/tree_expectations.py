@@ -47,7 +47,7 @@ from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, Cal
 from spacy_treexp.calibration.novelty import spans_novelty
 from spacy_treexp.engine.native import native_requested
 from spacy_treexp.pipeline import attributes
-from spacy_treexp.pipeline.extensions import PARSER_SCORES, score_writers
+from spacy_treexp.pipeline.extensions import LIVE_WRITERS, PARSER_SCORES, score_writers
 from spacy_treexp.pipeline.score_sources import (
     PARSER_SCORES_SOURCE,
     Errors,
@@ -102,7 +102,7 @@ def make_tree_expectations(
         keep_scores=keep_scores,
         calibration=calibration,
         parser_calibration=None if calibration is not None else parser_calibration(nlp),
-        # by the name the parser writes into its records (nlp.rename_pipe does not change it)
+        # by the name the parser has when this component is added (records carry its token too)
         writers={getattr(nlp.get_pipe(name), "name", name): nlp.get_pipe(name) for name in score_writers(nlp)},
     )
 
@@ -279,27 +279,42 @@ class TreeExpectations(Pipe):
         """The calibration map for a Doc's score records: ``calibration`` when they name no
         writer (``"writer"``, as ``biaffine_parser`` does) or the writer it was taken for, else
         the map that writer carries (an ensemble's second parser disabled, so the first wrote
-        the scores). Raises ``ValueError`` where no right map is known: the writer was added
-        after this component, or the map in the config was fitted for another writer."""
-        writer = next((r.get("writer") for r in records if isinstance(r, Mapping)), None)
-        if writer is None or self._calibrated_for is None or writer == self._calibrated_for:
+        the scores). The writer is the live component whose ``"writer_token"`` the records
+        carry (so a renamed parser is still itself, and another parser put in under its name
+        is not), else the known writer of that name (records written in another process).
+        Raises ``ValueError`` where no right map is known: the writer was added after this
+        component, or the map in the config was fitted for another writer."""
+        record = next((r for r in records if isinstance(r, Mapping)), None)
+        if record is None or record.get("writer") is None or self._calibrated_for is None:
+            return self.calibration
+        writer = record["writer"]
+        known = {id(component): component for component in self._writers.values()}
+        component = LIVE_WRITERS.get(record.get("writer_token") or "")
+        if component is None:  # not of this process: the writer of that name when this component was added
+            component = self._writers.get(writer)
+        elif id(component) not in known:
+            component = None
+        calibrated = self._writers[self._calibrated_for]
+        if component is calibrated:
             return self.calibration
         hint = None
-        if writer not in self._writers:
+        if component is None:
             hint = (
                 f"{writer!r} was added after {self.name!r}: add {self.name!r} after the last parser "
                 f"(nlp.remove_pipe({self.name!r}), then nlp.add_pipe('tree_expectations'))."
             )
         elif self.calibration_in_config:
             hint = (
-                f"The map is in {self.name!r}'s config: enable {self._calibrated_for!r} again, or fit a map "
-                f"for {writer!r}'s scores (spacy-treexp calibrate)."
+                f"The map is in {self.name!r}'s config: enable {getattr(calibrated, 'name', self._calibrated_for)!r} "
+                f"again, or fit a map for {writer!r}'s scores (spacy-treexp calibrate)."
             )
         if hint is not None:
             raise ValueError(
-                Errors.TXE026.format(name=self.name, writer=writer, fitted=self._calibrated_for, hint=hint)
+                Errors.TXE026.format(
+                    name=self.name, writer=writer, fitted=getattr(calibrated, "name", self._calibrated_for), hint=hint
+                )
             )
-        return carried_calibration(self._writers[writer], self.vocab)
+        return carried_calibration(component, self.vocab)
 
     def _checked(self, doc: Doc, records: Sequence[Any], native: bool) -> List[SentenceScores]:
         return sentence_scores(doc, records, self.where, single_root=self.options.single_root, native=native)

@@ -325,3 +325,23 @@ def test_a_renamed_parser_keeps_its_map(parsers):
             host.remove_pipe("tree_expectations")
         host.rename_pipe("renamed", "biaffine_parser")
         host.get_pipe("biaffine_parser").calibration_map = None
+
+
+def test_a_renamed_parser_keeps_its_map_and_another_parser_under_its_name_is_refused(parsers):
+    """``tree_expectations`` tells the writer of the scores by the token its records carry:
+    after ``nlp.rename_pipe`` the parser is still the one whose map it applies; a different
+    parser put in under the old name after it is not (TXE026, not the old parser's map)."""
+    _, _, folder = parsers
+    host = spacy.load(folder)
+    host.get_pipe("biaffine_parser").calibration_map = temperature_map(0.3)
+    host.add_pipe("tree_expectations")
+    expected = [a.marginals for a in host(TEXT)._.tree_expectations]
+    host.rename_pipe("biaffine_parser", "ud_parser")
+    got = [a.marginals for a in host(TEXT)._.tree_expectations]
+    for a, b in zip(got, expected):
+        numpy.testing.assert_allclose(a, b, atol=1e-6)
+    host.remove_pipe("ud_parser")
+    with host.select_pipes(disable=["tree_expectations"]):
+        host.add_pipe("biaffine_parser", source=spacy.load(folder), before="tree_expectations")
+    with pytest.raises(ValueError, match="TXE026.*written by 'biaffine_parser'.*added after 'tree_expectations'"):
+        host(TEXT)
