@@ -337,7 +337,12 @@ ASSIGNS = (
 
 
 def register_extensions() -> None:
-    """Register the extensions (idempotent; never ``force=True``)."""
+    """Register the extensions (idempotent; never ``force=True``), with the parser's own UD
+    tree beside a kept parse (``token._.ud_head``, ``ud_dep``: ``spacy_treexp.pipeline.stock``),
+    so that importing this module is all a fresh process needs to read annotated Docs."""
+    from spacy_treexp.pipeline.stock import register_ud_extensions
+
+    register_ud_extensions()
     if not Doc.has_extension(STORE):
         Doc.set_extension(STORE, default=None)
     for name, doc_getter in DOC_GETTERS.items():

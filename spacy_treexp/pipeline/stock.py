@@ -23,7 +23,8 @@ unchanged (``benchmarks/bench_stock_pipeline.py``).
   parser writes a UD tree on gets the UD noun-chunk iterator
   (:func:`spacy_treexp.pipeline.noun_chunks.ud_noun_chunks`); ``add_uncertainty`` also
   installs it on ``nlp.vocab``, so Docs read back from a ``DocBin`` with that vocabulary
-  chunk alike.
+  chunk alike, and names its callback in ``[nlp] after_creation``, so the pipeline
+  ``spacy.load`` makes of ``nlp.to_disk`` does the same.
 * ``False``: a tree already on the Doc (the host's ``parser``) stays on ``token.head`` /
   ``token.dep_`` (its noun chunks, ``displacy`` and ``DependencyMatcher`` patterns unchanged);
   the parser's UD tree is ``token._.ud_head`` / ``token._.ud_dep`` (and ``doc._.ud_heads``,
@@ -103,15 +104,31 @@ def add_uncertainty(
         from spacy_treexp.pipeline.default_model import load, stock_head_for
 
         source = stock_head_for(nlp) or load()
-    if not any("token.is_sent_start" in nlp.get_pipe_meta(pipe).assigns for pipe in nlp.pipe_names):
-        nlp.add_pipe("sentencizer")
-    with warnings.catch_warnings():  # W113: the parser reads its own vectors (biaffine_parser.py)
-        warnings.filterwarnings("ignore", message=r"\[W113\]")
-        parser = nlp.add_pipe("biaffine_parser", name=name, source=source)
-    setattr(parser, "overwrite", overwrite)  # the component is a BiaffineParser (sourced: shared with `source`)
-    setattr(parser, "hosted", True)  # nlp.to_bytes carries its home copy
-    nlp.get_pipe_config(name)["overwrite"] = overwrite  # saved with the pipeline's config
-    nlp.add_pipe("tree_expectations", config=tree_options)
+    before = list(nlp.component_names)
+    try:
+        if not any("token.is_sent_start" in nlp.get_pipe_meta(pipe).assigns for pipe in nlp.pipe_names):
+            nlp.add_pipe("sentencizer")
+        with warnings.catch_warnings():  # W113: the parser reads its own vectors (biaffine_parser.py)
+            warnings.filterwarnings("ignore", message=r"\[W113\]")
+            parser = nlp.add_pipe("biaffine_parser", name=name, source=source)
+        setattr(parser, "overwrite", overwrite)  # the component is a BiaffineParser (sourced: shared with `source`)
+        setattr(parser, "hosted", True)  # nlp.to_bytes carries its home copy
+        nlp.get_pipe_config(name)["overwrite"] = overwrite  # saved with the pipeline's config
+        nlp.add_pipe("tree_expectations", config=tree_options)
+    except Exception:  # a bad setting: the pipeline as it was, so that a second call can succeed
+        for added in reversed([c for c in nlp.component_names if c not in before]):
+            nlp.remove_pipe(added)
+        raise
     if overwrite:
         nlp.vocab.get_noun_chunks = ud_noun_chunks  # type: ignore[assignment]  # yields (start, end, label)
+        # and so does the pipeline spacy.load makes of nlp.to_disk (its Docs, and those read back with its vocab)
+        if nlp.config["nlp"].get("after_creation") is None:
+            nlp.config["nlp"]["after_creation"] = {"@callbacks": "spacy_treexp.ud_noun_chunks.v1"}
+        else:
+            warnings.warn(
+                "add_uncertainty: the pipeline's config already has an [nlp] after_creation callback, so a copy "
+                "loaded from nlp.to_disk keeps spaCy's English noun chunks, which drop most chunks of a UD tree: "
+                "call spacy_treexp.pipeline.noun_chunks.install_ud_noun_chunks(nlp) after loading it",
+                stacklevel=2,
+            )
     return nlp

@@ -14,6 +14,7 @@ import pytest
 import spacy
 from helpers.hosting import STOCK_TEXTS, count_home_runs
 from helpers.threads import one_torch_thread  # noqa: F401  (autouse)
+from spacy.tokens import DocBin
 
 import spacy_treexp
 from spacy_treexp.pipeline.default_model import STOCK_HEAD_PATH, load_stock_head, stock_head_for
@@ -94,6 +95,12 @@ def test_a_saved_pipeline_with_the_head_loads_and_parses_alike(combined, tmp_pat
             after._.parser_scores[0]["arc"], before._.parser_scores[0]["arc"], rtol=1e-5, atol=1e-5
         )
         assert [t._.head_prob for t in after] == pytest.approx([t._.head_prob for t in before], abs=1e-5)
+        # the UD noun chunks come back with the saved pipeline, also on Docs read with its vocabulary
+        assert [c.text for c in after.noun_chunks] == [c.text for c in before.noun_chunks]
+        stored = DocBin(store_user_data=True, docs=[before]).to_bytes()
+        [read] = DocBin().from_bytes(stored).get_docs(again.vocab)
+        assert [c.text for c in read.noun_chunks] == [c.text for c in before.noun_chunks]
+    assert again.config["nlp"]["after_creation"] == {"@callbacks": "spacy_treexp.ud_noun_chunks.v1"}
     assert home_runs == []
 
 

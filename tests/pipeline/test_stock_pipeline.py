@@ -162,6 +162,13 @@ def test_add_uncertainty(stock_docs):
     assert all(s._.sampled_heads.shape[0] == 2 for s in doc.sents)
     with pytest.raises(ValueError, match="overwrite"):
         spacy_treexp.add_uncertainty(spacy.load(STOCK), overwrite="yes")
+    # a bad setting leaves the pipeline as it was, so that the corrected call succeeds
+    again = spacy.load(STOCK)
+    with pytest.raises(ValueError, match="n_samples"):
+        spacy_treexp.add_uncertainty(again, source=source, n_samples=-1)
+    assert again.pipe_names == spacy.load(STOCK).pipe_names
+    spacy_treexp.add_uncertainty(again, source=source, n_samples=1)
+    assert again.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
 
 
 def test_a_saved_pipeline_with_a_sourced_parser_loads_back_with_its_home(home, obvious, docs, tmp_path):
@@ -315,3 +322,26 @@ def test_a_parser_built_for_another_tok2vec_width_is_refused_by_name(home):
     nlp.add_pipe("biaffine_parser", config=config)
     with pytest.raises(ValueError, match="biaffine_parser.*128 values per token.*another pipeline"):
         nlp("The dog barks.")
+
+
+def test_a_fresh_process_reads_the_ud_tree_beside_a_kept_parse_after_the_documented_import(kept, tmp_path):
+    """README: to read annotated Docs from a DocBin in a fresh process, import
+    ``spacy_treexp.pipeline.attributes``: that also registers ``token._.ud_head`` / ``ud_dep``,
+    the tree ``head_prob`` describes when the stock parse was kept (``overwrite=False``)."""
+    import subprocess
+    import sys
+
+    from spacy.tokens import DocBin
+
+    doc = kept(TEXTS[1])
+    (tmp_path / "docs.spacy").write_bytes(DocBin(store_user_data=True, docs=[doc]).to_bytes())
+    reader = (
+        "import sys, spacy, spacy_treexp.pipeline.attributes\n"
+        "from spacy.tokens import DocBin\n"
+        "[doc] = DocBin().from_disk(sys.argv[1]).get_docs(spacy.blank('en').vocab)\n"
+        "print([(t._.ud_head.i, t._.ud_dep, round(t._.head_prob, 4)) for t in doc])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", reader, str(tmp_path / "docs.spacy")], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == str([(t._.ud_head.i, t._.ud_dep, round(t._.head_prob, 4)) for t in doc])
