@@ -91,9 +91,9 @@ def main(model_dir: Path, trained_dir: Path, train_corpus: Path) -> None:
 
     meta = json.loads((model_dir / "meta.json").read_text(encoding="utf8"))
     meta["pipeline"] = meta["components"] = kept + new
-    for name in new:
-        labels = getattr(nlp.get_pipe(name), "labels", ())
-        meta.setdefault("labels", {})[name] = list(labels)
+    for name in new:  # as spaCy's own meta: none for a component that hides its labels (the lemmatizer's tree ids)
+        if name in nlp.pipe_labels:
+            meta.setdefault("labels", {})[name] = list(nlp.pipe_labels[name])
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
 
     loaded = spacy.load(tmp)  # refuse to ship what does not load

@@ -5,7 +5,8 @@ inside the package and has its version); ``performance`` from the JSON that
 ``benchmarks/bench_shipped_pipeline.py`` writes (UD English-EWT test, gold tokens; spaCy's
 convention of fractions in [0, 1]): the scores with sentence boundaries predicted by the
 pipeline, and under ``performance_gold_sentences`` those with the treebank's boundaries.
-The file is replaced atomically.
+The file, and its copy in the name-only package ``packages/en_treexp_ewt`` (``spacy info
+en_treexp_ewt`` reads that one), are replaced atomically.
 
     python configs/write_model_meta.py spacy_treexp/models/en_treexp_ewt docs/eval_ewt/shipped_pipeline.json
 """
@@ -19,6 +20,8 @@ from typing import Any, Dict
 import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
+#: The meta of the name-only package ``packages/en_treexp_ewt``: a copy of the pipeline's.
+PACKAGE_META = REPO / "packages" / "en_treexp_ewt" / "en_treexp_ewt" / "meta.json"
 
 SOURCES = [
     {
@@ -86,9 +89,13 @@ def main(model_dir: Path, bench_json: Path) -> None:
         "(UAS/LAS over all words, punctuation included)",
     )
     meta.pop("speed", None)  # timings depend on the machine's load: see the model card
-    tmp = path.with_suffix(".json.partial")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
-    tmp.replace(path)
+    if "lemmatizer" in meta.get("labels", {}):  # spaCy's meta lists no labels for it (pipe_labels)
+        meta["labels"].pop("lemmatizer")
+    # and the copy in the name-only package, which `spacy info en_treexp_ewt` reads
+    for target in (path, PACKAGE_META):
+        tmp = target.with_suffix(".json.partial")
+        tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+        tmp.replace(target)
     print(json.dumps({k: meta[k] for k in ("name", "version", "author", "url", "performance")}, indent=2))
 
 

@@ -35,4 +35,30 @@ def test_the_package_holds_no_copy_of_the_weights():
 
     assert en_treexp_ewt.get_model_path() == MODEL_PATH
     package = Path(en_treexp_ewt.__file__).parent
-    assert not [p for p in package.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")]
+    assert not [p for p in package.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc", ".json")]
+
+
+def test_spacy_info_reads_the_packages_meta_a_copy_of_the_pipelines():
+    """``spacy info en_treexp_ewt`` reads meta.json beside the package's module: a copy of the
+    pipeline's (configs/write_model_meta.py writes both)."""
+    import json
+
+    import en_treexp_ewt
+
+    package_meta = Path(en_treexp_ewt.__file__).parent / "meta.json"
+    assert json.loads(package_meta.read_text(encoding="utf8")) == json.loads(
+        (MODEL_PATH / "meta.json").read_text(encoding="utf8")
+    )
+    info = spacy.info("en_treexp_ewt")
+    assert info["name"] == "treexp_ewt" and info["version"] == spacy_treexp.__version__
+
+
+def test_the_pipelines_meta_is_valid_for_spacy_package():
+    """``spacy package`` validates meta.json against spaCy's schema: the lemmatizer's tree ids
+    (ints) as labels made it refuse the shipped folder."""
+    import json
+
+    from spacy.schemas import ModelMetaSchema, validate
+
+    meta = json.loads((MODEL_PATH / "meta.json").read_text(encoding="utf8"))
+    assert validate(ModelMetaSchema, meta) == []
