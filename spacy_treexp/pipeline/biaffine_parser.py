@@ -97,7 +97,7 @@ from spacy_treexp.pipeline.blas import blas_threads, numpy_blas
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, new_writer_token, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
 from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
-from spacy_treexp.pipeline.stock import register_ud_extensions, set_ud_tree
+from spacy_treexp.pipeline.stock import UD_DEPS, UD_HEADS, register_ud_extensions, set_ud_tree
 
 #: The folder beside a sourced parser's data that holds its home pipeline's tokenizer,
 #: vocabulary and the components its listeners read (``BiaffineParser.to_disk``), and the
@@ -237,6 +237,23 @@ def biaffine_parser_score(examples: Iterable[Example], **kwargs) -> Dict[str, ob
 def dep_label(token, attr: str) -> str:
     """The label string of ``token.<attr>`` (a hash), lower-cased as spaCy's parser scorer."""
     return token.vocab.strings.as_string(getattr(token, attr)).lower()
+
+
+def ud_tree_score(examples: Iterable[Example], **kwargs) -> Dict[str, object]:
+    """:func:`biaffine_parser_score` of the parser's own tree where it is beside the Doc's
+    parse (``overwrite = false``: ``token._.ud_head`` / ``ud_dep``; elsewhere ``token.head``),
+    as ``ud_dep_uas``, ``ud_dep_las``, ``ud_dep_las_per_type``: the host's ``dep_*`` scores
+    stay those of its own tree."""
+    scores = Scorer.score_deps(examples, "dep", getter=_ud_label, head_getter=_ud_head, **kwargs)
+    return {f"ud_{key}": value for key, value in scores.items()}
+
+
+def _ud_head(token, attr: str):
+    return token._.ud_head if token.doc._.get(UD_HEADS) is not None else getattr(token, attr)
+
+
+def _ud_label(token, attr: str) -> str:
+    return str(token._.ud_dep).lower() if token.doc._.get(UD_DEPS) is not None else dep_label(token, attr)
 
 
 @registry.scorers("spacy_treexp.biaffine_parser_scorer.v1")
@@ -466,6 +483,15 @@ class BiaffineParser(TrainablePipe):
         #: written by ``to_disk``; ``tree_expectations`` applies it wherever the parser goes,
         #: sourced into another pipeline too (``tree_expectations.parser_calibration``).
         self.calibration_map: Optional[CalibrationMap] = None
+
+    def score(self, examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
+        """The configured scorer's ``dep_*`` scores; with ``overwrite = false`` the parser's
+        tree is beside the host's on ``token._.ud_head``, and is scored as ``ud_dep_*``
+        (:func:`ud_tree_score`), leaving the host parser's ``dep_*`` scores to it."""
+        if self.overwrite:
+            return super().score(examples, **kwargs)
+        validate_examples(examples, "BiaffineParser.score")
+        return ud_tree_score(examples, **kwargs)
 
     def remember_home(self, nlp: Language) -> None:
         """Remember ``nlp`` (the parser's home), its tokenizer and the components before this

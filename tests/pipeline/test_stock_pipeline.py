@@ -345,3 +345,16 @@ def test_a_fresh_process_reads_the_ud_tree_beside_a_kept_parse_after_the_documen
         [sys.executable, "-c", reader, str(tmp_path / "docs.spacy")], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == str([(t._.ud_head.i, t._.ud_dep, round(t._.head_prob, 4)) for t in doc])
+
+
+def test_overwrite_false_scores_the_ud_tree_as_ud_dep_and_leaves_dep_to_the_host(kept, stock, docs):
+    """``nlp.evaluate`` with ``overwrite=False``: ``dep_*`` stay the host parser's scores of its
+    own tree, and the UD tree beside it (``token._.ud_head``) is scored as ``ud_dep_*``
+    (before, the parser's scorer replaced ``dep_*`` with a score of the host's tree)."""
+    from spacy.training import Example
+
+    examples = [Example(kept.make_doc(doc.text), doc) for doc in docs]  # references: the same parser's UD trees
+    scores = kept.evaluate(examples)
+    assert scores["ud_dep_uas"] > 0.95 and scores["ud_dep_las"] > 0.95
+    assert scores["dep_uas"] == pytest.approx(stock.evaluate(examples)["dep_uas"])
+    assert scores["dep_uas"] < 0.9  # ClearNLP against UD trees
