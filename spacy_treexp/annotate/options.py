@@ -10,6 +10,8 @@ from typing import Any, Dict, Mapping, Optional
 from spacy_treexp.engine.sampling import (
     DEFAULT_METHOD,
     DEFAULT_WITHOUT_REPLACEMENT,
+    MULTI_ROOT_METHODS,
+    SINGLE_ROOT_METHODS,
     WITH_REPLACEMENT_METHODS,
     WITHOUT_REPLACEMENT_METHODS,
 )
@@ -111,7 +113,21 @@ def check_fields(values: Mapping[str, Any], prefix: str = "") -> None:
     sampler = values["sampler"]
     if sampler is None:
         return
+    known = WITH_REPLACEMENT_METHODS + WITHOUT_REPLACEMENT_METHODS
+    if sampler not in known:
+        raise ValueError(f"{prefix}sampler {sampler!r} is not a sampler; choose one of {known}.")
     allowed = WITHOUT_REPLACEMENT_METHODS if values["without_replacement"] else WITH_REPLACEMENT_METHODS
     if sampler not in allowed:
         mode = "without" if values["without_replacement"] else "with"
-        raise ValueError(f"{prefix}sampler {sampler!r} cannot sample {mode} replacement; choose one of {allowed}.")
+        hint = " (set without_replacement)" if not values["without_replacement"] else ""
+        raise ValueError(
+            f"{prefix}sampler {sampler!r} cannot sample {mode} replacement; choose one of {allowed}{hint}."
+        )
+    if not values["without_replacement"]:
+        rooted = SINGLE_ROOT_METHODS if values["single_root"] else MULTI_ROOT_METHODS
+        if sampler not in rooted:
+            kind = "single-root" if values["single_root"] else "multi-root"
+            raise ValueError(
+                f"{prefix}sampler {sampler!r} cannot sample {kind} trees (single_root = {values['single_root']}); "
+                f"choose one of {rooted}."
+            )

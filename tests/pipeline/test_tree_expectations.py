@@ -368,7 +368,10 @@ def test_a_doc_retokenized_after_annotation_is_refused_not_read_at_shifted_offse
     "config, message",
     [
         ({"n_samples": -1}, "n_samples"),
-        ({"sampler": "sbs"}, "cannot sample with replacement"),
+        ({"sampler": "sbs"}, "cannot sample with replacement.*set without_replacement"),
+        ({"sampler": "colborn"}, "'colborn' is not a sampler"),
+        ({"sampler": "wilson"}, "cannot sample single-root trees"),
+        ({"sampler": "wilson_marginal", "single_root": False}, "cannot sample multi-root trees"),
         ({"without_replacement": True, "sampler": "colbourn"}, "without replacement"),
         ({"device": "tpu"}, "device"),
         ({"top_k_heads": 0}, "top_k_heads"),
