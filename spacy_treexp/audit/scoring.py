@@ -27,6 +27,7 @@ def spacy_scorer(nlp: Any, batch_size: int = 64) -> Scorer:
     from spacy_treexp.calibration.map import calibrate_sentences
     from spacy_treexp.evaluation.conllu import GoldSentence
     from spacy_treexp.evaluation.scores import spacy_scores
+    from spacy_treexp.pipeline.tree_expectations import pipeline_calibration
 
     calibration = pipeline_calibration(nlp)
 
@@ -38,18 +39,6 @@ def spacy_scorer(nlp: Any, batch_size: int = 64) -> Scorer:
         return calibrate_sentences(spacy_scores(nlp, gold, batch_size=batch_size), calibration)
 
     return score
-
-
-def pipeline_calibration(nlp: Any) -> Any:
-    """The calibration map ``nlp`` applies to its parser's scores: its ``tree_expectations``
-    component's, else the one its last parser carries (or stores in its folder), else None."""
-    from spacy_treexp.calibration.map import read_map
-    from spacy_treexp.pipeline.tree_expectations import parser_calibration
-
-    annotators = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "tree_expectations"]
-    if annotators:
-        return nlp.get_pipe(annotators[-1]).calibration
-    return read_map(parser_calibration(nlp))
 
 
 def chunks(items: Iterable[ConlluSentence], size: int) -> Iterator[List[ConlluSentence]]:

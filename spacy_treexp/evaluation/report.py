@@ -235,6 +235,8 @@ def calibration_lines(section: Dict[str, Any]) -> List[str]:
 def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None:
     meta = report["meta"]
     blocks = {"raw scores": report["raw"]}
+    if report.get("pipeline_map"):
+        blocks[f"the pipeline's own map ({meta.get('pipeline_map')}; what its users get)"] = report["pipeline_map"]
     if report.get("calibrated"):
         blocks["temperature-scaled (T fitted on dev)"] = report["calibrated"]
     lines = [
@@ -254,6 +256,11 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
         "",
         "Targets: " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["raw"].items()),
     ]
+    if "pipeline_map" in report["targets"]:
+        lines.append(
+            "; with the pipeline's own map: "
+            + ", ".join(f"{k}: {v}" for k, v in report["targets"]["pipeline_map"].items())
+        )
     if "calibrated" in report["targets"]:
         lines.append(
             "; after temperature scaling: " + ", ".join(f"{k}: {v}" for k, v in report["targets"]["calibrated"].items())
@@ -313,6 +320,8 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
     import matplotlib.pyplot as plt
 
     blocks = {"raw": report["raw"]}
+    if report.get("pipeline_map"):
+        blocks["the pipeline's map"] = report["pipeline_map"]
     if report.get("calibrated"):
         blocks[f"T = {report['calibrated']['arc_temperature']:.2f} (dev)"] = report["calibrated"]
     written = []

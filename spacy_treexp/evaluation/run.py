@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from spacy_treexp.annotate import SentenceScores, torch_threads
+from spacy_treexp.calibration.map import calibrate_sentences
 from spacy_treexp.engine.sampling import DEFAULT_METHOD
 from spacy_treexp.evaluation.calibration_report import calibration_section
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
@@ -103,6 +104,7 @@ class EvalReport:
     targets: Dict[str, Any]
     temperature: Optional[Dict[str, Any]] = None
     calibrated: Optional[Dict[str, Any]] = None
+    pipeline_map: Optional[Dict[str, Any]] = None
     calibration: Optional[Dict[str, Any]] = None
     timing: Optional[Dict[str, Any]] = None
 
@@ -196,6 +198,16 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     meta["evaluate_seconds"] = time.perf_counter() - t0
     log(f"evaluated in {meta['evaluate_seconds']:.1f} s")
     report.targets["raw"] = targets(report.raw)
+    own_map = None
+    if nlp is not None:
+        from spacy_treexp.pipeline.tree_expectations import pipeline_calibration
+
+        own_map = pipeline_calibration(nlp)
+    if own_map is not None:  # what the pipeline's users get: its token._.head_prob, dep_prob, ...
+        report.pipeline_map = evaluate(gold, calibrate_sentences(test_scores, own_map), options=options)
+        report.targets["pipeline_map"] = targets(report.pipeline_map)
+        meta["pipeline_map"] = own_map.kind
+        log(f"the pipeline's own calibration map ({own_map.kind}) evaluated as well")
     dev_gold: Optional[List[GoldSentence]] = None
     dev_scores: Optional[List[SentenceScores]] = None
     if config.dev:

@@ -145,7 +145,8 @@ def test_the_audit_reads_the_pipelines_calibrated_probabilities():
     from spacy.tokens import Doc
 
     import spacy_treexp
-    from spacy_treexp.audit.scoring import pipeline_calibration, spacy_scorer
+    from spacy_treexp.audit.scoring import spacy_scorer
+    from spacy_treexp.pipeline.tree_expectations import pipeline_calibration
 
     nlp = spacy_treexp.load()
     assert pipeline_calibration(nlp) is not None

@@ -72,6 +72,42 @@ def test_command_on_fixture_writes_the_report(pipeline_dir, tmp_path):
     assert "reliability_genres.png" in {p.name for p in out.iterdir()} and "local per-word softmax" in summary
 
 
+def test_a_pipeline_with_its_own_map_is_also_evaluated_as_its_users_read_it(pipeline_dir, tmp_path):
+    """``evaluate`` of a pipeline that carries a calibration map (as ``spacy-treexp train`` and
+    ``calibrate`` leave it) reports, beside the raw scores, the scores under that map: what
+    ``token._.head_prob`` gives. A temperature map's block equals the raw scores at that T."""
+    import math
+
+    import spacy
+
+    from spacy_treexp.calibration.map import CalibrationMap
+    from spacy_treexp.evaluation.evaluator import EvalOptions, evaluate
+    from spacy_treexp.evaluation.scores import spacy_scores
+
+    nlp = spacy.load(pipeline_dir)
+    nlp.get_pipe("biaffine_parser").calibration_map = CalibrationMap("temperature", (-math.log(3.0),), (0.0,))
+    nlp.to_disk(tmp_path / "mapped")
+    options = dict(samples=False, timing=False, plots=False, ks=(1,))
+    report = run(EvalConfig(conllu=FIXTURE, out_dir=tmp_path / "out", model=str(tmp_path / "mapped"), **options))
+    gold = read_conllu(FIXTURE)
+    expected = evaluate(
+        gold,
+        spacy_scores(spacy.load(pipeline_dir), gold),
+        arc_temperature=3.0,
+        options=EvalOptions(ks=(1,), samples=False),
+    )
+    assert report.pipeline_map is not None and report.meta["pipeline_map"] == "temperature"
+    assert report.pipeline_map["calibration"]["arc"]["ece"] == pytest.approx(
+        expected["calibration"]["arc"]["ece"], abs=1e-6
+    )
+    assert report.pipeline_map["calibration"]["arc"]["ece"] != pytest.approx(
+        report.raw["calibration"]["arc"]["ece"], abs=1e-3
+    )
+    assert "the pipeline's own map (temperature" in (tmp_path / "out" / "summary.md").read_text(encoding="utf8")
+    plain = run(EvalConfig(conllu=FIXTURE, out_dir=tmp_path / "plain", model=str(pipeline_dir), **options))
+    assert plain.pipeline_map is None
+
+
 def test_command_reports_bad_input(tmp_path, capsys):
     assert main(["evaluate", "--model", "x", "--conllu", str(tmp_path / "missing.conllu"), "--out", str(tmp_path)]) == 2
     assert "not found" in capsys.readouterr().err
