@@ -14,7 +14,7 @@
    likelihood on dev) and store it in a ``tree_expectations`` component appended to the
    pipeline, which applies it to every parse;
 4. **evaluate** on a test file (or on dev, which the map was fitted on): UAS, LAS, arc ECE,
-   labelled ECE, AUROC before and after the map (``OUT/evaluation.json``);
+   labelled ECE, AUROC before and after the map (in ``OUT/summary.json``);
 5. **package**: ``OUT/model`` is a loadable pipeline folder (``spacy.load``) with its meta
    (sources, accuracy, requirements); ``package=True`` also builds an installable archive
    with ``spacy package`` in ``OUT/package``.
@@ -43,6 +43,8 @@ SENTENCES_PER_DOC = 10
 TEMPLATES = ("parser.cfg", "transformer.cfg")
 CALIBRATION_KINDS = ("distance", "temperature")
 _UD_NAME = re.compile(r"^([a-z]{2,3})_[a-z0-9]+-ud-(train|dev|test)\.conllu$")
+#: A pipeline name that ``spacy package`` accepts in its package's name and entry point.
+_PACKAGE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 class TrainingError(ValueError):
@@ -109,7 +111,9 @@ def check_options(options: TrainOptions) -> str:
         if path is not None and not Path(path).is_file():
             raise TrainingError(f"{what} {path}: no such file")
     out = Path(options.out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not options.force)):
+    if out.exists() and not out.is_dir():
+        raise TrainingError(f"-o {out}: is a file, not a folder")
+    if out.exists() and any(out.iterdir()) and not options.force:
         raise TrainingError(f"-o {out}: exists and is not an empty folder; give --force to replace it")
     if not out.parent.is_dir():
         raise TrainingError(f"-o {out}: the folder {out.parent} does not exist")
@@ -131,6 +135,31 @@ def check_options(options: TrainOptions) -> str:
             f"--vectors {options.vectors}: not a spaCy pipeline folder with vectors; make one from a "
             "word2vec or GloVe text file with `python -m spacy init vectors LANG FILE FOLDER`"
         )
+    vectors_lang = None if options.vectors is None else _vectors_lang(options.vectors)
+    if vectors_lang is not None and vectors_lang != lang:
+        raise TrainingError(
+            f"--vectors {options.vectors}: made for language {vectors_lang!r}, but the pipeline is {lang!r} "
+            f"(give --lang {vectors_lang}, or make the vectors with `python -m spacy init vectors {lang} FILE FOLDER`)"
+        )
+    if options.transformer is not None and _looks_like_path(options.transformer):
+        folder = Path(options.transformer)
+        if not (folder / "config.json").is_file():
+            raise TrainingError(
+                f"--transformer {options.transformer}: no such model folder (a local folder needs the "
+                "model's config.json; or give a model hub name such as bert-base-cased)"
+            )
+    if not _PACKAGE_NAME.match(options.name):
+        raise TrainingError(
+            f"--name {options.name}: a pipeline name is letters, digits and underscores (it becomes "
+            f"the package {lang}_{options.name})"
+        )
+    if options.gpu >= 0:
+        try:
+            from thinc.api import require_gpu
+
+            require_gpu(options.gpu)
+        except (ValueError, ImportError, RuntimeError) as e:
+            raise TrainingError(f"--gpu {options.gpu}: {_one_line(e)}") from e
     if options.transformer is not None:
         try:
             import spacy_transformers  # noqa: F401
@@ -283,6 +312,26 @@ def _has_setting(config: Any, key: str) -> bool:
             return False
         node = node[part]
     return True
+
+
+def _vectors_lang(vectors: str) -> Optional[str]:
+    """The language of the pipeline folder or package ``vectors`` (its meta.json), if known."""
+    import spacy
+
+    folder = Path(vectors) if Path(vectors).exists() else None
+    if folder is None and spacy.util.is_package(vectors):
+        folder = spacy.util.get_package_path(vectors)
+    try:
+        lang = json.loads((folder / "meta.json").read_text(encoding="utf8")).get("lang") if folder else None
+    except (OSError, ValueError):
+        return None
+    return lang if isinstance(lang, str) else None
+
+
+def _looks_like_path(name: str) -> bool:
+    """Whether a ``--transformer`` value names a local folder rather than a model hub id
+    (``org/model`` has one slash and no leading ``.``, ``/`` or ``~``)."""
+    return Path(name).exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
 def _holds_vectors(folder: Path) -> bool:
@@ -454,6 +503,13 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     out = Path(options.out)
     corpus = out / "corpus"
     config = build_config(options, lang, corpus, has_tags(train_gold))
+    steps, every = config["training"]["max_steps"], config["training"]["eval_frequency"]
+    if isinstance(steps, int) and isinstance(every, int) and 0 < steps < every:
+        log(
+            f"warning: {steps} training steps, fewer than training.eval_frequency = {every}: dev is scored only "
+            "on the untrained model and on the last; a run this short parses badly (for a quick check "
+            f"that is fine; else give more steps, or --set training.eval_frequency={max(1, steps // 2)})"
+        )
     if out.exists() and options.force:
         shutil.rmtree(out)
     corpus.mkdir(parents=True)
@@ -472,6 +528,7 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     log(f"4/5 evaluate on {evaluated_on}")
     evaluation = evaluate(nlp, test_gold if test_gold is not None else dev_gold, calibration)
     staging = Path(tempfile.mkdtemp(prefix=".model.", dir=out))
+    staging.chmod(0o755 & ~_umask())  # mkdtemp makes it private (0700); a model folder is read by others
     nlp.to_disk(staging)
     write_meta(staging, options, lang, evaluation, evaluated_on)
     staging.rename(out / "model")
@@ -484,15 +541,25 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
         "evaluation": evaluation,
         "calibration": calibration.to_dict(),
     }
-    if options.package:
-        summary["package"] = str(package(out / "model", out / "package"))
     write_atomic(out / "summary.json", json.dumps(json_safe(summary), indent=2, default=str) + "\n")  # NaN: null
+    if options.package:  # summary.json first: a failed packaging keeps the trained model's record
+        summary["package"] = str(package(out / "model", out / "package"))
+        write_atomic(out / "summary.json", json.dumps(json_safe(summary), indent=2, default=str) + "\n")
     before, after = evaluation["before"], evaluation["after"]
     log(
         f"5/5 packaged {out / 'model'}: UAS {after['uas']:.4f}, LAS {after.get('las', float('nan')):.4f}, "
         f"arc ECE {before['arc_ece']:.4f} -> {after['arc_ece']:.4f} on {evaluated_on}"
     )
     return summary
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and back)."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _one_line(error: Any) -> str:

@@ -5,8 +5,10 @@ errors."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
+import stat
 import subprocess
 import sys
 from importlib import metadata
@@ -89,7 +91,8 @@ def test_train_calibrate_evaluate_package(run_cli, tmp_path, monkeypatch):
     status, _, err = run_cli("train", str(data), str(data), "-o", str(out), "--lang", "en", *TINY, *meta_args)
     assert status == 0, err
     assert "5/5 packaged" in err
-    # a loadable pipeline that applies its calibration map
+    # a loadable pipeline that applies its calibration map, readable by others as any output folder
+    assert stat.S_IMODE((out / "model").stat().st_mode) == stat.S_IMODE((out / "corpus").stat().st_mode)
     nlp = spacy.load(out / "model")
     assert nlp.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
     calibration = nlp.get_pipe_config("tree_expectations")["calibration"]
@@ -199,11 +202,17 @@ def test_train_on_a_local_transformer(run_cli, tmp_path):
         ([str(TOY), str(TOY), "--vectors", "x", "--transformer", "y"], "--vectors and --transformer: give one"),
         ([str(TOY), str(TOY), "--vectors", "{tmp}/vectors.txt"], "not a spaCy pipeline folder with vectors"),
         ([str(TOY), str(TOY), "--vectors", "{tmp}"], "not a spaCy pipeline folder with vectors"),
+        ([str(TOY), str(TOY), "--lang", "en", "--vectors", "{tmp}/de_vectors"], "made for language 'de'"),
+        ([str(TOY), str(TOY), "--transformer", "/no/such/model"], "--transformer /no/such/model: no such model folder"),
+        ([str(TOY), str(TOY), "--name", "my-parser"], "--name my-parser: a pipeline name is letters"),
     ],
 )
 def test_user_errors(user_error, tmp_path, args, message):
     out = tmp_path / "out"
     (tmp_path / "vectors.txt").write_text("1 2\nword 0.1 0.2\n", encoding="utf8")  # word2vec text, not spaCy's
+    german = spacy.blank("de")
+    german.vocab.set_vector("wort", numpy.ones(3, dtype="float32"))
+    german.to_disk(tmp_path / "de_vectors")
     assert message in user_error("train", *[a.format(tmp=tmp_path) for a in args], "-o", str(out))
     assert not out.exists()  # nothing written
 
@@ -243,6 +252,21 @@ def test_transformer_without_spacy_transformers(user_error, tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "spacy_transformers", None)  # import fails as if not installed
     message = user_error("train", str(TOY), str(TOY), "-o", str(tmp_path / "out"), "--transformer", "bert-base-cased")
     assert "pip install 'spacy-treexp[transformers]'" in message
+
+
+def test_a_gpu_that_is_not_there_is_refused_before_force_deletes(user_error, tmp_path):
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed: --gpu 0 may work here")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old_results.txt").write_text("keep", encoding="utf8")
+    assert "--gpu 0:" in user_error("train", str(TOY), str(TOY), "-o", str(out), "--force", "--gpu", "0")
+    assert (out / "old_results.txt").read_text(encoding="utf8") == "keep"
+
+
+def test_an_output_that_is_a_file_is_named_as_such(user_error, tmp_path):
+    (tmp_path / "out").write_text("x", encoding="utf8")
+    assert "is a file, not a folder" in user_error("train", str(TOY), str(TOY), "-o", str(tmp_path / "out"), "--force")
 
 
 def test_output_in_a_missing_folder(user_error, tmp_path):
