@@ -312,6 +312,18 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
     write_atomic(path, "\n".join(lines) + "\n")
 
 
+#: Every plot :func:`write_plots` may write: those a run does not write are removed from its
+#: folder, so that a second evaluation into the same folder leaves none of the first's.
+PLOTS = ("reliability.png", "oracle_uas.png", "entropy_timing.png", "reliability_genres.png")
+
+
+def remove_stale_plots(out_dir: Path, written: List[str]) -> None:
+    """Delete the plots of :data:`PLOTS` in ``out_dir`` that this run did not write."""
+    for name in PLOTS:
+        if name not in written:
+            (out_dir / name).unlink(missing_ok=True)
+
+
 def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
     """Reliability diagrams, oracle UAS by k and entropy vs errors; returns the file names."""
     import matplotlib

@@ -26,7 +26,7 @@ from spacy_treexp.engine.sampling import DEFAULT_METHOD
 from spacy_treexp.evaluation.calibration_report import calibration_section
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
 from spacy_treexp.evaluation.evaluator import EvalOptions, evaluate
-from spacy_treexp.evaluation.report import targets, write_json, write_markdown, write_plots
+from spacy_treexp.evaluation.report import remove_stale_plots, targets, write_json, write_markdown, write_plots
 from spacy_treexp.evaluation.scores import spacy_scores, stanza_scores, stanza_uses_gold_tags
 from spacy_treexp.evaluation.temperature import fit_arc_temperature, fit_rel_temperature
 from spacy_treexp.evaluation.timing import timing_table
@@ -257,6 +257,7 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     meta["seconds"] = time.perf_counter() - start
     as_dict = report.to_dict()
     written = write_plots(as_dict, out) if config.plots else []
+    remove_stale_plots(out, written)
     meta["plots"] = written
     as_dict["meta"] = meta
     write_json(as_dict, out / "report.json")

@@ -106,6 +106,10 @@ def test_a_pipeline_with_its_own_map_is_also_evaluated_as_its_users_read_it(pipe
     assert "the pipeline's own map (temperature" in (tmp_path / "out" / "summary.md").read_text(encoding="utf8")
     plain = run(EvalConfig(conllu=FIXTURE, out_dir=tmp_path / "plain", model=str(pipeline_dir), **options))
     assert plain.pipeline_map is None
+    # a second run into a folder holding an earlier run's plots leaves none that it did not write
+    (tmp_path / "plain" / "entropy_timing.png").write_bytes(b"old")
+    run(EvalConfig(conllu=FIXTURE, out_dir=tmp_path / "plain", model=str(pipeline_dir), **options))
+    assert not (tmp_path / "plain" / "entropy_timing.png").exists()
 
 
 def test_command_reports_bad_input(tmp_path, capsys):
