@@ -493,6 +493,11 @@ class BiaffineParser(TrainablePipe):
         validate_examples(examples, "BiaffineParser.score")
         return ud_tree_score(examples, **kwargs)
 
+    def __setstate__(self, state: Any) -> None:
+        """Unpickled (or deep-copied), the parser is another component: a token of its own."""
+        super().__setstate__(state)
+        self.writer_token = new_writer_token(self)
+
     def remember_home(self, nlp: Language) -> None:
         """Remember ``nlp`` (the parser's home), its tokenizer and the components before this
         one that listeners can read (``tok2vec``, ``transformer``): on Docs of another

@@ -5,6 +5,9 @@ summed, relations renormalised, members paired), its tree the MAP tree of the su
 annotations the brute-force product of the two parsers' tree distributions, and the map the
 second parser carries the one ``tree_expectations`` applies."""
 
+import copy
+import pickle
+
 import numpy
 import pytest
 import spacy
@@ -340,6 +343,11 @@ def test_a_renamed_parser_keeps_its_map_and_another_parser_under_its_name_is_ref
     got = [a.marginals for a in host(TEXT)._.tree_expectations]
     for a, b in zip(got, expected):
         numpy.testing.assert_allclose(a, b, atol=1e-6)
+    # a copy (pickle, deepcopy) is another pipeline whose parser is its own writer, the original alive beside it
+    for copied in (pickle.loads(pickle.dumps(host)), copy.deepcopy(host)):
+        assert copied.get_pipe("ud_parser").writer_token != host.get_pipe("ud_parser").writer_token
+        for a, b in zip([a.marginals for a in copied(TEXT)._.tree_expectations], expected):
+            numpy.testing.assert_allclose(a, b, atol=1e-6)
     host.remove_pipe("ud_parser")
     with host.select_pipes(disable=["tree_expectations"]):
         host.add_pipe("biaffine_parser", source=spacy.load(folder), before="tree_expectations")
