@@ -7,9 +7,11 @@ it is a function of the scores, differentiable with respect to them.
 
 from __future__ import annotations
 
+import operator
+import sys
 import warnings
-from types import ModuleType
-from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple, Union
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -202,7 +204,8 @@ class TreeDistribution(Distribution):
         inner = _first_pass_dtype(scores)
         pending = self._cache.pop("fused_pass", None)  # the pass :meth:`_fused_entropy` ran
         if pending is not None:
-            first: Optional[_Pass] = _from_fused(pending)
+            fused_first = _from_fused(pending)
+            first: Optional[_Pass] = self._keep_finite(fused_first, inner) if self.stable is False else fused_first
         else:
             first = None if self.stable else self._fast_pass(scores, mask, lengths, inner)
         total = None
@@ -261,7 +264,7 @@ class TreeDistribution(Distribution):
                 f"tolerance for {len(doubtful)} sentence(s) [{shown}] (peaked scores): their log Z, "
                 "marginals and entropy may be wrong; stable=None (the default) recomputes them",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=_caller_level(),
             )
         return result._replace(accepted=finite, all_accepted=bool(finite.all()))
 
@@ -777,10 +780,7 @@ class TreeDistribution(Distribution):
         sentence's trees do not depend on the batch it is in."""
         from spacy_treexp.engine import sampling
 
-        if isinstance(sample_shape, int) and not isinstance(sample_shape, bool):
-            sample_shape = (sample_shape,)
-        if not isinstance(sample_shape, (tuple, list, torch.Size)):
-            raise ValueError(f"sample_shape must be an int or a tuple of non-negative ints, got {sample_shape!r}")
+        sample_shape = _sample_shape(sample_shape)
         self._require_trees("samples")
         heads = sampling.sample(self.batched(), torch.Size(sample_shape), method=method, generator=generator)
         return self._out(heads, batch_dim=-2)
@@ -802,6 +802,33 @@ class TreeDistribution(Distribution):
 #: are taken as they are; above it (|log Z'| beyond about 1e8 for 80 words, from scores
 #: around 1e7 and up) only a tree that carries all the probability is a defined answer.
 _RESOLUTION = 1e-6
+
+
+def _sample_shape(shape: Any) -> Tuple[int, ...]:
+    """``shape`` (an int k for ``(k,)``, or a sequence of ints, numpy and torch integers
+    included) as a tuple of ints; ``ValueError`` naming it otherwise. Bools are not ints here."""
+    try:
+        if isinstance(shape, bool):
+            raise TypeError
+        return (operator.index(shape),)
+    except TypeError:
+        pass
+    try:
+        if isinstance(shape, (str, bytes)) or any(isinstance(k, bool) for k in shape):
+            raise TypeError
+        return tuple(operator.index(k) for k in shape)
+    except TypeError:
+        raise ValueError(f"sample_shape must be an int or a tuple of non-negative ints, got {shape!r}") from None
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside this package's engine: a warning names the
+    caller's line, whichever method reached it (and is shown once per caller's line)."""
+    frame: Optional[FrameType] = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("spacy_treexp.engine"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def word_head_entropy(marginals: Tensor) -> Tensor:

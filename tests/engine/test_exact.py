@@ -303,8 +303,15 @@ def test_stable_false_warns_where_its_numbers_may_be_wrong(native, monkeypatch):
         warnings.simplefilter("error")
         fast = TreeDistribution(calm, stable=False)
         assert torch.allclose(fast.log_partition, TreeDistribution(calm, stable=True).log_partition, rtol=1e-10)
-    with pytest.warns(RuntimeWarning, match=r"stable=False.*1 sentence\(s\) \[1\]"):
+    with pytest.warns(RuntimeWarning, match=r"stable=False.*1 sentence\(s\) \[1\]") as caught:
         doubtful = TreeDistribution(peaked, stable=False).marginals
+    assert caught[0].filename == __file__  # the caller's line, not the engine's
+    # the entropy first (the fused kernel's pass, kept for the marginals): the same, in any order
+    with pytest.warns(RuntimeWarning, match=r"stable=False.*\[1\]"):
+        entropy_first = TreeDistribution(peaked, stable=False)
+        entropy_first.entropy()
+    assert not bool(entropy_first.used_stable_path.any())
+    assert torch.allclose(entropy_first.marginals, doubtful)
     exact = TreeDistribution(peaked).marginals
     assert torch.allclose(doubtful[0], exact[0], atol=1e-10)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+import numpy
 import pytest
 import torch
 from helpers.enumerate_trees import all_trees, tree_log_probs
@@ -730,6 +731,7 @@ def test_sample_shape_may_be_an_int_and_a_bad_one_is_named():
     as_int = dist.sample(4, generator=torch.Generator().manual_seed(1))
     as_tuple = dist.sample((4,), generator=torch.Generator().manual_seed(1))
     assert as_int.shape == (4, 2, 5) and torch.equal(as_int, as_tuple)
-    for bad in (-1, 2.5, "3", True):
+    assert dist.sample(numpy.int64(3)).shape == (3, 2, 5) and dist.sample((torch.tensor(2), 1)).shape == (2, 1, 2, 5)
+    for bad in (-1, 2.5, "3", True, (2.5,), ("3",), (True,)):
         with pytest.raises(ValueError, match="sample_shape"):
             dist.sample(bad)
