@@ -486,12 +486,17 @@ class BiaffineParser(TrainablePipe):
 
     def score(self, examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
         """The configured scorer's ``dep_*`` scores; with ``overwrite = false`` the parser's
-        tree is beside the host's on ``token._.ud_head``, and is scored as ``ud_dep_*``
-        (:func:`ud_tree_score`), leaving the host parser's ``dep_*`` scores to it."""
-        if self.overwrite:
-            return super().score(examples, **kwargs)
+        tree is beside the host's on ``token._.ud_head`` where the Doc had a parse, and those
+        Docs are scored as ``ud_dep_*`` (:func:`ud_tree_score`), leaving the host parser's
+        ``dep_*`` scores to it; Docs without a host parse have ours on ``token.head``."""
         validate_examples(examples, "BiaffineParser.score")
-        return ud_tree_score(examples, **kwargs)
+        examples = list(examples)
+        beside = [eg for eg in examples if eg.predicted._.get(UD_HEADS) is not None]
+        if self.overwrite or not beside:
+            return super().score(examples, **kwargs)
+        own = [eg for eg in examples if eg.predicted._.get(UD_HEADS) is None]  # no host tree: ours is on head
+        scores = dict(super().score(own, **kwargs)) if own else {}
+        return {**scores, **ud_tree_score(beside, **kwargs)}
 
     def __setstate__(self, state: Any) -> None:
         """Unpickled (or deep-copied), the parser is another component: a token of its own."""

@@ -105,19 +105,25 @@ def add_uncertainty(
 
         source = stock_head_for(nlp) or load()
     before = list(nlp.component_names)
+    shared: Optional[Any] = None  # the source's parser, which add_pipe(source=...) shares with nlp
+    saved: dict = {}
     try:
         if not any("token.is_sent_start" in nlp.get_pipe_meta(pipe).assigns for pipe in nlp.pipe_names):
             nlp.add_pipe("sentencizer")
         with warnings.catch_warnings():  # W113: the parser reads its own vectors (biaffine_parser.py)
             warnings.filterwarnings("ignore", message=r"\[W113\]")
+            shared = source.get_pipe("biaffine_parser") if "biaffine_parser" in source.component_names else None
+            saved = {attr: getattr(shared, attr) for attr in ("overwrite", "hosted", "name") if hasattr(shared, attr)}
             parser = nlp.add_pipe("biaffine_parser", name=name, source=source)
         setattr(parser, "overwrite", overwrite)  # the component is a BiaffineParser (sourced: shared with `source`)
         setattr(parser, "hosted", True)  # nlp.to_bytes carries its home copy
         nlp.get_pipe_config(name)["overwrite"] = overwrite  # saved with the pipeline's config
         nlp.add_pipe("tree_expectations", config=tree_options)
-    except Exception:  # a bad setting: the pipeline as it was, so that a second call can succeed
+    except Exception:  # a bad setting: both pipelines as they were, so that a second call can succeed
         for added in reversed([c for c in nlp.component_names if c not in before]):
             nlp.remove_pipe(added)
+        for attr, value in saved.items():
+            setattr(shared, attr, value)
         raise
     if overwrite:
         nlp.vocab.get_noun_chunks = ud_noun_chunks  # type: ignore[assignment]  # yields (start, end, label)

@@ -162,11 +162,13 @@ def test_add_uncertainty(stock_docs):
     assert all(s._.sampled_heads.shape[0] == 2 for s in doc.sents)
     with pytest.raises(ValueError, match="overwrite"):
         spacy_treexp.add_uncertainty(spacy.load(STOCK), overwrite="yes")
-    # a bad setting leaves the pipeline as it was, so that the corrected call succeeds
-    again = spacy.load(STOCK)
+    # a bad setting leaves the pipeline, and the source's parser it shares, as they were
+    again, fresh = spacy.load(STOCK), spacy_treexp.load()
     with pytest.raises(ValueError, match="n_samples"):
-        spacy_treexp.add_uncertainty(again, source=source, n_samples=-1)
+        spacy_treexp.add_uncertainty(again, source=fresh, n_samples=-1, overwrite=False)
     assert again.pipe_names == spacy.load(STOCK).pipe_names
+    shared = fresh.get_pipe("biaffine_parser")
+    assert (shared.overwrite, shared.hosted, shared.name) == (True, False, "biaffine_parser")
     spacy_treexp.add_uncertainty(again, source=source, n_samples=1)
     assert again.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
 
@@ -358,3 +360,15 @@ def test_overwrite_false_scores_the_ud_tree_as_ud_dep_and_leaves_dep_to_the_host
     assert scores["ud_dep_uas"] > 0.95 and scores["ud_dep_las"] > 0.95
     assert scores["dep_uas"] == pytest.approx(stock.evaluate(examples)["dep_uas"])
     assert scores["dep_uas"] < 0.9  # ClearNLP against UD trees
+
+
+def test_overwrite_false_on_a_host_without_a_parse_scores_its_tree_as_dep():
+    """Without a host parse the UD tree goes on ``token.head`` (overwrite=False has nothing to
+    keep): ``nlp.evaluate`` reports it as ``dep_*``, the keys of the factory's score weights."""
+    from spacy.training import Example
+
+    nlp = spacy_treexp.add_uncertainty(spacy.blank("en"), source=spacy_treexp.load(), overwrite=False)
+    doc = nlp(TEXTS[0])
+    assert doc._.ud_heads is None
+    scores = nlp.evaluate([Example(nlp.make_doc(doc.text), doc)])
+    assert scores["dep_uas"] == 1.0 and "ud_dep_uas" not in scores
