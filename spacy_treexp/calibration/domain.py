@@ -36,6 +36,8 @@ on held-out in-domain sentences against out-of-domain ones that no evaluation us
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -171,8 +173,8 @@ def hat_basis(x: numpy.ndarray, knots: numpy.ndarray) -> numpy.ndarray:
 
 
 def _read_lexicon(data: Any) -> Dict[str, int]:
-    """A stored lexicon: ``[word, count]`` pairs, or a word -> count dict (maps written before
-    the pairs)."""
+    """A stored lexicon: ``[word, count]`` pairs, or a word -> count dict (maps written before,
+    as the shipped one)."""
     pairs = data.items() if isinstance(data, Mapping) else data
     lexicon: Dict[str, int] = {}
     for pair in pairs:
@@ -236,9 +238,12 @@ class DomainModel:
             "values": [list(v) for v in self.values],
             "bias": self.bias,
             "rare": RARE,
-            # [word, count] pairs, not a dict: stored in a spaCy config (``spacy-treexp calibrate``),
-            # a dict's keys would be config options, which a word such as "3:29" or "a=b" breaks
-            "lexicon": [[word, count] for word, count in sorted(self.lexicon.items())],
+            # base64 of its JSON [word, count] pairs: the map goes into a spaCy config
+            # (``spacy-treexp calibrate``), where a dict's keys are config options (a word "3:29"
+            # or "a=b" breaks them) and a string holding "${" is a variable
+            "lexicon_base64": base64.b64encode(
+                json.dumps(sorted(self.lexicon.items()), ensure_ascii=False).encode("utf8")
+            ).decode("ascii"),
         }
 
     @classmethod
@@ -247,7 +252,11 @@ class DomainModel:
             if int(data["rare"]) != RARE:
                 raise CalibrationError(f"domain model: made for rare = {data['rare']}, this version reads {RARE}")
             return cls(
-                lexicon=_read_lexicon(data["lexicon"]),
+                lexicon=_read_lexicon(
+                    json.loads(base64.b64decode(data["lexicon_base64"], validate=True).decode("utf8"))
+                    if "lexicon_base64" in data
+                    else data["lexicon"]
+                ),
                 knots=tuple(tuple(float(v) for v in k) for k in data["knots"]),
                 values=tuple(tuple(float(v) for v in k) for k in data["values"]),
                 bias=float(data["bias"]),

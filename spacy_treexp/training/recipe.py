@@ -27,8 +27,8 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -527,8 +527,8 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     evaluated_on = "test" if test_gold is not None else "dev (the calibration was fitted on it)"
     log(f"4/5 evaluate on {evaluated_on}")
     evaluation = evaluate(nlp, test_gold if test_gold is not None else dev_gold, calibration)
-    staging = Path(tempfile.mkdtemp(prefix=".model.", dir=out))
-    staging.chmod(0o755 & ~_umask())  # mkdtemp makes it private (0700); a model folder is read by others
+    staging = out / f".model.{uuid.uuid4().hex}"
+    staging.mkdir()  # with the umask's permissions (mkdtemp's are 0700: a model folder is read by others)
     nlp.to_disk(staging)
     write_meta(staging, options, lang, evaluation, evaluated_on)
     staging.rename(out / "model")
@@ -551,15 +551,6 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
         f"arc ECE {before['arc_ece']:.4f} -> {after['arc_ece']:.4f} on {evaluated_on}"
     )
     return summary
-
-
-def _umask() -> int:
-    """The process's umask (read by setting it and back)."""
-    import os
-
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _one_line(error: Any) -> str:

@@ -130,21 +130,24 @@ def test_dict_form_round_trips_through_json():
 
 def test_a_lexicon_of_any_words_survives_a_spacy_config():
     """``spacy-treexp calibrate`` stores the map, out-of-domain model included, in a spaCy
-    config: words such as "3:29", "a=b", "[" or a URL must come back as they were (as dict
-    keys they were config options: a crash or a silently wrong lexicon). A lexicon stored as
-    a dict (maps written before) still reads."""
+    config: words such as "3:29", "a=b", "[", "${x}" or a URL must come back as they were (as
+    dict keys they were config options, and "${" is a config variable: a crash or a silently
+    wrong lexicon). Lexicons stored as a dict or as pairs (maps written before) still read."""
     from thinc.api import Config
 
     lexicon = {"3:29": 1, "3:30": 2, "a=b": 1, "[": 3, "]": 1, "==": 1, ":)": 2, "http://x.org/?a=1": 1, "the": 4}
+    lexicon.update({"${x}": 1, "a${paths.train}": 2, "$$": 1, "ü": 3})
     inside, outside = synthetic(6, 60, 15)
     model = fit_domain(inside, outside, lexicon)
     text = Config({"component": {"domain": model.to_dict()}}).to_str()
     back = DomainModel.from_dict(Config().from_str(text)["component"]["domain"])
     assert back == model and dict(back.lexicon) == lexicon
-    old = dict(model.to_dict(), lexicon=dict(lexicon))
-    assert DomainModel.from_dict(old) == model
+    stored = model.to_dict()
+    stored.pop("lexicon_base64")
+    for older in (dict(lexicon), [[word, count] for word, count in lexicon.items()]):  # forms written before
+        assert DomainModel.from_dict(dict(stored, lexicon=older)) == model
     with pytest.raises(CalibrationError, match="not a new word"):
-        DomainModel.from_dict(dict(model.to_dict(), lexicon=[["the", 1], ["the", 2]]))
+        DomainModel.from_dict(dict(stored, lexicon=[["the", 1], ["the", 2]]))
 
 
 @pytest.mark.parametrize(
@@ -155,7 +158,8 @@ def test_a_lexicon_of_any_words_survives_a_spacy_config():
         (lambda d: d["features"].__setitem__(1, "novelty"), "distinct names of"),
         (lambda d: d.update(features=[], knots=[], values=[]), "at least one"),
         (lambda d: d.update(rare=5), "made for rare = 5"),
-        (lambda d: d.pop("lexicon"), "cannot read"),
+        (lambda d: d.pop("lexicon_base64"), "cannot read"),
+        (lambda d: d.update(lexicon_base64="not base64!"), "cannot read"),
         (lambda d: d["knots"][0].reverse(), "knots must increase"),
         (lambda d: d["values"][0].append(1.0), "match its values"),
         (lambda d: d.update(bias=float("nan")), "bias must be finite"),
