@@ -115,6 +115,8 @@ def stanza_scores(
         import stanza
         from stanza.models.common.doc import Document
 
+        from spacy_treexp.stanza.convert import DEPPARSE_BATCH_SIZE
+
         if not os.path.isfile(depparse):
             raise ValueError(f"{pipeline_dir!r} has no depparse.pt")
         kwargs: dict = dict(
@@ -123,6 +125,7 @@ def stanza_scores(
             allow_unknown_language=True,
             depparse_model_path=depparse,
             depparse_pretagged=True,
+            depparse_batch_size=DEPPARSE_BATCH_SIZE,  # an ensemble stores none
             logging_level="WARN",
         )
         pretrain = os.path.join(pipeline_dir, "pretrain.pt")

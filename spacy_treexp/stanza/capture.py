@@ -128,7 +128,7 @@ class DepparseScoreCapture:
         check_stanza_version(stanza.__version__)
         self.trainer = _check_graph_model(processor)
         self.model = self.trainer.model
-        if "batch_size" not in processor.config:
+        if processor.config.get("batch_size") is None:
             raise ValueError(
                 "tree_expectations: this depparse model stores no batch size (ensembles saved by "
                 "stanza.models.depparse.ensemble do not), so Stanza's depparse cannot run it: pass "

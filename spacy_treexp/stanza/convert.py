@@ -119,6 +119,10 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
     return doc
 
 
+#: Words a depparse batch for a ``depparse.pt`` folder (Stanza's own default).
+DEPPARSE_BATCH_SIZE = 5000
+
+
 def pipeline_from_dir(
     path: str, *, lang: str = "en", tree_options: Optional[Dict[str, Any]] = None, **stanza_kwargs: Any
 ) -> Any:
@@ -134,7 +138,9 @@ def pipeline_from_dir(
       pre-tokenised (words split on spaces, one sentence a line); lemmas are the words
       themselves. ``depparse.pt`` may be any graph parser Stanza trains (word vectors,
       character LMs, a transformer named in its config) or an ensemble of them; a
-      ``pos_model_path=`` in ``stanza_kwargs`` stands in for ``pos.pt``.
+      ``pos_model_path=`` in ``stanza_kwargs`` stands in for ``pos.pt``; depparse runs batches
+      of :data:`DEPPARSE_BATCH_SIZE` words unless ``depparse_batch_size`` says otherwise (an
+      ensemble stores none).
 
     ``tree_options`` are the processor's options (``n_samples``, ``sampler``, ...);
     ``stanza_kwargs`` go to ``stanza.Pipeline`` unchanged.
@@ -158,6 +164,8 @@ def pipeline_from_dir(
             pos_model_path=pos,
             lemma_use_identity=True,
             allow_unknown_language=True,
+            # Stanza's default, which an ensemble saved by stanza.models.depparse.ensemble does not store
+            depparse_batch_size=DEPPARSE_BATCH_SIZE,
         )
         pretrain = os.path.join(path, "pretrain.pt")
         if os.path.isfile(pretrain):

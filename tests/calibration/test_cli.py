@@ -86,6 +86,18 @@ def test_stanza_folder_gets_a_map_the_processor_reads(tmp_path, capsys):
         assert abs(a.tree_entropy - b.tree_entropy) > 1e-4
 
 
+def test_a_stanza_ensemble_folder_is_calibrated_from_the_command_line(tmp_path, capsys):
+    """An ensemble saved by Stanza stores no batch size: the --stanza commands give depparse
+    Stanza's default, so ``calibrate`` fits it (on the file's gold tags: the folder has no pos.pt)."""
+    pytest.importorskip("stanza")
+    folder = tmp_path / "ensemble"
+    shutil.copytree(FIXTURES / "stanza" / "kinds" / "ensemble", folder)
+    dev = FIXTURES / "stanza" / "tiny_en.dev.conllu"
+    assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--kind", "temperature"]) == 0
+    assert "held-out" in capsys.readouterr().out
+    assert CalibrationMap.from_disk(folder / "treexp_calibration.json").kind == "temperature"
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

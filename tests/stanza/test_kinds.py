@@ -205,8 +205,14 @@ def test_default_head_constraints_still_annotate(kind):
 
 
 def test_ensemble_without_a_batch_size_is_a_clear_error():
+    """pipeline_from_dir gives depparse Stanza's default batch size, which an ensemble does not
+    store; without one (as stanza.Pipeline on its own) the processor names the setting."""
+    nlp = treexp_stanza.pipeline_from_dir(str(KINDS / "ensemble"), pos_model_path=str(POS), logging_level="WARN")
+    assert nlp("The dog barks .").sentences[0].words[0].head_prob is not None
     with pytest.raises(ValueError, match="depparse_batch_size"):
-        treexp_stanza.pipeline_from_dir(str(KINDS / "ensemble"), pos_model_path=str(POS), logging_level="WARN")
+        treexp_stanza.pipeline_from_dir(
+            str(KINDS / "ensemble"), pos_model_path=str(POS), logging_level="WARN", depparse_batch_size=None
+        )
 
 
 def test_ensemble_of_non_graph_parsers_is_a_clear_error():
