@@ -176,8 +176,16 @@ def calibrate(
         if nlp is not None and novelty_text is not None:
             calibration = _with_reference(nlp, calibration, novelty_text, novelty_size, fit_gold, ood_dev)
     if nlp is None:
+        from spacy_treexp.calibration.map import CALIBRATION_FILE
+
         calibration.to_disk(target)
-        typer.echo(f"stored the map in {target} (read by the Stanza tree_expectations processor)")
+        if stanza is not None and target.resolve() == (stanza / CALIBRATION_FILE).resolve():
+            typer.echo(f"stored the map in {target} (read by the Stanza tree_expectations processor)")
+        else:
+            typer.echo(
+                f"stored the map in {target}: give it to the Stanza processor with "
+                f"tree_expectations_calibration_path='{target}' (it reads {CALIBRATION_FILE} beside depparse.pt)"
+            )
     else:
         _store_spacy(nlp, calibration, target)
         typer.echo(f"stored the calibrated pipeline in {target} (spacy.load it; its tree_expectations applies the map)")
@@ -249,6 +257,12 @@ def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Se
 
         target = out if out is not None else stanza / CALIBRATION_FILE
         check_output_path(target, inputs, what="--out")
+        resolved, folder = target.resolve(), stanza.resolve()
+        if resolved.parent == folder and resolved.name != CALIBRATION_FILE and resolved.exists():
+            raise UserError(
+                f"--out {target}: a file of the Stanza folder {stanza} (a model it loads); the processor reads "
+                f"its map from {stanza / CALIBRATION_FILE}, the default --out"
+            )
         if target.exists() and out is not None and not force:
             raise UserError(f"--out {target}: exists; give --force to replace it")
         return target

@@ -96,6 +96,15 @@ def test_a_stanza_ensemble_folder_is_calibrated_from_the_command_line(tmp_path, 
     assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--kind", "temperature"]) == 0
     assert "held-out" in capsys.readouterr().out
     assert CalibrationMap.from_disk(folder / "treexp_calibration.json").kind == "temperature"
+    # a model file of the folder is never the map's --out, even with --force
+    model = (folder / "depparse.pt").read_bytes()
+    args = ["calibrate", "--stanza", str(folder), "--dev", str(dev), "--out", str(folder / "depparse.pt"), "--force"]
+    assert main(args) == 2
+    assert "a file of the Stanza folder" in capsys.readouterr().err
+    assert (folder / "depparse.pt").read_bytes() == model
+    # a map written elsewhere is not read by the processor on its own: the message says how
+    assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--out", str(tmp_path / "m.json")]) == 0
+    assert "tree_expectations_calibration_path=" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
