@@ -159,15 +159,19 @@ def stanza_scores(
         doc = nlp([list(sentence.words) for sentence in gold])
     if len(doc.sentences) != len(gold):
         raise ValueError(f"Stanza returned {len(doc.sentences)} sentences for {len(gold)} gold sentences")
+    from spacy_treexp.stanza.processor import sentence_scores
+
     out = []
     for sentence, parsed in zip(gold, doc.sentences):
         where = f"sentence {sentence.sent_id}"
-        captured = getattr(parsed, SCORES_ATTR, None)
-        if captured is None:
+        if getattr(parsed, SCORES_ATTR, None) is None:
             raise ValueError(f"{where}: Stanza's depparse scores were not captured")
-        heads = numpy.asarray([word.head for word in parsed.words], dtype=numpy.int64)
-        record = {"arc": _numpy(captured.arc), "rel": _numpy(captured.rel), "labels": captured.labels}
-        out.append(from_record(record, sentence.n, where, heads))
+        # as the processor reads it (Stanza's labels, the members): a map fitted on these applies alike
+        scores = sentence_scores(0, parsed)
+        scores.check(where)
+        if scores.n != sentence.n:
+            raise ValueError(f"{where}: arc scores of shape {scores.arc.shape} for a sentence of {sentence.n} words")
+        out.append(scores)
     return out
 
 
@@ -188,15 +192,6 @@ def _tag(values: Sequence[str], i: int) -> Optional[str]:
     if i >= len(values) or values[i] in ("_", ""):
         return None
     return values[i]
-
-
-def _numpy(value: Any) -> Optional[numpy.ndarray]:
-    """A numpy array from a numpy array or a (CPU or GPU) torch tensor."""
-    if value is None:
-        return None
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return numpy.asarray(value)
 
 
 def sentence_signals(nlp: Any, docs: Iterable[Any], batch_size: int = 128) -> SentenceSignals:

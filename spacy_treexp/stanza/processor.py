@@ -118,7 +118,7 @@ def annotate_documents(
     """Compute and attach the annotation of every sentence of ``docs`` (``calibration``
     applied first by the core)."""
     sentences = [sentence for doc in docs for sentence in doc.sentences]
-    scores = [_sentence_scores(position, sentence) for doc in docs for position, sentence in enumerate(doc.sentences)]
+    scores = [sentence_scores(position, sentence) for doc in docs for position, sentence in enumerate(doc.sentences)]
     annotations = (
         annotate_sentences(scores, options) if calibration is None else annotate_sentences(scores, options, calibration)
     )
@@ -128,8 +128,10 @@ def annotate_documents(
         setattr(doc, SETTINGS_ATTR, (options, calibration))
 
 
-def _sentence_scores(position: int, sentence: Sentence) -> SentenceScores:
-    """The core's record of a sentence: its captured depparse scores and Stanza's tree."""
+def sentence_scores(position: int, sentence: Sentence) -> SentenceScores:
+    """The core's record of a sentence: its captured depparse scores (the ensemble's members
+    too) and Stanza's tree with its labels, as the processor annotates it and as
+    ``spacy-treexp calibrate`` / ``evaluate`` fit and score it."""
     captured = getattr(sentence, SCORES_ATTR, None)
     words = [word.text for word in sentence.words]
     if captured is None:

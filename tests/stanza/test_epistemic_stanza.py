@@ -51,3 +51,41 @@ def test_single_model_has_no_mutual_information():
         assert sentence.mutual_information is None and sentence.expected_entropy is None
         assert all(word.head_mutual_information is None for word in sentence.words)
         assert sentence.parse_log_prob <= 0.0
+
+
+def test_calibrate_and_evaluate_read_a_sentence_as_the_processor_does():
+    """``stanza_scores`` (what ``calibrate`` fits a map on and ``evaluate`` scores) gives each
+    sentence the processor's record: Stanza's own labels (an ensemble's head-constraint
+    repair can pick another than the best captured label, so a map fitted on those would apply
+    to other relations than at run time) and the ensemble's members."""
+    from spacy_treexp.evaluation.conllu import read_conllu
+    from spacy_treexp.evaluation.scores import stanza_scores
+    from spacy_treexp.stanza.processor import sentence_scores
+
+    gold = read_conllu(FIXTURES / "stanza" / "tiny_en.dev.conllu")[:40]
+    fitted = stanza_scores(str(KINDS / "ensemble"), gold, gold_tags=True)
+    nlp = stanza.Pipeline(
+        "en",
+        processors="depparse,tree_expectations",
+        dir=str(KINDS / "ensemble"),
+        download_method=None,
+        allow_unknown_language=True,
+        depparse_model_path=str(KINDS / "ensemble" / "depparse.pt"),
+        depparse_pretagged=True,
+        depparse_batch_size=5000,
+        logging_level="WARN",
+    )
+    from stanza.models.common.doc import Document
+
+    rows = [
+        [
+            {"id": i + 1, "text": w, "lemma": w, "upos": s.upos[i], "xpos": s.xpos[i], "feats": None}
+            for i, w in enumerate(s.words)
+        ]
+        for s in gold
+    ]
+    parsed = nlp(Document(rows)).sentences
+    for record, sentence in zip(fitted, parsed):
+        assert record.deprels == [word.deprel for word in sentence.words]
+        assert record.members is not None and record.members.shape[0] == 2
+        numpy.testing.assert_array_equal(record.arc, sentence_scores(0, sentence).arc)
