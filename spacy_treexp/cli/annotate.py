@@ -32,6 +32,7 @@ from spacy_treexp.cli import outputs, partial
 from spacy_treexp.cli.common import (
     PROG,
     BatchSize,
+    Code,
     Gpu,
     InputFormatOption,
     Model,
@@ -125,6 +126,7 @@ def annotate(
     ] = 1.0,
     worker_gpus: Annotated[float, typer.Option("--worker-gpus", min=0, help="GPUs per Ray actor (0: CPU).")] = 0.0,
     model: Model = None,
+    code: Code = None,
     stanza: Stanza = None,
     batch_size: BatchSize = 64,
     gpu: Gpu = -1,

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from spacy_treexp.cli.common import (
     BatchSize,
+    Code,
     Model,
     Quiet,
     UserError,
@@ -43,6 +44,7 @@ def audit(
         Optional[Path], typer.Option("--html", help="The HTML report of the flagged sentences ('-': stdout).")
     ] = None,
     model: Model = None,
+    code: Code = None,
     folds: Annotated[
         int,
         typer.Option(

@@ -35,6 +35,7 @@ import typer
 
 from spacy_treexp.cli.common import (
     CalibrationKind,
+    Code,
     Model,
     Stanza,
     StanzaTags,
@@ -49,6 +50,7 @@ from spacy_treexp.cli.partial import replace_folder
 def calibrate(
     dev: Annotated[Path, typer.Option("--dev", help="Gold CoNLL-U to fit on.", show_default=False)],
     model: Model = None,
+    code: Code = None,
     stanza: Stanza = None,
     out: Annotated[
         Optional[Path],

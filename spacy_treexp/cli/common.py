@@ -45,6 +45,30 @@ Model = Annotated[
         help="spaCy pipeline name or path (default: the shipped model; en_treexp_ewt_ensemble: it with a second parser).",
     ),
 ]
+
+
+def _import_code(path: Optional[Path]) -> Optional[Path]:
+    """``--code``: import the Python file (registered functions, such as a custom score
+    source named in the pipeline's config) while the command line is read, before any
+    pipeline is loaded, as spaCy's own ``--code``."""
+    if path is not None:
+        if not path.is_file():
+            raise typer.BadParameter(f"{path}: no such file", param_hint="--code")
+        from spacy.cli._util import import_code
+
+        import_code(path)
+    return path
+
+
+Code = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--code",
+        metavar="FILE",
+        callback=_import_code,
+        help="A Python file to import first (registered functions the pipeline's config names, e.g. a score source).",
+    ),
+]
 Stanza = Annotated[
     Optional[Path],
     typer.Option("--stanza", metavar="DIR", help="A Stanza pipeline directory instead of a spaCy pipeline."),

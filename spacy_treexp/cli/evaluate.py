@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from spacy_treexp.cli.common import PROG, BatchSize, Model, Stanza, StanzaTags, UserError, check_output_path, warn
+from spacy_treexp.cli.common import PROG, BatchSize, Code, Model, Stanza, StanzaTags, UserError, check_output_path, warn
 from spacy_treexp.cli.pipelines import check_model
 from spacy_treexp.engine.sampling import DEFAULT_METHOD, SINGLE_ROOT_METHODS
 
@@ -30,6 +30,7 @@ def evaluate(
     conllu: Annotated[Path, typer.Option("--conllu", help="The gold CoNLL-U file.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="Output directory.", show_default=False)],
     model: Model = None,
+    code: Code = None,
     stanza: Stanza = None,
     stanza_tags: Annotated[
         StanzaTags,

@@ -9,7 +9,7 @@ import numpy
 import typer
 from spacy.tokens import Doc
 
-from spacy_treexp.cli.common import STDIO, BatchSize, Gpu, Model, Stanza, UserError
+from spacy_treexp.cli.common import STDIO, BatchSize, Code, Gpu, Model, Stanza, UserError
 from spacy_treexp.cli.outputs import escape_spaces
 from spacy_treexp.cli.pipelines import make_runner
 
@@ -20,6 +20,7 @@ def parse(
     ],
     samples: Annotated[int, typer.Option("--samples", min=0, help="Alternative parses to sample per sentence.")] = 0,
     model: Model = None,
+    code: Code = None,
     stanza: Stanza = None,
     batch_size: BatchSize = 64,
     gpu: Gpu = -1,

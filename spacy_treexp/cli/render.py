@@ -15,6 +15,7 @@ import typer
 
 from spacy_treexp.cli.common import (
     BatchSize,
+    Code,
     Gpu,
     InputFormatOption,
     Model,
@@ -49,6 +50,7 @@ def render(
         typer.Option("--alt-threshold", min=0.0, max=1.0, help="Show alternative heads from this marginal."),
     ] = 0.1,
     model: Model = None,
+    code: Code = None,
     stanza: Stanza = None,
     batch_size: BatchSize = 64,
     gpu: Gpu = -1,

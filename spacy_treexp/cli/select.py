@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from spacy_treexp.cli.common import (
     BatchSize,
+    Code,
     InputFormatOption,
     Model,
     Quiet,
@@ -72,6 +73,7 @@ def select(
     seed: Annotated[int, typer.Option("--seed", help="Seed of --strategy random.")] = 0,
     input_format: InputFormatOption = None,
     model: Model = None,
+    code: Code = None,
     batch_size: BatchSize = 64,
     quiet: Quiet = False,
 ) -> int:

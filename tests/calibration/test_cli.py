@@ -195,3 +195,57 @@ def test_a_fit_on_too_few_errors_is_warned_about(pipeline_dir, tmp_path, capsys)
     argv = ["calibrate", "--model", str(pipeline_dir), "--dev", str(dev), "--out", str(out), "--kind", "temperature"]
     assert main(argv) == 0
     assert f"fitted words have a wrong head (fewer than {MIN_FIT_ERRORS})" in capsys.readouterr().err
+
+
+SCORE_SOURCE = """
+import numpy, spacy
+
+
+@spacy.registry.misc("test_code_scores.v1")
+def make_scores():
+    def get_scores(doc):
+        out = []
+        for sent in doc.sents:
+            n = len(sent)
+            distance = numpy.abs(numpy.arange(n + 1)[:, None] - numpy.arange(n + 1)[None, :])
+            arc = (-0.7 * distance).astype("float32")
+            arc[:, 0] = -numpy.inf
+            numpy.fill_diagonal(arc, -numpy.inf)
+            out.append({"start": sent.start, "end": sent.end, "arc": arc, "rel": None, "labels": None})
+        return out
+
+    return get_scores
+"""
+
+
+def test_code_imports_a_custom_score_source_before_the_pipeline_is_loaded(tmp_path):
+    """A pipeline whose ``tree_expectations`` reads a score source registered in the user's own
+    file is calibrated from the command line with ``--code FILE`` (as spaCy's own commands),
+    in a fresh process; without it, the pipeline cannot be loaded and the message says so."""
+    import subprocess
+    import sys
+
+    (tmp_path / "source.py").write_text(SCORE_SOURCE, encoding="utf8")
+    script = (
+        "import sys, spacy; sys.path.insert(0, sys.argv[1]); import source\n"
+        "import spacy_treexp.pipeline.attributes\n"
+        "nlp = spacy.blank('en'); nlp.add_pipe('sentencizer')\n"
+        "nlp.add_pipe('tree_expectations', config={'scores': {'@misc': 'test_code_scores.v1'}})\n"
+        "nlp.to_disk(sys.argv[2])\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path), str(tmp_path / "toy")], check=True)
+    dev = FIXTURES / "eval_20.conllu"
+    base = [sys.executable, "-m", "spacy_treexp", "calibrate", "--model", str(tmp_path / "toy"), "--dev", str(dev)]
+    base += ["--kind", "temperature"]
+    done = subprocess.run(
+        [*base, "--code", str(tmp_path / "source.py"), "--out", str(tmp_path / "out")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        CalibrationMap.from_dict(
+            spacy.util.load_config(tmp_path / "out" / "config.cfg")["components"]["tree_expectations"]["calibration"]
+        ).kind
+        == "temperature"
+    )
+    refused = subprocess.run([*base, "--out", str(tmp_path / "out2")], capture_output=True, text=True)
+    assert refused.returncode == 2 and "test_code_scores.v1" in refused.stderr
