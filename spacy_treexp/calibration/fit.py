@@ -350,6 +350,24 @@ def gold_label_logits(
     return numpy.stack(rows), numpy.asarray(targets), numpy.asarray(groups)
 
 
+def unknown_gold_labels(gold: Sequence[GoldTree], scores: Sequence[SentenceScores]) -> Tuple[int, int, List[str]]:
+    """``(words whose gold label the parser does not know, words, those labels most frequent
+    first)`` over the sentences with relation scores: their labels do not count in the fit of
+    the relation temperature (:func:`gold_label_logits`)."""
+    unknown: Dict[str, int] = {}
+    words = 0
+    for tree, score in zip(gold, scores):
+        if score.labels is None:
+            continue
+        known = {_label(label) for label in score.labels}
+        words += len(tree.deprels)
+        for label in tree.deprels:
+            if _label(label) not in known:
+                unknown[label] = unknown.get(label, 0) + 1
+    ranked = sorted(unknown, key=lambda label: -unknown[label])
+    return sum(unknown.values()), words, ranked
+
+
 def _label(label: str) -> str:
     """``ROOT`` (spaCy's name) and ``root`` (UD's) are the same relation."""
     return "root" if label.lower() == "root" else label

@@ -162,6 +162,7 @@ def calibrate(
             fit_scores, report_scores = _spacy_scores(nlp, fit_gold), _spacy_scores(nlp, report_gold)
         warn(f"fitting a {kind.value} map on {len(fit_gold)} sentences ({sum(g.n for g in fit_gold)} words)")
         _warn_if_few_errors(fit_gold, fit_scores)
+        _warn_if_unknown_labels(fit_gold, fit_scores)
         try:
             ridge = DEFAULT_L2 if l2 is None else l2
             calibration = fit_calibration(fit_gold, fit_scores, kind.value, l2=ridge)
@@ -304,6 +305,25 @@ def _warn_if_few_errors(gold: Sequence[Any], scores: Sequence[Any]) -> None:
         )
 
 
+#: More gold words than this share with labels the parser does not know: said so.
+MAX_UNKNOWN_LABELS = 0.05
+
+
+def _warn_if_unknown_labels(gold: Sequence[Any], scores: Sequence[Any]) -> None:
+    """Warn when many gold relations are not among the parser's labels (another label set, a
+    renamed treebank): the relation temperature is then fitted on the rest, or stays 1, and
+    the labelled figures count those words as wrong."""
+    from spacy_treexp.calibration.fit import unknown_gold_labels
+
+    unknown, words, labels = unknown_gold_labels(gold, scores)
+    if words and unknown > MAX_UNKNOWN_LABELS * words:
+        warn(
+            f"{unknown} of {words} gold relations are not among the parser's labels (e.g. {', '.join(labels[:5])}): "
+            "the relation temperature is fitted on the others and the labelled figures count them as wrong; "
+            "is --dev annotated with the parser's label set?"
+        )
+
+
 def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed: int) -> Tuple[List[Any], List[Any]]:
     """(sentences to fit on, sentences to report on)."""
     if not gold:
@@ -376,6 +396,7 @@ def _table(calibration: Any, parts: Sequence[Tuple[str, Sequence[Any], Sequence[
         f"{'part':9s} {'map':7s} {'words':>6s} {'UAS':>6s} {'arc ECE':>8s} {'band95':>7s} {'lab ECE':>8s} "
         f"{'AUROC':>6s} {'NLL':>6s}",
     ]
+    nll: Dict[Tuple[str, str], float] = {}
     for name, gold, scores in parts:
         for label, used in (("before", None), ("after", calibration)):
             f: Dict[str, Any] = figures(word_arrays(gold, scores, used), "tree", band_replicates=300, seed=seed)
@@ -384,4 +405,11 @@ def _table(calibration: Any, parts: Sequence[Tuple[str, Sequence[Any], Sequence[
                 f"{f['arc_ece_chance_band']:7.4f} {f.get('labeled_ece', float('nan')):8.4f} {f['auroc']:6.4f} "
                 f"{f['gold_head_nll']:6.4f}"
             )
+            nll[name, label] = f["gold_head_nll"]
+    before, after = nll.get(("held-out", "before")), nll.get(("held-out", "after"))
+    if before is not None and after is not None and after > before:
+        warn(
+            f"the map makes the held-out gold-head NLL worse ({before:.4f} -> {after:.4f}): it over-fits its "
+            "dev sentences; fit on more of them, or a --kind temperature map (one scale), before using it"
+        )
     return "\n".join(lines)

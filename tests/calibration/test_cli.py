@@ -249,3 +249,63 @@ def test_code_imports_a_custom_score_source_before_the_pipeline_is_loaded(tmp_pa
     )
     refused = subprocess.run([*base, "--out", str(tmp_path / "out2")], capture_output=True, text=True)
     assert refused.returncode == 2 and "test_code_scores.v1" in refused.stderr
+
+
+def test_a_map_that_makes_held_out_worse_is_warned_about(capsys):
+    """The before/after table warns, with the figures, when the map raises the held-out
+    gold-head NLL (a fit on too few sentences stored a map that did, without a word)."""
+    import numpy
+
+    from spacy_treexp.annotate import SentenceScores
+    from spacy_treexp.cli.calibrate import _table
+    from spacy_treexp.evaluation.conllu import GoldSentence
+
+    rng = numpy.random.default_rng(3)
+    gold, scores = [], []
+    for i in range(30):
+        n = 6
+        heads = numpy.concatenate([[-1], rng.integers(0, n, size=n)])
+        heads[1:][heads[1:] == numpy.arange(1, n + 1)] = 0
+        gold.append(GoldSentence(f"s{i}", [f"w{k}" for k in range(n)], heads, ["dep"] * n))
+        arc = rng.normal(size=(n + 1, n + 1)).astype("float32")
+        scores.append(SentenceScores(arc=arc))
+    fit = {"tree_nll_per_word_before": 1.0, "tree_nll_per_word_after": 0.9}
+    sharp = CalibrationMap.temperature(0.1, fit=fit)  # ten times sharper scores: over-confident
+    _table(sharp, [("fitted", gold, scores), ("held-out", gold, scores)], seed=0)
+    assert "makes the held-out gold-head NLL worse" in capsys.readouterr().err
+    _table(CalibrationMap.temperature(3.0, fit=fit), [("held-out", gold, scores)], seed=0)
+    assert "worse" not in capsys.readouterr().err
+
+
+def test_gold_relations_the_parser_does_not_know_are_warned_about(pipeline_dir, tmp_path, capsys):
+    """A dev file in another label set (here every relation renamed) would fit no relation
+    temperature and count every label wrong: the command says so, naming labels."""
+    lines = []
+    for line in FIXTURE.read_text(encoding="utf-8").splitlines():
+        cols = line.split("\t")
+        if len(cols) == 10 and cols[0].isdigit():
+            cols[7] = "x_" + cols[7]
+        lines.append("\t".join(cols))
+    dev = tmp_path / "renamed.conllu"
+    dev.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["calibrate", "--model", str(pipeline_dir), "--dev", str(dev), "--out", str(tmp_path / "o")]
+    assert main([*argv, "--kind", "temperature"]) == 0
+    err = capsys.readouterr().err
+    assert "gold relations are not among the parser's labels (e.g. x_" in err
+    assert (
+        main(
+            [
+                "calibrate",
+                "--model",
+                str(pipeline_dir),
+                "--dev",
+                str(FIXTURE),
+                "--out",
+                str(tmp_path / "p"),
+                "--kind",
+                "temperature",
+            ]
+        )
+        == 0
+    )
+    assert "not among the parser's labels" not in capsys.readouterr().err
