@@ -157,9 +157,13 @@ def calibrate(
             except (ValueError, RuntimeError, OSError) as e:
                 raise UserError(f"--stanza {stanza}: {e}") from e
             nlp = None
+            current = _stanza_map(stanza)
         else:
             nlp = _load(model)
             fit_scores, report_scores = _spacy_scores(nlp, fit_gold), _spacy_scores(nlp, report_gold)
+            from spacy_treexp.pipeline.tree_expectations import pipeline_calibration
+
+            current = pipeline_calibration(nlp)
         warn(f"fitting a {kind.value} map on {len(fit_gold)} sentences ({sum(g.n for g in fit_gold)} words)")
         _warn_if_few_errors(fit_gold, fit_scores)
         _warn_if_unknown_labels(fit_gold, fit_scores)
@@ -174,7 +178,12 @@ def calibrate(
             f"part {risk['log_loss_at_1']:.4f} at 1 -> {risk['log_loss']:.4f})"
         )
         typer.echo(
-            _table(calibration, [("fitted", fit_gold, fit_scores), ("held-out", report_gold, report_scores)], seed)
+            _table(
+                calibration,
+                [("fitted", fit_gold, fit_scores), ("held-out", report_gold, report_scores)],
+                seed,
+                current,
+            )
         )
         if nlp is not None and novelty_text is not None:
             calibration = _with_reference(nlp, calibration, novelty_text, novelty_size, fit_gold, ood_dev)
@@ -275,6 +284,17 @@ def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Se
     if out.exists() and any(out.iterdir()) and not force:
         raise UserError(f"--out {out}: is not empty; give --force to replace it")
     return out
+
+
+def _stanza_map(folder: Path) -> Any:
+    """The map a Stanza folder's processor reads now (``treexp_calibration.json``), or None."""
+    from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, CalibrationMap
+
+    path = folder / CALIBRATION_FILE
+    try:
+        return CalibrationMap.from_disk(path) if path.is_file() else None
+    except CalibrationError:
+        return None  # replaced by the new one
 
 
 def _model_folder(model: Optional[str]) -> Optional[Path]:
@@ -385,8 +405,12 @@ def _store_spacy(nlp: Any, calibration: Any, target: Path) -> None:
     replace_folder(target, nlp.to_disk)
 
 
-def _table(calibration: Any, parts: Sequence[Tuple[str, Sequence[Any], Sequence[Any]]], seed: int) -> str:
-    """Before/after figures of each part as a text table."""
+def _table(
+    calibration: Any, parts: Sequence[Tuple[str, Sequence[Any], Sequence[Any]]], seed: int, current: Any = None
+) -> str:
+    """Figures of each part as a text table: ``before`` (the raw scores: every map is fitted on
+    them), ``current`` (the map the pipeline applies now, which the new one replaces; none:
+    no row) and ``after`` (the new map)."""
     from spacy_treexp.evaluation.calibration_report import figures, word_arrays
 
     lines = [
@@ -398,7 +422,8 @@ def _table(calibration: Any, parts: Sequence[Tuple[str, Sequence[Any], Sequence[
     ]
     nll: Dict[Tuple[str, str], float] = {}
     for name, gold, scores in parts:
-        for label, used in (("before", None), ("after", calibration)):
+        maps = [("before", None)] + ([("current", current)] if current is not None else []) + [("after", calibration)]
+        for label, used in maps:
             f: Dict[str, Any] = figures(word_arrays(gold, scores, used), "tree", band_replicates=300, seed=seed)
             lines.append(
                 f"{name:9s} {label:7s} {f['n_words']:6d} {f['uas']:6.4f} {f['arc_ece']:8.4f} "

@@ -94,7 +94,8 @@ def test_a_stanza_ensemble_folder_is_calibrated_from_the_command_line(tmp_path, 
     shutil.copytree(FIXTURES / "stanza" / "kinds" / "ensemble", folder)
     dev = FIXTURES / "stanza" / "tiny_en.dev.conllu"
     assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--kind", "temperature"]) == 0
-    assert "held-out" in capsys.readouterr().out
+    first = capsys.readouterr().out
+    assert "held-out  after" in first and "current" not in first  # no map yet
     assert CalibrationMap.from_disk(folder / "treexp_calibration.json").kind == "temperature"
     # a model file of the folder is never the map's --out, even with --force
     model = (folder / "depparse.pt").read_bytes()
@@ -104,7 +105,10 @@ def test_a_stanza_ensemble_folder_is_calibrated_from_the_command_line(tmp_path, 
     assert (folder / "depparse.pt").read_bytes() == model
     # a map written elsewhere is not read by the processor on its own: the message says how
     assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--out", str(tmp_path / "m.json")]) == 0
-    assert "tree_expectations_calibration_path=" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "tree_expectations_calibration_path=" in out
+    # the map the folder's processor reads now is shown beside the new one it would replace
+    assert "held-out  current" in out and "fitted    current" in out
 
 
 @pytest.mark.parametrize(
