@@ -53,6 +53,7 @@ from spacy.training.converters import conllu_to_docs
 from thinc.api import Model, NumpyOps
 
 from spacy_treexp.pipeline.biaffine_parser import biaffine_parser_score
+from spacy_treexp.pipeline.blas import swapped_ops
 from spacy_treexp.pipeline.default_model import load_named
 from spacy_treexp.pipeline.noun_chunks import chunk_spans
 
@@ -128,15 +129,8 @@ def blis_ops(nlp: Language, on: bool) -> Iterator[None]:
         if isinstance(getattr(pipe, "model", None), Model)
         for node in pipe.model.walk()
     ]
-    saved = [node.ops for node in nodes]
-    blis = NumpyOps(use_blis=True)
-    for node in nodes:
-        node.ops = blis
-    try:
+    with swapped_ops(nodes, NumpyOps(use_blis=True)):
         yield
-    finally:
-        for node, ops in zip(nodes, saved):
-            node.ops = ops
 
 
 def speed(

@@ -22,12 +22,12 @@ after it. The results equal blis's up to float rounding.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import numpy
 from spacy.language import Language
 from spacy.util import registry
-from thinc.api import Model, NumpyOps
+from thinc.api import Model, NumpyOps, Ops
 
 from spacy_treexp.annotate.runtime import cpu_threads
 
@@ -83,18 +83,25 @@ def _blis_nodes(model: Model) -> List[Model]:
 
 
 @contextmanager
-def numpy_blas(model: Model) -> Iterator[None]:
-    """Run ``model``'s thinc layers with :data:`NUMPY_BLAS_OPS` inside the block, then give
-    them back their own ops (also after an error)."""
-    nodes = _blis_nodes(model)
+def swapped_ops(nodes: Sequence[Model], ops: Ops) -> Iterator[None]:
+    """Give the thinc layers ``nodes`` the ops ``ops`` inside the block, then their own again
+    (also after an error)."""
     saved = [node.ops for node in nodes]
     for node in nodes:
-        node.ops = NUMPY_BLAS_OPS
+        node.ops = ops
     try:
         yield
     finally:
-        for node, ops in zip(nodes, saved):
-            node.ops = ops
+        for node, own in zip(nodes, saved):
+            node.ops = own
+
+
+@contextmanager
+def numpy_blas(model: Model) -> Iterator[None]:
+    """Run ``model``'s thinc layers with :data:`NUMPY_BLAS_OPS` inside the block
+    (:func:`swapped_ops`)."""
+    with swapped_ops(_blis_nodes(model), NUMPY_BLAS_OPS):
+        yield
 
 
 def use_numpy_blas(nlp: Language) -> Language:
