@@ -33,6 +33,7 @@ does no maths of its own.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -220,6 +221,10 @@ class TreeExpectations(Pipe):
         #: their ``writer``); ``calibration`` is the map for the scores of the last of them.
         self._writers = dict(writers or {})
         self._calibrated_for = list(self._writers)[-1] if self._writers else None
+        #: Per writer token, the known writer it is or is a twin of (``_twin``), or None.
+        self._twins: Dict[str, Any] = {}
+        #: Writers whose scores were read without their map (warned about once each).
+        self._warned: set = set()
         #: How messages name the component and its score source.
         self.where = f"{name}: score source {source_name(self.score_source)}"
         install_fork_hook()
@@ -292,27 +297,41 @@ class TreeExpectations(Pipe):
         the map that writer carries (an ensemble's second parser disabled, so the first wrote
         the scores). The writer is the live component whose ``"writer_token"`` the records
         carry (so a renamed parser is still itself, and another parser put in under its name
-        is not), else the known writer of that name (records written in another process).
-        Raises ``ValueError`` where no right map is known: the writer was added after this
-        component, or the map in the config was fitted for another writer."""
+        is not), or a twin of it: a writer of this pipeline with its name, kind and map (the
+        same model loaded twice, a copy); else the known writer of that name (records written
+        in another process). Raises ``ValueError`` where no right map is known: the writer is
+        not this pipeline's, or the map in the config was fitted for another writer. Without
+        a parser in the pipeline, the writer's own map where it is alive in this process, else
+        ``calibration`` with a warning (once per writer) when that is none."""
         record = next((r for r in records if isinstance(r, Mapping)), None)
-        if record is None or record.get("writer") is None or self._calibrated_for is None:
+        if record is None or record.get("writer") is None:
             return self.calibration
         writer = record["writer"]
-        known = {id(component): component for component in self._writers.values()}
-        component = LIVE_WRITERS.get(record.get("writer_token") or "")
-        if component is None:  # not of this process: the writer of that name when this component was added
-            component = self._writers.get(writer)
-        elif id(component) not in known:
-            component = None
+        token = record.get("writer_token") or ""
+        live = LIVE_WRITERS.get(token)
+        if self._calibrated_for is None:  # no parser in the pipeline when this component was added
+            if self.calibration is None and live is not None:
+                return carried_calibration(live, self.vocab)
+            if self.calibration is None and writer not in self._warned:
+                self._warned.add(writer)
+                warnings.warn(
+                    f"{self.name}: these scores were written by {writer!r}, whose calibration map this component "
+                    "does not have (no parser in its pipeline, and the writer is not loaded): its probabilities "
+                    "are the raw scores'. Add tree_expectations to the parser's pipeline, or give it the map "
+                    "(calibration setting).",
+                    stacklevel=3,
+                )
+            return self.calibration
+        component = self._writers.get(writer) if live is None else self._twin(token, live, writer)
         calibrated = self._writers[self._calibrated_for]
         if component is calibrated:
             return self.calibration
         hint = None
         if component is None:
             hint = (
-                f"{writer!r} was added after {self.name!r}: add {self.name!r} after the last parser "
-                f"(nlp.remove_pipe({self.name!r}), then nlp.add_pipe('tree_expectations'))."
+                f"{writer!r} was not in the pipeline when {self.name!r} was added (it was added later, or it is "
+                f"another pipeline's): add {self.name!r} after the last parser (nlp.remove_pipe({self.name!r}), "
+                "then nlp.add_pipe('tree_expectations'))."
             )
         elif self.calibration_in_config:
             hint = (
@@ -326,6 +345,22 @@ class TreeExpectations(Pipe):
                 )
             )
         return carried_calibration(component, self.vocab)
+
+    def _twin(self, token: str, live: Any, writer: str) -> Any:
+        """The known writer that is ``live`` or does what it does (its name when this component
+        was added, its class and its map), or None; decided once per token."""
+        if token not in self._twins:
+            known = next((c for c in self._writers.values() if c is live), None)
+            if known is None:
+                other = self._writers.get(writer)
+                same = (
+                    other is not None
+                    and type(other) is type(live)
+                    and getattr(other, "calibration_map", None) == getattr(live, "calibration_map", None)
+                )
+                known = other if same else None
+            self._twins[token] = known
+        return self._twins[token]
 
     def _checked(self, doc: Doc, records: Sequence[Any], native: bool) -> List[SentenceScores]:
         return sentence_scores(doc, records, self.where, single_root=self.options.single_root, native=native)

@@ -169,7 +169,9 @@ def test_scores_of_a_parser_added_later_or_another_than_the_configs_map_are_refu
                 source=spacy.load(folder, config={"components.biaffine_parser.product": True}),
                 after="biaffine_parser",
             )
-        with pytest.raises(ValueError, match="TXE026.*written by 'second'.*added after 'tree_expectations'"):
+        with pytest.raises(
+            ValueError, match="TXE026.*written by 'second'.*was not in the pipeline when 'tree_expectations' was added"
+        ):
             host(TEXT)
         host.remove_pipe("tree_expectations")
         host.add_pipe("tree_expectations", config={"calibration": temperature_map(0.2).to_dict()})
@@ -351,5 +353,37 @@ def test_a_renamed_parser_keeps_its_map_and_another_parser_under_its_name_is_ref
     host.remove_pipe("ud_parser")
     with host.select_pipes(disable=["tree_expectations"]):
         host.add_pipe("biaffine_parser", source=spacy.load(folder), before="tree_expectations")
-    with pytest.raises(ValueError, match="TXE026.*written by 'biaffine_parser'.*added after 'tree_expectations'"):
+    with pytest.raises(
+        ValueError,
+        match="TXE026.*written by 'biaffine_parser'.*was not in the pipeline when 'tree_expectations' was added",
+    ):
         host(TEXT)
+
+
+def test_scores_kept_by_one_instance_are_read_by_another_alike(parsers):
+    """Docs whose scores one instance of a pipeline kept (keep_scores) are annotated by another
+    instance of the same model (loaded twice, or a copy) exactly as by the first: its parser is
+    a twin (name, class, map) of the writer. A writer with another map is refused (TXE026); a
+    tree_expectations with no parser takes the live writer's map, and warns when it has none."""
+    _, _, folder = parsers
+    one, two = spacy.load(folder), spacy.load(folder)
+    for nlp in (one, two):
+        nlp.get_pipe("biaffine_parser").calibration_map = temperature_map(0.3)
+        nlp.add_pipe("tree_expectations", config={"keep_scores": True})
+    doc = one(TEXT)
+    expected = [a.marginals for a in doc._.tree_expectations]
+    again = two.get_pipe("tree_expectations")(doc)
+    for a, b in zip([a.marginals for a in again._.tree_expectations], expected):
+        numpy.testing.assert_allclose(a, b, atol=1e-6)
+    bare = spacy.blank("en").add_pipe("tree_expectations", config={"keep_scores": True})
+    for a, b in zip([a.marginals for a in bare(one(TEXT))._.tree_expectations], expected):
+        numpy.testing.assert_allclose(a, b, atol=1e-6)  # the live writer's map
+    other = spacy.load(folder)
+    other.get_pipe("biaffine_parser").calibration_map = temperature_map(-0.3)
+    with pytest.raises(ValueError, match="TXE026.*was not in the pipeline when 'tree_expectations' was added"):
+        two.get_pipe("tree_expectations")(other(TEXT))
+    unknown = one(TEXT)
+    for record in unknown._.parser_scores:
+        record["writer_token"] = "written-in-another-process"
+    with pytest.warns(UserWarning, match="whose calibration map this component does not have"):
+        bare(unknown)
