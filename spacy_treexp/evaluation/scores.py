@@ -115,7 +115,7 @@ def stanza_scores(
         import stanza
         from stanza.models.common.doc import Document
 
-        from spacy_treexp.stanza.convert import DEPPARSE_BATCH_SIZE
+        from spacy_treexp.stanza.convert import model_folder_kwargs
 
         if not os.path.isfile(depparse):
             raise ValueError(f"{pipeline_dir!r} has no depparse.pt")
@@ -123,14 +123,10 @@ def stanza_scores(
             dir=pipeline_dir,
             download_method=None,
             allow_unknown_language=True,
-            depparse_model_path=depparse,
             depparse_pretagged=True,
-            depparse_batch_size=DEPPARSE_BATCH_SIZE,  # an ensemble stores none
             logging_level="WARN",
+            **model_folder_kwargs(pipeline_dir),  # depparse.pt, its pretrain and character LMs, batch size
         )
-        pretrain = os.path.join(pipeline_dir, "pretrain.pt")
-        if os.path.isfile(pretrain):
-            kwargs["depparse_pretrain_path"] = pretrain
         kwargs.update(options)
         nlp = stanza.Pipeline("en", processors="depparse,tree_expectations", **kwargs)
         rows = [

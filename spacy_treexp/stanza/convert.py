@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 import numpy
 from stanza.models.common.doc import Document
@@ -123,6 +123,30 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
 DEPPARSE_BATCH_SIZE = 5000
 
 
+def model_folder_kwargs(path: str, processors: Sequence[str] = ("depparse",)) -> Dict[str, Any]:
+    """``stanza.Pipeline`` settings for a folder holding ``depparse.pt``: that model, Stanza's
+    default batch size (:data:`DEPPARSE_BATCH_SIZE`, which an ensemble does not store), and for
+    each of ``processors`` the folder's ``pretrain.pt`` and character LMs
+    (``forward_charlm.pt`` with ``backward_charlm.pt``) where it has them (any of the models may
+    read them). The one place a model folder's layout is read (:func:`pipeline_from_dir`, and
+    the evaluation's gold-tags pipeline)."""
+    kwargs: Dict[str, Any] = {
+        "depparse_model_path": os.path.join(path, "depparse.pt"),
+        "depparse_batch_size": DEPPARSE_BATCH_SIZE,
+    }
+    pretrain = os.path.join(path, "pretrain.pt")
+    charlms = [os.path.join(path, f"{direction}_charlm.pt") for direction in ("forward", "backward")]
+    if any(os.path.isfile(charlm) for charlm in charlms) and not all(os.path.isfile(charlm) for charlm in charlms):
+        raise ValueError(f"{path!r} needs both forward_charlm.pt and backward_charlm.pt, or neither.")
+    for processor in processors:
+        if os.path.isfile(pretrain):
+            kwargs[f"{processor}_pretrain_path"] = pretrain
+        if all(os.path.isfile(charlm) for charlm in charlms):
+            kwargs[f"{processor}_forward_charlm_path"] = charlms[0]
+            kwargs[f"{processor}_backward_charlm_path"] = charlms[1]
+    return kwargs
+
+
 def pipeline_from_dir(
     path: str, *, lang: str = "en", tree_options: Optional[Dict[str, Any]] = None, **stanza_kwargs: Any
 ) -> Any:
@@ -159,25 +183,8 @@ def pipeline_from_dir(
         pos = stanza_kwargs.get("pos_model_path") or os.path.join(path, "pos.pt")
         if not os.path.isfile(pos):
             raise ValueError(f"{path!r} has depparse.pt but no pos.pt (the parser needs POS tags).")
-        kwargs.update(
-            depparse_model_path=depparse,
-            pos_model_path=pos,
-            lemma_use_identity=True,
-            allow_unknown_language=True,
-            # Stanza's default, which an ensemble saved by stanza.models.depparse.ensemble does not store
-            depparse_batch_size=DEPPARSE_BATCH_SIZE,
-        )
-        pretrain = os.path.join(path, "pretrain.pt")
-        if os.path.isfile(pretrain):
-            kwargs.update(pos_pretrain_path=pretrain, depparse_pretrain_path=pretrain)
-        charlms = [os.path.join(path, f"{direction}_charlm.pt") for direction in ("forward", "backward")]
-        if any(os.path.isfile(charlm) for charlm in charlms):
-            if not all(os.path.isfile(charlm) for charlm in charlms):
-                raise ValueError(f"{path!r} needs both forward_charlm.pt and backward_charlm.pt, or neither.")
-            for processor in ("pos", "depparse"):  # as for pretrain.pt: either model may use them
-                kwargs.update(
-                    {f"{processor}_forward_charlm_path": charlms[0], f"{processor}_backward_charlm_path": charlms[1]}
-                )
+        kwargs.update(pos_model_path=pos, lemma_use_identity=True, allow_unknown_language=True)
+        kwargs.update(model_folder_kwargs(path, ("pos", "depparse")))
         tokenize = os.path.join(path, "tokenize.pt")
         if os.path.isfile(tokenize):
             kwargs.update(tokenize_model_path=tokenize)

@@ -269,3 +269,17 @@ def test_same_annotations_on_a_gpu(kind, tmp_path_factory):
         # cuDNN's LSTM and TF32 products move scores of size 20-30 by about 1e-3 (1e-4 relative)
         numpy.testing.assert_allclose(arc64(a), arc64(b), rtol=1e-3, atol=1e-2)
         numpy.testing.assert_allclose([w.head_prob for w in a.words], [w.head_prob for w in b.words], atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["pretrain", "charlm", "ensemble"])
+def test_every_kind_is_scored_on_gold_tags_as_evaluate_and_calibrate_do(kind):
+    """A model folder without pos.pt is run on the treebank's own tags (evaluate, calibrate):
+    with the folder's pretrain and character LMs (the character-LM model failed with KeyError
+    'en' there), and an ensemble's batch size."""
+    from spacy_treexp.evaluation.conllu import read_conllu
+    from spacy_treexp.evaluation.scores import stanza_scores
+
+    gold = read_conllu(FIXTURES / "stanza" / "tiny_en.dev.conllu")[:10]
+    scores = stanza_scores(str(KINDS / kind), gold, gold_tags=True)
+    assert [s.n for s in scores] == [g.n for g in gold]
+    assert all(s.deprels is not None and len(s.deprels) == s.n for s in scores)
