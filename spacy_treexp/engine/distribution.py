@@ -7,11 +7,10 @@ it is a function of the scores, differentiable with respect to them.
 
 from __future__ import annotations
 
-import operator
 import sys
 import warnings
 from types import FrameType, ModuleType
-from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -780,9 +779,8 @@ class TreeDistribution(Distribution):
         sentence's trees do not depend on the batch it is in."""
         from spacy_treexp.engine import sampling
 
-        sample_shape = _sample_shape(sample_shape)
         self._require_trees("samples")
-        heads = sampling.sample(self.batched(), torch.Size(sample_shape), method=method, generator=generator)
+        heads = sampling.sample(self.batched(), sample_shape, method=method, generator=generator)
         return self._out(heads, batch_dim=-2)
 
     def sample_without_replacement(
@@ -802,23 +800,6 @@ class TreeDistribution(Distribution):
 #: are taken as they are; above it (|log Z'| beyond about 1e8 for 80 words, from scores
 #: around 1e7 and up) only a tree that carries all the probability is a defined answer.
 _RESOLUTION = 1e-6
-
-
-def _sample_shape(shape: Any) -> Tuple[int, ...]:
-    """``shape`` (an int k for ``(k,)``, or a sequence of ints, numpy and torch integers
-    included) as a tuple of ints; ``ValueError`` naming it otherwise. Bools are not ints here."""
-    try:
-        if isinstance(shape, bool):
-            raise TypeError
-        return (operator.index(shape),)
-    except TypeError:
-        pass
-    try:
-        if isinstance(shape, (str, bytes)) or any(isinstance(k, bool) for k in shape):
-            raise TypeError
-        return tuple(operator.index(k) for k in shape)
-    except TypeError:
-        raise ValueError(f"sample_shape must be an int or a tuple of non-negative ints, got {shape!r}") from None
 
 
 def _caller_level() -> int:

@@ -75,7 +75,7 @@ conditioned L-hat stays ill-conditioned take exact conditionals at every word. T
 from __future__ import annotations
 
 import operator
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor
@@ -124,25 +124,41 @@ DEFAULT_METHOD = "colbourn"
 DEFAULT_WITHOUT_REPLACEMENT = "sbs"
 
 
+def sample_size(shape: Any) -> torch.Size:
+    """``shape`` (an int k for ``(k,)``, or a sequence of ints, numpy and torch integers
+    included) as a ``torch.Size``; ``ValueError`` naming it where it is none of these, holds a
+    bool or a negative size."""
+    try:
+        if isinstance(shape, bool):
+            raise TypeError
+        sizes: tuple = (operator.index(shape),)
+    except TypeError:
+        try:
+            if isinstance(shape, (str, bytes)) or any(isinstance(k, bool) for k in shape):
+                raise TypeError
+            sizes = tuple(operator.index(k) for k in shape)
+        except TypeError:
+            raise ValueError(f"sample_shape must be an int or a tuple of non-negative ints, got {shape!r}") from None
+    if any(size < 0 for size in sizes):
+        raise ValueError(f"sample_shape must be an int or a tuple of non-negative ints, got {sizes}")
+    return torch.Size(sizes)
+
+
 def sample(
     dist,
-    sample_shape: torch.Size | tuple[int, ...] = torch.Size(),
+    sample_shape: int | torch.Size | list[int] | tuple[int, ...] = torch.Size(),
     method: str | None = None,
     generator: Randomness = None,
 ) -> Tensor:
-    """Independent trees from ``dist``: heads (*sample_shape, B, N+1), -1 at ROOT and padding.
+    """Independent trees from ``dist``: heads (*sample_shape, B, N+1), -1 at ROOT and padding
+    (an int ``k`` is the shape ``(k,)``, see :func:`sample_size`).
 
     ``method`` None is :data:`DEFAULT_METHOD`. A single unbatched sentence is treated as
     B = 1 (``TreeDistribution.sample`` drops that axis).
     """
     dist = dist.batched()
     method = DEFAULT_METHOD if method is None else method
-    try:
-        shape = torch.Size(sample_shape)
-    except TypeError as error:
-        raise ValueError(f"sample_shape must be a tuple of non-negative ints, got {sample_shape!r}") from error
-    if any(size < 0 for size in shape):
-        raise ValueError(f"sample_shape must be a tuple of non-negative ints, got {tuple(shape)}")
+    shape = sample_size(sample_shape)
     if not dist.single_root and method == "wilson_marginal":
         method = "wilson"
     allowed = SINGLE_ROOT_METHODS if dist.single_root else MULTI_ROOT_METHODS
