@@ -541,16 +541,21 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
         "evaluation": evaluation,
         "calibration": calibration.to_dict(),
     }
-    write_atomic(out / "summary.json", json.dumps(json_safe(summary), indent=2, default=str) + "\n")  # NaN: null
+    _write_summary(out, summary)
     if options.package:  # summary.json first: a failed packaging keeps the trained model's record
         summary["package"] = str(package(out / "model", out / "package"))
-        write_atomic(out / "summary.json", json.dumps(json_safe(summary), indent=2, default=str) + "\n")
+        _write_summary(out, summary)
     before, after = evaluation["before"], evaluation["after"]
     log(
         f"5/5 packaged {out / 'model'}: UAS {after['uas']:.4f}, LAS {after.get('las', float('nan')):.4f}, "
         f"arc ECE {before['arc_ece']:.4f} -> {after['arc_ece']:.4f} on {evaluated_on}"
     )
     return summary
+
+
+def _write_summary(out: Path, summary: Dict[str, Any]) -> None:
+    """``out/summary.json``, atomically (NaN written as null)."""
+    write_atomic(out / "summary.json", json.dumps(json_safe(summary), indent=2, default=str) + "\n")
 
 
 def _one_line(error: Any) -> str:
