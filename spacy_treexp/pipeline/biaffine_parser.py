@@ -491,10 +491,14 @@ class BiaffineParser(TrainablePipe):
         ``dep_*`` scores to it; Docs without a host parse have ours on ``token.head``."""
         validate_examples(examples, "BiaffineParser.score")
         examples = list(examples)
-        beside = [eg for eg in examples if eg.predicted._.get(UD_HEADS) is not None]
-        if self.overwrite or not beside:
+        if self.overwrite:
             return super().score(examples, **kwargs)
-        own = [eg for eg in examples if eg.predicted._.get(UD_HEADS) is None]  # no host tree: ours is on head
+        beside: List[Example] = []
+        own: List[Example] = []  # no host tree: ours is on token.head
+        for eg in examples:
+            (own if eg.predicted._.get(UD_HEADS) is None else beside).append(eg)
+        if not beside:
+            return super().score(examples, **kwargs)
         scores = dict(super().score(own, **kwargs)) if own else {}
         return {**scores, **ud_tree_score(beside, **kwargs)}
 

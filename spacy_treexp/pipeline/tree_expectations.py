@@ -326,6 +326,7 @@ class TreeExpectations(Pipe):
         calibrated = self._writers[self._calibrated_for]
         if component is calibrated:
             return self.calibration
+        fitted = getattr(calibrated, "name", self._calibrated_for)  # its name now
         hint = None
         if component is None:
             hint = (
@@ -335,15 +336,11 @@ class TreeExpectations(Pipe):
             )
         elif self.calibration_in_config:
             hint = (
-                f"The map is in {self.name!r}'s config: enable {getattr(calibrated, 'name', self._calibrated_for)!r} "
-                f"again, or fit a map for {writer!r}'s scores (spacy-treexp calibrate)."
+                f"The map is in {self.name!r}'s config: enable {fitted!r} again, or fit a map for {writer!r}'s "
+                "scores (spacy-treexp calibrate)."
             )
         if hint is not None:
-            raise ValueError(
-                Errors.TXE026.format(
-                    name=self.name, writer=writer, fitted=getattr(calibrated, "name", self._calibrated_for), hint=hint
-                )
-            )
+            raise ValueError(Errors.TXE026.format(name=self.name, writer=writer, fitted=fitted, hint=hint))
         return carried_calibration(component, self.vocab)
 
     def _twin(self, token: str, live: Any, writer: str) -> Any:
