@@ -257,6 +257,23 @@ def test_transformer_without_spacy_transformers(user_error, tmp_path, monkeypatc
     assert "pip install 'spacy-treexp[transformers]'" in message
 
 
+def test_a_transformer_the_hub_cannot_give_is_named(run_cli, tmp_path, monkeypatch):
+    """A model hub id that cannot be loaded (offline, or no such model) is one message naming
+    ``--transformer``, not Hugging Face's traceback."""
+    layers = pytest.importorskip("spacy_transformers.layers.transformer_model")
+
+    def unreachable(name, *args, **kwargs):
+        raise OSError(f"We couldn't connect to 'https://huggingface.co' to load the files of {name}.")
+
+    monkeypatch.setattr(layers, "huggingface_from_pretrained", unreachable)
+    out = tmp_path / "out"
+    status, _, err = run_cli(
+        "train", str(TOY), str(TOY), "-o", str(out), "--lang", "en", "--transformer", "org/no-model"
+    )
+    assert status == 2 and "Traceback" not in err  # after the progress lines, one message
+    assert err.splitlines()[-1].startswith("spacy-treexp: --transformer org/no-model: We couldn't connect")
+
+
 def test_a_gpu_that_is_not_there_is_refused_before_force_deletes(user_error, tmp_path):
     if importlib.util.find_spec("cupy") is not None:
         pytest.skip("CuPy is installed: --gpu 0 may work here")
