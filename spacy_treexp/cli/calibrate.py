@@ -41,6 +41,7 @@ from spacy_treexp.cli.common import (
     StanzaTags,
     UserError,
     check_not_holding,
+    check_not_inside,
     check_output_path,
     warn,
 )
@@ -140,6 +141,7 @@ def calibrate(
                 ("--model", _model_folder(model)),
             ],
         )
+        check_not_inside(target, _model_folder(model), "--model")
     try:
         fit_gold, report_gold = _split(
             read_conllu(dev), None if held_out is None else read_conllu(held_out), held_out_fraction, seed

@@ -159,6 +159,21 @@ def check_not_holding(folder: Path, sources: Iterable[tuple[str, Optional[Path]]
                 )
 
 
+def check_not_inside(path: Path, folder: Optional[Path], option: str, what: str = "--out") -> None:
+    """An output that a command writes must not lie inside the input folder ``folder`` (a
+    pipeline's): written there, it would replace a part of that input (a component's folder
+    with a whole pipeline, say). ``option`` names the input in the message."""
+    if folder is None or not folder.is_dir():
+        return
+    places = {Path(os.path.abspath(folder)), folder.resolve()}
+    for candidate in {Path(os.path.abspath(path)), path.resolve()}:
+        if any(place in candidate.parents for place in places):
+            raise UserError(
+                f"{what} {path}: inside the input {option} {folder}, which writing there would change; "
+                "write to a folder outside it"
+            )
+
+
 def same_file(path: Path, source: Path) -> bool:
     """Whether ``path`` names the existing input ``source``: the same path once symlinks,
     ``.`` and ``..`` are resolved, or another link (hard or symbolic) to the same file."""
