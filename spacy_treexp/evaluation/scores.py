@@ -45,13 +45,19 @@ def from_record(record: Any, n: int, where: str, heads: Optional[numpy.ndarray] 
 def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -> List[SentenceScores]:
     """Parse every gold sentence (as its own Doc, gold words and boundaries) with ``nlp``.
 
-    Components that set sentence boundaries or compute tree expectations are skipped; the
-    scores are read from ``Doc._.parser_scores``.
+    Components that set sentence boundaries or compute tree expectations are skipped. The
+    scores are those the pipeline's last ``tree_expectations`` reads from its score source
+    (:func:`component_scores`: the parser's, or a custom source), or, in a pipeline without
+    one, ``Doc._.parser_scores``.
     """
 
     import spacy_treexp.pipeline.extensions  # noqa: F401  (registers Doc._.parser_scores)
 
+    annotators = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "tree_expectations"]
+    if annotators:
+        return component_scores(nlp, gold, annotators[-1], batch_size=batch_size)
     skipped = _skipped_components(nlp)
+    components = list(nlp.pipe_names)
 
     out: List[SentenceScores] = []
     with nlp.select_pipes(disable=skipped):
@@ -61,7 +67,8 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
             if not records:
                 raise ValueError(
                     f"{where}: the pipeline wrote no Doc._.parser_scores; it needs a parser that "
-                    f"stores its arc scores (e.g. 'biaffine_parser'). Components: {nlp.pipe_names}"
+                    f"stores its arc scores (e.g. 'biaffine_parser'), or a tree_expectations with a score source. "
+                    f"Components: {components}"
                 )
             if len(records) != 1 or records[0]["start"] != 0 or records[0]["end"] != sentence.n:
                 raise ValueError(f"{where}: the parser changed the gold sentence boundaries")

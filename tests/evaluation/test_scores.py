@@ -1,0 +1,47 @@
+"""Where evaluation reads a spaCy pipeline's scores: the score source of its
+``tree_expectations`` (a custom one too), else ``Doc._.parser_scores``."""
+
+import numpy
+import spacy
+from helpers.paths import FIXTURES
+
+from spacy_treexp.evaluation import EvalConfig, read_conllu, run
+from spacy_treexp.evaluation.scores import spacy_scores
+
+
+def _arc(n: int) -> numpy.ndarray:
+    """Scores that favour the previous word as head (ROOT for the first)."""
+    arc = numpy.zeros((n + 1, n + 1))
+    arc[numpy.arange(n), numpy.arange(1, n + 1)] = 3.0
+    return arc
+
+
+@spacy.registry.misc("treexp_test_eval_source.v1")
+def make_source():
+    def get_scores(doc):
+        return [{"start": s.start, "end": s.end, "arc": _arc(len(s)), "rel": None, "labels": None} for s in doc.sents]
+
+    return get_scores
+
+
+def test_a_custom_score_source_is_evaluated(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "treexp_test_eval_source.v1"}})
+    nlp.to_disk(tmp_path / "pipeline")
+    gold = read_conllu(FIXTURES / "eval_20.conllu")
+    scores = spacy_scores(nlp, gold)
+    assert [s.n for s in scores] == [g.n for g in gold]
+    assert all(numpy.array_equal(s.arc[:, 1:], _arc(s.n)[:, 1:]) for s in scores)
+    config = EvalConfig(
+        conllu=FIXTURES / "eval_20.conllu",
+        out_dir=tmp_path / "out",
+        model=str(tmp_path / "pipeline"),
+        samples=False,
+        reject_draws=0,
+        timing=False,
+        plots=False,
+    )
+    report = run(config, log=lambda _: None)
+    chain = sum(int((g.heads[1:] == numpy.arange(g.n)).sum()) for g in gold)  # gold heads = previous word
+    assert report.raw["n_words"] == 141
+    assert abs(report.raw["attachment"]["uas_map"] - chain / 141) < 1e-9
