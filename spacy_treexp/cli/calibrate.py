@@ -8,8 +8,9 @@ fit a calibration map on gold trees and store it where the pipeline reads it.
   component's ``calibration`` setting and the pipeline is written to ``--out`` (a folder;
   ``nlp.to_disk`` keeps the map, ``spacy.load(OUT)`` applies it).
 * Stanza (``--stanza DIR``, a folder with a graph-based ``depparse``): the map is written
-  to ``DIR/treexp_calibration.json`` (or ``--out FILE``), which the ``tree_expectations``
-  processor reads beside the depparse model (or through ``tree_expectations_calibration_path``).
+  beside the depparse model, where the ``tree_expectations`` processor reads it
+  (``DIR/treexp_calibration.json``, or ``DIR/<lang>/depparse/`` in a folder ``stanza.download``
+  made), or to ``--out FILE`` (given through ``tree_expectations_calibration_path``).
 
 A part of DEV (``--held-out-fraction``, by a seeded draw of sentences) or another file
 (``--held-out``) is kept out of the fit; the command prints UAS, arc ECE with its chance
@@ -190,15 +191,14 @@ def calibrate(
         if nlp is not None and novelty_text is not None:
             calibration = _with_reference(nlp, calibration, novelty_text, novelty_size, fit_gold, ood_dev)
     if nlp is None:
-        from spacy_treexp.calibration.map import CALIBRATION_FILE
-
         calibration.to_disk(target)
-        if stanza is not None and target.resolve() == (stanza / CALIBRATION_FILE).resolve():
+        read = None if stanza is None else _stanza_map_file(stanza)
+        if read is not None and target.resolve() == read.resolve():
             typer.echo(f"stored the map in {target} (read by the Stanza tree_expectations processor)")
         else:
             typer.echo(
                 f"stored the map in {target}: give it to the Stanza processor with "
-                f"tree_expectations_calibration_path='{target}' (it reads {CALIBRATION_FILE} beside depparse.pt)"
+                f"tree_expectations_calibration_path='{target}' (it reads {read})"
             )
     else:
         _store_spacy(nlp, calibration, target)
@@ -267,15 +267,14 @@ def _lines(path: Path, what: str) -> List[str]:
 def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Sequence[Path]) -> Path:
     """Where the map goes, checked before any work."""
     if stanza is not None:
-        from spacy_treexp.calibration.map import CALIBRATION_FILE
-
-        target = out if out is not None else stanza / CALIBRATION_FILE
+        default = _stanza_map_file(stanza)
+        target = out if out is not None else default
         check_output_path(target, inputs, what="--out")
-        resolved, folder = target.resolve(), stanza.resolve()
-        if resolved.parent == folder and resolved.name != CALIBRATION_FILE and resolved.exists():
+        resolved = target.resolve()
+        if stanza.resolve() in resolved.parents and resolved != default.resolve() and resolved.exists():
             raise UserError(
                 f"--out {target}: a file of the Stanza folder {stanza} (a model it loads); the processor reads "
-                f"its map from {stanza / CALIBRATION_FILE}, the default --out"
+                f"its map from {default}, the default --out"
             )
         if target.exists() and out is not None and not force:
             raise UserError(f"--out {target}: exists; give --force to replace it")
@@ -288,13 +287,24 @@ def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Se
     return out
 
 
-def _stanza_map(folder: Path) -> Any:
-    """The map a Stanza folder's processor reads now (``treexp_calibration.json``), or None."""
-    from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, CalibrationMap
+def _stanza_map_file(folder: Path) -> Path:
+    """The file a Stanza folder's processor reads its map from: beside its depparse model
+    (``DIR/treexp_calibration.json``, or ``DIR/<lang>/depparse/`` in a downloaded folder)."""
+    from spacy_treexp.stanza.convert import calibration_file
 
-    path = folder / CALIBRATION_FILE
     try:
-        return CalibrationMap.from_disk(path) if path.is_file() else None
+        return Path(calibration_file(str(folder)))
+    except ValueError as e:
+        raise UserError(f"--stanza {folder}: {e}") from e
+
+
+def _stanza_map(folder: Path) -> Any:
+    """The map a Stanza folder's processor reads now (:func:`_stanza_map_file`), or None."""
+    from spacy_treexp.calibration.map import CalibrationError
+    from spacy_treexp.stanza.convert import folder_calibration
+
+    try:
+        return folder_calibration(str(folder))
     except CalibrationError:
         return None  # replaced by the new one
 

@@ -203,6 +203,10 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
         from spacy_treexp.pipeline.tree_expectations import pipeline_calibration
 
         own_map = pipeline_calibration(nlp)
+    elif stanza_dir is not None:  # the map its processor reads, beside the depparse model
+        from spacy_treexp.stanza.convert import folder_calibration
+
+        own_map = folder_calibration(str(stanza_dir))
     if own_map is not None:  # what the pipeline's users get: its token._.head_prob, dep_prob, ...
         report.pipeline_map = evaluate(gold, calibrate_sentences(test_scores, own_map), options=options)
         report.targets["pipeline_map"] = targets(report.pipeline_map)

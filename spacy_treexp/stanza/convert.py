@@ -13,15 +13,15 @@ scores themselves stay in ``doc._.parser_scores`` (docs/CONTRACTS.md) only with
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 import numpy
 from stanza.models.common.doc import Document
 
+from spacy_treexp.calibration.map import CalibrationMap
 from spacy_treexp.stanza.capture import SCORES_ATTR
-from spacy_treexp.stanza.processor import SETTINGS_ATTR
+from spacy_treexp.stanza.processor import SETTINGS_ATTR, map_beside
 
 if TYPE_CHECKING:  # spaCy is imported only when converting
     from spacy.tokens import Doc
@@ -147,6 +147,49 @@ def model_folder_kwargs(path: str, processors: Sequence[str] = ("depparse",)) ->
     return kwargs
 
 
+def depparse_model_file(path: str, lang: str = "en") -> str:
+    """The depparse model a pipeline built from the folder ``path`` (:func:`pipeline_from_dir`)
+    loads: its ``depparse.pt``, else the one its ``resources.json`` gives ``lang``, resolved as
+    ``stanza.Pipeline`` resolves it (``DIR/<lang>/depparse/<package>.pt``). ``ValueError`` for a
+    folder that is neither."""
+    from stanza.pipeline.core import build_default_config
+    from stanza.resources.common import load_resources_json, maintain_processor_list, process_pipeline_parameters
+
+    if not os.path.isfile(os.path.join(path, "resources.json")):
+        raise ValueError(f"{path!r} is not a Stanza pipeline folder: it has no resources.json.")
+    depparse = os.path.join(path, "depparse.pt")
+    if os.path.isfile(depparse):
+        return depparse
+    try:
+        resources = load_resources_json(path)
+    except ValueError as e:  # JSON, or not UTF-8
+        raise ValueError(f"{os.path.join(path, 'resources.json')!r} is not a JSON file: {e}") from e
+    entry = resources.get(lang) if isinstance(resources, dict) else None
+    lang = entry.get("alias", lang) if isinstance(entry, dict) else lang
+    if not isinstance(resources, dict) or not isinstance(resources.get(lang), dict):
+        raise ValueError(f"{path!r} has neither depparse.pt nor models for language {lang!r} in resources.json.")
+    lang, path, package, processors = process_pipeline_parameters(lang, path, None, "depparse")
+    config = build_default_config(resources, lang, path, maintain_processor_list(resources, lang, package, processors))
+    model = config.get("depparse_model_path")
+    if not model:
+        raise ValueError(f"{path!r}: resources.json names no depparse model for language {lang!r}.")
+    return str(model)
+
+
+def calibration_file(path: str, lang: str = "en") -> str:
+    """Where the processor of a pipeline built from the folder ``path`` reads its calibration
+    map, and so where ``spacy-treexp calibrate --stanza`` stores it: beside the depparse model
+    (:func:`depparse_model_file`)."""
+    return map_beside(depparse_model_file(path, lang))
+
+
+def folder_calibration(path: str, lang: str = "en") -> Optional[CalibrationMap]:
+    """The calibration map the processor of a pipeline built from the folder ``path`` applies
+    (:func:`calibration_file`), or None; a broken map raises ``CalibrationError``."""
+    where = calibration_file(path, lang)
+    return CalibrationMap.from_disk(where) if os.path.isfile(where) else None
+
+
 def pipeline_from_dir(
     path: str, *, lang: str = "en", tree_options: Optional[Dict[str, Any]] = None, **stanza_kwargs: Any
 ) -> Any:
@@ -173,13 +216,10 @@ def pipeline_from_dir(
 
     import spacy_treexp.stanza  # noqa: F401  (registers the processor)
 
-    resources = os.path.join(path, "resources.json")
-    if not os.path.isfile(resources):
-        raise ValueError(f"{path!r} is not a Stanza pipeline folder: it has no resources.json.")
+    depparse = depparse_model_file(path, lang)  # checks the folder
     kwargs: Dict[str, Any] = {f"tree_expectations_{k}": v for k, v in (tree_options or {}).items()}
     kwargs.update(download_method=None, dir=path)
-    depparse = os.path.join(path, "depparse.pt")
-    if os.path.isfile(depparse):
+    if depparse == os.path.join(path, "depparse.pt"):
         pos = stanza_kwargs.get("pos_model_path") or os.path.join(path, "pos.pt")
         if not os.path.isfile(pos):
             raise ValueError(f"{path!r} has depparse.pt but no pos.pt (the parser needs POS tags).")
@@ -190,11 +230,5 @@ def pipeline_from_dir(
             kwargs.update(tokenize_model_path=tokenize)
         else:
             kwargs.update(tokenize_pretokenized=True)
-    else:
-        with open(resources, encoding="utf-8") as f:
-            if lang not in json.load(f):
-                raise ValueError(
-                    f"{path!r} has neither depparse.pt nor models for language {lang!r} in resources.json."
-                )
     kwargs.update(stanza_kwargs)
     return stanza.Pipeline(lang, processors=STANZA_PROCESSORS, **kwargs)

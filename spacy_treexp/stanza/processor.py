@@ -100,15 +100,18 @@ class TreeExpectationsProcessor(Processor):
         return docs
 
 
-#: The calibration map's file name beside a Stanza depparse model.
+def map_beside(model_path: str) -> str:
+    """Where the processor looks for a calibration map of the depparse model ``model_path``:
+    :data:`CALIBRATION_FILE` in the model's folder."""
+    return os.path.join(os.path.dirname(str(model_path)), CALIBRATION_FILE)
 
 
 def beside_depparse(config: Dict[str, Any]) -> Optional[str]:
-    """The :data:`CALIBRATION_FILE` in the depparse model's folder, if there is one."""
+    """The map beside the pipeline's depparse model (:func:`map_beside`), if there is one."""
     model = config.get("depparse_model_path")
     if not model:
         return None
-    path = os.path.join(os.path.dirname(str(model)), CALIBRATION_FILE)
+    path = map_beside(str(model))
     return path if os.path.isfile(path) else None
 
 

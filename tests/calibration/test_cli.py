@@ -2,6 +2,8 @@
 reloads it; bad input is one line and exit status 2. A tiny parser is trained here in
 seconds (no shipped model, no ../shared data)."""
 
+import dataclasses
+import json
 import shutil
 
 import numpy
@@ -84,6 +86,52 @@ def test_stanza_folder_gets_a_map_the_processor_reads(tmp_path, capsys):
     a, b = nlp(text).sentences[0], plain(text).sentences[0]
     if abs(stored.arc_temperature - 1.0) > 0.05:
         assert abs(a.tree_entropy - b.tree_entropy) > 1e-4
+
+
+def _downloaded_layout(folder):
+    """The tiny tagger and parser in the layout ``stanza.download`` makes: ``resources.json``
+    naming a package, the models under ``en/<processor>/<package>.pt``."""
+    for processor in ("pos", "depparse"):
+        (folder / "en" / processor).mkdir(parents=True)
+        shutil.copy(FIXTURES / "stanza" / "tiny" / f"{processor}.pt", folder / "en" / processor / "tiny.pt")
+    packages = {"tokenize": "tiny", "pos": "tiny", "lemma": "identity", "depparse": "tiny"}
+    resources = {
+        "en": {
+            "lang_name": "English",
+            **{processor: {package: {}} for processor, package in packages.items()},
+            "default_processors": packages,
+            "packages": {"default": packages},
+        }
+    }
+    (folder / "resources.json").write_text(json.dumps(resources), encoding="utf8")
+
+
+def test_a_downloaded_stanza_folder_gets_its_map_beside_the_parser(tmp_path, capsys):
+    """In a folder ``stanza.download`` made, the processor reads the map beside the depparse
+    model (``DIR/en/depparse/``): calibrate stores it there, so the processor and evaluate
+    apply it (it was written to ``DIR/treexp_calibration.json``, which nothing read, while
+    the command said the processor reads it)."""
+    pytest.importorskip("stanza")
+    from spacy_treexp.evaluation import EvalConfig, run
+    from spacy_treexp.stanza import pipeline_from_dir
+
+    folder = tmp_path / "stanza_resources"
+    _downloaded_layout(folder)
+    dev = FIXTURES / "stanza" / "tiny_en.dev.conllu"
+    assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--kind", "temperature"]) == 0
+    assert "read by the Stanza tree_expectations processor" in capsys.readouterr().out
+    stored = CalibrationMap.from_disk(folder / "en" / "depparse" / "treexp_calibration.json")
+    assert not (folder / "treexp_calibration.json").exists()
+    nlp = pipeline_from_dir(str(folder), logging_level="WARN", tokenize_pretokenized=True)
+    assert nlp.processors["tree_expectations"].calibration == stored
+    # evaluate shows what the processor's users get: the folder's map
+    config = EvalConfig(conllu=dev, out_dir=tmp_path / "eval", stanza_dir=folder, limit=8, samples=False)
+    report = run(dataclasses.replace(config, reject_draws=0, timing=False, plots=False), log=lambda message: None)
+    assert report.pipeline_map is not None and report.meta["pipeline_map"] == "temperature"
+    # a model file in the folder's subfolders is never the map's --out
+    out = folder / "en" / "pos" / "tiny.pt"
+    assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--out", str(out), "--force"]) == 2
+    assert "a file of the Stanza folder" in capsys.readouterr().err
 
 
 def test_a_stanza_ensemble_folder_is_calibrated_from_the_command_line(tmp_path, capsys):
