@@ -223,8 +223,8 @@ def bootstrap(words: Dict[str, numpy.ndarray], which: str, replicates: int = 200
 def calibration_table(
     words: Dict[str, numpy.ndarray], which: str, bootstrap_replicates: int = 200, seed: int = 0
 ) -> Dict[str, Any]:
-    """:func:`figures` overall (with bootstrap intervals) and per genre, and the equal-width
-    reliability bins of each."""
+    """:func:`figures` overall and per genre, each with bootstrap intervals (resampling the
+    sentences of that genre), and the equal-width reliability bins of each."""
     overall = figures(words, which, seed=seed)
     if bootstrap_replicates:
         overall["bootstrap_95"] = bootstrap(words, which, bootstrap_replicates, seed)
@@ -234,6 +234,8 @@ def calibration_table(
         chosen = words["genre"] == name
         subset = {key: value[chosen] for key, value in words.items()}
         block = figures(subset, which, seed=seed)
+        if bootstrap_replicates:
+            block["bootstrap_95"] = bootstrap(subset, which, bootstrap_replicates, seed)
         block["bins"] = metrics.equal_width_bins(subset[which], subset["head_ok"], N_BINS)
         per_genre[name] = block
     return {"overall": overall, "genres": per_genre}

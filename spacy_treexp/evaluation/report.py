@@ -221,6 +221,15 @@ def calibration_lines(section: Dict[str, Any]) -> List[str]:
                 else f"{_f(g['arc_ece'])} [{_f(g['arc_ece_chance_band'])}] / {_f(g.get('labeled_ece'))} / {_f(g['auroc'], 3)}"
             )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if any("bootstrap_95" in g for table in test.values() for g in table["genres"].values()):
+        lines += ["", "Per genre, 95 % intervals (sentence bootstrap), arc ECE / AUROC:", ""]
+        lines += ["| variant | " + " | ".join(genres) + " |", "|---|" + "---:|" * len(genres)]
+        for name, table in test.items():
+            boots = [table["genres"].get(genre, {}).get("bootstrap_95") for genre in genres]
+            cells = [
+                "–" if b is None else f"{_interval(b.get('arc_ece'))} / {_interval(b.get('auroc'))}" for b in boots
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     words = {genre: next(iter(test.values()))["genres"][genre]["n_words"] for genre in genres}
     lines += ["", "Words per genre: " + ", ".join(f"{g} {n}" for g, n in words.items()) + "."]
     if section.get("targets"):

@@ -108,6 +108,14 @@ def test_calibration_section_per_genre_with_targets():
     assert scaled["uas"] == raw["uas"] and section["targets"]["uas_unchanged"]
     low, high = raw["bootstrap_95"]["arc_ece"]
     assert low <= high
+    for block in test["tree, raw"]["genres"].values():  # each genre's own interval, from its sentences
+        low, high = block["bootstrap_95"]["auroc"]
+        assert low < high
+    from spacy_treexp.evaluation.report import calibration_lines
+
+    text = "\n".join(calibration_lines(section))
+    genre_a = test["tree, raw"]["genres"]["a"]["bootstrap_95"]["arc_ece"]
+    assert f"[{genre_a[0]:.4f}, {genre_a[1]:.4f}]" in text
     assert set(section["targets"]["arc_ece_below_chance_band_per_genre"]) == {"a", "b"}
 
 
