@@ -89,7 +89,9 @@ def add_uncertainty(
     ``source``: the pipeline to take the parser from; by default the shipped head for
     en_core_web_sm when ``nlp`` runs that pipeline's very tok2vec (it reads the host's token
     vectors, so it costs a fraction of the full parser, with the same accuracy on EWT; see
-    the module doc), else ``spacy_treexp.load()``;
+    the module doc), else ``spacy_treexp.load()``. spaCy shares a sourced component between
+    pipelines, so a source whose parser already runs in another pipeline with another
+    ``overwrite`` is refused (it would change that pipeline's tree too);
     ``overwrite``: see the module doc; ``tree_options``: settings of ``tree_expectations``
     (``n_samples``, ``seed``, ...). The parser goes last (after the host's parser and
     sentence boundaries), ``tree_expectations`` after it. A pipeline with no component that
@@ -105,15 +107,21 @@ def add_uncertainty(
 
         source = stock_head_for(nlp) or load()
     before = list(nlp.component_names)
-    shared: Optional[Any] = None  # the source's parser, which add_pipe(source=...) shares with nlp
-    saved: dict = {}
+    # the source's parser, which add_pipe(source=...) shares with nlp
+    shared = source.get_pipe("biaffine_parser") if "biaffine_parser" in source.component_names else None
+    saved = {attr: getattr(shared, attr) for attr in ("overwrite", "hosted", "name") if hasattr(shared, attr)}
+    if getattr(shared, "hosted", False) and getattr(shared, "overwrite", overwrite) != overwrite:
+        raise ValueError(
+            f"add_uncertainty: the source's biaffine_parser already runs in another pipeline with overwrite="
+            f"{getattr(shared, 'overwrite')}, and add_pipe(source=...) shares one component between pipelines, so "
+            f"overwrite={overwrite} here would change that pipeline too: give this pipeline a source of its own "
+            "(source=spacy_treexp.load(), or the pipeline loaded again)"
+        )
     try:
         if not any("token.is_sent_start" in nlp.get_pipe_meta(pipe).assigns for pipe in nlp.pipe_names):
             nlp.add_pipe("sentencizer")
         with warnings.catch_warnings():  # W113: the parser reads its own vectors (biaffine_parser.py)
             warnings.filterwarnings("ignore", message=r"\[W113\]")
-            shared = source.get_pipe("biaffine_parser") if "biaffine_parser" in source.component_names else None
-            saved = {attr: getattr(shared, attr) for attr in ("overwrite", "hosted", "name") if hasattr(shared, attr)}
             parser = nlp.add_pipe("biaffine_parser", name=name, source=source)
         setattr(parser, "overwrite", overwrite)  # the component is a BiaffineParser (sourced: shared with `source`)
         setattr(parser, "hosted", True)  # nlp.to_bytes carries its home copy

@@ -173,6 +173,17 @@ def test_add_uncertainty(stock_docs):
     assert again.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
 
 
+def test_a_source_whose_parser_runs_elsewhere_with_another_overwrite_is_refused(kept, stock_docs):
+    # kept's parser (overwrite=False) is one component shared with any pipeline sourcing it:
+    # overwrite=True here flipped kept to the UD tree, with ClearNLP noun chunks read as UD
+    nlp = spacy.load(STOCK)
+    with pytest.raises(ValueError, match="already runs in another pipeline with overwrite=False"):
+        spacy_treexp.add_uncertainty(nlp, source=kept)
+    assert nlp.pipe_names == spacy.load(STOCK).pipe_names
+    assert kept.get_pipe("biaffine_parser").overwrite is False
+    assert tree(kept(TEXTS[0])) == tree(stock_docs[0])
+
+
 def test_a_saved_pipeline_with_a_sourced_parser_loads_back_with_its_home(home, obvious, docs, tmp_path):
     """Saved, the sourced parser keeps a copy of what it reads from its own pipeline (tokenizer,
     vocabulary, tok2vec) beside its weights, so spacy.load gives the same annotations; the
