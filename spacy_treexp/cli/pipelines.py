@@ -240,7 +240,7 @@ def load_stanza(path: Path, gpu: int, pretokenized: bool) -> Any:
         options["tokenize_pretokenized"] = True
     try:
         return pipeline_from_dir(str(path), **options)
-    except ValueError as e:
+    except (ValueError, RuntimeError, OSError) as e:  # as calibrate and evaluate: one line, no traceback
         raise UserError(f"--stanza {path}: {e}") from e
 
 

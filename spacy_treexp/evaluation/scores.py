@@ -119,10 +119,9 @@ def stanza_scores(
     depparse = os.path.join(pipeline_dir, "depparse.pt")
     gold_tags = stanza_uses_gold_tags(pipeline_dir, gold_tags)
     if gold_tags:
-        import stanza
         from stanza.models.common.doc import Document
 
-        from spacy_treexp.stanza.convert import model_folder_kwargs
+        from spacy_treexp.stanza.convert import load_folder_pipeline, model_folder_kwargs
 
         if not os.path.isfile(depparse):
             raise ValueError(f"{pipeline_dir!r} has no depparse.pt")
@@ -135,7 +134,7 @@ def stanza_scores(
             **model_folder_kwargs(pipeline_dir),  # depparse.pt, its pretrain and character LMs, batch size
         )
         kwargs.update(options)
-        nlp = stanza.Pipeline("en", processors="depparse,tree_expectations", **kwargs)
+        nlp = load_folder_pipeline(pipeline_dir, "en", "depparse,tree_expectations", **kwargs)
         rows = [
             [
                 {

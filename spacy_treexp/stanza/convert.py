@@ -212,8 +212,6 @@ def pipeline_from_dir(
     ``tree_options`` are the processor's options (``n_samples``, ``sampler``, ...);
     ``stanza_kwargs`` go to ``stanza.Pipeline`` unchanged.
     """
-    import stanza
-
     import spacy_treexp.stanza  # noqa: F401  (registers the processor)
 
     depparse = depparse_model_file(path, lang)  # checks the folder
@@ -231,4 +229,22 @@ def pipeline_from_dir(
         else:
             kwargs.update(tokenize_pretokenized=True)
     kwargs.update(stanza_kwargs)
-    return stanza.Pipeline(lang, processors=STANZA_PROCESSORS, **kwargs)
+    return load_folder_pipeline(path, lang, STANZA_PROCESSORS, **kwargs)
+
+
+def load_folder_pipeline(path: str, lang: str, processors: str, **kwargs: Any) -> Any:
+    """``stanza.Pipeline(lang, processors=processors, **kwargs)`` on the models of the folder
+    ``path``: a model file that is missing, cut short or of another kind is a ``ValueError``
+    naming the folder, with Stanza's own error as its cause (it was a traceback of
+    ``torch.load`` or ``KeyError: 'config'``)."""
+    import pickle
+
+    import stanza
+
+    try:
+        return stanza.Pipeline(lang, processors=processors, **kwargs)
+    except (OSError, EOFError, KeyError, pickle.UnpicklingError) as e:
+        raise ValueError(
+            f"{path!r}: Stanza could not load a model of this folder ({type(e).__name__}: {e}); is every "
+            "model file there, whole, and of its kind (depparse.pt a depparse model, pos.pt a tagger)?"
+        ) from e

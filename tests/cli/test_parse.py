@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import sys
 
 import pytest
@@ -37,6 +38,27 @@ def test_bad_options_are_one_line(model, user_error):
     assert "--batch-size" in user_error("parse", "Hi.", "--batch-size", "0", "--model", model)
     assert "--model" in user_error("parse", "Hi.", "--model", "/no/such/pipeline")
     assert "--stanza" in user_error("parse", "Hi.", "--stanza", "/no/such/folder")
+
+
+def test_a_stanza_folder_with_a_missing_or_broken_model_is_one_line(tmp_path, user_error):
+    """parse and annotate load --stanza as calibrate and evaluate do: a downloaded folder
+    without its tokenizer, or a depparse.pt cut short, was a traceback."""
+    pytest.importorskip("stanza")
+    from helpers.paths import FIXTURES
+
+    tiny = FIXTURES / "stanza" / "tiny"
+    (tmp_path / "en" / "depparse").mkdir(parents=True)
+    packages = {"tokenize": "tiny", "depparse": "tiny"}
+    resources = {"en": {"lang_name": "English", "default_processors": packages, "packages": {"default": packages}}}
+    (tmp_path / "resources.json").write_text(json.dumps({"en": {**resources["en"], "tokenize": {"tiny": {}}}}))
+    message = user_error("parse", "Hi .", "--stanza", str(tmp_path))
+    assert "could not load a model" in message and "tokenize" in message
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "resources.json").write_text("{}")
+    (cut / "pos.pt").write_bytes((tiny / "pos.pt").read_bytes())
+    (cut / "depparse.pt").write_bytes((tiny / "depparse.pt").read_bytes()[:20000])
+    assert "could not load a model" in user_error("parse", "Hi .", "--stanza", str(cut))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed")

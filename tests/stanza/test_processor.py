@@ -397,6 +397,24 @@ def test_pipeline_from_dir_reports_bad_folders(tmp_path):
         treexp_stanza.pipeline_from_dir(str(tmp_path))
 
 
+def test_a_broken_model_file_is_a_value_error_naming_the_folder(tmp_path):
+    """A depparse.pt cut short, or a tagger saved as depparse.pt: one ValueError naming the
+    folder (Stanza raised EOFError / KeyError through torch.load), also on the gold-tags path
+    of evaluate and calibrate."""
+    from spacy_treexp.evaluation import read_conllu
+    from spacy_treexp.evaluation.scores import stanza_scores
+
+    (tmp_path / "resources.json").write_text("{}")
+    (tmp_path / "pos.pt").write_bytes((MODEL_DIR / "pos.pt").read_bytes())
+    for broken in ((MODEL_DIR / "depparse.pt").read_bytes()[:20000], (MODEL_DIR / "pos.pt").read_bytes()):
+        (tmp_path / "depparse.pt").write_bytes(broken)
+        with pytest.raises(ValueError, match="could not load a model of this folder"):
+            treexp_stanza.pipeline_from_dir(str(tmp_path), logging_level="WARN")
+        gold = read_conllu(FIXTURES / "tiny_en.dev.conllu")[:1]
+        with pytest.raises(ValueError, match="could not load a model of this folder"):
+            stanza_scores(str(tmp_path), gold, gold_tags=True)
+
+
 def test_unsupported_stanza_versions_are_named():
     from spacy_treexp.stanza.capture import check_stanza_version
 
