@@ -595,7 +595,11 @@ class CalibrationMap:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> CalibrationMap:
-        return cls.from_json(data.decode("utf8"))
+        try:
+            text = data.decode("utf8")
+        except UnicodeDecodeError as e:  # a model file given as the map, say
+            raise CalibrationError(f"calibration map: not UTF-8 JSON text ({e})") from e
+        return cls.from_json(text)
 
     def to_disk(self, path: Union[str, Path]) -> None:
         """Write the JSON form atomically (a temporary file renamed into place)."""
@@ -610,7 +614,7 @@ class CalibrationMap:
         if not path.is_file():
             raise CalibrationError(f"calibration map: no such file {path}")
         try:
-            return cls.from_json(path.read_text(encoding="utf8"))
+            return cls.from_bytes(path.read_bytes())
         except CalibrationError as e:
             raise CalibrationError(f"{path}: {e}") from e
 

@@ -177,6 +177,16 @@ def test_record_round_trips(tmp_path):
     assert CalibrationMap.temperature(2.0).arc_temperature == pytest.approx(2.0)
 
 
+def test_a_binary_file_is_not_a_map(tmp_path):
+    """A model file given as the map (a Stanza processor's calibration_path, say) is a
+    CalibrationError naming the file, not a UnicodeDecodeError."""
+    (tmp_path / "depparse.pt").write_bytes(b"\x80\x02PK\x03\x04" + bytes(range(256)))
+    with pytest.raises(CalibrationError, match="depparse.pt: calibration map: not UTF-8"):
+        CalibrationMap.from_disk(tmp_path / "depparse.pt")
+    with pytest.raises(CalibrationError, match="not UTF-8"):
+        CalibrationMap.from_bytes(b"\xff\xfe")
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
