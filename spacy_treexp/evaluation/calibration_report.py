@@ -81,7 +81,6 @@ def word_arrays(
     """Per-word arrays over the corpus: ``tree`` and ``local`` confidence in the predicted
     head, the gold head's ``tree_gold`` / ``local_gold`` probability, ``head_ok``,
     ``label_prob`` and ``label_ok`` (when labelled), ``sentence`` index and ``genre``."""
-    heads = predicted_heads(scores)
     tree: List[Optional[numpy.ndarray]] = [None] * len(scores)
     tree_gold: List[Optional[numpy.ndarray]] = [None] * len(scores)
     local: List[Optional[numpy.ndarray]] = [None] * len(scores)
@@ -89,6 +88,9 @@ def word_arrays(
     with torch.no_grad():
         # the map applied where the annotation core applies it (calibrate_sentences)
         mapped_scores = calibrate_sentences(scores, calibration)
+        # the parser's tree, else the MAP tree of the scores the core reads (the mapped ones):
+        # the tree whose head_prob the pipeline's users see
+        heads = predicted_heads(mapped_scores)
         for index in length_buckets([s.n for s in scores], 512, max_cells=2_000_000):
             raw, lengths = pad_scores([scores[i].arc for i in index])
             mapped = raw if calibration is None else pad_scores([mapped_scores[i].arc for i in index])[0]

@@ -38,8 +38,9 @@ def test_chance_band_covers_perfect_calibration_and_not_a_biased_model():
     assert metrics.equal_width_ece(confidence, over_confident) > band
 
 
-def _corpus(count, seed, temperature=1.0):
-    """Sentences with random scores; gold trees drawn at ``temperature``; two genres."""
+def _corpus(count, seed, temperature=1.0, with_tree=False):
+    """Sentences with random scores; gold trees drawn at ``temperature``; two genres;
+    ``with_tree``: the scores carry the parser's tree (their MAP tree)."""
     rng = numpy.random.default_rng(seed)
     generator = torch.Generator().manual_seed(seed)
     gold, scores = [], []
@@ -50,7 +51,8 @@ def _corpus(count, seed, temperature=1.0):
         heads = dist.sample((1,), method="colbourn", generator=generator)[0, 0].numpy()
         words = [f"w{k}" for k in range(n)]
         gold.append(GoldSentence(f"{'ab'[i % 2]}-{i}", words, heads, ["dep"] * n))
-        scores.append(SentenceScores(arc=arc))
+        tree = dist.mode[0, 1:].numpy() if with_tree else None
+        scores.append(SentenceScores(arc=arc, heads=tree))
     return gold, scores
 
 
@@ -89,9 +91,24 @@ def test_local_temperature_recovers_a_known_local_temperature():
     assert fit_local_temperature(gold, scores) == pytest.approx(2.0, rel=0.1)
 
 
+def test_word_arrays_read_the_tree_the_core_annotates_when_the_source_gives_none():
+    gold, scores = _corpus(12, seed=4)  # scores without the parser's tree
+    rng = numpy.random.default_rng(4)
+    identity = CalibrationMap.identity("distance")
+    biases = tuple(float(b) for b in rng.normal(0, 4.0, len(identity.bias)))
+    calibration = CalibrationMap("distance", identity.log_scale, biases, identity.edges)
+    annotations = annotate_sentences(scores, AnnotateOptions(), calibration)
+    raw = annotate_sentences(scores, AnnotateOptions())
+    assert any((a.heads != r.heads).any() for a, r in zip(annotations, raw))  # the map moved some MAP trees
+    words = word_arrays(gold, scores, calibration)
+    numpy.testing.assert_allclose(words["tree"], numpy.concatenate([a.head_prob for a in annotations]), atol=1e-6)
+    right = numpy.concatenate([a.heads == g.heads[1:] for a, g in zip(annotations, gold)])
+    assert (words["head_ok"] == right).all()
+
+
 def test_calibration_section_per_genre_with_targets():
-    dev_gold, dev_scores = _corpus(160, seed=2, temperature=2.0)
-    gold, scores = _corpus(160, seed=3, temperature=2.0)
+    dev_gold, dev_scores = _corpus(160, seed=2, temperature=2.0, with_tree=True)
+    gold, scores = _corpus(160, seed=3, temperature=2.0, with_tree=True)
     section = calibration_section(gold, scores, dev_gold, dev_scores, bootstrap_replicates=20)
     test = section["test"]
     assert set(test) == {
