@@ -125,6 +125,15 @@ def stanza_scores(
 
         if not os.path.isfile(depparse):
             raise ValueError(f"{pipeline_dir!r} has no depparse.pt")
+        for sentence in gold:  # Stanza says only "POS not run before depparse!"
+            untagged = [
+                w for i, w in enumerate(sentence.words) if not _tag(sentence.upos, i) and not _tag(sentence.xpos, i)
+            ]
+            if untagged:
+                raise ValueError(
+                    f"sentence {sentence.sent_id}: {untagged[0]!r} has no UPOS or XPOS in the CoNLL-U file; depparse "
+                    "runs on the file's gold tags here (the folder has no pos.pt, or --stanza-tags gold)"
+                )
         kwargs: dict = dict(
             dir=pipeline_dir,
             download_method=None,

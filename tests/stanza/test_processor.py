@@ -415,6 +415,20 @@ def test_a_broken_model_file_is_a_value_error_naming_the_folder(tmp_path):
             stanza_scores(str(tmp_path), gold, gold_tags=True)
 
 
+def test_gold_tags_missing_from_the_conllu_file_are_named(tmp_path):
+    """On gold tags (a folder without pos.pt, or --stanza-tags gold) a word without UPOS and
+    XPOS is named with its sentence; Stanza said only 'POS not run before depparse!'."""
+    from spacy_treexp.evaluation import read_conllu
+    from spacy_treexp.evaluation.scores import stanza_scores
+
+    rows = ["1\tThe\t_\t_\t_\t_\t2\tdet\t_\t_", "2\tdog\t_\tNOUN\tNN\t_\t0\troot\t_\t_"]
+    (tmp_path / "untagged.conllu").write_text("# sent_id = untagged\n" + "\n".join(rows) + "\n\n")
+    gold = read_conllu(tmp_path / "untagged.conllu")
+    with pytest.raises(ValueError, match="sentence untagged: 'The' has no UPOS or XPOS"):
+        stanza_scores(str(MODEL_DIR), gold, gold_tags=True)
+    assert len(stanza_scores(str(MODEL_DIR), gold, gold_tags=False)) == 1  # the folder's tagger tags it
+
+
 def test_unsupported_stanza_versions_are_named():
     from spacy_treexp.stanza.capture import check_stanza_version
 
