@@ -41,6 +41,7 @@ from spacy_treexp.cli.common import (
     Stanza,
     StanzaTags,
     UserError,
+    check_input_file,
     check_not_holding,
     check_not_inside,
     check_output_path,
@@ -118,8 +119,8 @@ def calibrate(
         (novelty_text, "--novelty-text"),
         (ood_dev, "--ood-dev"),
     ):
-        if path is not None and not path.is_file():
-            raise UserError(f"{what} {path}: no such file")
+        if path is not None:
+            check_input_file(path, what)
     if stanza is not None and (novelty_text is not None or ood_dev is not None):
         raise UserError("--novelty-text and --ood-dev need a spaCy pipeline: Stanza's processor has no token vectors")
     if ood_dev is not None and novelty_text is None:
@@ -367,7 +368,8 @@ def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed
     order = numpy.random.default_rng(seed).permutation(len(gold))
     cut = int(round(fraction * len(gold)))
     if cut < 1 or cut >= len(gold):
-        raise UserError(f"--dev has {len(gold)} sentences: too few to keep {fraction} of them out")
+        count = f"{len(gold)} sentence{'s' if len(gold) != 1 else ''}"
+        raise UserError(f"--dev has {count}: too few to keep {fraction} of them out")
     kept = set(order[:cut].tolist())
     return [g for i, g in enumerate(gold) if i not in kept], [g for i, g in enumerate(gold) if i in kept]
 

@@ -9,7 +9,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from spacy_treexp.cli.common import PROG, BatchSize, Code, Model, Stanza, StanzaTags, UserError, check_output_path, warn
+from spacy_treexp.cli.common import (
+    PROG,
+    BatchSize,
+    Code,
+    Model,
+    Stanza,
+    StanzaTags,
+    UserError,
+    check_input_file,
+    check_output_path,
+    warn,
+)
 from spacy_treexp.cli.pipelines import check_model
 from spacy_treexp.engine.sampling import DEFAULT_METHOD, SINGLE_ROOT_METHODS
 
@@ -86,8 +97,8 @@ def evaluate(
     if model is not None and stanza is not None:
         raise UserError("use either --model or --stanza, not both")
     for path, what in ((conllu, "--conllu"), (dev, "--dev")):
-        if path is not None and not path.is_file():
-            raise UserError(f"{what} file not found: {path}")
+        if path is not None:
+            check_input_file(path, what)
     if stanza is not None and not stanza.is_dir():
         raise UserError(f"--stanza {stanza}: no such directory")
     if model is not None:

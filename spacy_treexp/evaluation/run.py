@@ -158,8 +158,7 @@ def _score(config: EvalConfig, gold: Sequence[GoldSentence], nlp: Any) -> List[S
 
 def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     start = time.perf_counter()
-    out = Path(config.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(config.out_dir)  # made only once there is a report to write (a bad input leaves nothing)
     stanza_dir = config.stanza_dir
     meta: Dict[str, Any] = {
         "model": shown_path(stanza_dir) if stanza_dir is not None else (config.model or DEFAULT_MODEL),
@@ -260,6 +259,7 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
         log(f"timing table in {meta['timing_seconds']:.1f} s")
     meta["seconds"] = time.perf_counter() - start
     as_dict = report.to_dict()
+    out.mkdir(parents=True, exist_ok=True)
     written = write_plots(as_dict, out) if config.plots else []
     remove_stale_plots(out, written)
     meta["plots"] = written

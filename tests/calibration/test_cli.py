@@ -163,6 +163,7 @@ def test_a_stanza_ensemble_folder_is_calibrated_from_the_command_line(tmp_path, 
     "args, message",
     [
         (["--dev", "missing.conllu", "--out", "{tmp}/o"], "--dev missing.conllu: no such file"),
+        (["--dev", "{tmp}", "--out", "{tmp}/o"], "is a directory, not a file"),
         (["--dev", "{fixture}"], "--out is required"),
         (["--dev", "{fixture}", "--out", "{tmp}/o", "--model", "{model}", "--stanza", "{tmp}"], "not both"),
         (["--dev", "{fixture}", "--out", "{tmp}/o", "--held-out-fraction", "1.5"], "--held-out-fraction"),

@@ -57,7 +57,9 @@ def test_defaults(gold, tmp_path, calls, run_cli):
 
 def test_missing_files_and_bad_options_are_user_errors(gold, tmp_path, calls, user_error):
     out = str(tmp_path / "out")
-    assert "not found" in user_error("evaluate", "--conllu", str(tmp_path / "missing.conllu"), "--out", out)
+    assert "no such file" in user_error("evaluate", "--conllu", str(tmp_path / "missing.conllu"), "--out", out)
+    assert "--dev" in user_error("evaluate", "--conllu", str(gold), "--out", out, "--dev", str(tmp_path))
+    assert "is a directory" in user_error("evaluate", "--conllu", str(tmp_path), "--out", out)
     assert "--conllu" in user_error("evaluate", "--out", out)
     assert "--dev" in user_error("evaluate", "--conllu", str(gold), "--out", out, "--dev", str(tmp_path / "no"))
     assert "--ks" in user_error("evaluate", "--conllu", str(gold), "--out", out, "--ks", "0,5")
@@ -93,3 +95,12 @@ def test_a_treebank_that_is_not_conllu_is_a_user_error(gold, tmp_path, monkeypat
     monkeypatch.setattr(spacy_treexp.evaluation, "run", run)
     message = user_error("evaluate", "--conllu", str(text), "--out", str(tmp_path / "out"))
     assert "notes.txt:1" in message and "tab-separated" in message
+
+
+def test_a_bad_treebank_leaves_no_output_folder(tmp_path, user_error):
+    """The output folder is made only once there is a report to write."""
+    text = tmp_path / "notes.conllu"
+    text.write_text("just some words\n")
+    out = tmp_path / "out"
+    assert "notes.conllu:1" in user_error("evaluate", "--conllu", str(text), "--out", str(out))
+    assert not out.exists()
