@@ -283,8 +283,9 @@ class SentenceAnnotation:
 
     @property
     def error_probability(self) -> Optional[float]:
-        """1 − p(heads): the probability that ``heads`` has at least one wrong head (exact)."""
-        return None if self.parse_log_prob is None else -math.expm1(self.parse_log_prob)
+        """1 − p(heads): the probability that ``heads`` has at least one wrong head (exact; a
+        log p(heads) rounded just above 0 gives 0.0, never a negative probability or -0.0)."""
+        return None if self.parse_log_prob is None else -math.expm1(min(self.parse_log_prob, 0.0)) + 0.0
 
     @property
     def expected_errors(self) -> Optional[float]:

@@ -1,5 +1,6 @@
 """The annotation core against brute-force enumeration, and its records, seeds and options."""
 
+import dataclasses
 import math
 import pickle
 
@@ -95,6 +96,15 @@ def test_without_a_parse_the_tree_is_the_map_tree():
     trees, log_p = tree_log_probs(torch.from_numpy(sentence.arc), 5, True)
     assert annotation.heads.tolist() == trees[int(log_p.argmax())][1:].tolist()
     assert annotation.dep_prob is None  # no relations given, nothing to score
+
+
+@pytest.mark.parametrize("log_p, expected", [(0.0, 0.0), (1e-16, 0.0), (-1e-3, -math.expm1(-1e-3))])
+def test_error_probability_is_a_probability_when_log_p_rounds_to_zero_or_above(log_p, expected):
+    """A tree with all the mass: float rounding can put log p(heads) at or just above 0;
+    the error probability is then 0.0 (not -1e-16, not -0.0)."""
+    (annotation,) = annotate_sentences([random_sentence(3, seed=1)])
+    value = dataclasses.replace(annotation, parse_log_prob=log_p).error_probability
+    assert value == expected and math.copysign(1.0, value) == 1.0
 
 
 def test_results_do_not_depend_on_the_batch():
