@@ -1100,11 +1100,21 @@ class BiaffineParser(TrainablePipe):
         sgd=None,
         losses: Optional[Dict[str, float]] = None,
     ) -> Dict[str, float]:
-        """One gradient step on the tree-CRF loss plus the relation cross-entropy."""
+        """One gradient step on the tree-CRF loss plus the relation cross-entropy; refused
+        for a parser that runs in another pipeline than its own (:attr:`hosted`)."""
         if self._home_mismatch is not None:
             raise ValueError(self._home_mismatch)
         examples = list(examples)
         validate_examples(examples, "BiaffineParser.update")
+        if self.hosted:
+            # its listeners would get the host's tok2vec output (or none): trained on other
+            # vectors than the home copy it predicts with
+            raise ValueError(
+                f"biaffine_parser '{self.name}' runs in another pipeline than its own (sourced with "
+                "add_pipe(source=...) or add_uncertainty) and reads its own pipeline's tok2vec, which is not "
+                f"trained here: leave it out of the update (nlp.update(..., exclude=['{self.name}'])), or train "
+                "it in its own pipeline"
+            )
         if losses is None:
             losses = {}
         losses.setdefault(self.name, 0.0)

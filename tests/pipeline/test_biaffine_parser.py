@@ -320,6 +320,25 @@ def test_training_resumed_from_a_saved_pipeline_saves_and_loads(tmp_path):
         numpy.testing.assert_allclose(a._.parser_scores[0]["arc"], b._.parser_scores[0]["arc"], atol=1e-5)
 
 
+def test_a_sourced_parser_refuses_an_update_in_its_host():
+    """Its listener would read the host's tok2vec (or nothing): with a host tok2vec of the
+    same width it trained silently on other vectors than it predicts with."""
+    home, _, _ = train_toy(TINY_CONFIG, 2)  # sourcing shares the parser: not the module's
+    host_config = Config().from_str(TINY_CONFIG)
+    host_config["nlp"]["pipeline"] = ["tok2vec", "sentencizer"]
+    del host_config["components"]["biaffine_parser"]
+    host = spacy.util.load_model_from_config(host_config, auto_fill=True)
+    host.initialize()
+    host.add_pipe("biaffine_parser", source=home)
+    host(TEXTS[0])  # the parser now knows it is hosted (add_uncertainty says so at once)
+    before = home.get_pipe("biaffine_parser").model.to_bytes()
+    optimizer = host.resume_training()
+    with pytest.raises(ValueError, match=r"another pipeline.*exclude=\['biaffine_parser'\]"):
+        host.update(toy_examples(host), sgd=optimizer)
+    assert home.get_pipe("biaffine_parser").model.to_bytes() == before
+    host.update(toy_examples(host), sgd=optimizer, exclude=["biaffine_parser"])  # the way out the message gives
+
+
 def test_a_home_copy_that_could_not_load_is_refused_by_name(tmp_path):
     """A parser made in this process from a config with a ``[paths]`` variable, sourced into
     another pipeline before its own was saved: spaCy's factory showed it no ``[paths]``
