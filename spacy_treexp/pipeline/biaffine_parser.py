@@ -96,7 +96,7 @@ from spacy_treexp.pipeline.architectures import ENCODER_PRECISIONS, get_scorer_m
 from spacy_treexp.pipeline.blas import blas_threads, numpy_blas
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, new_writer_token, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
-from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
+from spacy_treexp.pipeline.noun_chunks import UD_RELATIONS, ud_noun_chunks
 from spacy_treexp.pipeline.stock import UD_DEPS, UD_HEADS, register_ud_extensions, set_ud_tree
 
 #: The folder beside a sourced parser's data that holds its home pipeline's tokenizer,
@@ -163,8 +163,6 @@ DECODINGS = ("map", "mbr")
 _TOKENS = [ORTH, SPACY]
 #: Most padded words per model call when sentences are grouped by length (``_scores``).
 BUCKET_WORDS = 4000
-#: Relations that only Universal Dependencies uses: a parser with them writes UD trees.
-UD_RELATIONS = frozenset({"obj", "obl", "case", "nmod"})
 
 # Forked workers of nlp.pipe(n_process>1) can hang in the parent's OpenMP pool.
 install_fork_hook()

@@ -50,6 +50,8 @@ RIGHT_MODIFIERS = frozenset({"flat", "fixed", "goeswith"})
 NOMINAL_UPOS = frozenset({"NOUN", "PROPN", "PRON"})
 NOMINAL_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS", "PRP", "WP"})
 LABEL = "NP"
+#: Relations that only Universal Dependencies uses: a parser with them writes UD trees.
+UD_RELATIONS = frozenset({"obj", "obl", "case", "nmod"})
 
 
 def _base(relation: str) -> str:

@@ -145,6 +145,18 @@ def test_overwrite_false_keeps_the_stock_tree_and_puts_the_ud_tree_beside_it(sto
         assert all(t._.ud_head is None for t in doc)
 
 
+def test_a_sampled_doc_of_a_kept_stock_parse_chunks_its_ud_tree(kept, docs):
+    sampler = kept.create_pipe("tree_expectations", config={"n_samples": 1})
+    with kept.select_pipes(disable=["tree_expectations"]):
+        kept_doc = sampler(kept(TEXTS[0]))
+    sample = kept_doc._.sampled_doc(0)
+    assert {t.dep_ for t in sample} & {"obj", "obl", "case"}  # UD relations on token.dep_
+    # spaCy's English iterator, which the Doc keeps for its stock tree, found one chunk of four
+    expected = chunk_spans([t.head.i for t in sample], [t.dep_ for t in sample], [t.pos_ for t in sample])
+    assert [(c.start, c.end) for c in sample.noun_chunks] == expected
+    assert len(expected) == len(list(docs[0].noun_chunks))
+
+
 def test_batches_give_the_same_parse_as_single_docs(obvious, docs):
     for doc, piped in zip(docs, obvious.pipe(TEXTS, batch_size=4)):
         assert tree(piped) == tree(doc)
