@@ -29,15 +29,17 @@ EWT evaluation in ``benchmarks/bench_shipped_pipeline.py`` scores one against th
 Every chunk is labelled ``NP``. In a pipeline, :func:`install_ud_noun_chunks` (the
 ``spacy_treexp.ud_noun_chunks.v1`` callback, named in ``[nlp] after_creation``) sets
 ``nlp.vocab.get_noun_chunks``; it is saved in the config, so it survives
-``nlp.to_disk`` / ``spacy.load`` and pickled vocabularies.
+``nlp.to_disk`` / ``spacy.load`` and pickled vocabularies. A tree in ClearNLP's relations
+(:data:`CLEAR_RELATIONS` and none of :data:`UD_RELATIONS`: a stock English parser placed
+after ours has replaced its tree) is chunked by the language's own iterator instead.
 """
 
-from typing import Callable, Iterator, List, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from spacy.errors import Errors
 from spacy.language import Language
 from spacy.tokens import Doc, Span
-from spacy.util import registry
+from spacy.util import get_lang_class, registry
 
 #: Relations (without subtype) of a nominal that heads a chunk.
 CHUNK_RELATIONS = frozenset({"nsubj", "obj", "iobj", "obl", "nmod", "appos", "root", "xcomp", "dislocated", "vocative"})
@@ -52,6 +54,9 @@ NOMINAL_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS", "PRP", "WP"})
 LABEL = "NP"
 #: Relations that only Universal Dependencies uses: a parser with them writes UD trees.
 UD_RELATIONS = frozenset({"obj", "obl", "case", "nmod"})
+#: Relations that only ClearNLP's scheme (spaCy's English parsers) uses: a tree with them and
+#: none of :data:`UD_RELATIONS` is chunked by the language's own iterator instead.
+CLEAR_RELATIONS = frozenset({"dobj", "pobj", "prep", "nsubjpass", "attr", "pcomp", "dative", "poss", "npadvmod"})
 
 
 def _base(relation: str) -> str:
@@ -141,14 +146,32 @@ def ud_noun_chunks(doclike: Union[Doc, Span]) -> Iterator[Tuple[int, int, int]]:
         raise ValueError(Errors.E029)
     first, last = doclike[0].sent.start if len(doclike) else 0, doclike[-1].sent.end if len(doclike) else 0
     words = doc[first:last]
-    spans = chunk_spans(
-        [t.head.i - first for t in words], [t.dep_ for t in words], [t.pos_ for t in words], [t.tag_ for t in words]
-    )
+    relations = [t.dep_ for t in words]
+    native = _language_iterator(doc) if _is_clear_tree(relations) else None
+    if native is not None:  # a ClearNLP tree on the Doc (a stock parser ran after ours): its own chunks
+        yield from native(doclike)
+        return
+    spans = chunk_spans([t.head.i - first for t in words], relations, [t.pos_ for t in words], [t.tag_ for t in words])
     label = doc.vocab.strings.add(LABEL)
     lo, hi = doclike.start if isinstance(doclike, Span) else 0, doclike.end if isinstance(doclike, Span) else len(doc)
     for start, end in spans:
         if start + first >= lo and end + first <= hi:
             yield start + first, end + first, label
+
+
+def _is_clear_tree(relations: Sequence[str]) -> bool:
+    """Whether the relations are ClearNLP's (spaCy's English parsers), not UD's."""
+    bases = {_base(r) for r in relations}
+    return bool(bases & CLEAR_RELATIONS) and not bases & UD_RELATIONS
+
+
+def _language_iterator(doc: Doc) -> Optional[Callable[[Union[Doc, Span]], Iterator[Tuple[int, int, int]]]]:
+    """The noun-chunk iterator spaCy's language class of ``doc`` defines, if any."""
+    try:
+        defaults = get_lang_class(doc.vocab.lang).Defaults
+    except ImportError:
+        return None
+    return defaults.syntax_iterators.get("noun_chunks")
 
 
 def install_ud_noun_chunks(nlp: Language) -> Language:

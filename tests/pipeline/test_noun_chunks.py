@@ -53,6 +53,26 @@ def test_prepositions_stay_out_of_the_chunk(nlp):
     assert {chunk.label_ for chunk in doc.noun_chunks} == {"NP"}
 
 
+def test_a_clearnlp_tree_is_chunked_by_the_languages_own_iterator(nlp):
+    """A stock English parser run after ours leaves ClearNLP relations on the Doc: they are
+    chunked as spaCy's English iterator chunks them (the UD rules found only "I")."""
+    rows = [
+        ("I", 2, "nsubj", "PRON"),
+        ("saw", 0, "ROOT", "VERB"),
+        ("the", 4, "det", "DET"),
+        ("man", 2, "dobj", "NOUN"),
+        ("with", 2, "prep", "ADP"),
+        ("the", 7, "det", "DET"),
+        ("telescope", 5, "pobj", "NOUN"),
+        (".", 2, "punct", "PUNCT"),
+    ]
+    english = make_doc(spacy.blank("en"), rows)
+    assert chunks(make_doc(nlp, rows)) == chunks(english) == ["I", "the man", "the telescope"]
+    ud_rows = [(w, h, {"dobj": "obj", "prep": "case", "pobj": "obl"}.get(r, r), p) for w, h, r, p in rows]
+    ud_rows[4], ud_rows[6] = ("with", 7, "case", "ADP"), ("telescope", 2, "obl", "NOUN")
+    assert chunks(make_doc(nlp, ud_rows)) == ["I", "the man", "the telescope"]  # UD trees keep the UD rules
+
+
 def test_possessor_inside_and_nmod_apart(nlp):
     # The old man's dog of the neighbours barked
     rows = [
