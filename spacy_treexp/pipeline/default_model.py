@@ -7,15 +7,16 @@ live in ``spacy_treexp/models/en_treexp_ewt``.
 
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, cast
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import spacy
 import srsly
 from spacy import util
 from spacy.language import Language
+from thinc.api import Model
 
 from spacy_treexp.calibration.map import CalibrationMap
-from spacy_treexp.pipeline.biaffine_parser import BiaffineParser, weights_digest
+from spacy_treexp.pipeline.biaffine_parser import BiaffineParser, _listeners, weights_digest
 from spacy_treexp.pipeline.config_checks import check_pipeline_folder
 
 MODEL_NAME = "en_treexp_ewt"
@@ -59,7 +60,40 @@ def load(*, ensemble: bool = False, **overrides: Any) -> Language:
         )
     check_pipeline_folder(MODEL_PATH, overrides.get("config"))
     nlp = spacy.load(MODEL_PATH, **overrides)
+    check_listeners(nlp)
     return add_second_parser(nlp) if ensemble else nlp
+
+
+def check_listeners(nlp: Language) -> None:
+    """Refuse a pipeline in which an enabled component listens to a component that was
+    excluded, and warn where it listens to a disabled one.
+
+    In prediction spaCy's listeners read ``doc.tensor`` and give zeros where it is empty:
+    ``tagger_tok2vec`` without ``tok2vec`` gives the tagger and the lemmatizer zeros (wrong tags
+    and lemmas, silently), and ``tagger``/``lemmatizer`` without ``tagger_tok2vec`` read the
+    shared tok2vec's narrower vectors (a numpy shape error). A ``biaffine_parser`` checks its
+    own inputs (it may read its home pipeline's copy)."""
+    enabled, disabled = set(nlp.pipe_names), set(nlp.disabled)
+    missing: Dict[str, List[str]] = {}
+    for name, component in nlp.pipeline:
+        model = getattr(component, "model", None)
+        if isinstance(component, BiaffineParser) or not isinstance(model, Model):
+            continue
+        for listener in _listeners(model):
+            upstream = getattr(listener, "upstream_name")
+            if upstream != "*" and upstream not in enabled and name not in missing.setdefault(upstream, []):
+                missing[upstream].append(name)
+    for upstream, names in missing.items():
+        state = "disabled" if upstream in disabled else "not in the pipeline (excluded)"
+        verb = "reads" if len(names) == 1 else "read"
+        message = (
+            f"{', '.join(map(repr, names))} {verb} the token vectors of {upstream!r}, which is {state}: "
+            f"without it they predict from zeros, or fail. Disable or exclude "
+            f"{', '.join(map(repr, names))} too, or keep {upstream!r}"
+        )
+        if upstream not in disabled:
+            raise ValueError(f"spacy_treexp.load: {message}")
+        warnings.warn(message, stacklevel=2)
 
 
 def load_named(model: Optional[str], **overrides: Any) -> Language:

@@ -1,0 +1,32 @@
+"""``spacy_treexp.load`` (and so ``spacy.load("en_treexp_ewt")``) with components left out."""
+
+import warnings
+
+import pytest
+
+import spacy_treexp
+
+TAGGER_PART = ["tagger_tok2vec", "tagger", "lemmatizer", "lemma_table"]
+
+
+def test_excluding_the_tok2vec_the_tagger_reads_is_refused_by_name():
+    """The tagger and lemmatizer read ``tagger_tok2vec``'s vectors; without it they got the shared
+    tok2vec's narrower ones: "shapes (17,128) and (192,49) not aligned" at the first Doc."""
+    with pytest.raises(ValueError, match=r"'tagger', 'lemmatizer' read the token vectors of 'tagger_tok2vec'"):
+        spacy_treexp.load(exclude=["tagger_tok2vec"])
+
+
+def test_the_tagger_alone_warns_that_its_vectors_would_be_zeros():
+    """``tagger_tok2vec`` listens to ``tok2vec``: enabled alone it gave the tagger zeros, and
+    wrong tags without a word of warning."""
+    with pytest.warns(UserWarning, match=r"'tagger_tok2vec' reads the token vectors of 'tok2vec', which is disabled"):
+        spacy_treexp.load(enable=["tagger_tok2vec", "tagger"])
+
+
+def test_leaving_out_the_tagger_and_lemmatizer_together_is_quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nlp = spacy_treexp.load(disable=TAGGER_PART)
+        doc = nlp("The children were playing in the park.")
+    assert nlp.disabled == TAGGER_PART
+    assert doc.has_annotation("DEP") and not doc.has_annotation("TAG")
