@@ -1,7 +1,8 @@
 """Write the shipped pipeline's meta.json from the package's metadata and measured scores.
 
 ``version``, ``author``, ``email`` and ``url`` come from pyproject.toml (the pipeline ships
-inside the package and has its version); ``performance`` from the JSON that
+inside the package and has its version), and ``requirements`` names the package with the
+range ``spacy package`` would give it (its components are the package's code); ``performance`` from the JSON that
 ``benchmarks/bench_shipped_pipeline.py`` writes (UD English-EWT test, gold tokens; spaCy's
 convention of fractions in [0, 1]): the scores with sentence boundaries predicted by the
 pipeline, and under ``performance_gold_sentences`` those with the treebank's boundaries.
@@ -15,7 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import tomllib
 
@@ -56,6 +57,15 @@ def package_metadata(pyproject: Path = REPO / "pyproject.toml") -> Dict[str, str
     }
 
 
+def requirements(pyproject: Path = REPO / "pyproject.toml") -> List[str]:
+    """The package that runs the pipeline's components, in spaCy's range for a third-party
+    package (``spacy package``'s: same minor version)."""
+    from spacy.util import get_minor_version_range
+
+    project = tomllib.loads(pyproject.read_text(encoding="utf8"))["project"]
+    return [f"{project['name']}{get_minor_version_range(project['version'])}"]
+
+
 def performance(scores: Dict[str, Any]) -> Dict[str, float]:
     out = {
         "tag_acc": scores["tag_acc"] / 100,
@@ -82,6 +92,7 @@ def main(model_dir: Path, bench_json: Path) -> None:
         name="treexp_ewt",
         description=DESCRIPTION,
         license="CC BY-SA 4.0",
+        requirements=requirements(),
         sources=SOURCES,
         performance=performance(by_condition["predicted"]),
         performance_gold_sentences=performance(by_condition["gold"]),

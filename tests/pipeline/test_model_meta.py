@@ -87,3 +87,20 @@ def test_the_tagger_lemmatizer_config_assembles_on_the_frozen_tok2vec():
     assert config["training"]["frozen_components"] == ["tok2vec"] == config["training"]["annotating_components"]
     shipped = nlp.get_pipe("tok2vec").model.get_ref("embed")
     assert shipped.get_dim("nO") == 128
+
+
+def test_the_meta_requires_the_package_in_spacys_range():
+    """``spacy package`` and a reader of the meta learn that the pipeline runs spacy-treexp's
+    components, in the range spaCy gives a third-party package (the same minor version)."""
+    from spacy.util import get_minor_version_range
+
+    assert META["requirements"] == [f"{PROJECT['name']}{get_minor_version_range(PROJECT['version'])}"]
+
+
+def test_the_name_only_package_pins_the_version_whose_weights_it_names():
+    """packages/en_treexp_ewt holds no weights, only the name, and a copy of the meta: its
+    version and meta are those of one spacy-treexp, so it requires that one (it required
+    ``>=0.1.0``, so a later spacy-treexp would have loaded other weights under this meta)."""
+    package = tomllib.loads((REPO / "packages" / "en_treexp_ewt" / "pyproject.toml").read_text(encoding="utf8"))
+    assert package["project"]["version"] == PROJECT["version"] == META["version"]
+    assert package["project"]["dependencies"] == [f"{PROJECT['name']}=={PROJECT['version']}"]
