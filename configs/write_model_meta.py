@@ -39,7 +39,8 @@ SOURCES = [
 DESCRIPTION = (
     "spacy_treexp default English pipeline: tok2vec, senter, morphologizer (UPOS, features), "
     "biaffine_parser (tree-CRF trained, keeps arc scores, UD relations), tagger (PTB tags, EWT XPOS), "
-    "trainable lemmatizer; noun chunks from the UD tree. No named entities. See ../MODEL_CARD.md."
+    "trainable lemmatizer; noun chunks from the UD tree. No named entities. "
+    "Model card: spacy_treexp/models/MODEL_CARD.md in the spacy-treexp package."
 )
 
 
