@@ -267,9 +267,14 @@ def build_config(options: TrainOptions, lang: str, corpus: Path, with_tags: bool
         overrides["paths.vectors"] = options.vectors
     if options.max_steps is not None:
         overrides["training.max_steps"] = options.max_steps
-    text = template_text(template)
-    known = Config().from_str(text, interpolate=False)
+    known = Config().from_str(template_text(template), interpolate=False)
+    # The language's own tokenizer (zh's segmenter, ja's SudachiPy, ...): the template's
+    # rule-based one keeps a text without spaces as one token when the pipeline meets raw text.
+    known["nlp"]["tokenizer"] = language_tokenizer(lang)
+    text = known.to_str(interpolate=False)
     for key in options.overrides:
+        if key == "nlp.lang":  # the corpus, the tokenizer and the meta follow --lang
+            raise TrainingError(f"--set nlp.lang: give the language as --lang (here {lang})")
         if not _has_setting(known, key):
             raise TrainingError(f"--set {key}: the {template} template has no such setting")
     overrides.update(options.overrides)
@@ -288,6 +293,14 @@ def build_config(options: TrainOptions, lang: str, corpus: Path, with_tags: bool
         config["training"]["score_weights"].pop("pos_acc", None)
     check_config(config)
     return config
+
+
+def language_tokenizer(lang: str) -> Dict[str, Any]:
+    """The tokenizer setting of spaCy's language ``lang`` (``spacy.zh.ChineseTokenizer`` for
+    ``zh``, the rule-based ``spacy.Tokenizer.v1`` for most)."""
+    import spacy
+
+    return dict(spacy.util.get_lang_class(lang).default_config["nlp"]["tokenizer"])
 
 
 def check_config(config: Any) -> None:

@@ -199,7 +199,7 @@ def test_train_on_a_local_transformer(run_cli, tmp_path):
         ),
         ([str(TOY), str(TOY), "--set", "training.max_steps=[1"], "--set: "),
         ([str(TOY), str(TOY), "--set", "dropout"], "--set dropout: expected SECTION.KEY=VALUE"),
-        ([str(TOY), str(TOY), "--set", "nlp.lang=qq"], "--set: [E048] Can't import language qq"),
+        ([str(TOY), str(TOY), "--set", "nlp.lang=qq"], "--set nlp.lang: give the language as --lang"),
         ([str(TOY), str(TOY), "--max-seconds", "0"], "--max-seconds 0: expected a positive number"),
         ([str(TOY), str(TOY), "--vectors", "no/such/vectors"], "--vectors no/such/vectors: neither a folder"),
         ([str(TOY), str(TOY), "--vectors", "x", "--transformer", "y"], "--vectors and --transformer: give one"),

@@ -94,6 +94,28 @@ def test_build_config_without_tags_drops_the_morphologizer(tmp_path):
     assert config["training"]["before_update"]["@callbacks"] == "spacy_treexp.time_budget.v1"
 
 
+def test_build_config_takes_the_languages_own_tokenizer(tmp_path):
+    """zh's pipeline segments raw text without spaces (the template's rule-based tokenizer
+    kept a Chinese sentence as one token), and the segmenter is a setting of --set."""
+    from spacy.util import load_model_from_config
+
+    config = build_config(_options(tmp_path), "zh", tmp_path, with_tags=True)
+    assert config["nlp"]["tokenizer"]["@tokenizers"] == "spacy.zh.ChineseTokenizer"
+    nlp = load_model_from_config(config, auto_fill=True)
+    assert [t.text for t in nlp.make_doc("猫坐在垫子上。")] == list("猫坐在垫子上。")
+    assert build_config(_options(tmp_path), "en", tmp_path, True)["nlp"]["tokenizer"] == {
+        "@tokenizers": "spacy.Tokenizer.v1"
+    }
+    segmenter = _options(tmp_path, overrides={"nlp.tokenizer.segmenter": "char"})
+    assert build_config(segmenter, "zh", tmp_path, True)["nlp"]["tokenizer"]["segmenter"] == "char"
+
+
+def test_the_language_is_given_by_lang_not_set(tmp_path):
+    """--set nlp.lang=de under --lang fr gave a German pipeline whose meta said fr."""
+    with pytest.raises(TrainingError, match="--set nlp.lang: give the language as --lang"):
+        build_config(_options(tmp_path, overrides={"nlp.lang": "de"}), "fr", tmp_path, True)
+
+
 def _vectors(path):
     """A tiny pipeline folder holding 8-dimensional vectors (a source for --paths.vectors)."""
     nlp = spacy.blank("en")
