@@ -114,7 +114,7 @@ def test_a_pipeline_with_its_own_map_is_also_evaluated_as_its_users_read_it(pipe
 
 def test_command_reports_bad_input(tmp_path, capsys):
     assert main(["evaluate", "--model", "x", "--conllu", str(tmp_path / "missing.conllu"), "--out", str(tmp_path)]) == 2
-    assert "not found" in capsys.readouterr().err
+    assert "missing.conllu: no such file" in capsys.readouterr().err
 
 
 def test_module_entry_point_help():
