@@ -473,12 +473,15 @@ def write_meta(
     model_dir: Path, options: TrainOptions, lang: str, evaluation: Dict[str, Any], evaluated_on: str
 ) -> None:
     """Name, version, sources, accuracy and requirements in the pipeline's meta.json."""
+    from spacy.util import get_minor_version_range
+
     from spacy_treexp import __version__
 
     path = model_dir / "meta.json"
     meta = json.loads(path.read_text(encoding="utf8"))
     after = evaluation["after"]
-    requirements = [f"spacy-treexp>={__version__}"]
+    # spaCy's range for a third-party package: a later minor version may change the components' code
+    requirements = [f"spacy-treexp{get_minor_version_range(__version__)}"]
     if options.transformer is not None:
         requirements.append("spacy-transformers>=1.3")
     meta.update(

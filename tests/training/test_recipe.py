@@ -116,6 +116,23 @@ def test_the_language_is_given_by_lang_not_set(tmp_path):
         build_config(_options(tmp_path, overrides={"nlp.lang": "de"}), "fr", tmp_path, True)
 
 
+def test_the_meta_requires_spacy_treexp_in_spacys_range(tmp_path):
+    """A trained pipeline's components are this package's code: it required spacy-treexp>=X,
+    which let any later minor version load it (the shipped meta gives spaCy's range)."""
+    import json
+
+    from spacy.util import get_minor_version_range
+
+    from spacy_treexp import __version__
+    from spacy_treexp.training.recipe import write_meta
+
+    (tmp_path / "meta.json").write_text("{}", encoding="utf8")
+    figures = {"after": {"uas": 0.5, "las": 0.4, "arc_ece": 0.1, "labeled_ece": 0.1}}
+    write_meta(tmp_path, _options(tmp_path), "en", figures, "dev")
+    meta = json.loads((tmp_path / "meta.json").read_text(encoding="utf8"))
+    assert meta["requirements"] == [f"spacy-treexp{get_minor_version_range(__version__)}"]
+
+
 def _vectors(path):
     """A tiny pipeline folder holding 8-dimensional vectors (a source for --paths.vectors)."""
     nlp = spacy.blank("en")
