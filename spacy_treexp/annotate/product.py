@@ -63,5 +63,7 @@ def product_members(
     if second is None:
         return first + second_arc[None]
     if len(first) != len(second):
-        raise ProductError(f"the two parsers have {len(first)} and {len(second)} members; give them the same number")
+        raise ProductError(
+            f"this parser has {len(first)} members and the earlier one {len(second)}: give both the same members setting"
+        )
     return first + second

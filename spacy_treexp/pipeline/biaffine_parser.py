@@ -88,7 +88,7 @@ from thinc.types import Ints2d
 
 from spacy_treexp.annotate import check_length, install_fork_hook, threads_for
 from spacy_treexp.annotate.options import DEFAULT_MAX_SENTENCE_LENGTH
-from spacy_treexp.annotate.product import label_order, product_members, product_relations
+from spacy_treexp.annotate.product import ProductError, label_order, product_members, product_relations
 from spacy_treexp.annotate.relation_scores import BiaffineRelationScores, RelationScores
 from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationMap
 from spacy_treexp.engine import TreeDistribution
@@ -834,12 +834,19 @@ class BiaffineParser(TrainablePipe):
             n = int(record["end"]) - int(record["start"])
             own_arc = arc[b, : n + 1, : n + 1].copy()
             earlier_arc = numpy.asarray(record["arc"], dtype="float32")
-            arc[b, : n + 1, : n + 1] += earlier_arc
-            if record.get("rel") is not None:  # a source without relations: uniform over labels
-                order = label_order(own, [str(label) for label in record["labels"]])
-                rel[b] = product_relations(rel[b], record["rel"], order)
             own_members = None if members is None else members[:, b, : n + 1, : n + 1]
-            paired.append(product_members(own_members, own_arc, record.get("members"), earlier_arc))
+            try:  # checked before anything is changed in place
+                order = None if record.get("rel") is None else label_order(own, [str(x) for x in record["labels"]])
+                paired.append(product_members(own_members, own_arc, record.get("members"), earlier_arc))
+            except ProductError as e:  # name both parsers: the product's own message cannot
+                earlier = record.get("writer") or "the earlier parser"
+                raise ProductError(
+                    f"biaffine_parser '{self.name}' has product = true, so it multiplies its scores with those "
+                    f"{earlier!r} stored in Doc._.parser_scores, but {e}"
+                ) from e
+            arc[b, : n + 1, : n + 1] += earlier_arc
+            if order is not None:  # a source without relations: uniform over labels
+                rel[b] = product_relations(rel[b], record["rel"], order)
         present = [m for m in paired if m is not None]
         if not present:
             return None

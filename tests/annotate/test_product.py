@@ -86,7 +86,7 @@ def test_members_pair_up_or_ride_on_the_other_parsers_scores():
     numpy.testing.assert_allclose(product_members(members_a, arc_a, None, arc_b), members_a + arc_b)
     numpy.testing.assert_allclose(product_members(None, arc_a, members_b, arc_b), arc_a + members_b)
     assert product_members(None, arc_a, None, arc_b) is None
-    with pytest.raises(ProductError, match="3 and 2 members"):
+    with pytest.raises(ProductError, match="this parser has 3 members and the earlier one 2"):
         product_members(members_a, arc_a, members_b[:2], arc_b)
 
 

@@ -207,6 +207,25 @@ def test_a_product_parser_without_an_earlier_parser_says_so(parsers):
         spacy.load(folder, config={"components.biaffine_parser.product": "yes"})
 
 
+def test_a_product_parser_with_another_number_of_members_names_both_parsers(parsers):
+    """A saved two-parser pipeline loaded with ``members`` overridden on one parser only: the
+    message names the two components (it said "the two parsers have 3 and 2 members", the
+    second parser's count first, naming neither)."""
+    host, _, folder = parsers
+    source = spacy.load(
+        folder, config={"components.biaffine_parser.product": True, "components.biaffine_parser.members": 3}
+    )
+    host.add_pipe("biaffine_parser", name="second", source=source, after="biaffine_parser")
+    try:
+        with pytest.raises(
+            ValueError,
+            match=r"'second' has product = true.*'biaffine_parser'.*this parser has 3 members and the earlier one 2",
+        ):
+            host(TEXT)
+    finally:
+        host.remove_pipe("second")
+
+
 def test_the_shipped_ensemble_multiplies_the_shipped_parser_and_the_head():
     import spacy_treexp
     from spacy_treexp.pipeline.default_model import ENSEMBLE_CALIBRATION, ENSEMBLE_PARSER, load_stock_head
