@@ -58,6 +58,14 @@ def load(*, ensemble: bool = False, **overrides: Any) -> Language:
             f"The default pipeline is missing from {MODEL_PATH}: reinstall spacy_treexp or "
             "rebuild it with configs/train_en_ewt.sh"
         )
+    second = sorted(key for key in overrides.get("config", {}) if key.startswith(f"components.{ENSEMBLE_PARSER}."))
+    if ensemble and second:
+        raise ValueError(
+            f"spacy_treexp.load: {second} name the ensemble's {ENSEMBLE_PARSER!r}, which is added after the "
+            "pipeline is loaded and takes biaffine_parser's members, member_kind and encoder_precision: "
+            'set those (e.g. {"components.biaffine_parser.members": 8}) or, for other settings, change '
+            f"nlp.get_pipe({ENSEMBLE_PARSER!r}) after loading"
+        )
     check_pipeline_folder(MODEL_PATH, overrides.get("config"))
     nlp = spacy.load(MODEL_PATH, **overrides)
     check_listeners(nlp)

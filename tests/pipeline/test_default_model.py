@@ -30,3 +30,10 @@ def test_leaving_out_the_tagger_and_lemmatizer_together_is_quiet():
         doc = nlp("The children were playing in the park.")
     assert nlp.disabled == TAGGER_PART
     assert doc.has_annotation("DEP") and not doc.has_annotation("TAG")
+
+
+def test_an_override_of_the_ensembles_second_parser_is_refused_by_name():
+    """``second_parser`` is added after loading: spaCy's own answer was "not a section value
+    that can be overridden", which did not say that it takes biaffine_parser's settings."""
+    with pytest.raises(ValueError, match=r"second_parser.*added after.*biaffine_parser's members"):
+        spacy_treexp.load(ensemble=True, config={"components.second_parser.members": 4})
