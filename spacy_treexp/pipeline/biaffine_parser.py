@@ -468,6 +468,9 @@ class BiaffineParser(TrainablePipe):
         #: Why the parser cannot predict in the pipeline it was created in (a listener reads
         #: a component of another width) until ``from_disk`` finds its saved home; or None.
         self._home_mismatch: Optional[str] = None
+        #: (upstream, the listener's width, the upstream's width) when they differ, for the
+        #: config's error at ``initialize``.
+        self._width_mismatch: Optional[Tuple[str, int, int]] = None
         #: the last host vocabulary whose lookup tables were found equal to the home's
         self._host_vocab_checked: Optional[Vocab] = None
         #: Whether the parser is known to run outside its home pipeline (sourced by
@@ -517,6 +520,7 @@ class BiaffineParser(TrainablePipe):
         self._home_tokenizer = nlp.tokenizer
         self._home_upstreams = {name: proc for name, proc in nlp.pipeline if isinstance(proc, ListenedToComponent)}
         self._home_mismatch = None
+        self._width_mismatch = None
         self._host_vocab_checked = None
         for listener in _listeners(self.model):
             upstream = self._upstream(listener)
@@ -524,6 +528,7 @@ class BiaffineParser(TrainablePipe):
                 continue
             expected, given = _width(listener), _width(upstream.model)
             if expected is not None and given is not None and expected != given:
+                self._width_mismatch = (upstream.name, expected, given)
                 self._home_mismatch = (
                     f"biaffine_parser '{self.name}': its model reads the output of '{upstream.name}' "
                     f"({given} wide) but expects {expected} values per token: the parser was trained in "
@@ -1209,6 +1214,17 @@ class BiaffineParser(TrainablePipe):
         d_rel[sent, dep, labels[sent, dep]] = -1.0
         return loss, (d_arc, d_rel)
 
+    def check_listener_width(self) -> None:
+        """A ValueError naming the setting when the config gives the parser's listener another
+        width than the component it reads (found at ``initialize``, before training)."""
+        if self._width_mismatch is not None:
+            upstream, expected, given = self._width_mismatch
+            raise ValueError(
+                f"biaffine_parser '{self.name}': its listener is {expected} wide but '{upstream}' gives "
+                f"{given} values per token: set components.{self.name}.model.tok2vec.width = {given} "
+                f"(or ${{components.{upstream}.model.encode.width}})"
+            )
+
     def initialize(
         self,
         get_examples: Callable[[], Iterable[Example]],
@@ -1218,6 +1234,7 @@ class BiaffineParser(TrainablePipe):
     ) -> None:
         """Collect the relation labels (or take ``labels``) and initialise the model."""
         validate_get_examples(get_examples, "BiaffineParser.initialize")
+        self.check_listener_width()
         if labels is None:
             labels = sorted({token.dep_ for eg in get_examples() for token in eg.reference if token.dep_})
         for label in labels:

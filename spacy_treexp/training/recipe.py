@@ -310,9 +310,14 @@ def check_config(config: Any) -> None:
     from spacy.util import load_model_from_config, registry
     from thinc.api import ConfigValidationError
 
+    from spacy_treexp.pipeline.biaffine_parser import BiaffineParser
+
     try:
         nlp = load_model_from_config(config, auto_fill=True, validate=True)
         registry.resolve(nlp.config.interpolate()["training"], schema=ConfigSchemaTraining)
+        for _, component in nlp.pipeline:
+            if isinstance(component, BiaffineParser):
+                component.check_listener_width()
     except (ConfigValidationError, ValueError, ImportError) as e:  # ImportError: nlp.lang=qq (E048)
         raise TrainingError(f"--set: {_one_line(e)}") from e
 

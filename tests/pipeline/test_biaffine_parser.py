@@ -44,6 +44,16 @@ def test_own_tok2vec_default_model_trains():
     assert history[-1] < 0.8 * history[0]
 
 
+def test_a_listener_of_another_width_than_its_tok2vec_is_named_at_initialize():
+    """A config whose listener says 64 for a tok2vec of 32 failed at the first update with
+    'the parser was trained in another pipeline', which it was not."""
+    config = TINY_CONFIG.replace("width = 32\nupstream", "width = 64\nupstream")
+    nlp = spacy.util.load_model_from_config(Config().from_str(config), auto_fill=True)
+    examples = toy_examples(nlp)
+    with pytest.raises(ValueError, match=r"its listener is 64 wide but 'tok2vec' gives 32 values per token: set "):
+        nlp.initialize(lambda: examples)
+
+
 def test_loss_gradient_is_marginals_minus_gold(trained):
     nlp, examples = trained
     parser = nlp.get_pipe("biaffine_parser")

@@ -110,6 +110,13 @@ def test_build_config_takes_the_languages_own_tokenizer(tmp_path):
     assert build_config(segmenter, "zh", tmp_path, True)["nlp"]["tokenizer"]["segmenter"] == "char"
 
 
+def test_a_listener_width_that_is_not_the_tok2vecs_is_refused_before_training(tmp_path):
+    """It was a traceback from spaCy's init_nlp, after --force had emptied the output."""
+    options = _options(tmp_path, overrides={"components.biaffine_parser.model.tok2vec.width": 64})
+    with pytest.raises(TrainingError, match="--set: .* its listener is 64 wide but 'tok2vec' gives 128"):
+        build_config(options, "en", tmp_path, True)
+
+
 def test_the_language_is_given_by_lang_not_set(tmp_path):
     """--set nlp.lang=de under --lang fr gave a German pipeline whose meta said fr."""
     with pytest.raises(TrainingError, match="--set nlp.lang: give the language as --lang"):
