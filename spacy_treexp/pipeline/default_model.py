@@ -58,7 +58,9 @@ def load(*, ensemble: bool = False, **overrides: Any) -> Language:
             f"The default pipeline is missing from {MODEL_PATH}: reinstall spacy_treexp or "
             "rebuild it with configs/train_en_ewt.sh"
         )
-    second = sorted(key for key in overrides.get("config", {}) if key.startswith(f"components.{ENSEMBLE_PARSER}."))
+    # spaCy takes overrides in dot notation or nested: both name the section the same way
+    flat = util.dict_to_dot(overrides.get("config", {}))
+    second = sorted(key for key in flat if key.startswith(f"components.{ENSEMBLE_PARSER}."))
     if ensemble and second:
         raise ValueError(
             f"spacy_treexp.load: {second} name the ensemble's {ENSEMBLE_PARSER!r}, which is added after the "

@@ -32,8 +32,14 @@ def test_leaving_out_the_tagger_and_lemmatizer_together_is_quiet():
     assert doc.has_annotation("DEP") and not doc.has_annotation("TAG")
 
 
-def test_an_override_of_the_ensembles_second_parser_is_refused_by_name():
+@pytest.mark.parametrize(
+    "config",
+    [{"components.second_parser.members": 4}, {"components": {"second_parser": {"members": 4}}}],
+    ids=["dotted", "nested"],
+)
+def test_an_override_of_the_ensembles_second_parser_is_refused_by_name(config):
     """``second_parser`` is added after loading: spaCy's own answer was "not a section value
-    that can be overridden", which did not say that it takes biaffine_parser's settings."""
+    that can be overridden", which did not say that it takes biaffine_parser's settings (in
+    either form of overrides spaCy takes)."""
     with pytest.raises(ValueError, match=r"second_parser.*added after.*biaffine_parser's members"):
-        spacy_treexp.load(ensemble=True, config={"components.second_parser.members": 4})
+        spacy_treexp.load(ensemble=True, config=config)
