@@ -46,6 +46,7 @@ from spacy_treexp.cli.common import (
     check_not_inside,
     check_output_path,
     warn,
+    within,
 )
 from spacy_treexp.cli.partial import replace_folder
 
@@ -272,7 +273,7 @@ def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Se
         target = out if out is not None else default
         check_output_path(target, inputs, what="--out")
         resolved = target.resolve()
-        if stanza.resolve() in resolved.parents and resolved != default.resolve() and resolved.exists():
+        if within(target, stanza) and resolved != default.resolve() and resolved.exists():
             raise UserError(
                 f"--out {target}: a file of the Stanza folder {stanza} (a model it loads); the processor reads "
                 f"its map from {default}, the default --out"

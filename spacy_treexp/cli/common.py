@@ -147,31 +147,33 @@ def check_not_holding(folder: Path, sources: Iterable[tuple[str, Optional[Path]]
     inputs and hold none of them: replacing it would delete them. ``sources``: (option, path)."""
     if not folder.is_dir():
         return
-    places = {Path(os.path.abspath(folder)), folder.resolve()}
     for option, source in sources:
         if source is None or is_stdio(source) or not (source.exists() or source.is_symlink()):
             continue
-        for candidate in {Path(os.path.abspath(source)), source.resolve()}:
-            if any(candidate == place or place in candidate.parents for place in places):
-                raise UserError(
-                    f"{what} {folder}: holds the input {option} {source}, which replacing the folder would "
-                    "delete; write to another folder"
-                )
+        if within(source, folder, itself=True):
+            raise UserError(
+                f"{what} {folder}: holds the input {option} {source}, which replacing the folder would "
+                "delete; write to another folder"
+            )
 
 
 def check_not_inside(path: Path, folder: Optional[Path], option: str, what: str = "--out") -> None:
     """An output that a command writes must not lie inside the input folder ``folder`` (a
     pipeline's): written there, it would replace a part of that input (a component's folder
     with a whole pipeline, say). ``option`` names the input in the message."""
-    if folder is None or not folder.is_dir():
-        return
+    if folder is not None and folder.is_dir() and within(path, folder):
+        raise UserError(
+            f"{what} {path}: inside the input {option} {folder}, which writing there would change; "
+            "write to a folder outside it"
+        )
+
+
+def within(path: Path, folder: Path, itself: bool = False) -> bool:
+    """Whether ``path`` lies inside ``folder`` (or is it, with ``itself``), as written or once
+    symlinks are resolved: either spelling of either path."""
     places = {Path(os.path.abspath(folder)), folder.resolve()}
-    for candidate in {Path(os.path.abspath(path)), path.resolve()}:
-        if any(place in candidate.parents for place in places):
-            raise UserError(
-                f"{what} {path}: inside the input {option} {folder}, which writing there would change; "
-                "write to a folder outside it"
-            )
+    candidates = {Path(os.path.abspath(path)), path.resolve()}
+    return any((itself and c == p) or p in c.parents for c in candidates for p in places)
 
 
 def same_file(path: Path, source: Path) -> bool:
