@@ -56,7 +56,8 @@ def genres(sent_ids: Sequence[str]) -> List[str]:
 
 
 def predicted_heads(scores: Sequence[SentenceScores]) -> List[numpy.ndarray]:
-    """The parser's tree of every sentence, (n+1,) with -1 at ROOT (the raw MAP tree where none)."""
+    """The parser's tree of every sentence, (n+1,) with -1 at ROOT (where none, the MAP tree
+    of the scores given: :func:`word_arrays` gives the mapped ones, whose tree the core annotates)."""
     out: List[Optional[numpy.ndarray]] = [None] * len(scores)
     missing = [i for i, s in enumerate(scores) if s.heads is None]
     for i, s in enumerate(scores):
