@@ -122,10 +122,17 @@ def check_options(options: TrainOptions) -> str:
         spacy.util.get_lang_class(lang)
     except ImportError as e:
         raise TrainingError(f"--lang {lang}: spaCy has no such language (e.g. en, de, zh, xx)") from e
-    try:  # the tokenizer of some languages needs a package of its own (ja: SudachiPy, th, ko, vi)
-        spacy.blank(lang)
+    # the tokenizer of some languages needs a package of its own (ja: SudachiPy, th, ko, vi),
+    # unless a --set nlp.tokenizer.KEY chooses otherwise (vi: use_pyvi=false)
+    prefix = "nlp.tokenizer."
+    tokenizer = {key[len(prefix) :]: value for key, value in options.overrides.items() if key.startswith(prefix)}
+    try:
+        spacy.blank(lang, config={"nlp": {"tokenizer": tokenizer}})
     except ImportError as e:
-        raise TrainingError(f"--lang {lang}: spaCy's {lang!r} needs a package that is missing: {_one_line(e)}") from e
+        where = "" if options.lang else f" (from the file name {Path(options.train).name}; --lang xx needs none)"
+        raise TrainingError(
+            f"--lang {lang}: spaCy's {lang!r} needs a package that is missing{where}: {_one_line(e)}"
+        ) from e
     if options.vectors is not None and options.transformer is not None:
         raise TrainingError("--vectors and --transformer: give one (the transformer template has no static vectors)")
     if options.vectors is not None and not (Path(options.vectors).exists() or spacy.util.is_package(options.vectors)):
@@ -239,11 +246,14 @@ def to_docs(gold: Sequence[Any], vocab: Any, per_doc: int = SENTENCES_PER_DOC) -
 
 
 def convert(gold: Sequence[Any], lang: str, path: Path) -> None:
-    """Write ``gold`` as a ``.spacy`` corpus."""
+    """Write ``gold`` as a ``.spacy`` corpus (in the language's vocabulary, without building
+    its tokenizer, which may need a package that a ``--set nlp.tokenizer`` setting avoids)."""
     import spacy
     from spacy.tokens import DocBin
+    from spacy.vocab import create_vocab
 
-    DocBin(docs=to_docs(gold, spacy.blank(lang).vocab)).to_disk(path)
+    vocab = create_vocab(lang, spacy.util.get_lang_class(lang).Defaults)
+    DocBin(docs=to_docs(gold, vocab)).to_disk(path)
 
 
 def has_tags(gold: Sequence[Any]) -> bool:

@@ -117,6 +117,28 @@ def test_a_listener_width_that_is_not_the_tok2vecs_is_refused_before_training(tm
         build_config(options, "en", tmp_path, True)
 
 
+def test_a_tokenizer_setting_that_needs_no_package_is_taken(tmp_path, monkeypatch):
+    """vi with --set nlp.tokenizer.use_pyvi=false (what spaCy's message advises) was refused
+    for want of pyvi, and the conversion built the tokenizer that needs it."""
+    from spacy_treexp.training.recipe import check_options
+
+    options = _options(tmp_path, lang="vi", overrides={"nlp.tokenizer.use_pyvi": False})
+    assert check_options(options) == "vi"
+    assert build_config(options, "vi", tmp_path, True)["nlp"]["tokenizer"]["use_pyvi"] is False
+
+    def no_tokenizer(*args, **kwargs):
+        raise ImportError("Pyvi not installed")
+
+    monkeypatch.setattr(spacy, "blank", no_tokenizer)
+    convert(read_conllu(TOY), "vi", tmp_path / "train.spacy")
+    assert len(list(DocBin().from_disk(tmp_path / "train.spacy").get_docs(spacy.Vocab()))) == 1
+    # a language read from the file name says so, and the way round it
+    ja = tmp_path / "ja_gsd-ud-train.conllu"
+    ja.write_text(TOY.read_text(encoding="utf8"), encoding="utf8")
+    with pytest.raises(TrainingError, match="from the file name ja_gsd-ud-train.conllu; --lang xx needs none"):
+        check_options(TrainOptions(train=ja, dev=TOY, out=tmp_path / "out"))
+
+
 def test_the_language_is_given_by_lang_not_set(tmp_path):
     """--set nlp.lang=de under --lang fr gave a German pipeline whose meta said fr."""
     with pytest.raises(TrainingError, match="--set nlp.lang: give the language as --lang"):
