@@ -137,9 +137,10 @@ def check_options(options: TrainOptions) -> str:
         raise TrainingError("--vectors and --transformer: give one (the transformer template has no static vectors)")
     if options.vectors is not None and not (Path(options.vectors).exists() or spacy.util.is_package(options.vectors)):
         raise TrainingError(f"--vectors {options.vectors}: neither a folder nor an installed package")
-    if options.vectors is not None and Path(options.vectors).exists() and not _holds_vectors(Path(options.vectors)):
+    if options.vectors is not None and not _holds_vectors(_vectors_folder(options.vectors)):
+        what = "folder" if Path(options.vectors).exists() else "package"
         raise TrainingError(
-            f"--vectors {options.vectors}: not a spaCy pipeline folder with vectors; make one from a "
+            f"--vectors {options.vectors}: not a spaCy pipeline {what} with vectors; make one from a "
             "word2vec or GloVe text file with `python -m spacy init vectors LANG FILE FOLDER`"
         )
     vectors_lang = None if options.vectors is None else _vectors_lang(options.vectors)
@@ -342,13 +343,26 @@ def _has_setting(config: Any, key: str) -> bool:
     return True
 
 
-def _vectors_lang(vectors: str) -> Optional[str]:
-    """The language of the pipeline folder or package ``vectors`` (its meta.json), if known."""
+def _vectors_folder(vectors: str) -> Optional[Path]:
+    """The pipeline folder of ``vectors``: the folder itself, or an installed package's data
+    folder (``NAME-VERSION`` inside it, beside its meta.json); None if neither."""
     import spacy
 
-    folder = Path(vectors) if Path(vectors).exists() else None
-    if folder is None and spacy.util.is_package(vectors):
-        folder = spacy.util.get_package_path(vectors)
+    if Path(vectors).exists():
+        return Path(vectors)
+    if not spacy.util.is_package(vectors):
+        return None
+    package = spacy.util.get_package_path(vectors)
+    try:
+        version = json.loads((package / "meta.json").read_text(encoding="utf8"))["version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return package
+    return package / f"{vectors}-{version}"
+
+
+def _vectors_lang(vectors: str) -> Optional[str]:
+    """The language of the pipeline folder or package ``vectors`` (its meta.json), if known."""
+    folder = _vectors_folder(vectors)
     try:
         lang = json.loads((folder / "meta.json").read_text(encoding="utf8")).get("lang") if folder else None
     except (OSError, ValueError):
@@ -362,10 +376,12 @@ def _looks_like_path(name: str) -> bool:
     return Path(name).exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
-def _holds_vectors(folder: Path) -> bool:
+def _holds_vectors(folder: Optional[Path]) -> bool:
     """Whether ``folder`` is a spaCy pipeline folder whose vocabulary has a non-empty vectors table."""
     from spacy.vectors import Vectors
 
+    if folder is None:
+        return False
     try:
         return bool(Vectors().from_disk(folder / "vocab").shape[0] > 0)
     except (OSError, ValueError):

@@ -139,6 +139,31 @@ def test_a_tokenizer_setting_that_needs_no_package_is_taken(tmp_path, monkeypatc
         check_options(TrainOptions(train=ja, dev=TOY, out=tmp_path / "out"))
 
 
+def test_vectors_from_an_installed_package_are_checked(tmp_path, monkeypatch):
+    """A package without vectors (en_core_web_sm) passed the check and training failed with
+    spaCy's IndexError; a package's data folder is NAME-VERSION beside its meta.json."""
+    import json
+
+    from spacy_treexp.training.recipe import check_options
+
+    def install(name, with_vectors):
+        package = tmp_path / "site" / name
+        nlp = spacy.blank("en")
+        if with_vectors:
+            nlp.vocab.set_vector("cat", numpy.ones(4, dtype="float32"))
+        package.mkdir(parents=True)
+        nlp.to_disk(package / f"{name}-1.0.0")
+        (package / "meta.json").write_text(json.dumps({"lang": "en", "version": "1.0.0"}), encoding="utf8")
+        return package
+
+    packages = {name: install(name, name == "en_vectors") for name in ("en_vectors", "en_no_vectors")}
+    monkeypatch.setattr(spacy.util, "is_package", lambda name: name in packages)
+    monkeypatch.setattr(spacy.util, "get_package_path", lambda name: packages[name])
+    assert check_options(_options(tmp_path, lang="en", vectors="en_vectors")) == "en"
+    with pytest.raises(TrainingError, match="--vectors en_no_vectors: not a spaCy pipeline package with vectors"):
+        check_options(_options(tmp_path, lang="en", vectors="en_no_vectors"))
+
+
 def test_the_language_is_given_by_lang_not_set(tmp_path):
     """--set nlp.lang=de under --lang fr gave a German pipeline whose meta said fr."""
     with pytest.raises(TrainingError, match="--set nlp.lang: give the language as --lang"):
