@@ -161,6 +161,8 @@ def check_options(options: TrainOptions) -> str:
             f"--name {options.name}: a pipeline name is letters, digits and underscores (it becomes "
             f"the package {lang}_{options.name})"
         )
+    if spacy.util.get_minor_version(options.version) is None:  # not PEP 440: spacy package refuses it
+        raise TrainingError(f"--model-version {options.version}: not a package version such as 0.0.1 or 1.0b1")
     if options.gpu >= 0:
         try:
             from thinc.api import require_gpu

@@ -208,6 +208,7 @@ def test_train_on_a_local_transformer(run_cli, tmp_path):
         ([str(TOY), str(TOY), "--lang", "en", "--vectors", "{tmp}/de_vectors"], "made for language 'de'"),
         ([str(TOY), str(TOY), "--transformer", "/no/such/model"], "--transformer /no/such/model: no such model folder"),
         ([str(TOY), str(TOY), "--name", "my-parser"], "--name my-parser: a pipeline name is letters"),
+        ([str(TOY), str(TOY), "--model-version", "1.0 beta"], "--model-version 1.0 beta: not a package version"),
     ],
 )
 def test_user_errors(user_error, tmp_path, args, message):
