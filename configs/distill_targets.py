@@ -55,7 +55,8 @@ def main() -> int:
     torch.set_num_threads(1)
     start = time.perf_counter()
     nlp = load_named(args.teacher)
-    nlp.add_pipe("tree_expectations")
+    if "tree_expectations" not in nlp.pipe_names:  # one that spacy-treexp train wrote holds its map
+        nlp.add_pipe("tree_expectations")
     keep = set(score_writers(nlp)) | {"tree_expectations"}
     upstream = {name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory in ("tok2vec", "transformer")}
     disabled = [name for name in nlp.pipe_names if name not in keep | upstream]

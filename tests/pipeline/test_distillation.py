@@ -117,6 +117,29 @@ def test_the_script_writes_targets_mixed_with_the_gold_tree(toy, tmp_path):
                     assert (target[gold > 0] >= 0.5 - 1e-3).all()
 
 
+def test_a_teacher_with_its_tree_expectations_is_taken(toy, tmp_path):
+    """A pipeline from spacy-treexp train carries tree_expectations (with its map): the
+    script added a second one, spaCy's E007 traceback."""
+    text = (FIXTURES / "toy_treebank.conllu").read_text(encoding="utf8")
+    DocBin(docs=list(conllu_to_docs(text, n_sents=2, no_print=True))[:1]).to_disk(tmp_path / "train.spacy")
+    toy.to_disk(tmp_path / "teacher")
+    teacher = spacy.load(tmp_path / "teacher")
+    teacher.add_pipe("tree_expectations")
+    teacher.to_disk(tmp_path / "teacher")
+    spec = importlib.util.spec_from_file_location("distill_targets", REPO / "configs" / "distill_targets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "out.spacy"
+    argv = ["distill_targets.py", str(tmp_path / "train.spacy"), str(out), "--teacher", str(tmp_path / "teacher")]
+    sys_argv, sys.argv = sys.argv, argv
+    try:
+        assert module.main() == 0
+    finally:
+        sys.argv = sys_argv
+    (doc,) = DocBin().from_disk(out).get_docs(spacy.blank("en").vocab)
+    assert len(doc.user_data[ARC_TARGETS]) == len(list(doc.sents))
+
+
 def test_the_script_refuses_to_overwrite_its_input(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("distill_targets", REPO / "configs" / "distill_targets.py")
     module = importlib.util.module_from_spec(spec)
