@@ -32,6 +32,15 @@ CYCLE2_STEPS=${CYCLE2_STEPS:-0}
 CYCLE2_RATE=${CYCLE2_RATE:-1e-4}
 
 mkdir -p corpus "$OUT"
+# `spacy train` exits 1 when its time budget is spent as when it fails: its checkpoint goes on
+# only if this run wrote it (else an earlier run's model in $OUT would be evaluated as this one's)
+this_runs() {  # this_runs MARKER CHECKPOINT
+    if [ ! "$2/meta.json" -nt "$1" ]; then
+        echo "no checkpoint from this run in $2: training failed (see above)" >&2
+        exit 1
+    fi
+}
+touch "$OUT/.started"
 for split in train dev test; do
     "$PYTHON" -m spacy convert "$UD_EWT/en_ewt-ud-$split.conllu" corpus/ --converter conllu -n 10
 done
@@ -45,15 +54,18 @@ OMP_NUM_THREADS=1 nice -n 19 "$PYTHON" -m spacy train configs/en_ewt_trf.cfg --o
     --training.eval_frequency 25 --corpora.dev.limit 20 \
     --training.before_update "{\"@callbacks\":\"spacy_treexp.time_budget.v1\",\"max_seconds\":$TRAIN_SECONDS}" "$@" \
     || echo "training stopped (see above); evaluating the best checkpoint"
+this_runs "$OUT/.started" "$OUT/model-best"
 
 MODEL="$OUT/model-best"
 if [ "$CYCLE2_STEPS" -gt 0 ]; then
     "$PYTHON" configs/resume_config.py "$OUT/model-best" "$OUT/resume.cfg" --steps "$CYCLE2_STEPS" --rate "$CYCLE2_RATE"
+    touch "$OUT/.cycle2_started"
     OMP_NUM_THREADS=1 nice -n 19 "$PYTHON" -m spacy train "$OUT/resume.cfg" --output "$OUT/cycle2" \
         --paths.train corpus/en_ewt-ud-train.spacy --paths.dev corpus/en_ewt-ud-dev.spacy \
         --paths.transformer "$TRANSFORMER" --training.eval_frequency 200 --corpora.dev.limit 60 \
         --training.before_update "{\"@callbacks\":\"spacy_treexp.time_budget.v1\",\"max_seconds\":$TRAIN_SECONDS}" "$@" \
         || echo "second cycle stopped (see above); evaluating its last checkpoint"
+    this_runs "$OUT/.cycle2_started" "$OUT/cycle2/model-last"
     MODEL="$OUT/cycle2/model-last"
 fi
 
