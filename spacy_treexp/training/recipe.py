@@ -42,7 +42,8 @@ from spacy_treexp.io.files import write_atomic
 SENTENCES_PER_DOC = 10
 TEMPLATES = ("parser.cfg", "transformer.cfg")
 CALIBRATION_KINDS = ("distance", "temperature")
-_UD_NAME = re.compile(r"^([a-z]{2,3})_[a-z0-9]+-ud-(train|dev|test)\.conllu$")
+#: A UD file name, also a part of a split training set (de_hdt-ud-train-a-1, cs_pdt-ud-train-ca).
+_UD_NAME = re.compile(r"^([a-z]{2,3})_[a-z0-9]+-ud-(train|dev|test)(-[a-z0-9-]+)?\.conllu$")
 #: A pipeline name that ``spacy package`` accepts in its package's name and entry point.
 _PACKAGE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 

@@ -69,6 +69,10 @@ def test_infer_lang_from_ud_names(tmp_path):
     assert infer_lang(tmp_path / "en_ewt-ud-dev.conllu") == "en"
     assert infer_lang(tmp_path / "qq_x-ud-train.conllu") == "xx"  # no such spaCy language
     assert infer_lang(tmp_path / "train.conllu") == "xx"
+    # UD's larger treebanks split their training set into parts (they were xx)
+    assert infer_lang(tmp_path / "de_hdt-ud-train-a-1.conllu") == "de"
+    assert infer_lang(tmp_path / "cs_pdt-ud-train-ca.conllu") == "cs"
+    assert infer_lang(tmp_path / "ru_syntagrus-ud-train-a.conllu") == "ru"
 
 
 def test_parse_override():
