@@ -565,7 +565,7 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
             f"that is fine; else give more steps, or --set training.eval_frequency={max(1, steps // 2)})"
         )
     if out.exists() and options.force:
-        shutil.rmtree(out)
+        _empty(out)
     corpus.mkdir(parents=True)
     log(f"1/5 convert: {len(train_gold)} training and {len(dev_gold)} dev sentences ({lang})")
     convert(train_gold, lang, corpus / "train.spacy")
@@ -605,6 +605,16 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
         f"arc ECE {before['arc_ece']:.4f} -> {after['arc_ece']:.4f} on {evaluated_on}"
     )
     return summary
+
+
+def _empty(folder: Path) -> None:
+    """Remove what ``folder`` holds, keeping the folder: it may be a link to a folder or a
+    mount point, which ``shutil.rmtree`` refuses (after emptying the mount point)."""
+    for path in folder.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def _write_summary(out: Path, summary: Dict[str, Any]) -> None:

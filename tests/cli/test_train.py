@@ -285,6 +285,30 @@ def test_a_gpu_that_is_not_there_is_refused_before_force_deletes(user_error, tmp
     assert (out / "old_results.txt").read_text(encoding="utf8") == "keep"
 
 
+def test_force_replaces_what_a_linked_output_folder_holds(run_cli, tmp_path):
+    """-o LINK --force (a link to a folder on another disk, say) was shutil.rmtree's 'Cannot
+    call rmtree on a symbolic link' traceback; a link inside the folder is removed, not followed."""
+    data = write_slice(tmp_path / "toy.conllu", last=2)
+    target, elsewhere = tmp_path / "target", tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "old_results.txt").write_text("x", encoding="utf8")
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("x", encoding="utf8")
+    (target / "link").symlink_to(elsewhere)
+    (tmp_path / "out").symlink_to(target)
+    args = ("-o", str(tmp_path / "out"), "--force", "--lang", "en", *TINY, "--max-steps", "1")
+    status, _, err = run_cli("train", str(data), str(data), *args)
+    assert status == 0, err
+    assert (tmp_path / "out").is_symlink() and sorted(p.name for p in target.iterdir()) == [
+        "config.cfg",
+        "corpus",
+        "model",
+        "summary.json",
+        "training",
+    ]
+    assert (elsewhere / "keep.txt").is_file()
+
+
 def test_an_output_that_is_a_file_is_named_as_such(user_error, tmp_path):
     (tmp_path / "out").write_text("x", encoding="utf8")
     assert "is a file, not a folder" in user_error("train", str(TOY), str(TOY), "-o", str(tmp_path / "out"), "--force")
