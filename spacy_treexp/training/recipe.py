@@ -296,6 +296,14 @@ def build_config(options: TrainOptions, lang: str, corpus: Path, with_tags: bool
         config = Config().from_str(text, overrides=overrides, interpolate=False)
     except ConfigValidationError as e:
         raise TrainingError(f"--set: {_one_line(e)}") from e
+    training = config["training"]
+    if isinstance(training["eval_frequency"], int) and training["eval_frequency"] < 1:  # spaCy: modulo by zero
+        raise TrainingError(f"--set training.eval_frequency={training['eval_frequency']}: expected a positive integer")
+    if options.max_seconds is None and all(training[key] == 0 for key in ("max_steps", "max_epochs", "patience")):
+        raise TrainingError(
+            "training.max_steps = 0 with max_epochs = 0 and patience = 0: spaCy's training would never end; "
+            "give a number of steps, --set training.max_epochs=N or --max-seconds"
+        )
     if options.max_seconds is not None:
         config["training"]["before_update"] = {
             "@callbacks": "spacy_treexp.time_budget.v1",
