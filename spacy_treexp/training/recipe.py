@@ -178,6 +178,8 @@ def check_options(options: TrainOptions) -> str:
             raise TrainingError(
                 "--transformer needs spacy-transformers: pip install 'spacy-treexp[transformers]'"
             ) from e
+        if _looks_like_path(options.transformer):
+            _check_tokenizer(options.transformer)
     if options.max_seconds is not None and not options.max_seconds > 0:
         raise TrainingError(f"--max-seconds {options.max_seconds:g}: expected a positive number")
     if options.max_steps is not None and options.max_steps < 1:
@@ -385,6 +387,21 @@ def _looks_like_path(name: str) -> bool:
     """Whether a ``--transformer`` value names a local folder rather than a model hub id
     (``org/model`` has one slash and no leading ``.``, ``/`` or ``~``)."""
     return Path(name).exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _check_tokenizer(folder: str) -> None:
+    """A TrainingError unless the local transformer ``folder`` holds a tokenizer that loads:
+    without its files, spacy-transformers failed at initialisation with the tokenizer's
+    TypeError traceback (transformers raises many kinds of errors here)."""
+    from transformers import AutoTokenizer
+
+    try:
+        AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as e:
+        raise TrainingError(
+            f"--transformer {folder}: its tokenizer does not load ({type(e).__name__}: {_one_line(e)[:200]}); "
+            "a local folder needs the tokenizer's files beside the model's (tokenizer.save_pretrained(FOLDER))"
+        ) from e
 
 
 def _holds_vectors(folder: Optional[Path]) -> bool:

@@ -260,6 +260,19 @@ def test_transformer_without_spacy_transformers(user_error, tmp_path, monkeypatc
     assert "pip install 'spacy-treexp[transformers]'" in message
 
 
+def test_a_local_transformer_without_its_tokenizer_is_refused_before_any_work(user_error, tmp_path):
+    """A folder with the model's config.json but no tokenizer files was a TypeError traceback
+    from the tokenizer, after the corpus was written."""
+    pytest.importorskip("spacy_transformers")
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "bert"
+    transformers.BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2).save_pretrained(folder)
+    out = tmp_path / "out"
+    message = user_error("train", str(TOY), str(TOY), "-o", str(out), "--transformer", str(folder))
+    assert f"--transformer {folder}: its tokenizer does not load" in message
+    assert not out.exists()
+
+
 def test_a_transformer_the_hub_cannot_give_is_named(run_cli, tmp_path, monkeypatch):
     """A model hub id that cannot be loaded (offline, or no such model) is one message naming
     ``--transformer``, not Hugging Face's traceback."""
