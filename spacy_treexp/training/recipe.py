@@ -116,6 +116,10 @@ def check_options(options: TrainOptions) -> str:
         raise TrainingError(f"-o {out}: is a file, not a folder")
     if out.exists() and any(out.iterdir()) and not options.force:
         raise TrainingError(f"-o {out}: exists and is not an empty folder; give --force to replace it")
+    if out.exists() and options.force:
+        for place, what in ((Path.cwd(), "the current folder"), (Path.home(), "your home folder")):
+            if out.resolve() in (place.resolve(), *place.resolve().parents):
+                raise TrainingError(f"-o {out}: holds {what}, which --force would empty; write to a new folder")
     if not out.parent.is_dir():
         raise TrainingError(f"-o {out}: the folder {out.parent} does not exist")
     lang = options.lang or infer_lang(options.train)

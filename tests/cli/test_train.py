@@ -324,6 +324,19 @@ def test_force_replaces_what_a_linked_output_folder_holds(run_cli, tmp_path):
     assert (elsewhere / "keep.txt").is_file()
 
 
+def test_force_never_empties_the_current_folder(user_error, tmp_path, monkeypatch):
+    """-o . --force (or a folder above it) emptied the folder the user works in."""
+    data = write_slice(tmp_path / "elsewhere.conllu")
+    work = tmp_path / "work"
+    (work / "inner").mkdir(parents=True)
+    (work / "notes.txt").write_text("keep", encoding="utf8")
+    monkeypatch.chdir(work / "inner")
+    for out in ("..", str(work)):
+        message = user_error("train", str(data), str(data), "-o", out, "--force")
+        assert "holds the current folder, which --force would empty" in message
+    assert (work / "notes.txt").read_text(encoding="utf8") == "keep"
+
+
 def test_an_output_that_is_a_file_is_named_as_such(user_error, tmp_path):
     (tmp_path / "out").write_text("x", encoding="utf8")
     assert "is a file, not a folder" in user_error("train", str(TOY), str(TOY), "-o", str(tmp_path / "out"), "--force")
