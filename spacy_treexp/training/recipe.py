@@ -109,6 +109,8 @@ def check_options(options: TrainOptions) -> str:
     import spacy
 
     for what, path in (("TRAIN", options.train), ("DEV", options.dev), ("--test", options.test)):
+        if path is not None and Path(path).is_dir():
+            raise TrainingError(f"{what} {path}: is a directory, not a file")
         if path is not None and not Path(path).is_file():
             raise TrainingError(f"{what} {path}: no such file")
     out = Path(options.out)

@@ -192,6 +192,7 @@ def test_train_on_a_local_transformer(run_cli, tmp_path):
     "args, message",
     [
         (["missing.conllu", str(TOY)], "TRAIN missing.conllu: no such file"),
+        ([str(TOY), "{tmp}"], "DEV {tmp}: is a directory, not a file"),
         ([str(TOY), str(TOY), "--lang", "qq"], "--lang qq: spaCy has no such language"),
         (
             [str(TOY), str(TOY), "--set", "training.nonsense=1"],
@@ -219,7 +220,7 @@ def test_user_errors(user_error, tmp_path, args, message):
     german = spacy.blank("de")
     german.vocab.set_vector("wort", numpy.ones(3, dtype="float32"))
     german.to_disk(tmp_path / "de_vectors")
-    assert message in user_error("train", *[a.format(tmp=tmp_path) for a in args], "-o", str(out))
+    assert message.format(tmp=tmp_path) in user_error("train", *[a.format(tmp=tmp_path) for a in args], "-o", str(out))
     assert not out.exists()  # nothing written
 
 
