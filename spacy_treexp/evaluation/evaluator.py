@@ -9,7 +9,11 @@ log-probabilities re-normalised at another (see :mod:`spacy_treexp.evaluation.te
 
 Choices (README.md, "Evaluation"):
 
-* ``head_prob`` of a word is the marginal μ(ĥ, m) of the head ĥ the MAP tree gives it; arc
+* The predicted tree ĥ is the parser's own (``SentenceScores.heads``) where the scores carry
+  it, the tree a pipeline's annotations describe (a calibration map may move the MAP tree of
+  the mapped scores, never the parser's); else the MAP tree. The keys say ``map`` for it
+  (``uas_map``, ``las_map``); ``parser_heads_equal_engine_map`` says how often the two agree.
+* ``head_prob`` of a word is the marginal μ(ĥ, m) of its predicted head ĥ; arc
   calibration compares it with whether ĥ is the gold head (the standard reading). ECE over
   *every* candidate arc μ(h, m) against the gold indicator is reported as well.
 * Relation probabilities: the labeled-arc marginal μ(ĥ, m) · p(l̂ | ĥ, m) of the predicted
@@ -171,7 +175,8 @@ def evaluate(
         "arc_temperature": float(arc_temperature),
         "rel_temperature": float(rel_temperature),
     }
-    tokens = _token_arrays(gold, scores, marginals, head_entropy, map_heads, mbr_heads, rel_temperature)
+    predicted = [predicted_tree(score, mode) for score, mode in zip(scores, map_heads)]
+    tokens = _token_arrays(gold, scores, marginals, head_entropy, predicted, mbr_heads, rel_temperature)
     report["attachment"] = _attachment(tokens, expected_gold, n_words, scores, map_heads)
     report["calibration"] = _calibration(tokens, gold, marginals, options)
     report["error_detection"] = _error_detection(tokens, entropy, lengths, options)
@@ -202,6 +207,14 @@ def evaluate(
     if options.samples:
         report["samples"] = _samples(gold, scores, lengths, arc_temperature, options, generator)
     return report
+
+
+def predicted_tree(score: SentenceScores, mode: Optional[numpy.ndarray]) -> Optional[numpy.ndarray]:
+    """The predicted tree of a sentence in the layout of the engine's MAP tree ``mode``
+    ``(n+1,)``: the parser's own (``score.heads``) where given, else ``mode`` itself."""
+    if score.heads is None or mode is None:
+        return mode
+    return numpy.concatenate([mode[:1], numpy.asarray(score.heads, dtype=mode.dtype)])
 
 
 def _token_arrays(gold, scores, marginals, head_entropy, map_heads, mbr_heads, rel_temperature) -> Dict[str, object]:

@@ -86,25 +86,25 @@ def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
 
     row("arc temperature T", lambda q: q["arc_temperature"], lambda v: _f(v, 3))
     row("relation temperature T", lambda q: q["rel_temperature"], lambda v: _f(v, 3))
-    row("UAS, MAP tree (%)", lambda q: q["attachment"]["uas_map"], _pct)
+    row("UAS, predicted tree (%)", lambda q: q["attachment"]["uas_map"], _pct)
     row("UAS, MBR tree (%)", lambda q: q["attachment"]["uas_mbr"], _pct)
     row(
-        "words where MBR ≠ MAP: MAP right / MBR right",
+        "words where MBR ≠ predicted: predicted right / MBR right",
         lambda q: (
             f"{q['attachment']['map_correct_where_they_differ']} / {q['attachment']['mbr_correct_where_they_differ']} of {q['attachment']['words_where_mbr_differs_from_map']}"
         ),
         str,
     )
     row(
-        "  same words, expected right by the model: MAP / MBR",
+        "  same words, expected right by the model: predicted / MBR",
         lambda q: (
             f"{q['attachment']['map_expected_correct_where_they_differ']:.1f} / {q['attachment']['mbr_expected_correct_where_they_differ']:.1f}"
         ),
         str,
     )
-    row("LAS, MAP tree (%)", lambda q: q["attachment"]["las_map"], _pct)
+    row("LAS, predicted tree (%)", lambda q: q["attachment"]["las_map"], _pct)
     row("LAS, MBR tree (%)", lambda q: q["attachment"]["las_mbr"], _pct)
-    row("LAS, MAP, universal labels (%)", lambda q: q["attachment"]["las_map_universal_labels"], _pct)
+    row("LAS, predicted tree, universal labels (%)", lambda q: q["attachment"]["las_map_universal_labels"], _pct)
     row("expected UAS of one sample (%)", lambda q: q["attachment"]["expected_uas_of_a_sample"], _pct)
     row("ECE, head_prob of predicted head", lambda q: q["calibration"]["arc"]["ece"])
     row("ECE, every candidate arc", lambda q: q["calibration"]["arc_all_candidates"]["ece"])

@@ -64,6 +64,24 @@ def test_map_mbr_and_marginals_against_enumeration():
     assert report["calibration"]["arc"]["mean_confidence"] == pytest.approx(head_prob.mean(), abs=1e-6)
 
 
+def test_the_parsers_own_tree_is_the_predicted_tree_where_the_scores_carry_it():
+    """Scores with the parser's tree (``heads``, e.g. under a calibration map that moved the
+    MAP tree): UAS and head_prob describe that tree, as the pipeline's annotations do."""
+    rng = numpy.random.default_rng(5)
+    arc = (3 * rng.standard_normal((5, 5))).astype(numpy.float32)
+    mu, best, mbr = brute_force(arc)
+    parser = numpy.array([0, 1, 2, 3])  # a chain from ROOT: not the MAP tree of these scores
+    assert (parser != best[1:]).any()
+    gold = [gold_sentence(parser)]
+    report = evaluate(gold, [SentenceScores(arc, heads=parser)], options=FAST)
+    assert report["attachment"]["uas_map"] == 1.0
+    assert report["attachment"]["parser_heads_equal_engine_map"] == pytest.approx(float((parser == best[1:]).mean()))
+    head_prob = mu[parser, numpy.arange(1, 5)]
+    assert report["calibration"]["arc"]["mean_confidence"] == pytest.approx(head_prob.mean(), abs=1e-6)
+    without = evaluate(gold, [SentenceScores(arc)], options=FAST)  # no tree given: the MAP tree
+    assert without["attachment"]["uas_map"] == pytest.approx(float((best[1:] == parser).mean()))
+
+
 def test_without_replacement_enumerates_every_tree():
     # a 3-word sentence has 3^2 = 9 single-root trees: 20 draws without replacement find all
     rng = numpy.random.default_rng(0)
