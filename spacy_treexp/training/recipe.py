@@ -455,8 +455,8 @@ def train_model(config: Any, output: Path, gpu: int = -1, log: Callable[[str], N
         raise TrainingError(f"the training config: {_one_line(e)}") from e
     except OSError as e:  # e.g. a transformer that is neither a local folder nor reachable on the model hub
         transformer = config.get("paths", {}).get("transformer")
-        what = f"--transformer {transformer}" if transformer else "initialising the pipeline"
-        raise TrainingError(f"{what}: {_one_line(e)}") from e
+        what = f" on --transformer {transformer}" if transformer else ""
+        raise TrainingError(f"initialising the pipeline{what}: {_one_line(e)}") from e
     output.mkdir(parents=True, exist_ok=True)
     try:
         train(nlp, output, use_gpu=gpu, stdout=sys.stdout, stderr=sys.stderr)

@@ -288,7 +288,9 @@ def test_a_transformer_the_hub_cannot_give_is_named(run_cli, tmp_path, monkeypat
         "train", str(TOY), str(TOY), "-o", str(out), "--lang", "en", "--transformer", "org/no-model"
     )
     assert status == 2 and "Traceback" not in err  # after the progress lines, one message
-    assert err.splitlines()[-1].startswith("spacy-treexp: --transformer org/no-model: We couldn't connect")
+    assert err.splitlines()[-1].startswith(
+        "spacy-treexp: initialising the pipeline on --transformer org/no-model: We couldn't connect"
+    )
 
 
 def test_a_gpu_that_is_not_there_is_refused_before_force_deletes(user_error, tmp_path):
