@@ -107,6 +107,7 @@ def infer_lang(path: Path) -> str:
 def check_options(options: TrainOptions) -> str:
     """Check everything that can be checked before any work; returns the language code."""
     import spacy
+    from thinc.api import ConfigValidationError
 
     for what, path in (("TRAIN", options.train), ("DEV", options.dev), ("--test", options.test)):
         if path is not None and Path(path).is_dir():
@@ -140,6 +141,8 @@ def check_options(options: TrainOptions) -> str:
         raise TrainingError(
             f"--lang {lang}: spaCy's {lang!r} needs a package that is missing{where}: {_one_line(e)}"
         ) from e
+    except ConfigValidationError as e:  # a --set nlp.tokenizer.KEY the tokenizer does not take
+        raise TrainingError(f"--set: {_one_line(e)}") from e
     if options.vectors is not None and options.transformer is not None:
         raise TrainingError("--vectors and --transformer: give one (the transformer template has no static vectors)")
     if options.vectors is not None and not (Path(options.vectors).exists() or spacy.util.is_package(options.vectors)):

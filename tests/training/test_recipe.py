@@ -143,6 +143,22 @@ def test_a_tokenizer_setting_that_needs_no_package_is_taken(tmp_path, monkeypatc
         check_options(TrainOptions(train=ja, dev=TOY, out=tmp_path / "out"))
 
 
+@pytest.mark.parametrize(
+    "lang, overrides, message",
+    [
+        ("en", {"nlp.tokenizer.nonsense": 1}, "unexpected argument: 'nonsense'"),
+        ("zh", {"nlp.tokenizer.segmenter": "bogus"}, "segmenter"),
+    ],
+)
+def test_a_tokenizer_setting_the_tokenizer_does_not_take_is_a_user_error(tmp_path, lang, overrides, message):
+    """The language check builds the tokenizer with the --set nlp.tokenizer settings: one it
+    does not take was confection's ConfigValidationError traceback, not a --set message."""
+    from spacy_treexp.training.recipe import check_options
+
+    with pytest.raises(TrainingError, match=f"--set: .*{message}"):
+        check_options(_options(tmp_path, lang=lang, overrides=overrides))
+
+
 def test_vectors_from_an_installed_package_are_checked(tmp_path, monkeypatch):
     """A package without vectors (en_core_web_sm) passed the check and training failed with
     spaCy's IndexError; a package's data folder is NAME-VERSION beside its meta.json."""
