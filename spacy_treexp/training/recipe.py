@@ -145,8 +145,13 @@ def check_options(options: TrainOptions) -> str:
         raise TrainingError(f"--set: {_one_line(e)}") from e
     if options.vectors is not None and options.transformer is not None:
         raise TrainingError("--vectors and --transformer: give one (the transformer template has no static vectors)")
-    if options.vectors is not None and not (Path(options.vectors).exists() or spacy.util.is_package(options.vectors)):
-        raise TrainingError(f"--vectors {options.vectors}: neither a folder nor an installed package")
+    if options.vectors is not None and _vectors_folder(options.vectors) is None:
+        raise TrainingError(
+            f"--vectors {options.vectors}: neither a folder nor an installed package (spaCy loads a package "
+            f"by the name it is imported as: {options.vectors.replace('-', '_')}, not {options.vectors})"
+            if "-" in options.vectors and spacy.util.is_package(options.vectors)
+            else f"--vectors {options.vectors}: neither a folder nor an installed package"
+        )
     if options.vectors is not None and not _holds_vectors(_vectors_folder(options.vectors)):
         what = "folder" if Path(options.vectors).exists() else "package"
         raise TrainingError(
@@ -367,19 +372,23 @@ def _has_setting(config: Any, key: str) -> bool:
 
 def _vectors_folder(vectors: str) -> Optional[Path]:
     """The pipeline folder of ``vectors``: the folder itself, or an installed package's data
-    folder (``NAME-VERSION`` inside it, beside its meta.json); None if neither."""
+    folder (``LANG_NAME-VERSION`` of its meta.json, beside it, as spaCy loads it); None if
+    neither (a distribution name such as en-core-web-lg is not a module spaCy can import)."""
     import spacy
 
     if Path(vectors).exists():
         return Path(vectors)
     if not spacy.util.is_package(vectors):
         return None
-    package = spacy.util.get_package_path(vectors)
     try:
-        version = json.loads((package / "meta.json").read_text(encoding="utf8"))["version"]
+        package = spacy.util.get_package_path(vectors)
+    except ImportError:
+        return None
+    try:
+        meta = json.loads((package / "meta.json").read_text(encoding="utf8"))
+        return package / f"{meta['lang']}_{meta['name']}-{meta['version']}"
     except (OSError, ValueError, KeyError, TypeError):
         return package
-    return package / f"{vectors}-{version}"
 
 
 def _vectors_lang(vectors: str) -> Optional[str]:

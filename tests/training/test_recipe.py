@@ -161,27 +161,38 @@ def test_a_tokenizer_setting_the_tokenizer_does_not_take_is_a_user_error(tmp_pat
 
 def test_vectors_from_an_installed_package_are_checked(tmp_path, monkeypatch):
     """A package without vectors (en_core_web_sm) passed the check and training failed with
-    spaCy's IndexError; a package's data folder is NAME-VERSION beside its meta.json."""
+    spaCy's IndexError; a package's data folder is LANG_NAME-VERSION beside its meta.json. A
+    distribution name (en-vectors: installed, but no module of that name) was the import's
+    ModuleNotFoundError traceback."""
     import json
 
     from spacy_treexp.training.recipe import check_options
 
-    def install(name, with_vectors):
-        package = tmp_path / "site" / name
+    def install(name, with_vectors):  # as `spacy package` lays it out
+        package = tmp_path / "site" / f"en_{name}"
         nlp = spacy.blank("en")
         if with_vectors:
             nlp.vocab.set_vector("cat", numpy.ones(4, dtype="float32"))
         package.mkdir(parents=True)
-        nlp.to_disk(package / f"{name}-1.0.0")
-        (package / "meta.json").write_text(json.dumps({"lang": "en", "version": "1.0.0"}), encoding="utf8")
+        nlp.to_disk(package / f"en_{name}-1.0.0")
+        meta = {"lang": "en", "name": name, "version": "1.0.0"}
+        (package / "meta.json").write_text(json.dumps(meta), encoding="utf8")
         return package
 
-    packages = {name: install(name, name == "en_vectors") for name in ("en_vectors", "en_no_vectors")}
-    monkeypatch.setattr(spacy.util, "is_package", lambda name: name in packages)
-    monkeypatch.setattr(spacy.util, "get_package_path", lambda name: packages[name])
+    packages = {f"en_{name}": install(name, name == "vectors") for name in ("vectors", "no_vectors")}
+
+    def package_path(name):
+        if name not in packages:
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return packages[name]
+
+    monkeypatch.setattr(spacy.util, "is_package", lambda name: name.replace("-", "_") in packages)
+    monkeypatch.setattr(spacy.util, "get_package_path", package_path)
     assert check_options(_options(tmp_path, lang="en", vectors="en_vectors")) == "en"
     with pytest.raises(TrainingError, match="--vectors en_no_vectors: not a spaCy pipeline package with vectors"):
         check_options(_options(tmp_path, lang="en", vectors="en_no_vectors"))
+    with pytest.raises(TrainingError, match="--vectors en-vectors: neither .* imported as: en_vectors, not en-vectors"):
+        check_options(_options(tmp_path, lang="en", vectors="en-vectors"))
 
 
 def test_the_language_is_given_by_lang_not_set(tmp_path):
