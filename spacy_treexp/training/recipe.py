@@ -315,10 +315,11 @@ def build_config(options: TrainOptions, lang: str, corpus: Path, with_tags: bool
     training = config["training"]
     if isinstance(training["eval_frequency"], int) and training["eval_frequency"] < 1:  # spaCy: modulo by zero
         raise TrainingError(f"--set training.eval_frequency={training['eval_frequency']}: expected a positive integer")
-    if options.max_seconds is None and all(training[key] == 0 for key in ("max_steps", "max_epochs", "patience")):
+    epochs = training["max_epochs"]  # 0: no limit, -1: the corpus streamed, also without one
+    if options.max_seconds is None and training["max_steps"] == training["patience"] == 0 and epochs in (0, -1):
         raise TrainingError(
-            "training.max_steps = 0 with max_epochs = 0 and patience = 0: spaCy's training would never end; "
-            "give a number of steps, --set training.max_epochs=N or --max-seconds"
+            f"training.max_steps = 0 with max_epochs = {epochs} and patience = 0: spaCy's training would never "
+            "end; give a number of steps, --set training.max_epochs=N or --max-seconds"
         )
     if options.max_seconds is not None:
         config["training"]["before_update"] = {

@@ -212,6 +212,10 @@ def test_train_on_a_local_transformer(run_cli, tmp_path):
         ([str(TOY), str(TOY), "--model-version", "1.0 beta"], "--model-version 1.0 beta: not a package version"),
         ([str(TOY), str(TOY), "--set", "training.eval_frequency=0"], "training.eval_frequency=0: expected a positive"),
         ([str(TOY), str(TOY), "--set", "training.max_steps=0"], "spaCy's training would never end"),
+        (
+            [str(TOY), str(TOY), "--set", "training.max_steps=0", "--set", "training.max_epochs=-1"],
+            "max_epochs = -1 and patience = 0: spaCy's training would never end",
+        ),
     ],
 )
 def test_user_errors(user_error, tmp_path, args, message):
