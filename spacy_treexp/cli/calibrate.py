@@ -46,9 +46,9 @@ from spacy_treexp.cli.common import (
     check_not_inside,
     check_output_path,
     warn,
-    within,
 )
 from spacy_treexp.cli.partial import replace_folder
+from spacy_treexp.io.files import within
 
 
 def calibrate(

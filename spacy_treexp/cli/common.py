@@ -14,6 +14,7 @@ from typing import Annotated, Any, Optional, TypeVar
 import typer
 
 from spacy_treexp.io import inputs
+from spacy_treexp.io.files import within
 from spacy_treexp.io.inputs import OnBad, Reader
 
 PROG = "spacy-treexp"
@@ -166,14 +167,6 @@ def check_not_inside(path: Path, folder: Optional[Path], option: str, what: str 
             f"{what} {path}: inside the input {option} {folder}, which writing there would change; "
             "write to a folder outside it"
         )
-
-
-def within(path: Path, folder: Path, itself: bool = False) -> bool:
-    """Whether ``path`` lies inside ``folder`` (or is it, with ``itself``), as written or once
-    symlinks are resolved: either spelling of either path."""
-    places = {Path(os.path.abspath(folder)), folder.resolve()}
-    candidates = {Path(os.path.abspath(path)), path.resolve()}
-    return any((itself and c == p) or p in c.parents for c in candidates for p in places)
 
 
 def same_file(path: Path, source: Path) -> bool:

@@ -1,4 +1,4 @@
-"""Files written whole or not at all."""
+"""Files written whole or not at all, and where a path lies."""
 
 from __future__ import annotations
 
@@ -25,3 +25,11 @@ def write_atomic(path: Path, data: Union[str, bytes]) -> None:
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
+
+
+def within(path: Path, folder: Path, itself: bool = False) -> bool:
+    """Whether ``path`` lies inside ``folder`` (or is it, with ``itself``), as written or once
+    symlinks are resolved: either spelling of either path."""
+    places = {Path(os.path.abspath(folder)), folder.resolve()}
+    candidates = {Path(os.path.abspath(path)), path.resolve()}
+    return any((itself and c == p) or p in c.parents for c in candidates for p in places)

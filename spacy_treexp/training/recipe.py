@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy
 
 from spacy_treexp.evaluation.report import json_safe
-from spacy_treexp.io.files import write_atomic
+from spacy_treexp.io.files import within, write_atomic
 
 SENTENCES_PER_DOC = 10
 TEMPLATES = ("parser.cfg", "transformer.cfg")
@@ -120,8 +120,8 @@ def check_options(options: TrainOptions) -> str:
     if out.exists() and any(out.iterdir()) and not options.force:
         raise TrainingError(f"-o {out}: exists and is not an empty folder; give --force to replace it")
     if out.exists() and options.force:
-        for place, what in ((Path.cwd(), "the current folder"), (Path.home(), "your home folder")):
-            if out.resolve() in (place.resolve(), *place.resolve().parents):
+        for place, what in ((Path.cwd(), "the current folder"), (_home(), "your home folder")):
+            if place is not None and within(place, out, itself=True):
                 raise TrainingError(f"-o {out}: holds {what}, which --force would empty; write to a new folder")
     if not out.parent.is_dir():
         raise TrainingError(f"-o {out}: the folder {out.parent} does not exist")
@@ -649,6 +649,14 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
         f"arc ECE {before['arc_ece']:.4f} -> {after['arc_ece']:.4f} on {evaluated_on}"
     )
     return summary
+
+
+def _home() -> Optional[Path]:
+    """The user's home folder, or None where it cannot be known (no HOME, no passwd entry)."""
+    try:
+        return Path.home()
+    except RuntimeError:
+        return None
 
 
 def _empty(folder: Path) -> None:

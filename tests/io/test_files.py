@@ -1,11 +1,13 @@
-"""``write_atomic``: a file is whole, old or new, never half written."""
+"""``write_atomic``: a file is whole, old or new, never half written; ``within``."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from spacy_treexp.io import files
-from spacy_treexp.io.files import write_atomic
+from spacy_treexp.io.files import within, write_atomic
 
 
 def test_text_and_bytes_replace_the_file_whole(tmp_path):
@@ -29,3 +31,20 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
         write_atomic(path, "new")
     assert path.read_text(encoding="utf-8") == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.md"]
+
+
+def test_within_reads_either_spelling_of_either_path(tmp_path, monkeypatch):
+    """A path inside a folder by its written or its resolved spelling: a link to the folder,
+    a link inside it to elsewhere, a relative path, the folder itself only with ``itself``."""
+    folder, elsewhere = tmp_path / "folder", tmp_path / "elsewhere"
+    (folder / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    (tmp_path / "link").symlink_to(folder)
+    (folder / "out").symlink_to(elsewhere)
+    monkeypatch.chdir(folder / "sub")
+    assert within(folder / "sub" / "file", folder)
+    assert within(tmp_path / "link" / "sub", folder) and within(folder / "sub", tmp_path / "link")
+    assert within(folder / "out", folder) and within(elsewhere, folder / "out", itself=True)
+    assert within(Path("."), Path("..")) and within(Path("."), folder / "sub", itself=True)
+    assert not within(folder, folder) and within(folder, tmp_path / "link", itself=True)
+    assert not within(elsewhere, folder) and not within(folder, folder / "sub", itself=True)

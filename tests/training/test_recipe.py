@@ -3,6 +3,8 @@ the conversion of CoNLL-U sentences to training Docs, overrides, the time budget
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy
 import pytest
 import spacy
@@ -193,6 +195,26 @@ def test_vectors_from_an_installed_package_are_checked(tmp_path, monkeypatch):
         check_options(_options(tmp_path, lang="en", vectors="en_no_vectors"))
     with pytest.raises(TrainingError, match="--vectors en-vectors: neither .* imported as: en_vectors, not en-vectors"):
         check_options(_options(tmp_path, lang="en", vectors="en-vectors"))
+
+
+def test_force_never_empties_the_home_folder_and_needs_none(tmp_path, monkeypatch):
+    """-o naming the home folder or one above it is refused under --force; where no home
+    folder can be known (Path.home's RuntimeError) the check was that traceback."""
+    from spacy_treexp.training.recipe import check_options
+
+    home = tmp_path / "home" / "me"
+    (home / "notes").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    for out in (home, home.parent):
+        with pytest.raises(TrainingError, match="holds your home folder, which --force would empty"):
+            check_options(TrainOptions(train=TOY, dev=TOY, out=out, lang="en", force=True))
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert check_options(TrainOptions(train=TOY, dev=TOY, out=home, lang="en", force=True)) == "en"
 
 
 def test_the_language_is_given_by_lang_not_set(tmp_path):
