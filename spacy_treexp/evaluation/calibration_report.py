@@ -1,8 +1,8 @@
 """Calibration of the tree distribution against the local per-word softmax, per genre.
 
 For every word the *predicted* head is the parser's own tree (``SentenceScores.heads``; the
-MAP tree of the raw scores where it has none), so a calibration map never changes the
-attachment score measured here. Its confidence is
+MAP tree of the mapped scores where it has none, as the annotation core gives it), so a
+calibration map never changes the attachment score of a parser that gives its tree. Its confidence is
 
 * ``tree``: the exact marginal μ'(ĥ, m) under the (recalibrated) tree distribution;
 * ``local``: the per-word softmax over the same arc scores, p(ĥ | m) = softmax_h s(h, m),
@@ -31,6 +31,7 @@ from spacy_treexp.calibration.map import dependent_relations
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.evaluation import metrics
 from spacy_treexp.evaluation.conllu import GoldSentence
+from spacy_treexp.evaluation.evaluator import predicted_tree
 from spacy_treexp.io.conllu import UNNAMED_PREFIX
 
 N_BINS = 15
@@ -56,21 +57,20 @@ def genres(sent_ids: Sequence[str]) -> List[str]:
 
 
 def predicted_heads(scores: Sequence[SentenceScores]) -> List[numpy.ndarray]:
-    """The parser's tree of every sentence, (n+1,) with -1 at ROOT (where none, the MAP tree
-    of the scores given: :func:`word_arrays` gives the mapped ones, whose tree the core annotates)."""
-    out: List[Optional[numpy.ndarray]] = [None] * len(scores)
+    """The :func:`~spacy_treexp.evaluation.evaluator.predicted_tree` of every sentence (where
+    the parser gives none, the MAP tree of the scores given: :func:`word_arrays` gives the
+    mapped ones, whose tree the core annotates)."""
+    modes: List[Optional[numpy.ndarray]] = [None] * len(scores)
     missing = [i for i, s in enumerate(scores) if s.heads is None]
-    for i, s in enumerate(scores):
-        if s.heads is not None:
-            out[i] = numpy.concatenate([[-1], numpy.asarray(s.heads, dtype=numpy.int64)])
     with torch.no_grad():
         for index in length_buckets([scores[i].n for i in missing], 512):
             chosen = [missing[j] for j in index]
             raw, lengths = pad_scores([scores[i].arc for i in chosen])
             mode = TreeDistribution(raw, lengths, single_root=True).mode.numpy()
             for b, i in enumerate(chosen):
-                out[i] = mode[b, : scores[i].n + 1]
-    return [h for h in out if h is not None]
+                modes[i] = mode[b, : scores[i].n + 1]
+    trees = [predicted_tree(score, mode) for score, mode in zip(scores, modes)]
+    return [tree for tree in trees if tree is not None]
 
 
 def word_arrays(

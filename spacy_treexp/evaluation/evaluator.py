@@ -210,11 +210,11 @@ def evaluate(
 
 
 def predicted_tree(score: SentenceScores, mode: Optional[numpy.ndarray]) -> Optional[numpy.ndarray]:
-    """The predicted tree of a sentence in the layout of the engine's MAP tree ``mode``
-    ``(n+1,)``: the parser's own (``score.heads``) where given, else ``mode`` itself."""
-    if score.heads is None or mode is None:
+    """The predicted tree of a sentence, ``(n+1,)`` with -1 at ROOT (the engine's layout): the
+    parser's own (``score.heads``) where given, else ``mode``, the MAP tree of its scores."""
+    if score.heads is None:
         return mode
-    return numpy.concatenate([mode[:1], numpy.asarray(score.heads, dtype=mode.dtype)])
+    return numpy.concatenate([[-1], numpy.asarray(score.heads, dtype=numpy.int64)])
 
 
 def _token_arrays(gold, scores, marginals, head_entropy, map_heads, mbr_heads, rel_temperature) -> Dict[str, object]:

@@ -122,7 +122,7 @@ def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
     row("95% interval, arc ECE (sentence bootstrap)", lambda q: q["bootstrap"]["arc_ece"], _interval)
     row("95% interval, AUROC 1 − head_prob", lambda q: q["bootstrap"]["auroc_one_minus_head_prob"], _interval)
     row(
-        "95% interval, UAS MBR − UAS MAP (points)",
+        "95% interval, UAS MBR − UAS predicted (points)",
         lambda q: [100 * v for v in q["bootstrap"]["uas_mbr_minus_uas_map"]],
         _interval,
     )
@@ -295,7 +295,7 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
         if dev_metrics:
             lines += [
                 "",
-                "| on dev | UAS MAP (%) | UAS MBR (%) | arc ECE | labeled-arc ECE | AUROC 1 − head_prob |",
+                "| on dev | UAS predicted (%) | UAS MBR (%) | arc ECE | labeled-arc ECE | AUROC 1 − head_prob |",
                 "|---|---:|---:|---:|---:|---:|",
             ]
             for name, m in dev_metrics.items():
@@ -389,7 +389,7 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
         ax.set_xscale("log")
         ax.set_xlabel("k samples")
         ax.set_ylabel("oracle UAS (%)")
-        ax.set_title("best of k sampled trees (grey: MAP)", fontsize=10)
+        ax.set_title("best of k sampled trees (grey: predicted tree)", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
         _save_figure(fig, out_dir / "oracle_uas.png", 110)

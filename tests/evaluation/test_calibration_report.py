@@ -13,6 +13,7 @@ from spacy_treexp.evaluation.calibration_report import (
     calibration_section,
     fit_local_temperature,
     genre,
+    predicted_heads,
     word_arrays,
 )
 from spacy_treexp.evaluation.conllu import GoldSentence
@@ -104,6 +105,19 @@ def test_word_arrays_read_the_tree_the_core_annotates_when_the_source_gives_none
     numpy.testing.assert_allclose(words["tree"], numpy.concatenate([a.head_prob for a in annotations]), atol=1e-6)
     right = numpy.concatenate([a.heads == g.heads[1:] for a, g in zip(annotations, gold)])
     assert (words["head_ok"] == right).all()
+
+
+def test_predicted_heads_are_the_parsers_tree_else_the_map_tree():
+    """Sentences with and without the parser's tree, in order, in the engine's layout."""
+    rng = numpy.random.default_rng(7)
+    arcs = [rng.normal(0, 3, (n + 1, n + 1)).astype(numpy.float32) for n in (4, 3, 5)]
+    given = numpy.array([0, 1, 2])  # a chain from ROOT for the 3-word sentence
+    scores = [SentenceScores(arcs[0]), SentenceScores(arcs[1], heads=given), SentenceScores(arcs[2])]
+    heads = predicted_heads(scores)
+    assert [h.tolist() for h in heads[1:2]] == [[-1, 0, 1, 2]]
+    for i in (0, 2):
+        mode = TreeDistribution(torch.as_tensor(arcs[i])[None], torch.tensor([len(arcs[i]) - 1]), single_root=True).mode
+        assert heads[i].tolist() == mode[0].tolist()
 
 
 def test_calibration_section_per_genre_with_targets():
