@@ -188,6 +188,17 @@ def word_mask(lengths: Tensor, n_max: int) -> Tensor:
     return (positions > 0) & (positions <= lengths.unsqueeze(-1))
 
 
+def integer_tensor(values, name: str, device: torch.device) -> Tensor:
+    """``values`` (a tensor, array or nested list of head or label indices) as an int32 or
+    int64 tensor on ``device``; other integer dtypes (int8, int16, uint8, ...) become int64,
+    which torch's indexing needs, and floating-point, complex or bool values raise
+    ``ValueError`` naming ``name``."""
+    values = torch.as_tensor(values, device=device)
+    if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor, got dtype {values.dtype}")
+    return values if values.dtype in (torch.int64, torch.int32) else values.to(torch.int64)
+
+
 def check_heads(heads: Tensor, lengths: Tensor, n_max: int, single_root: bool = False) -> Tensor:
     """Validate head vectors ``(..., B, N+1)`` against the sentence lengths.
 

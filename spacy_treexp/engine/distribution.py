@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.distributions import Distribution, register_kl
 
 from spacy_treexp.engine import laplacian
-from spacy_treexp.engine.checks import check_heads, prepare_scores, word_mask
+from spacy_treexp.engine.checks import check_heads, integer_tensor, prepare_scores, word_mask
 from spacy_treexp.engine.decoding import dominant_trees, max_spanning_trees
 from spacy_treexp.engine.native import native_enabled
 
@@ -474,7 +474,7 @@ class TreeDistribution(Distribution):
         With labeled scores and ``labels (..., B, N+1)``, the labeled tree's log-probability;
         without labels, that of the unlabeled tree (labels summed out).
         """
-        heads = self._expand_input(torch.as_tensor(heads, device=self.scores.device), 1)
+        heads = self._expand_input(integer_tensor(heads, "heads", self.scores.device), 1)
         valid = check_heads(heads, self.lengths, self.n_max, self.single_root)
         score = self._tree_score(heads, labels)
         allowed = torch.isfinite(score)
@@ -546,7 +546,7 @@ class TreeDistribution(Distribution):
             return score.masked_fill(forbidden, NEG_INF)
         if self.label_scores is None:
             raise ValueError("labels were given but the scores are unlabeled")
-        labels = self._expand_input(torch.as_tensor(labels, device=self.scores.device), 1)
+        labels = self._expand_input(integer_tensor(labels, "labels", self.scores.device), 1)
         if labels.shape != heads.shape:
             raise ValueError(f"labels {tuple(labels.shape)} must match heads {tuple(heads.shape)}")
         n_labels = self.label_scores.shape[-1]
@@ -561,9 +561,14 @@ class TreeDistribution(Distribution):
         return torch.where(words, arc, torch.zeros_like(arc)).sum(-1).masked_fill(forbidden, NEG_INF)
 
     def expected_attachment(self, heads: Tensor) -> Tensor:
-        """Expected number of correct heads of the given trees, Σ_m μ(heads[m], m), ``(..., B)``."""
-        heads = self._expand_input(torch.as_tensor(heads, device=self.scores.device), 1)
+        """Expected number of correct heads of the given head vectors, Σ_m μ(heads[m], m),
+        ``(..., B)``; they need not be trees, and a head outside the sentence (-1 for an
+        unknown head, say) is never correct: it counts 0."""
+        heads = self._expand_input(integer_tensor(heads, "heads", self.scores.device), 1)
         check_heads(heads, self.lengths, self.n_max)
+        # μ(m, m) = 0: a head outside 0..N reads the diagonal (one beyond n reads a 0 already)
+        positions = torch.arange(self.n_max + 1, device=heads.device)
+        heads = torch.where((heads < 0) | (heads > self.n_max), positions, heads)
         return self._out(self._sum_at_heads(self._marginals(), heads), batch_dim=-1)
 
     # --------------------------------------------------------------- decoding

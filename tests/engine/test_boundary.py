@@ -47,3 +47,37 @@ def test_validate_args_rejects_non_trees_in_log_prob():
         TreeDistribution(scores(), validate_args=True).log_prob(cycle)
     tree = torch.tensor([-1, 0, 1, 2, 3, 4])
     assert torch.isfinite(TreeDistribution(scores(), validate_args=True).log_prob(tree))
+
+
+def test_expected_attachment_counts_a_head_outside_the_sentence_as_wrong():
+    """-1 (an unknown head) or 99 can never be a word's head: they add 0, not μ(ROOT, m) or
+    μ(N, m), which the clamp of an index outside 0..N read."""
+    dist = TreeDistribution(scores(n=4))
+    mu = dist.marginals
+    tree = torch.tensor([-1, 0, 1, 2, 3])
+    for unknown in (-1, -7, 99, 2**40):
+        heads = tree.clone()
+        heads[1] = unknown
+        expected = sum(float(mu[tree[m], m]) for m in range(2, 5))
+        assert float(dist.expected_attachment(heads)) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.uint8, torch.int32])
+def test_heads_and_labels_of_any_integer_dtype(dtype):
+    labeled = torch.randn(1, 5, 5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    dist = TreeDistribution(labeled)
+    tree = torch.tensor([[0, 0, 1, 2, 3]])  # ROOT's entry is ignored (uint8 has no -1)
+    labels = torch.tensor([[0, 2, 1, 0, 1]])
+    value = dist.log_prob(tree.to(dtype), labels.to(dtype))
+    assert value == dist.log_prob(tree, labels) and torch.isfinite(value)
+    assert dist.log_prob(tree.to(dtype)) == dist.log_prob(tree)
+    assert dist.expected_attachment(tree.to(dtype)) == dist.expected_attachment(tree)
+
+
+def test_heads_that_are_not_integers_are_named():
+    dist = TreeDistribution(scores(n=4))
+    for bad in (torch.tensor([-1.0, 0, 1, 2, 3]), torch.tensor([True, False, True, True, True])):
+        with pytest.raises(ValueError, match="heads must be an integer tensor"):
+            dist.log_prob(bad)
+        with pytest.raises(ValueError, match="heads must be an integer tensor"):
+            dist.expected_attachment(bad)
