@@ -357,6 +357,15 @@ def _width(model: Model) -> Optional[int]:
     return int(model.get_dim("nO")) if model.has_dim("nO") is True else None
 
 
+def _width_setting(nlp: Language, name: str) -> Optional[str]:
+    """The config setting that gives component ``name`` its width, where its model has one:
+    ``model.encode.width`` (spacy.Tok2Vec) or ``model.width`` (spacy.HashEmbedCNN)."""
+    model = nlp.config["components"].get(name, {}).get("model", {})
+    if "width" in model.get("encode", {}):
+        return f"components.{name}.model.encode.width"
+    return f"components.{name}.model.width" if "width" in model else None
+
+
 def _soft_targets(gold: Gold, shape: Tuple[int, ...]) -> Optional[numpy.ndarray]:
     """The batch's arc targets ``(B, N+1, N+1)``: a sentence's soft targets where it has
     them, else its gold tree one-hot; None when no sentence has soft targets."""
@@ -468,9 +477,9 @@ class BiaffineParser(TrainablePipe):
         #: Why the parser cannot predict in the pipeline it was created in (a listener reads
         #: a component of another width) until ``from_disk`` finds its saved home; or None.
         self._home_mismatch: Optional[str] = None
-        #: (upstream, the listener's width, the upstream's width) when they differ, for the
-        #: config's error at ``initialize``.
-        self._width_mismatch: Optional[Tuple[str, int, int]] = None
+        #: (upstream, the listener's width, the upstream's width, the config setting of the
+        #: upstream's width if it has one) when they differ, for the error at ``initialize``.
+        self._width_mismatch: Optional[Tuple[str, int, int, Optional[str]]] = None
         #: the last host vocabulary whose lookup tables were found equal to the home's
         self._host_vocab_checked: Optional[Vocab] = None
         #: Whether the parser is known to run outside its home pipeline (sourced by
@@ -528,7 +537,7 @@ class BiaffineParser(TrainablePipe):
                 continue
             expected, given = _width(listener), _width(upstream.model)
             if expected is not None and given is not None and expected != given:
-                self._width_mismatch = (upstream.name, expected, given)
+                self._width_mismatch = (upstream.name, expected, given, _width_setting(nlp, upstream.name))
                 self._home_mismatch = (
                     f"biaffine_parser '{self.name}': its model reads the output of '{upstream.name}' "
                     f"({given} wide) but expects {expected} values per token: the parser was trained in "
@@ -1218,11 +1227,11 @@ class BiaffineParser(TrainablePipe):
         """A ValueError naming the setting when the config gives the parser's listener another
         width than the component it reads (found at ``initialize``, before training)."""
         if self._width_mismatch is not None:
-            upstream, expected, given = self._width_mismatch
+            upstream, expected, given, setting = self._width_mismatch
             raise ValueError(
                 f"biaffine_parser '{self.name}': its listener is {expected} wide but '{upstream}' gives "
-                f"{given} values per token: set components.{self.name}.model.tok2vec.width = {given} "
-                f"(or ${{components.{upstream}.model.encode.width}})"
+                f"{given} values per token: set components.{self.name}.model.tok2vec.width = {given}"
+                + (f" (or ${{{setting}}})" if setting else "")
             )
 
     def initialize(

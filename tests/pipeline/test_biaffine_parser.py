@@ -50,7 +50,8 @@ def test_a_listener_of_another_width_than_its_tok2vec_is_named_at_initialize():
     config = TINY_CONFIG.replace("width = 32\nupstream", "width = 64\nupstream")
     nlp = spacy.util.load_model_from_config(Config().from_str(config), auto_fill=True)
     examples = toy_examples(nlp)
-    with pytest.raises(ValueError, match=r"its listener is 64 wide but 'tok2vec' gives 32 values per token: set "):
+    message = r"its listener is 64 wide but 'tok2vec' gives 32 values per token: set .* \(or \$\{components.tok2vec.model.width\}\)"
+    with pytest.raises(ValueError, match=message):
         nlp.initialize(lambda: examples)
 
 
