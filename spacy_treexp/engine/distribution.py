@@ -518,6 +518,7 @@ class TreeDistribution(Distribution):
         if (
             matrix.dtype != torch.float64
             or heads.dtype not in (torch.int64, torch.int32)
+            or heads.numel() == 0  # the kernel's reshape cannot size an empty batch
             or (torch.is_grad_enabled() and matrix.requires_grad)
             or not native_enabled(matrix)
         ):

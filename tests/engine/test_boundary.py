@@ -81,3 +81,12 @@ def test_heads_that_are_not_integers_are_named():
             dist.log_prob(bad)
         with pytest.raises(ValueError, match="heads must be an integer tensor"):
             dist.expected_attachment(bad)
+
+
+def test_an_empty_batch_scores_empty_head_vectors():
+    """B = 0: log_prob, expected_attachment and the min-entropy are empty, as the other
+    results are (the fused kernel's reshape could not size an empty batch)."""
+    dist = TreeDistribution(torch.zeros(0, 5, 5, dtype=torch.float64))
+    assert dist.log_prob(torch.zeros(3, 0, 5, dtype=torch.long)).shape == (3, 0)
+    assert dist.expected_attachment(torch.zeros(0, 5, dtype=torch.long)).shape == (0,)
+    assert dist.renyi_entropy(float("inf")).shape == (0,)
