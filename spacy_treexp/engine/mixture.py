@@ -32,7 +32,10 @@ tree and the member (Depeweg et al. 2018, eq. 4; Malinin & Gales 2021, eq. 6 for
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+import operator
+import re
+from contextlib import contextmanager
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -80,9 +83,10 @@ class TreeMixture:
             raise ValueError(f"{tuple(lengths.shape)} lengths for {batch} sentences")
         self.lengths = lengths
         #: the K B members as one batch, member k of sentence b at index b K + k
-        self.members = TreeDistribution(
-            scores.reshape(batch * k, n1, n1), lengths.repeat_interleave(k), single_root=single_root
-        )
+        with _naming_members(k):
+            self.members = TreeDistribution(
+                scores.reshape(batch * k, n1, n1), lengths.repeat_interleave(k), single_root=single_root
+            )
         self.single_root = single_root
         self.weights = _normalised(weights, batch, k, scores.device)
         self._member_entropy: Optional[Tensor] = None
@@ -110,17 +114,23 @@ class TreeMixture:
     @property
     def member_marginals(self) -> Tensor:
         """μ_k(h, m) of every member, ``(B, K, N+1, N+1)``."""
-        return self._out(self._per_member(self.members.marginals))
+        return self._out(self._per_member(self._member_marginals()))
+
+    def _member_marginals(self) -> Tensor:
+        """The members' marginals ``(B K, N+1, N+1)``; an error names the sentence and member."""
+        with _naming_members(self.k):
+            return self.members.marginals
 
     @property
     def marginals(self) -> Tensor:
         """The mixture's arc marginals Σ_k w_k μ_k(h, m), ``(B, N+1, N+1)`` (exact)."""
-        return self._out(self._weighted(self._per_member(self.members.marginals)))
+        return self._out(self._weighted(self._per_member(self._member_marginals())))
 
     def _entropies(self) -> Tensor:
         """H(p_k) ``(B, K)`` in the members' dtype, computed once."""
         if self._member_entropy is None:
-            self._member_entropy = self._per_member(self.members.entropy())
+            with _naming_members(self.k):
+                self._member_entropy = self._per_member(self.members.entropy())
         return self._member_entropy
 
     def member_entropy(self) -> Tensor:
@@ -134,13 +144,13 @@ class TreeMixture:
     def head_entropy(self) -> Tensor:
         """Entropy of each word's head under the mixture, H(Σ_k w_k μ_k(·, m)), ``(B, N+1)``
         (0 at ROOT and padding)."""
-        mixed = self._weighted(self._per_member(self.members.marginals))
+        mixed = self._weighted(self._per_member(self._member_marginals()))
         return self._out(word_head_entropy(mixed))
 
     def head_mutual_information(self) -> Tensor:
         """I(h_m; K) = H(Σ_k w_k μ_k(·, m)) − Σ_k w_k H(μ_k(·, m)) per word, ``(B, N+1)``
         (exact; 0 at ROOT and padding; ≥ 0 up to rounding, clamped at 0)."""
-        member = self._per_member(self.members.marginals)
+        member = self._per_member(self._member_marginals())
         mixed = word_head_entropy(self._weighted(member))
         mean = self._weighted(word_head_entropy(member))
         return self._out((mixed - mean).clamp_min(0.0) + 0.0)
@@ -168,7 +178,8 @@ class TreeMixture:
         """(log p_j(t) ``(..., B, K)``, log p(t) ``(..., B)``) of trees ``(..., B, N+1)``."""
         lead = heads.shape[:-2]
         expanded = heads.unsqueeze(-2).expand(lead + (self.batch, self.k, heads.shape[-1]))
-        member = self.members.log_prob(expanded.reshape(lead + (self.batch * self.k, heads.shape[-1])))
+        with _naming_members(self.k):
+            member = self.members.log_prob(expanded.reshape(lead + (self.batch * self.k, heads.shape[-1])))
         member = member.to(torch.float64).reshape(lead + (self.batch, self.k))
         log_w = self.weights.to(torch.float64).log()
         return member, torch.logsumexp(member + log_w, dim=-1)
@@ -181,9 +192,8 @@ class TreeMixture:
         With one generator per sentence, sentence b's generator first draws its S members
         (S uniforms against the cumulative weights), then serves its tree itself (S = 1) or
         seeds one generator per draw (S > 1)."""
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be at least 1, got {num_samples}")
-        self.members.marginals  # noqa: B018 -- a sentence without a tree is named here (cached)
+        num_samples = _positive_count(num_samples)
+        self._member_marginals()  # a sentence without a tree is named here (cached)
         device = self.members.scores.device
         weights = self.weights.to(torch.float64)
         streams: Randomness = generator
@@ -220,6 +230,36 @@ class TreeMixture:
         mi = terms.sum(-1).clamp_min(0.0).mean(0)  # KL(π ‖ w) ≥ 0 (below 0 only by rounding)
         entropy = self._weighted(self._entropies().to(torch.float64)) + mi
         return self._out(mi), self._out(entropy)
+
+
+def _positive_count(value) -> int:
+    """``num_samples`` as an int (numpy and torch integers included); ``ValueError`` naming it
+    where it is not an integer of at least 1."""
+    if not isinstance(value, bool):
+        try:
+            count = operator.index(value)
+        except TypeError:
+            pass
+        else:
+            if count >= 1:
+                return count
+    raise ValueError(f"num_samples must be an integer of at least 1, got {value!r}")
+
+
+@contextmanager
+def _naming_members(k: int) -> Iterator[None]:
+    """Re-raise a member batch's ``ValueError`` naming the sentence and member: the members of
+    sentence b are rows b K .. b K + K - 1 of one :class:`TreeDistribution`, whose messages
+    name the row (``sentence 7``, ``lengths[7]``)."""
+    try:
+        yield
+    except ValueError as error:
+        text = str(error)
+        message = re.sub(r"\bsentence (\d+)", lambda m: f"sentence {int(m[1]) // k} (member {int(m[1]) % k})", text)
+        message = re.sub(r"\blengths\[(\d+)\]", lambda m: f"lengths[{int(m[1]) // k}]", message)
+        if message == text:
+            raise
+        raise type(error)(message) from error
 
 
 def _normalised(weights: Optional[Tensor], batch: int, k: int, device: torch.device) -> Tensor:

@@ -229,3 +229,31 @@ def test_float32_members_give_finite_head_mutual_information():
     assert torch.isfinite(head_mi).all() and (head_mi >= 0).all()
     exact = TreeMixture(scores.double()).head_mutual_information()
     torch.testing.assert_close(head_mi, exact, rtol=0, atol=1e-3)
+
+
+def test_errors_name_the_sentence_and_member_not_the_row_of_the_member_batch():
+    """Member k of sentence b is row b K + k of one TreeDistribution: its messages are
+    translated to the sentence and member."""
+    scores = member_scores(0, batch=3, k=3)
+    broken = scores.clone()
+    broken[1, 2, 0, 1:] = float("-inf")  # sentence 1, member 2 (row 5): no arc from ROOT
+    with pytest.raises(ValueError, match=r"sentence 1 \(member 2\) admits no dependency tree"):
+        TreeMixture(broken).marginals
+    with pytest.raises(ValueError, match=r"sentence 1 \(member 2\) admits no dependency tree"):
+        TreeMixture(broken).expected_entropy()
+    with pytest.raises(ValueError, match=r"sentence 1 \(member 2\) admits no dependency tree"):
+        TreeMixture(broken).mutual_information(2)
+    broken = scores.clone()
+    broken[2, 0, 1, 2] = float("nan")  # row 6
+    with pytest.raises(ValueError, match=r"scores of sentence 2 \(member 0\) hold nan"):
+        TreeMixture(broken)
+    with pytest.raises(ValueError, match=r"lengths\[1\] = 0 is out of range"):
+        TreeMixture(scores, lengths=torch.tensor([4, 0, 2]))
+
+
+def test_num_samples_that_is_not_a_positive_integer_is_named():
+    mixture = TreeMixture(member_scores(0))
+    for bad in (2.0, 0, -1, True, "3"):
+        with pytest.raises(ValueError, match="num_samples must be an integer of at least 1"):
+            mixture.sample(bad)
+    assert mixture.sample(torch.tensor(2)).shape == (2, 2, 5)
