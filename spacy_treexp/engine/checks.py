@@ -29,6 +29,8 @@ def prepare_scores(scores: Tensor, lengths: Optional[Tensor]) -> Tuple[Tensor, T
         raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
     if not scores.is_floating_point():
         raise ValueError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
+    if scores.is_meta:
+        raise ValueError("scores are on the meta device, which holds no values: give them on the CPU or a GPU")
     if scores.dim() < 2 or scores.dim() > 4:
         raise ValueError(
             f"scores must have shape (N+1, N+1), (B, N+1, N+1) or labeled (B, N+1, N+1, L); got {tuple(scores.shape)}"
@@ -55,6 +57,8 @@ def prepare_scores(scores: Tensor, lengths: Optional[Tensor]) -> Tuple[Tensor, T
     else:
         if not isinstance(lengths, Tensor):
             lengths = torch.as_tensor(lengths)
+            if lengths.numel() == 0:  # [] for an empty batch: torch reads it as float32
+                lengths = lengths.long()
         if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
             raise ValueError(f"lengths must be an integer tensor, got dtype {lengths.dtype}")
         if unbatched and lengths.dim() == 0:

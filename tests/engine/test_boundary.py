@@ -90,3 +90,14 @@ def test_an_empty_batch_scores_empty_head_vectors():
     assert dist.log_prob(torch.zeros(3, 0, 5, dtype=torch.long)).shape == (3, 0)
     assert dist.expected_attachment(torch.zeros(0, 5, dtype=torch.long)).shape == (0,)
     assert dist.renyi_entropy(float("inf")).shape == (0,)
+
+
+def test_an_empty_list_of_lengths_fits_an_empty_batch():
+    dist = TreeDistribution(torch.zeros(0, 5, 5), [])
+    assert dist.log_partition.shape == (0,) and dist.lengths.dtype == torch.long
+
+
+def test_scores_on_the_meta_device_are_named():
+    """They hold no values: torch's NotImplementedError about nonzero() on meta tensors came out."""
+    with pytest.raises(ValueError, match="meta device"):
+        TreeDistribution(torch.zeros(2, 5, 5, device="meta"))
