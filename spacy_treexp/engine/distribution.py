@@ -643,10 +643,16 @@ class TreeDistribution(Distribution):
     def _check_compatible(self, other: TreeDistribution) -> None:
         if not isinstance(other, TreeDistribution):
             raise TypeError(f"expected a TreeDistribution, got {type(other).__name__}")
-        if other.scores.shape != self.scores.shape or not torch.equal(other.lengths, self.lengths):
+        if other.scores.shape != self.scores.shape:
             raise ValueError(
                 "the two distributions must have the same scores shape and lengths; got "
                 f"{tuple(self.scores.shape)} / {tuple(other.scores.shape)}"
+            )
+        if not torch.equal(other.lengths, self.lengths):
+            b = int((other.lengths != self.lengths).nonzero()[0, 0])
+            raise ValueError(
+                "the two distributions must have the same scores shape and lengths; sentence "
+                f"{b} has {int(self.lengths[b])} / {int(other.lengths[b])} words"
             )
         if other.single_root != self.single_root:
             raise ValueError("the two distributions must have the same root constraint")

@@ -101,3 +101,12 @@ def test_scores_on_the_meta_device_are_named():
     """They hold no values: torch's NotImplementedError about nonzero() on meta tensors came out."""
     with pytest.raises(ValueError, match="meta device"):
         TreeDistribution(torch.zeros(2, 5, 5, device="meta"))
+
+
+def test_cross_entropy_of_other_lengths_names_the_sentence():
+    """Same shapes, other lengths: the message showed the two equal shapes only."""
+    batch = torch.randn(2, 5, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    p = TreeDistribution(batch, torch.tensor([4, 2]))
+    q = TreeDistribution(batch, torch.tensor([4, 3]))
+    with pytest.raises(ValueError, match="sentence 1 has 2 / 3 words"):
+        p.cross_entropy(q)
