@@ -12,7 +12,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from spacy_treexp.cli.common import CalibrationKind, Gpu, UserError, check_not_holding, warn
+from spacy_treexp.cli.common import CalibrationKind, Gpu, UserError, warn
 
 
 def train(
@@ -71,12 +71,6 @@ def train(
     """Train, calibrate, evaluate and package a parser with tree uncertainty on a CoNLL-U treebank."""
     from spacy_treexp.training.recipe import TrainingError, TrainOptions, parse_override, train_pipeline
 
-    local = [
-        (option, Path(value)) for option, value in (("--vectors", vectors), ("--transformer", transformer)) if value
-    ]
-    check_not_holding(  # --force deletes the folder first: never one holding an input
-        output, [("TRAIN", train_file), ("DEV", dev_file), ("--test", test), *local], what="-o"
-    )
     try:
         overrides = dict(parse_override(text) for text in settings or [])
         options = TrainOptions(

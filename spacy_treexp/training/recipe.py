@@ -123,6 +123,14 @@ def check_options(options: TrainOptions) -> str:
         for place, what in ((Path.cwd(), "the current folder"), (_home(), "your home folder")):
             if place is not None and within(place, out, itself=True):
                 raise TrainingError(f"-o {out}: holds {what}, which --force would empty; write to a new folder")
+        inputs: List[Tuple[str, Union[str, Path, None]]] = [("TRAIN", options.train), ("DEV", options.dev)]
+        inputs += [("--test", options.test), ("--vectors", options.vectors), ("--transformer", options.transformer)]
+        for option, value in inputs:
+            path = None if value is None else Path(value)
+            if path is not None and (path.exists() or path.is_symlink()) and within(path, out, itself=True):
+                raise TrainingError(
+                    f"-o {out}: holds the input {option} {value}, which --force would delete; write to another folder"
+                )
     if not out.parent.is_dir():
         raise TrainingError(f"-o {out}: the folder {out.parent} does not exist")
     lang = options.lang or infer_lang(options.train)

@@ -218,6 +218,24 @@ def test_force_never_empties_the_home_folder_and_needs_none(tmp_path, monkeypatc
     assert check_options(TrainOptions(train=TOY, dev=TOY, out=home, lang="en", force=True)) == "en"
 
 
+def test_force_never_empties_a_folder_holding_an_input(tmp_path):
+    """train_pipeline (the library, not only the command) with --force emptied an -o that
+    held TRAIN or the --vectors folder: the training file was deleted after it was read."""
+    from spacy_treexp.training.recipe import check_options
+
+    data = tmp_path / "data"
+    (data / "vectors").mkdir(parents=True)
+    train = data / "train.conllu"
+    train.write_text(TOY.read_text(encoding="utf8"), encoding="utf8")
+    with pytest.raises(TrainingError, match="-o .*: holds the input TRAIN .*, which --force would delete"):
+        check_options(TrainOptions(train=train, dev=TOY, out=data, lang="en", force=True))
+    (tmp_path / "link").symlink_to(data)
+    vectors = str(tmp_path / "link" / "vectors")
+    with pytest.raises(TrainingError, match="holds the input --vectors"):
+        check_options(TrainOptions(train=TOY, dev=TOY, out=data, lang="en", vectors=vectors, force=True))
+    assert train.is_file()
+
+
 def test_the_language_is_given_by_lang_not_set(tmp_path):
     """--set nlp.lang=de under --lang fr gave a German pipeline whose meta said fr."""
     with pytest.raises(TrainingError, match="--set nlp.lang: give the language as --lang"):
