@@ -118,6 +118,8 @@ def check_input_file(path: Path, what: str) -> None:
         raise UserError(f"{what} {path}: no such file")
     if path.is_dir():
         raise UserError(f"{what} {path}: is a directory, not a file")
+    if not path.is_file():  # a pipe or a device: this command reads its input more than once
+        raise UserError(f"{what} {path}: not a regular file (a pipe or a device); save it to a file first")
 
 
 def check_output_path(path: Path, sources: Iterable[Path], what: str = "--output", folder: bool = False) -> None:
@@ -183,7 +185,8 @@ def same_file(path: Path, source: Path) -> bool:
 
 
 def open_reader(path: Path, fmt: Optional[InputFormat], on_bad: OnBad) -> Reader:
-    """The reader of INPUT (``-``: stdin), once its format and existence are checked."""
+    """The reader of INPUT (``-``: stdin; a pipe or a device is read as a stream), once its format and
+    existence are checked."""
     if is_stdio(path):
         if fmt is None:
             raise UserError("INPUT -: reading stdin needs --input-format (txt, jsonl or conllu)")
@@ -191,6 +194,9 @@ def open_reader(path: Path, fmt: Optional[InputFormat], on_bad: OnBad) -> Reader
     name = fmt.value if fmt is not None else inputs.format_of(path)
     if name is None:
         raise UserError(f"INPUT {path}: expected a .txt, .jsonl or .conllu file (or give --input-format)")
+    if path.exists() and not path.is_file() and not path.is_dir():
+        # a pipe (``<(zcat in.txt.gz)``) or /dev/stdin: read once, as a stream, like '-'
+        return Reader(path.open("rb"), on_bad, name)
     check_input_file(path, "INPUT")
     return Reader(path, on_bad, name)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
+import threading
 
 from spacy.tokens import DocBin
 
@@ -80,3 +82,31 @@ def test_audit_html_dash_is_standard_output(model, conllu_file, tmp_path, monkey
     assert status == 0, err
     assert out.startswith("<!DOCTYPE html>") and not (tmp_path / "-").exists()
     assert "only one of them" in user_error("audit", str(conllu_file), "--model", model, "--html", "-", "-o", "-")
+
+
+def test_a_pipe_is_read_as_a_stream_or_named(model, conllu_file, tmp_path, run_cli, user_error):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+
+    def feed(data: bytes) -> threading.Thread:
+        def write() -> None:
+            with open(pipe, "wb") as handle:
+                handle.write(data)
+
+        thread = threading.Thread(target=write, daemon=True)
+        thread.start()
+        return thread
+
+    text = b"The cat sat.\nDogs bark.\n"
+    (tmp_path / "in.txt").write_bytes(text)
+    expected = tmp_path / "file.jsonl"
+    assert run_cli("annotate", str(tmp_path / "in.txt"), "-o", str(expected), "--model", model, "--quiet")[0] == 0
+    target = tmp_path / "pipe.jsonl"
+    writer = feed(text)
+    status, _, err = run_cli(
+        "annotate", str(pipe), "--input-format", "txt", "-o", str(target), "--model", model, "--quiet"
+    )
+    writer.join(5)
+    assert status == 0, err
+    assert target.read_text() == expected.read_text()
+    assert "not a regular file (a pipe or a device)" in user_error("audit", str(pipe), "--model", model)
