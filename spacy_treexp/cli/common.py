@@ -74,7 +74,16 @@ Stanza = Annotated[
     Optional[Path],
     typer.Option("--stanza", metavar="DIR", help="A Stanza pipeline directory instead of a spaCy pipeline."),
 ]
-BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Documents per batch.")]
+
+
+def _not_huge(value: int) -> int:
+    """An int option no larger than what ``itertools.islice`` and numpy take, or a usage error."""
+    if value > sys.maxsize:
+        raise typer.BadParameter(f"{value}: too large (at most {sys.maxsize})")
+    return value
+
+
+BatchSize = Annotated[int, typer.Option("--batch-size", min=1, callback=_not_huge, help="Documents per batch.")]
 Gpu = Annotated[int, typer.Option("--gpu", min=-1, help="GPU id (-1: CPU).")]
 Quiet = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
 

@@ -34,6 +34,7 @@ def test_parse_names_invalid_utf8_on_stdin_and_an_int64_overflow(model, monkeypa
     assert "--samples 18446744073709551616: too large" in user_error(
         "parse", "A text.", "--samples", str(2**64), "--model", model
     )
+    assert f"{2**64}: too large" in user_error("parse", "A text.", "--batch-size", str(2**64), "--model", model)
 
 
 def test_render_refuses_a_spacy_input_it_cannot_draw(tmp_path, user_error):
