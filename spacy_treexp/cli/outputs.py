@@ -394,6 +394,8 @@ class DocBinWriter:
         self.done = True
         try:
             self._flush()
+        except OSError:  # the error being reported (a full disk): --resume makes these Docs again
+            pass
         finally:
             self.manifest.close()
             kept = settle(self.paths, folder=True)

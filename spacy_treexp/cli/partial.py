@@ -274,7 +274,10 @@ class Manifest:
 
     def close(self) -> None:
         if not self.file.closed:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError:  # a line cut short (a full disk): read_manifest drops a torn line
+                pass
 
     def remove(self) -> None:
         self.close()
@@ -323,8 +326,9 @@ class PartialFile:
         self.done = True
         try:
             self.file.close()
-        finally:
-            self.manifest.close()
+        except OSError:  # the record being written when the disk filled: settle drops it
+            pass
+        self.manifest.close()
         kept = settle(self.paths, folder=False)
         if kept is not None:
             self.docs = kept.docs

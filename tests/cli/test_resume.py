@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -172,3 +173,25 @@ def test_ctrl_c_with_worker_processes_stops_them_cleanly_and_resumes(model, unin
     resumed = run(args + ["--resume"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert contents(target, "jsonl") == expected
+
+
+@pytest.mark.parametrize("fmt", ["conllu", "spacy"])
+def test_a_full_disk_is_one_line_and_the_run_resumes(fmt, model, uninterrupted, tmp_path):
+    """A write that fails (a full disk, here a file size limit) ends the run with one line
+    and exit status 1, the partial cut to the records listed; --resume then finishes it."""
+    source, expected = uninterrupted(fmt)
+    target = tmp_path / f"out.{fmt}"
+    args = command(source, target, model, fmt)
+    limit = 2048 if fmt == "spacy" else 2 * 4096 + 100  # bytes of one file: a shard, or the partial
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run(
+        args, env=environment(), capture_output=True, text=True, timeout=300, preexec_fn=small_files
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "File too large" in result.stderr
+    resumed = run(args + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert contents(target, fmt) == expected
