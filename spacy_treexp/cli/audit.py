@@ -31,6 +31,7 @@ from spacy_treexp.cli.common import (
     check_output_path,
     is_stdio,
     warn,
+    write_output,
 )
 
 
@@ -73,7 +74,6 @@ def audit(
     from spacy_treexp.audit.scoring import spacy_scorer
     from spacy_treexp.cli.pipelines import check_model, load_pipeline
     from spacy_treexp.io import ConlluError, read_conllu
-    from spacy_treexp.io.files import write_atomic
 
     check_input_file(gold, "GOLD")
     kind = None
@@ -156,7 +156,7 @@ def audit(
             sys.stdout.write(text)
             sys.stdout.flush()
         else:
-            write_atomic(output, text)
+            write_output(output, text)
     if html is not None:
         note = f"Cross-fitted with {result.folds} folds." if result.folds else ""
         page = audit_html(result.sentences, ranked, threshold=threshold, limit=html_limit, note=note)
@@ -164,7 +164,7 @@ def audit(
             sys.stdout.write(page)
             sys.stdout.flush()
         else:
-            write_atomic(html, page)
+            write_output(html, page, "--html")
     if output is None and html is None:
         _print_top(ranked[:top])
     timing = f" in {seconds:.1f} s"

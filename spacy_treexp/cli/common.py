@@ -14,7 +14,7 @@ from typing import Annotated, Any, Optional, TypeVar
 import typer
 
 from spacy_treexp.io import inputs
-from spacy_treexp.io.files import within
+from spacy_treexp.io.files import within, write_atomic
 from spacy_treexp.io.inputs import OnBad, Reader
 
 PROG = "spacy-treexp"
@@ -191,6 +191,15 @@ def same_file(path: Path, source: Path) -> bool:
         return os.path.samefile(path, source)
     except OSError:  # path does not exist (yet)
         return False
+
+
+def write_output(path: Path, data: str, what: str = "--output") -> None:
+    """A command's output file written whole (:func:`~spacy_treexp.io.files.write_atomic`);
+    a write that fails (a full disk) is a UserError naming the path, and the old file stays."""
+    try:
+        write_atomic(path, data)
+    except OSError as e:
+        raise UserError(f"{what} {path}: cannot write ({e.strerror or e})") from e
 
 
 def open_reader(path: Path, fmt: Optional[InputFormat], on_bad: OnBad) -> Reader:

@@ -26,10 +26,10 @@ from spacy_treexp.cli.common import (
     open_reader,
     take,
     warn,
+    write_output,
 )
 from spacy_treexp.cli.outputs import read_docbin
 from spacy_treexp.cli.pipelines import make_runner
-from spacy_treexp.io.files import write_atomic
 from spacy_treexp.pipeline.render import render as render_html
 
 
@@ -92,9 +92,6 @@ def render(
         sys.stdout.write(html)
         sys.stdout.flush()
     else:
-        try:
-            write_atomic(output, html)
-        except OSError as e:
-            raise UserError(f"--output {output}: cannot write ({e.strerror or e})") from e
+        write_output(output, html)
     warn(f"wrote {len(docs)} document(s) to {'<stdout>' if is_stdio(output) else output}")
     return 0

@@ -34,6 +34,7 @@ from spacy_treexp.cli.common import (
     is_stdio,
     open_reader,
     warn,
+    write_output,
 )
 
 
@@ -81,7 +82,6 @@ def select(
     from spacy_treexp.audit.select import Candidate, candidate, finite
     from spacy_treexp.audit.select import select as choose
     from spacy_treexp.cli.pipelines import check_model, make_runner
-    from spacy_treexp.io.files import write_atomic
     from spacy_treexp.pipeline import attributes
 
     if dedup_threshold <= 0.0 and not no_dedup:
@@ -148,7 +148,7 @@ def select(
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        write_atomic(output, text)
+        write_output(output, text)
     warn(
         f"selected {len(selection.chosen)} of {selection.candidates} sentences, {selection.words} words "
         f"(budget {budget} {unit.value}, strategy {strategy.value}); {selection.duplicates} near-duplicate(s) skipped, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import resource
 import sys
 import threading
 
@@ -111,3 +112,29 @@ def test_a_pipe_is_read_as_a_stream_or_named(model, conllu_file, tmp_path, run_c
     assert status == 0, err
     assert target.read_text() == expected.read_text()
     assert "not a regular file (a pipe or a device)" in user_error("audit", str(pipe), "--model", model)
+
+
+def test_a_write_that_fails_is_one_line_and_leaves_the_old_output(model, conllu_file, tmp_path, user_error):
+    text = tmp_path / "in.txt"
+    text.write_text("The cat sat on the mat.\nDogs bark.\n" * 20, encoding="utf-8")
+    old = "an older output\n"
+    outputs = {name: tmp_path / name for name in ("arcs.jsonl", "page.html", "chosen.jsonl", "view.html")}
+    for path in outputs.values():
+        path.write_text(old)
+    commands = [
+        ("audit", str(conllu_file), "-o", str(outputs["arcs.jsonl"]), "--model", model, "--quiet"),
+        ("audit", str(conllu_file), "--html", str(outputs["page.html"]), "--model", model, "--quiet"),
+        ("select", str(text), "--budget", "100", "-o", str(outputs["chosen.jsonl"]), "--model", model, "--quiet"),
+        ("render", str(text), "-o", str(outputs["view.html"]), "--model", model),
+    ]
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    messages = []
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len(old), hard))  # a full disk
+        for args in commands:
+            messages.append(user_error(*args))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert ["cannot write (File too large)" in message for message in messages] == [True] * 4, messages
+    assert all(path.read_text() == old for path in outputs.values())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", "in.conllu", *outputs])
