@@ -46,7 +46,7 @@ def format_of(path: Path) -> Optional[str]:
 def check_docbin_target(path: Path) -> None:
     """A .spacy target is a directory of shards: new, or empty."""
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise UserError(f"--output {path} exists and is not an empty directory")
+        raise UserError(f"--output {path} exists and is not an empty directory; delete it or give a new path")
 
 
 # --- where records go ---------------------------------------------------------------
