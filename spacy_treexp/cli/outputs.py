@@ -123,8 +123,9 @@ def _float(value: Optional[float]) -> Optional[float]:
 
 
 def doc_to_json(doc: Doc) -> dict[str, Any]:
-    """Plain JSON of a Doc's parse and uncertainty; heads are Doc token indices, the
-    root's head is the root itself (as in spaCy's ``Doc.to_json``)."""
+    """Plain JSON of a Doc's parse and uncertainty; a token's heads are Doc token indices,
+    the root's head is the root itself (as in spaCy's ``Doc.to_json``); a sentence's
+    ``mbr_heads`` and samples number its words 1..n, 0 = ROOT (CoNLL-U)."""
     sentences = []
     for sent in doc.sents:
         tokens = [

@@ -4,8 +4,9 @@ The same columns come from ``spacy-treexp annotate --backend ray --output-format
 (after ``source``, ``line``, ``meta`` and ``text``) and from
 :class:`~spacy_treexp.scale.annotator.TreexpAnnotator` on a user's Ray Dataset (added to
 the dataset's own columns). The values are those of the JSONL output
-(:func:`spacy_treexp.cli.outputs.doc_to_json`): heads are Doc token indices, the root's
-head is the root itself, and floats are rounded to 6 decimals.
+(:func:`spacy_treexp.cli.outputs.doc_to_json`): a token's heads are Doc token indices, the
+root's head is the root itself; ``mbr_heads`` and samples number the sentence's words 1..n,
+0 = ROOT (CoNLL-U); floats are rounded to 6 decimals.
 
 ======================  =====================================================  ==========================================
 column                  type                                                   value
