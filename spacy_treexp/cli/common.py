@@ -55,9 +55,13 @@ def _import_code(path: Optional[Path]) -> Optional[Path]:
     if path is not None:
         if not path.is_file():
             raise typer.BadParameter(f"{path}: no such file", param_hint="--code")
-        from spacy.cli._util import import_code
+        from spacy.util import import_file
 
-        import_code(path)
+        try:  # spaCy's import_code prints its own two lines and exits 1
+            import_file("python_code", path)
+        except Exception as e:
+            message = " ".join(f"{type(e).__name__}: {e}".split())
+            raise typer.BadParameter(f"{path}: cannot import it ({message})", param_hint="--code") from e
     return path
 
 

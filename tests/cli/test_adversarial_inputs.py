@@ -138,3 +138,11 @@ def test_a_write_that_fails_is_one_line_and_leaves_the_old_output(model, conllu_
     assert ["cannot write (File too large)" in message for message in messages] == [True] * 4, messages
     assert all(path.read_text() == old for path in outputs.values())
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", "in.conllu", *outputs])
+
+
+def test_a_code_file_that_does_not_import_is_one_line(model, tmp_path, user_error):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def (:\n")
+    assert f"--code: {broken}: cannot import it (SyntaxError" in user_error(
+        "parse", "A text.", "--code", str(broken), "--model", model
+    )
