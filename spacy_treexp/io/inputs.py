@@ -148,9 +148,12 @@ def read_jsonl_items(handle: Iterable[bytes], on_bad: OnBad) -> Iterator[tuple[I
     (none of :data:`RESERVED_FIELDS`)."""
     for number, line in _lines(handle, on_bad):
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_constant=_not_json)
         except json.JSONDecodeError as e:
             on_bad(number, f"invalid JSON ({e.msg})")
+            continue
+        except ValueError as e:
+            on_bad(number, f"invalid JSON ({e})")
             continue
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             on_bad(number, 'expected an object with a string "text" field')
@@ -161,6 +164,12 @@ def read_jsonl_items(handle: Iterable[bytes], on_bad: OnBad) -> Iterator[tuple[I
             continue
         meta = {key: value for key, value in record.items() if key != "text"}
         yield record["text"], {"line": number, "meta": meta}
+
+
+def _not_json(name: str) -> Any:
+    """NaN and Infinity, which Python's json reads but JSON has not: kept, they would make
+    every output record invalid JSON for other readers."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def read_conllu_items(handle: IO[bytes], on_bad: OnBad) -> Iterator[tuple[Item, Context]]:

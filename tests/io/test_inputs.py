@@ -29,6 +29,12 @@ def test_jsonl_keeps_metadata_and_reports_bad_lines():
     assert [line for line, _ in bad] == [2, 3, 4] and bad[2][1].startswith("invalid JSON")
 
 
+def test_jsonl_refuses_nan_and_infinity_which_json_has_not():
+    items, bad = read(b'{"text": "A", "score": NaN}\n{"text": "B", "x": [-Infinity]}\n{"text": "C"}\n', "jsonl")
+    assert [text for text, _ in items] == ["C"]
+    assert bad == [(1, "invalid JSON (NaN is not a JSON value)"), (2, "invalid JSON (-Infinity is not a JSON value)")]
+
+
 def test_jsonl_refuses_fields_the_output_record_would_overwrite():
     items, bad = read(
         b'{"text": "A", "line": 99}\n{"text": "B", "sentences": []}\n{"text": "C", "lines": 1}\n', "jsonl"
