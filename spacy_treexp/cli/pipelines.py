@@ -43,6 +43,8 @@ def check_model(model: str) -> None:
     """A ``--model`` spaCy can load from (an installed package, a folder, ``blank:LANG``),
     or a UserError naming it: checked before the pipeline is loaded or anything written.
     ``en_treexp_ewt_ensemble`` is the shipped pipeline with its second parser."""
+    if not model.strip():  # Path("") is the current folder
+        raise UserError("--model is empty: give a pipeline package name or folder")
     if (
         model in (ENSEMBLE_NAME, STOCK_HEAD_NAME)
         or model.startswith("blank:")

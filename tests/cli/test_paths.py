@@ -81,6 +81,11 @@ def test_a_missing_model_is_named_by_every_command(files, tmp_path, user_error):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gold.conllu", "in.jsonl", "in.txt", "plain"]
 
 
+def test_an_empty_model_name_is_named_not_read_as_the_current_folder(user_error, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert "--model is empty" in user_error("parse", "Hi.", "--model", "")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="as root, folder permissions do not stop writing")
 def test_an_unwritable_folder(model, files, tmp_path, user_error):
     locked = tmp_path / "locked"
