@@ -29,7 +29,7 @@ from spacy.tokens import Doc, Span, Token
 from thinc.types import Ints2d
 
 from spacy_treexp.annotate import SentenceAnnotation, mbr_heads
-from spacy_treexp.pipeline.noun_chunks import UD_RELATIONS, ud_noun_chunks
+from spacy_treexp.pipeline.noun_chunks import is_ud_label_set, ud_noun_chunks
 
 #: Name of the Doc extension holding the per-sentence records.
 STORE = "tree_expectations"
@@ -150,7 +150,7 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
     copy._.set(STORE, None)
     array = numpy.stack([heads.astype("uint64"), numpy.asarray(deps, dtype="uint64")], axis=1)
     copy.from_array([HEAD, DEP], cast(Ints2d, array))  # thinc's Ints2d: the numpy array spaCy takes
-    if any(record.labels is not None and UD_RELATIONS <= set(record.labels) for record in records):
+    if any(record.labels is not None and is_ud_label_set(record.labels) for record in records):
         # a UD tree, also where the Doc kept a stock parse (and its noun chunks) beside the parser's
         setattr(copy, "noun_chunks_iterator", ud_noun_chunks)
     return copy

@@ -96,7 +96,7 @@ from spacy_treexp.pipeline.architectures import ENCODER_PRECISIONS, get_scorer_m
 from spacy_treexp.pipeline.blas import blas_threads, numpy_blas
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, new_writer_token, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
-from spacy_treexp.pipeline.noun_chunks import UD_RELATIONS, ud_noun_chunks
+from spacy_treexp.pipeline.noun_chunks import is_ud_label_set, ud_noun_chunks
 from spacy_treexp.pipeline.stock import UD_DEPS, UD_HEADS, register_ud_extensions, set_ud_tree
 
 #: The folder beside a sourced parser's data that holds its home pipeline's tokenizer,
@@ -347,7 +347,7 @@ def weights_digest(weights: bytes) -> str:
     return hashlib.sha256(weights).hexdigest()
 
 
-def _listeners(model: Model) -> List[Model]:
+def model_listeners(model: Model) -> List[Model]:
     """The layers of ``model`` that read another component's output (spaCy's
     ``Tok2VecListener``, spacy-transformers' ``TransformerListener``, ...)."""
     return [node for node in model.walk() if isinstance(getattr(node, "upstream_name", None), str)]
@@ -531,7 +531,7 @@ class BiaffineParser(TrainablePipe):
         self._home_mismatch = None
         self._width_mismatch = None
         self._host_vocab_checked = None
-        for listener in _listeners(self.model):
+        for listener in model_listeners(self.model):
             upstream = self._upstream(listener)
             if upstream is None:
                 continue
@@ -715,7 +715,7 @@ class BiaffineParser(TrainablePipe):
 
     def _read_upstreams(self) -> List[str]:
         """The names of the home components the model's listeners read."""
-        read = [self._upstream(listener) for listener in _listeners(self.model)]
+        read = [self._upstream(listener) for listener in model_listeners(self.model)]
         return [name for name, proc in self._home_upstreams.items() if any(proc is r for r in read)]
 
     def _upstream(self, listener: Model) -> Any:
@@ -909,7 +909,7 @@ class BiaffineParser(TrainablePipe):
             if groups[-1] and (len(groups[-1]) + 1) * spans[k][0] > BUCKET_WORDS:
                 groups.append([])
             groups[-1].append(k)
-        if len(groups) > 1 and not _listeners(self.model):
+        if len(groups) > 1 and not model_listeners(self.model):
             groups = [list(range(len(spans)))]
         n_max = max(n for n, _, _, _ in spans)
         arc = numpy.zeros((len(spans), n_max + 1, n_max + 1), dtype="float32")
@@ -966,7 +966,7 @@ class BiaffineParser(TrainablePipe):
 
     def _run_home(self, copies: List[Doc]) -> List[Doc]:
         """``copies`` after the home components the model's listeners read."""
-        for listener in _listeners(self.model):
+        for listener in model_listeners(self.model):
             upstream = self._upstream(listener)
             if upstream is None:
                 raise ValueError(
@@ -988,7 +988,7 @@ class BiaffineParser(TrainablePipe):
         ``en_core_web_sm``'s own tok2vec (``configs/en_core_web_sm_head.cfg``): the copies and
         a second tok2vec pass are then skipped. Checked on one Doc of every batch, so a host
         whose tensor comes from another encoder gets the copies."""
-        listeners = _listeners(self.model)
+        listeners = model_listeners(self.model)
         if not listeners or not all(isinstance(listener, Tok2VecListener) for listener in listeners):
             return False
         sample = next((doc for doc in docs if len(doc)), None)
@@ -1058,7 +1058,7 @@ class BiaffineParser(TrainablePipe):
         if not labels:
             raise ValueError(f"biaffine_parser '{self.name}' has no labels: initialize or train it first")
         label_ids = numpy.array([self.vocab.strings.add(label) for label in labels], dtype="uint64")
-        ud = UD_RELATIONS <= set(labels)
+        ud = is_ud_label_set(labels)
         b = 0
         named: List[Vocab] = [self.vocab]
         for doc, sentences in zip(docs, predictions["sentences"]):

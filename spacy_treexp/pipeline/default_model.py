@@ -16,7 +16,7 @@ from spacy.language import Language
 from thinc.api import Model
 
 from spacy_treexp.calibration.map import CalibrationMap
-from spacy_treexp.pipeline.biaffine_parser import BiaffineParser, _listeners, weights_digest
+from spacy_treexp.pipeline.biaffine_parser import BiaffineParser, model_listeners, weights_digest
 from spacy_treexp.pipeline.config_checks import check_pipeline_folder
 
 MODEL_NAME = "en_treexp_ewt"
@@ -89,7 +89,7 @@ def check_listeners(nlp: Language) -> None:
         model = getattr(component, "model", None)
         if isinstance(component, BiaffineParser) or not isinstance(model, Model):
             continue
-        for listener in _listeners(model):
+        for listener in model_listeners(model):
             upstream = getattr(listener, "upstream_name")
             if upstream != "*" and upstream not in enabled and name not in missing.setdefault(upstream, []):
                 missing[upstream].append(name)

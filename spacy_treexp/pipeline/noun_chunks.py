@@ -59,6 +59,12 @@ UD_RELATIONS = frozenset({"obj", "obl", "case", "nmod"})
 CLEAR_RELATIONS = frozenset({"dobj", "pobj", "prep", "nsubjpass", "attr", "pcomp", "dative", "poss", "npadvmod"})
 
 
+def is_ud_label_set(labels: Sequence[str]) -> bool:
+    """Whether a parser with the relation labels ``labels`` writes UD trees (it has every one
+    of :data:`UD_RELATIONS`)."""
+    return UD_RELATIONS <= set(labels)
+
+
 def _base(relation: str) -> str:
     return relation.lower().split(":", 1)[0]
 
