@@ -14,7 +14,7 @@ from typing import Annotated, Any, Optional, TypeVar
 import typer
 
 from spacy_treexp.io import inputs
-from spacy_treexp.io.files import within, write_atomic
+from spacy_treexp.io.files import held_input, within, write_atomic
 from spacy_treexp.io.inputs import OnBad, Reader
 
 PROG = "spacy-treexp"
@@ -163,14 +163,14 @@ def check_not_holding(folder: Path, sources: Iterable[tuple[str, Optional[Path]]
     inputs and hold none of them: replacing it would delete them. ``sources``: (option, path)."""
     if not folder.is_dir():
         return
-    for option, source in sources:
-        if source is None or is_stdio(source) or not (source.exists() or source.is_symlink()):
-            continue
-        if within(source, folder, itself=True):
-            raise UserError(
-                f"{what} {folder}: holds the input {option} {source}, which replacing the folder would "
-                "delete; write to another folder"
-            )
+    held = held_input(
+        folder, [(option, source) for option, source in sources if source is None or not is_stdio(source)]
+    )
+    if held is not None:
+        raise UserError(
+            f"{what} {folder}: holds the input {held[0]} {held[1]}, which replacing the folder would "
+            "delete; write to another folder"
+        )
 
 
 def check_not_inside(path: Path, folder: Optional[Path], option: str, what: str = "--out") -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Union
+from typing import Iterable, Optional, Tuple, Union
 
 
 def write_atomic(path: Path, data: Union[str, bytes]) -> None:
@@ -33,3 +33,12 @@ def within(path: Path, folder: Path, itself: bool = False) -> bool:
     places = {Path(os.path.abspath(folder)), folder.resolve()}
     candidates = {Path(os.path.abspath(path)), path.resolve()}
     return any((itself and c == p) or p in c.parents for c in candidates for p in places)
+
+
+def held_input(folder: Path, sources: Iterable[Tuple[str, Optional[Path]]]) -> Optional[Tuple[str, Path]]:
+    """The first ``(option, path)`` of ``sources`` whose path exists (or is a link) and is
+    ``folder`` or lies in it (:func:`within`): an input that replacing ``folder`` would delete."""
+    for option, path in sources:
+        if path is not None and (path.exists() or path.is_symlink()) and within(path, folder, itself=True):
+            return option, path
+    return None

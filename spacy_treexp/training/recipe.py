@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy
 
 from spacy_treexp.evaluation.report import json_safe
-from spacy_treexp.io.files import within, write_atomic
+from spacy_treexp.io.files import held_input, within, write_atomic
 
 SENTENCES_PER_DOC = 10
 TEMPLATES = ("parser.cfg", "transformer.cfg")
@@ -125,12 +125,11 @@ def check_options(options: TrainOptions) -> str:
                 raise TrainingError(f"-o {out}: holds {what}, which --force would empty; write to a new folder")
         inputs: List[Tuple[str, Union[str, Path, None]]] = [("TRAIN", options.train), ("DEV", options.dev)]
         inputs += [("--test", options.test), ("--vectors", options.vectors), ("--transformer", options.transformer)]
-        for option, value in inputs:
-            path = None if value is None else Path(value)
-            if path is not None and (path.exists() or path.is_symlink()) and within(path, out, itself=True):
-                raise TrainingError(
-                    f"-o {out}: holds the input {option} {value}, which --force would delete; write to another folder"
-                )
+        held = held_input(out, [(option, None if value is None else Path(value)) for option, value in inputs])
+        if held is not None:
+            raise TrainingError(
+                f"-o {out}: holds the input {held[0]} {held[1]}, which --force would delete; write to another folder"
+            )
     if not out.parent.is_dir():
         raise TrainingError(f"-o {out}: the folder {out.parent} does not exist")
     lang = options.lang or infer_lang(options.train)
@@ -153,20 +152,21 @@ def check_options(options: TrainOptions) -> str:
         raise TrainingError(f"--set: {_one_line(e)}") from e
     if options.vectors is not None and options.transformer is not None:
         raise TrainingError("--vectors and --transformer: give one (the transformer template has no static vectors)")
-    if options.vectors is not None and _vectors_folder(options.vectors) is None:
+    vectors = None if options.vectors is None else _vectors_folder(options.vectors)
+    if options.vectors is not None and vectors is None:
         raise TrainingError(
             f"--vectors {options.vectors}: neither a folder nor an installed package (spaCy loads a package "
             f"by the name it is imported as: {options.vectors.replace('-', '_')}, not {options.vectors})"
             if "-" in options.vectors and spacy.util.is_package(options.vectors)
             else f"--vectors {options.vectors}: neither a folder nor an installed package"
         )
-    if options.vectors is not None and not _holds_vectors(_vectors_folder(options.vectors)):
+    if options.vectors is not None and not _holds_vectors(vectors):
         what = "folder" if Path(options.vectors).exists() else "package"
         raise TrainingError(
             f"--vectors {options.vectors}: not a spaCy pipeline {what} with vectors; make one from a "
             "word2vec or GloVe text file with `python -m spacy init vectors LANG FILE FOLDER`"
         )
-    vectors_lang = None if options.vectors is None else _vectors_lang(options.vectors)
+    vectors_lang = None if vectors is None else _vectors_lang(vectors)
     if vectors_lang is not None and vectors_lang != lang:
         raise TrainingError(
             f"--vectors {options.vectors}: made for language {vectors_lang!r}, but the pipeline is {lang!r} "
@@ -400,11 +400,10 @@ def _vectors_folder(vectors: str) -> Optional[Path]:
         return package
 
 
-def _vectors_lang(vectors: str) -> Optional[str]:
-    """The language of the pipeline folder or package ``vectors`` (its meta.json), if known."""
-    folder = _vectors_folder(vectors)
+def _vectors_lang(folder: Path) -> Optional[str]:
+    """The language of the vectors' pipeline folder (:func:`_vectors_folder`; its meta.json), if known."""
     try:
-        lang = json.loads((folder / "meta.json").read_text(encoding="utf8")).get("lang") if folder else None
+        lang = json.loads((folder / "meta.json").read_text(encoding="utf8")).get("lang")
     except (OSError, ValueError):
         return None
     return lang if isinstance(lang, str) else None

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from spacy_treexp.io import files
-from spacy_treexp.io.files import within, write_atomic
+from spacy_treexp.io.files import held_input, within, write_atomic
 
 
 def test_text_and_bytes_replace_the_file_whole(tmp_path):
@@ -48,3 +48,16 @@ def test_within_reads_either_spelling_of_either_path(tmp_path, monkeypatch):
     assert within(Path("."), Path("..")) and within(Path("."), folder / "sub", itself=True)
     assert not within(folder, folder) and within(folder, tmp_path / "link", itself=True)
     assert not within(elsewhere, folder) and not within(folder, folder / "sub", itself=True)
+
+
+def test_held_input_names_the_first_existing_input_in_the_folder(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train.conllu").write_text("x")
+    (tmp_path / "dev.conllu").write_text("x")
+    (out / "link").symlink_to(tmp_path / "nowhere")  # a dangling link is still deleted with the folder
+    sources = [("DEV", tmp_path / "dev.conllu"), ("--test", None), ("--vectors", out / "missing")]
+    assert held_input(out, sources) is None
+    assert held_input(out, [*sources, ("TRAIN", out / "train.conllu")]) == ("TRAIN", out / "train.conllu")
+    assert held_input(out, [("--vectors", out / "link")]) == ("--vectors", out / "link")
+    assert held_input(out, [("-o", out)]) == ("-o", out)  # the folder itself
