@@ -132,7 +132,8 @@ def calibrate(
         raise UserError(f"--l2 {l2}: expected a finite number >= 0")
     if stanza is not None and not stanza.is_dir():
         raise UserError(f"--stanza {stanza}: no such directory")
-    target = _target(out, stanza, force, [p for p in (dev, held_out) if p is not None])
+    stanza_map = None if stanza is None else _stanza_map_file(stanza)  # where its processor reads a map
+    target = _target(out, stanza, stanza_map, force, [p for p in (dev, held_out) if p is not None])
     if stanza is None:  # --force replaces the folder whole: never one holding an input
         check_not_holding(
             target,
@@ -162,7 +163,7 @@ def calibrate(
             except (ValueError, RuntimeError, OSError) as e:
                 raise UserError(f"--stanza {stanza}: {e}") from e
             nlp = None
-            current = _stanza_map(stanza)
+            current = _stanza_map(stanza_map)
         else:
             nlp = _load(model)
             fit_scores, report_scores = _spacy_scores(nlp, fit_gold), _spacy_scores(nlp, report_gold)
@@ -194,13 +195,12 @@ def calibrate(
             calibration = _with_reference(nlp, calibration, novelty_text, novelty_size, fit_gold, ood_dev)
     if nlp is None:
         calibration.to_disk(target)
-        read = None if stanza is None else _stanza_map_file(stanza)
-        if read is not None and target.resolve() == read.resolve():
+        if stanza_map is not None and target.resolve() == stanza_map.resolve():
             typer.echo(f"stored the map in {target} (read by the Stanza tree_expectations processor)")
         else:
             typer.echo(
                 f"stored the map in {target}: give it to the Stanza processor with "
-                f"tree_expectations_calibration_path='{target}' (it reads {read})"
+                f"tree_expectations_calibration_path='{target}' (it reads {stanza_map})"
             )
     else:
         _store_spacy(nlp, calibration, target)
@@ -266,10 +266,12 @@ def _lines(path: Path, what: str) -> List[str]:
     return lines
 
 
-def _target(out: Optional[Path], stanza: Optional[Path], force: bool, inputs: Sequence[Path]) -> Path:
-    """Where the map goes, checked before any work."""
-    if stanza is not None:
-        default = _stanza_map_file(stanza)
+def _target(
+    out: Optional[Path], stanza: Optional[Path], default: Optional[Path], force: bool, inputs: Sequence[Path]
+) -> Path:
+    """Where the map goes, checked before any work; ``default``: where the Stanza folder's
+    processor reads its map (:func:`_stanza_map_file`)."""
+    if stanza is not None and default is not None:
         target = out if out is not None else default
         check_output_path(target, inputs, what="--out")
         resolved = target.resolve()
@@ -300,13 +302,12 @@ def _stanza_map_file(folder: Path) -> Path:
         raise UserError(f"--stanza {folder}: {e}") from e
 
 
-def _stanza_map(folder: Path) -> Any:
-    """The map a Stanza folder's processor reads now (:func:`_stanza_map_file`), or None."""
-    from spacy_treexp.calibration.map import CalibrationError
-    from spacy_treexp.stanza.convert import folder_calibration
+def _stanza_map(path: Optional[Path]) -> Any:
+    """The map a Stanza folder's processor reads now, from ``path`` (:func:`_stanza_map_file`), or None."""
+    from spacy_treexp.calibration.map import CalibrationError, CalibrationMap
 
     try:
-        return folder_calibration(str(folder))
+        return CalibrationMap.from_disk(path) if path is not None and path.is_file() else None
     except CalibrationError:
         return None  # replaced by the new one
 
