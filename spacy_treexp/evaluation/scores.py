@@ -52,10 +52,11 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
     """
 
     import spacy_treexp.pipeline.extensions  # noqa: F401  (registers Doc._.parser_scores)
+    from spacy_treexp.pipeline.tree_expectations import last_annotator
 
-    annotators = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "tree_expectations"]
-    if annotators:
-        return component_scores(nlp, gold, annotators[-1], batch_size=batch_size)
+    annotator = last_annotator(nlp)
+    if annotator is not None:
+        return component_scores(nlp, gold, annotator, batch_size=batch_size)
     skipped = _skipped_components(nlp)
     components = list(nlp.pipe_names)
 

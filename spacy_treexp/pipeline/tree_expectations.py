@@ -124,14 +124,21 @@ def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
     return path if path is not None and path.is_file() else None
 
 
+def last_annotator(nlp: Language) -> Optional[str]:
+    """The name of ``nlp``'s last ``tree_expectations`` component, found by its factory (so
+    also under another name), or None."""
+    annotators = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "tree_expectations"]
+    return annotators[-1] if annotators else None
+
+
 def pipeline_calibration(nlp: Language) -> Optional[CalibrationMap]:
     """The calibration map ``nlp`` applies to its parser's scores: its ``tree_expectations``
     component's, else the one its last parser carries (or stores in its folder)
     (:func:`parser_calibration`), else None. ``spacy-treexp audit`` and ``evaluate`` score
     with it, as the pipeline's users read ``token._.head_prob``."""
-    annotators = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "tree_expectations"]
-    if annotators:
-        return getattr(nlp.get_pipe(annotators[-1]), "calibration", None)
+    annotator = last_annotator(nlp)
+    if annotator is not None:
+        return getattr(nlp.get_pipe(annotator), "calibration", None)
     return read_map(parser_calibration(nlp))
 
 
