@@ -219,7 +219,7 @@ def _with_reference(
     from spacy_treexp.calibration import CalibrationError, fit_reference
     from spacy_treexp.evaluation.scores import gold_docs, sentence_signals, text_docs
 
-    nlp.get_pipe("tree_expectations").calibration = calibration  # the entropy the new map gives
+    nlp.get_pipe(_annotator(nlp)).calibration = calibration  # the entropy the new map gives
     train = sentence_signals(nlp, _docs(nlp, text, "--novelty-text"))
     inside = outside = None
     if ood_dev is not None:
@@ -381,6 +381,7 @@ def _load(model: Optional[str]) -> Any:
     from spacy_treexp.cli.pipelines import check_model
     from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions and factories)
     from spacy_treexp.pipeline.default_model import load_named
+    from spacy_treexp.pipeline.tree_expectations import last_annotator
 
     try:
         if model is not None:
@@ -390,7 +391,7 @@ def _load(model: Optional[str]) -> Any:
         raise
     except Exception as e:  # a package or folder that is not a loadable spaCy pipeline
         raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
-    if "tree_expectations" not in nlp.pipe_names:
+    if last_annotator(nlp) is None:  # by factory: a pipeline may name its component otherwise
         from spacy_treexp.pipeline.extensions import score_writers
 
         if not score_writers(nlp):
@@ -402,11 +403,20 @@ def _load(model: Optional[str]) -> Any:
     return nlp
 
 
+def _annotator(nlp: Any) -> str:
+    """The name of the ``tree_expectations`` component whose scores are calibrated (``_load`` made sure of one)."""
+    from spacy_treexp.pipeline.tree_expectations import last_annotator
+
+    name = last_annotator(nlp)
+    assert name is not None
+    return name
+
+
 def _spacy_scores(nlp: Any, gold: Sequence[Any]) -> List[Any]:
     from spacy_treexp.evaluation.scores import component_scores
 
     try:
-        return component_scores(nlp, gold)
+        return component_scores(nlp, gold, _annotator(nlp))
     except ValueError as e:
         raise UserError(f"the pipeline's scores: {e}") from e
 
@@ -417,7 +427,7 @@ def _store_spacy(nlp: Any, calibration: Any, target: Path) -> None:
     place (``cli.partial.replace_folder``)."""
     from spacy_treexp.pipeline.tree_expectations import store_calibration
 
-    store_calibration(nlp, calibration)
+    store_calibration(nlp, calibration, _annotator(nlp))
     replace_folder(target, nlp.to_disk)
 
 

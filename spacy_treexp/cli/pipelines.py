@@ -31,6 +31,7 @@ from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the exten
 from spacy_treexp.pipeline.config_checks import check_pipeline_folder
 from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, STOCK_HEAD_NAME, load_named
 from spacy_treexp.pipeline.extensions import score_writers
+from spacy_treexp.pipeline.tree_expectations import last_annotator
 
 SENTENCE_SETTERS = ("senter", "sentencizer")
 _MAX_SAMPLES = 2**63 - 1  # an int64
@@ -88,11 +89,12 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
         except Exception as e:  # a package that is not a spaCy pipeline, a broken one
             raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
     settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
-    if "tree_expectations" in nlp.pipe_names:
-        config = dict(nlp.get_pipe_config("tree_expectations"))
+    annotator = last_annotator(nlp)  # by factory: a pipeline may name its component otherwise
+    if annotator is not None:
+        config = dict(nlp.get_pipe_config(annotator))
         config.pop("factory", None)
         config.update(settings)
-        nlp.replace_pipe("tree_expectations", "tree_expectations", config=config)
+        nlp.replace_pipe(annotator, "tree_expectations", config=config)
     elif not score_writers(nlp) and _has_stock_parser(nlp):
         import spacy_treexp  # a stock pipeline: our parser goes after it (the head for en_core_web_sm)
 
@@ -110,10 +112,12 @@ def _has_stock_parser(nlp: Language) -> bool:
 
 def _check_scores_upstream(nlp: Language) -> None:
     """Fail at once, not on every document, when nothing writes the default scores."""
-    config = nlp.get_pipe_config("tree_expectations")
+    annotator = last_annotator(nlp)
+    assert annotator is not None  # load_pipeline has added one
+    config = nlp.get_pipe_config(annotator)
     if config["scores"] != {"@misc": "spacy_treexp.parser_scores.v1"}:
         return
-    before = nlp.pipe_names[: nlp.pipe_names.index("tree_expectations")]
+    before = nlp.pipe_names[: nlp.pipe_names.index(annotator)]
     if not score_writers(nlp, before):
         raise UserError(
             f"no component of the pipeline {before} writes arc scores (Doc._.parser_scores); "

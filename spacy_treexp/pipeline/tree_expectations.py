@@ -166,7 +166,7 @@ def store_calibration(nlp: Language, calibration: CalibrationMap, name: str = "t
     config = dict(nlp.get_pipe_config(name))
     config.pop("factory", None)
     config["calibration"] = calibration.to_dict()
-    nlp.replace_pipe(name, name, config=config)
+    nlp.replace_pipe(name, "tree_expectations", config=config)
     if config.get("scores", DEFAULT_CONFIG["scores"]) != DEFAULT_CONFIG["scores"]:
         return
     writers = score_writers(nlp)

@@ -362,3 +362,17 @@ def test_gold_relations_the_parser_does_not_know_are_warned_about(pipeline_dir, 
         == 0
     )
     assert "not among the parser's labels" not in capsys.readouterr().err
+
+
+def test_a_renamed_tree_expectations_is_the_one_calibrated(pipeline_dir, tmp_path):
+    """The component is found by its factory: its map goes into it, no second one is added."""
+    nlp = spacy.load(pipeline_dir)
+    nlp.add_pipe("tree_expectations", name="uncertainty", config={"n_samples": 3})
+    nlp.to_disk(tmp_path / "renamed")
+    out = tmp_path / "calibrated"
+    argv = ["calibrate", "--model", str(tmp_path / "renamed"), "--dev", str(FIXTURE), "--out", str(out)]
+    assert main(argv + ["--kind", "temperature"]) == 0
+    stored = spacy.load(out)
+    assert [n for n in stored.pipe_names if stored.get_pipe_meta(n).factory == "tree_expectations"] == ["uncertainty"]
+    assert stored.get_pipe("uncertainty").calibration.kind == "temperature"
+    assert stored.get_pipe_config("uncertainty")["n_samples"] == 3

@@ -74,6 +74,21 @@ def test_pipeline_without_arc_scores_fails_at_once(tmp_path, user_error):
     assert "writes arc scores" in user_error("parse", "Hi there.", "--model", str(tmp_path / "no_parser"))
 
 
+def test_a_renamed_tree_expectations_takes_the_options(model, tmp_path):
+    """The pipeline's own component is found by its factory and given the command's options
+    (no second one is added after it)."""
+    from spacy_treexp.cli.pipelines import load_pipeline
+
+    nlp = spacy.load(model)
+    nlp.add_pipe("tree_expectations", name="uncertainty", config={"top_k_heads": 2})
+    nlp.to_disk(tmp_path / "renamed")
+    loaded = load_pipeline(str(tmp_path / "renamed"), n_samples=4)
+    assert loaded.pipe_names[-1] == "uncertainty" and "tree_expectations" not in loaded.pipe_names
+    config = loaded.get_pipe_config("uncertainty")
+    assert config["n_samples"] == 4 and config["top_k_heads"] == 2
+    assert len(loaded("Hi there.")._.tree_expectations[0].sampled_heads) == 4
+
+
 def test_a_stock_pipeline_gets_our_parser_beside_its_own(run_cli):
     """en_core_web_sm's parser gives no arc scores: --model adds ours (add_uncertainty), and
     spaCy's compiled parser and NER, which take no error handler, no longer stop the run."""
