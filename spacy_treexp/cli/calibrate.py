@@ -377,11 +377,11 @@ def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed
 
 
 def _load(model: Optional[str]) -> Any:
-    """The pipeline, with a ``tree_expectations`` component (added when it has none)."""
-    from spacy_treexp.cli.pipelines import check_model
+    """The pipeline, with a ``tree_expectations`` component (added when it has none; a stock
+    pipeline gets our parser beside its own, as ``parse`` gives it: ``ensure_annotator``)."""
+    from spacy_treexp.cli.pipelines import check_model, ensure_annotator
     from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions and factories)
     from spacy_treexp.pipeline.default_model import load_named
-    from spacy_treexp.pipeline.tree_expectations import last_annotator
 
     try:
         if model is not None:
@@ -391,15 +391,7 @@ def _load(model: Optional[str]) -> Any:
         raise
     except Exception as e:  # a package or folder that is not a loadable spaCy pipeline
         raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
-    if last_annotator(nlp) is None:  # by factory: a pipeline may name its component otherwise
-        from spacy_treexp.pipeline.extensions import score_writers
-
-        if not score_writers(nlp):
-            raise UserError(
-                f"--model {model}: no component of {nlp.pipe_names} writes arc scores (Doc._.parser_scores) "
-                "and it has no tree_expectations with a score source"
-            )
-        nlp.add_pipe("tree_expectations")
+    ensure_annotator(nlp, {})
     return nlp
 
 

