@@ -31,6 +31,7 @@ from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the exten
 from spacy_treexp.pipeline.config_checks import check_pipeline_folder
 from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, STOCK_HEAD_NAME, load_named
 from spacy_treexp.pipeline.extensions import score_writers
+from spacy_treexp.pipeline.stock import needs_our_parser
 from spacy_treexp.pipeline.tree_expectations import last_annotator
 
 SENTENCE_SETTERS = ("senter", "sentencizer")
@@ -106,18 +107,13 @@ def ensure_annotator(nlp: Language, settings: dict[str, Any]) -> None:
             config.pop("factory", None)
             config.update(settings)
             nlp.replace_pipe(annotator, "tree_expectations", config=config)
-    elif not score_writers(nlp) and _has_stock_parser(nlp):
+    elif needs_our_parser(nlp):
         import spacy_treexp  # a stock pipeline: our parser goes after it (the head for en_core_web_sm)
 
         spacy_treexp.add_uncertainty(nlp, **settings)
     else:
         nlp.add_pipe("tree_expectations", config=settings)
     _check_scores_upstream(nlp)
-
-
-def _has_stock_parser(nlp: Language) -> bool:
-    """Whether ``nlp`` has spaCy's own dependency parser (which sets the sentences too)."""
-    return any(nlp.get_pipe_meta(name).factory in ("parser", "beam_parser") for name in nlp.pipe_names)
 
 
 def _check_scores_upstream(nlp: Language) -> None:

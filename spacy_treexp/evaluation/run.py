@@ -126,10 +126,14 @@ def shown_path(path: Optional[PathLike]) -> Optional[str]:
 def load_spacy(model: Optional[str], config: Optional[Dict[str, Any]] = None) -> Any:
     """The shipped pipeline (``model`` None, or ``en_treexp_ewt_ensemble`` with its second
     parser) or ``spacy.load(model)``, with ``config`` overrides (e.g.
-    ``{"components.biaffine_parser.encoder_precision": "bfloat16"}``)."""
+    ``{"components.biaffine_parser.encoder_precision": "bfloat16"}``); a stock pipeline
+    without arc scores (``en_core_web_sm``) gets our parser beside its own, as on the command
+    line (``spacy_treexp.add_uncertainty``)."""
     from spacy_treexp.pipeline.default_model import load_named
+    from spacy_treexp.pipeline.stock import add_uncertainty, needs_our_parser
 
-    return load_named(model, config=config or {})
+    nlp = load_named(model, config=config or {})
+    return add_uncertainty(nlp) if needs_our_parser(nlp) else nlp
 
 
 def machine() -> str:

@@ -76,6 +76,19 @@ def set_ud_tree(doc: Doc, heads: numpy.ndarray, deps: List[str]) -> None:
     doc._.set(UD_DEPS, list(deps))
 
 
+def needs_our_parser(nlp: Language) -> bool:
+    """Whether ``nlp`` is a stock pipeline that :func:`add_uncertainty` completes: it has
+    spaCy's own dependency parser, which writes no arc scores, and no component writes
+    them and no ``tree_expectations`` reads them (the command line adds our parser then,
+    as ``spacy-treexp parse --model en_core_web_sm`` does)."""
+    from spacy_treexp.pipeline.extensions import score_writers
+    from spacy_treexp.pipeline.tree_expectations import last_annotator
+
+    factories = [nlp.get_pipe_meta(name).factory for name in nlp.pipe_names]
+    stock = any(factory in ("parser", "beam_parser") for factory in factories)
+    return stock and not score_writers(nlp) and last_annotator(nlp) is None
+
+
 def add_uncertainty(
     nlp: Language,
     *,

