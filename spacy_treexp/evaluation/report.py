@@ -106,10 +106,13 @@ def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
     row("LAS, MBR tree (%)", lambda q: q["attachment"]["las_mbr"], _pct)
     row("LAS, predicted tree, universal labels (%)", lambda q: q["attachment"]["las_map_universal_labels"], _pct)
     row("expected UAS of one sample (%)", lambda q: q["attachment"]["expected_uas_of_a_sample"], _pct)
-    row("ECE, head_prob of predicted head", lambda q: q["calibration"]["arc"]["ece"])
-    row("ECE, every candidate arc", lambda q: q["calibration"]["arc_all_candidates"]["ece"])
-    row("ECE, labeled arc (dep_prob) vs LAS-correct", lambda q: q["calibration"]["labeled_arc"]["ece"])
-    row("ECE, p(label | head) on correct heads", lambda q: q["calibration"]["relation_given_correct_head"]["ece"])
+    row("ECE, head_prob of predicted head, equal-mass bins", lambda q: q["calibration"]["arc"]["ece"])
+    row("ECE, every candidate arc, equal-mass bins", lambda q: q["calibration"]["arc_all_candidates"]["ece"])
+    row("ECE, labeled arc (dep_prob) vs LAS-correct, equal-mass bins", lambda q: q["calibration"]["labeled_arc"]["ece"])
+    row(
+        "ECE, p(label | head) on correct heads, equal-mass bins",
+        lambda q: q["calibration"]["relation_given_correct_head"]["ece"],
+    )
     row("AUROC, 1 − head_prob → wrong head", lambda q: q["error_detection"]["auroc_one_minus_head_prob"])
     row("AUROC, head entropy → wrong head", lambda q: q["error_detection"]["auroc_head_entropy"])
     row(
@@ -119,7 +122,7 @@ def quality_table(blocks: Dict[str, Dict[str, Any]]) -> List[str]:
     row("Spearman, entropy/word vs errors", lambda q: q["error_detection"]["spearman_entropy_per_word_vs_errors"])
     row("accuracy, 10% most certain heads (%)", lambda q: q["error_detection"]["accuracy_most_certain"], _pct)
     row("accuracy, 10% least certain heads (%)", lambda q: q["error_detection"]["accuracy_least_certain"], _pct)
-    row("95% interval, arc ECE (sentence bootstrap)", lambda q: q["bootstrap"]["arc_ece"], _interval)
+    row("95% interval, arc ECE, equal-mass bins (sentence bootstrap)", lambda q: q["bootstrap"]["arc_ece"], _interval)
     row("95% interval, AUROC 1 − head_prob", lambda q: q["bootstrap"]["auroc_one_minus_head_prob"], _interval)
     row(
         "95% interval, UAS MBR − UAS predicted (points)",
