@@ -9,6 +9,7 @@ sampled alternative parses that differ from the predicted tree.
 """
 
 import argparse
+from collections import Counter
 
 import spacy
 
@@ -40,10 +41,24 @@ for sent in doc.sents:
         candidates = ", ".join(
             f"{'ROOT' if head.i == token.i else head.text} {p:.2f}" for head, p in token._.head_distribution
         )
-        print(f"  unsure: {token.text!r} (head {head_name(token)}, p={token._.head_prob:.2f}) candidates: {candidates}")
-    predicted = [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
-    distinct = {tuple(row) for row in sent._.sampled_heads.tolist()}
-    print(f"  {len(distinct)} distinct trees among {len(sent._.sampled_heads)} samples")
+        print(
+            f"  least sure: {token.text!r} (head {head_name(token)}, p={token._.head_prob:.2f}) candidates: {candidates}"
+        )
+    # Sampled trees use CoNLL-U numbering: word j of the sentence is token sent.start + j - 1, 0 = ROOT.
+    predicted = tuple(0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent)
+    samples = [tuple(row) for row in sent._.sampled_heads.tolist()]
+    others = Counter(row for row in samples if row != predicted)
+    print(
+        f"  {len(set(samples))} distinct trees among {len(samples)} samples; "
+        f"{sum(others.values())} differ from the predicted tree"
+    )
+    for row, count in others.most_common():
+        changes = ", ".join(
+            f"{sent[m].text} -> {'ROOT' if h == 0 else sent[h - 1].text}"
+            for m, (h, old) in enumerate(zip(row, predicted))
+            if h != old
+        )
+        print(f"    {count} x: {changes}")
 
 # The i-th sample of every sentence, as a spaCy Doc anything that reads spaCy trees can use.
 alternative = doc._.sampled_doc(0)
