@@ -28,7 +28,8 @@ for sentence in doc.sentences:
     )
     print(f"{'id':>3} {'word':12} {'head':>4} {'deprel':10} {'P(head)':>8} {'H(head)':>8}  alternatives")
     for word in sentence.words:
-        alternatives = ", ".join(f"{h}:{p:.2f}" for h, p in word.head_distribution[1:])
+        # The most probable heads other than Stanza's (its tree's head need not be the most probable one).
+        alternatives = ", ".join(f"{h}:{p:.2f}" for h, p in word.head_distribution if h != word.head)
         print(
             f"{word.id:>3} {word.text:12} {word.head:>4} {word.deprel:10} "
             f"{word.head_prob:8.3f} {word.head_entropy:8.3f}  {alternatives}"
