@@ -242,6 +242,10 @@ class SentenceAnnotation:
         out_of_domain: p(the sentence is out of the parser's domain), where the novelty
             reference carries a domain model (``spacy_treexp.calibration.domain``) and the
             novelty is known; else None.
+        token_offsets: int64 ``(n, 2)``, the character offsets where each word starts and
+            ends in its document's text, set by an adapter whose documents can be retokenized
+            (the spaCy component), so that a reader can tell the words are still the ones
+            annotated; else None.
 
     An annotation read back from CoNLL-U has only the values that format keeps; the others
     are None.
@@ -270,6 +274,7 @@ class SentenceAnnotation:
     expected_entropy: Optional[float] = None
     novelty: Optional[float] = None
     out_of_domain: Optional[float] = None
+    token_offsets: Optional[numpy.ndarray] = None
 
     @property
     def n(self) -> int:

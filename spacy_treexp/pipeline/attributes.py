@@ -24,7 +24,7 @@ from bisect import bisect_right
 from typing import Any, List, Optional, Sequence, Tuple, cast
 
 import numpy
-from spacy.attrs import DEP, HEAD
+from spacy.attrs import DEP, HEAD, IDX, LENGTH
 from spacy.tokens import Doc, Span, Token
 from thinc.types import Ints2d
 
@@ -39,16 +39,73 @@ UNLABELLED_DEP = "dep"
 ROOT_DEP = "ROOT"
 
 
+def _token_offsets(doc: Doc) -> numpy.ndarray:
+    """int64 (len(doc), 2): the character offsets where each token starts and ends."""
+    offsets = doc.to_array([IDX, LENGTH]).astype("int64").reshape(len(doc), 2)
+    offsets[:, 1] += offsets[:, 0]
+    return offsets
+
+
+def mark_tokens(doc: Doc, records: Sequence[SentenceAnnotation]) -> None:
+    """Record in each of ``doc``'s sentence records where its tokens start and end in the
+    text (``SentenceAnnotation.token_offsets``), so that the getters refuse the records once
+    the Doc is retokenized, also where the number of tokens stays the same (a merge and a
+    split)."""
+    if not records:
+        return
+    offsets = _token_offsets(doc)
+    for record in records:
+        record.token_offsets = offsets[record.start : record.end].copy()
+
+
+def _retokenized(detail: str) -> ValueError:
+    return ValueError(
+        f"{detail}: the Doc was retokenized (doc.retokenize()) after 'tree_expectations' ran, so its "
+        "tree_expectations annotations no longer belong to its tokens. Retokenize before the parser, "
+        "or run the pipeline again on the new tokens (nlp(doc))."
+    )
+
+
+def _moved(token: Token) -> ValueError:
+    return _retokenized(f"Token {token.i} ({token.text[:40]!r}) is not the token that was annotated there")
+
+
+def _check_words(doc: Doc, record: SentenceAnnotation, offsets: numpy.ndarray) -> None:
+    """Raise unless the tokens of ``record``'s sentence are at ``offsets`` (theirs now)."""
+    if record.token_offsets is not None and not numpy.array_equal(record.token_offsets, offsets):
+        k = int(numpy.flatnonzero((record.token_offsets != offsets).any(axis=1))[0])
+        raise _moved(doc[record.start + k])
+
+
+def _check_token(token: Token, record: SentenceAnnotation) -> None:
+    """Raise unless ``token`` (a word of ``record``'s sentence) is where the annotated word was."""
+    if record.token_offsets is not None:
+        start, end = record.token_offsets[token.i - record.start].tolist()  # Python ints: faster to compare
+        idx = token.idx
+        if start != idx or end != idx + len(token):
+            raise _moved(token)
+
+
 def _records(doc: Doc) -> Optional[Sequence[SentenceAnnotation]]:
-    """The Doc's sentence records; raises if the Doc no longer has the tokens they describe."""
+    """The Doc's sentence records; raises if the Doc no longer has as many tokens as they
+    describe (each getter checks the words it reads: :func:`_check_words`)."""
     records = doc._.get(STORE)
     if records and records[-1].end != len(doc):
-        raise ValueError(
-            f"The Doc has {len(doc)} tokens, but its tree_expectations annotations describe "
-            f"{records[-1].end}: it was retokenized (doc.retokenize()) after 'tree_expectations' ran, "
-            "so they no longer belong to its tokens. Retokenize before the parser, or run the "
-            "pipeline again on the new tokens (nlp(doc))."
-        )
+        raise _retokenized(f"The Doc has {len(doc)} tokens, but its annotations describe {records[-1].end}")
+    return records
+
+
+def doc_records(doc: Doc) -> Optional[Sequence[SentenceAnnotation]]:
+    """The Doc's sentence records (``doc._.tree_expectations``), or None; raises
+    ``ValueError`` if the Doc was retokenized after they were made."""
+    records = _records(doc)
+    marked = [record for record in records or () if record.token_offsets is not None]
+    if marked:
+        offsets = _token_offsets(doc)
+        now = [offsets[record.start : record.end] for record in marked]
+        if not numpy.array_equal(numpy.concatenate(now), numpy.concatenate([r.token_offsets for r in marked])):
+            for record, words in zip(marked, now):  # one comparison for the usual case; this names the token
+                _check_words(doc, record, words)
     return records
 
 
@@ -62,7 +119,10 @@ def _record_for_span(span: Span) -> Optional[SentenceAnnotation]:
         return None
     k = bisect_right(records, span.start, key=_start) - 1
     if k >= 0 and records[k].start == span.start and records[k].end == span.end:
+        offsets = numpy.array([(t.idx, t.idx + len(t)) for t in span], dtype="int64")  # O(n), not O(len(doc))
+        _check_words(span.doc, records[k], offsets)
         return records[k]
+    doc_records(span.doc)  # sentences moved by a retokenization are named as such
     raise ValueError(
         f"Span {span.start}:{span.end} ({span.text[:40]!r}) is not a sentence "
         "annotated by 'tree_expectations': use the spans of doc.sents."
@@ -76,7 +136,9 @@ def _record_for_token(token: Token) -> Optional[SentenceAnnotation]:
     k = bisect_right(records, token.i, key=_start) - 1
     if k < 0 or token.i >= records[k].end:
         return None
-    return records[k]
+    record = records[k]
+    _check_token(token, record)
+    return record
 
 
 # --- Doc getters -----------------------------------------------------------------
@@ -85,7 +147,7 @@ def _record_for_token(token: Token) -> Optional[SentenceAnnotation]:
 def get_doc_arc_marginals(doc: Doc) -> Optional[List[Optional[numpy.ndarray]]]:
     """Per-sentence arc marginal matrices (n+1, n+1), ``[h, d]``, index 0 = ROOT (None for a
     sentence whose record has none, e.g. one read back from CoNLL-U)."""
-    records = _records(doc)
+    records = doc_records(doc)
     if records is None:
         return None
     return [record.marginals for record in records]
@@ -93,7 +155,7 @@ def get_doc_arc_marginals(doc: Doc) -> Optional[List[Optional[numpy.ndarray]]]:
 
 def get_doc_tree_entropy(doc: Doc) -> Optional[float]:
     """Entropy (nats) of the Doc's parse: the sum of its sentences' tree entropies."""
-    records = _records(doc)
+    records = doc_records(doc)
     if records is None:
         return None
     entropies = [record.entropy for record in records if record.entropy is not None]
@@ -111,7 +173,7 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
     ``tree_expectations`` records: they describe the original parse. A copy with Universal
     Dependencies relations gets the UD noun-chunk iterator (``noun_chunks.py``).
     """
-    records = _records(doc)
+    records = doc_records(doc)
     if records is None:
         raise ValueError("Doc has no tree_expectations annotation: run the component first.")
     if not records:
@@ -299,7 +361,10 @@ def get_token_head_distribution(token: Token) -> Optional[List[Tuple[Token, floa
     if record is None or heads is None:
         return None
     doc = token.doc
-    return [(token if h == 0 else doc[record.start + h - 1], p) for h, p in heads]
+    candidates = [(token if h == 0 else doc[record.start + h - 1], p) for h, p in heads]
+    for head, _ in candidates:  # the heads are tokens of the Doc too
+        _check_token(head, record)
+    return candidates
 
 
 DOC_GETTERS = {

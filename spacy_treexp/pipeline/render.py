@@ -71,7 +71,7 @@ def render(
     parts: List[str] = []
     number = 0
     for doc in docs:
-        records = doc._.get(attributes.STORE)
+        records = attributes.doc_records(doc)  # refused if retokenized since
         if records is None:
             raise ValueError(
                 "render: the Doc has no tree_expectations annotation; run a pipeline with "

@@ -391,7 +391,9 @@ class TreeExpectations(Pipe):
                     )
         offset = 0
         for doc, doc_scores in zip(docs, per_doc):
-            doc._.set(attributes.STORE, annotations[offset : offset + len(doc_scores)])
+            records = annotations[offset : offset + len(doc_scores)]
+            attributes.mark_tokens(doc, records)
+            doc._.set(attributes.STORE, records)
             offset += len(doc_scores)
             if not self.keep_scores:
                 doc._.set(PARSER_SCORES, None)

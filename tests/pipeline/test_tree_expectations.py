@@ -364,6 +364,32 @@ def test_a_doc_retokenized_after_annotation_is_refused_not_read_at_shifted_offse
     assert again[-1]._.head_prob is not None
 
 
+def test_a_merge_and_a_split_that_keep_the_token_count_are_refused_not_read_stale():
+    nlp = make_nlp({"n_samples": 1})
+    doc = nlp(TEXTS[0])  # The cat sat on the mat. | It was happy.
+    assert doc[1].text == "cat" and doc[7].text == "It"
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])  # "The cat": one token fewer
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[6], ["I", "t"], heads=[(doc[6], 1), doc[7]])  # "It": one more
+    assert len(doc) == 11  # as annotated, yet every token from 0 to 7 is another one
+    assert doc[6].text == "I" and doc._.tree_expectations[-1].end == len(doc)
+    reads = (
+        lambda: doc[0]._.head_prob,  # the merged token: "The"'s values
+        lambda: doc[4]._.head_entropy,  # shifted: "the"'s values on "mat"
+        lambda: doc[8]._.head_distribution,
+        lambda: list(doc.sents)[0]._.tree_entropy,
+        lambda: doc._.arc_marginals,
+        lambda: doc._.tree_entropy,
+        lambda: doc._.sampled_doc(0),
+    )
+    for read in reads:
+        with pytest.raises(ValueError, match="retokenized"):
+            read()
+    again = nlp(doc)
+    assert again[8]._.head_prob is not None and again._.tree_entropy is not None
+
+
 @pytest.mark.parametrize(
     "config, message",
     [
