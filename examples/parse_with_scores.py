@@ -4,6 +4,11 @@ The ``biaffine_parser`` stores, per sentence, the arc log-potentials ``arc[h, d]
 relation log-probabilities ``rel[h, d, l]`` in ``Doc._.parser_scores``; the engine turns
 them into exact arc marginals (Koo et al. 2007).
 
+These are the parser's raw scores. The ``tree_expectations`` component (and ``spacy-treexp
+parse``) first applies the calibration map stored beside the parser, so its ``head_prob`` and
+entropies differ from the figures printed here: use the component's for calibrated
+probabilities (``examples/component_uncertainty.py``).
+
     python examples/parse_with_scores.py "I saw the man with the telescope."
 """
 
@@ -21,7 +26,7 @@ doc = nlp(text)
 for record, sent in zip(doc._.parser_scores, doc.sents):
     dist = TreeDistribution(torch.from_numpy(record["arc"]))
     marginals = dist.marginals
-    print(f"\n{sent.text}\n  tree entropy {dist.entropy().item():.3f} nats")
+    print(f"\n{sent.text}\n  tree entropy {dist.entropy().item():.3f} nats (raw scores)")
     for token in sent:
         d = token.i - sent.start + 1
         h = 0 if token.head.i == token.i else token.head.i - sent.start + 1
