@@ -45,15 +45,29 @@ UD_HEADS = "ud_heads"  # int64 (len(doc),): token index of each token's head (a 
 UD_DEPS = "ud_deps"  # list of len(doc) relation strings
 
 
+def _ud_tree(doc: Doc, name: str) -> Any:
+    """``doc._.ud_heads`` or ``doc._.ud_deps``, or None; raises if the Doc no longer has as
+    many tokens as the tree (it was retokenized after the parser ran: its indices would name
+    other tokens)."""
+    tree = doc._.get(name)
+    if tree is not None and len(tree) != len(doc):
+        raise ValueError(
+            f"The Doc has {len(doc)} tokens, but its parser's UD tree (doc._.{name}) has {len(tree)}: the Doc "
+            "was retokenized (doc.retokenize()) after the parser ran, so the tree no longer belongs to its "
+            "tokens. Retokenize before the parser, or run the pipeline again on the new tokens (nlp(doc))."
+        )
+    return tree
+
+
 def _ud_head(token: Token) -> Optional[Token]:
     """The token's head in the parser's own tree (``doc._.ud_heads``), or None."""
-    heads = token.doc._.get(UD_HEADS)
+    heads = _ud_tree(token.doc, UD_HEADS)
     return None if heads is None else token.doc[int(heads[token.i])]
 
 
 def _ud_dep(token: Token) -> Optional[str]:
     """The token's relation in the parser's own tree (``doc._.ud_deps``), or None."""
-    deps = token.doc._.get(UD_DEPS)
+    deps = _ud_tree(token.doc, UD_DEPS)
     return None if deps is None else str(deps[token.i])
 
 

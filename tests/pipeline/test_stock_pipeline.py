@@ -395,3 +395,17 @@ def test_overwrite_false_on_a_host_without_a_parse_scores_its_tree_as_dep():
     assert doc._.ud_heads is None
     scores = nlp.evaluate([Example(nlp.make_doc(doc.text), doc)])
     assert scores["dep_uas"] == 1.0 and "ud_dep_uas" not in scores
+
+
+def test_the_kept_ud_tree_of_a_doc_retokenized_after_the_parser_is_refused_not_misread(kept):
+    """``token._.ud_head`` indexes ``doc._.ud_heads`` by token: after a merge every later
+    token read another's head and relation (``ud_head`` named tokens one place off)."""
+    doc = kept("New York is a big city and I like it.")
+    assert doc[1].text == "York" and doc[1]._.ud_head is not None
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+    for read in (lambda: doc[4]._.ud_head, lambda: doc[4]._.ud_dep):
+        with pytest.raises(ValueError, match="retokenized"):
+            read()
+    again = kept(doc)
+    assert [t._.ud_head.i for t in again] == list(again._.ud_heads)
