@@ -432,7 +432,7 @@ def _table(
     from spacy_treexp.evaluation.calibration_report import figures, word_arrays
 
     lines = [
-        f"{calibration.kind} map: arc NLL/word on the fitted part "
+        f"{calibration.kind} map: gold-tree NLL/word on the fitted part "
         f"{calibration.fit['tree_nll_per_word_before']:.4f} -> {calibration.fit['tree_nll_per_word_after']:.4f}, "
         f"relation temperature {calibration.rel_temperature:.3f}",
         f"{'part':9s} {'map':7s} {'words':>6s} {'UAS':>6s} {'arc ECE':>8s} {'band95':>7s} {'lab ECE':>8s} "
