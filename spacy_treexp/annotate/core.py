@@ -61,6 +61,7 @@ def annotate_sentences(
         if not checked:
             sentence.check(f"sentence {i} ({_shown(sentence.text)!r})")
         check_length(sentence.n, options.max_sentence_length, lambda: f"sentence {i} ({_shown(sentence.text)!r})")
+        check_sample_size(sentence.n, options.n_samples, lambda: f"sentence {i} ({_shown(sentence.text)!r})")
     if calibration is not None:
         from spacy_treexp.calibration.map import calibrate_sentences  # the map's package imports this one
 
@@ -92,6 +93,23 @@ def check_length(n: int, limit: int, where: Callable[[], str]) -> None:
             f"{where()} has {n} words, more than max_sentence_length = {limit}: exact inference costs "
             "O(n^2) memory and O(n^3) time. Split the text into shorter sentences, or raise "
             "max_sentence_length (0: no limit)."
+        )
+
+
+#: The most sampled heads (``n_samples`` x words) one sentence may ask for: 2**27, about 3 GB
+#: at the peak of drawing them (1.5 GB for 10**6 trees of 64 words, measured), so that a
+#: huge ``n_samples`` is refused by name instead of exhausting memory.
+MAX_SAMPLED_HEADS = 2**27
+
+
+def check_sample_size(n: int, n_samples: int, where: Callable[[], str]) -> None:
+    """Raise ``ValueError`` when ``n_samples`` trees of a sentence of ``n`` words exceed
+    :data:`MAX_SAMPLED_HEADS`; ``where()`` names the sentence."""
+    if n_samples * n > MAX_SAMPLED_HEADS:
+        raise ValueError(
+            f"{where()}: n_samples = {n_samples} trees of its {n} words are {n_samples * n} sampled heads, "
+            f"more than {MAX_SAMPLED_HEADS} (memory grows with n_samples x words): lower n_samples "
+            f"(at most {MAX_SAMPLED_HEADS // max(n, 1)} for this sentence)."
         )
 
 

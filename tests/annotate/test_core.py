@@ -240,3 +240,18 @@ def test_a_text_left_to_its_source_is_built_once_when_read_and_survives_replace_
     assert copy.text == "built" and copy.text == "built" and calls == [1]
     assert pickle.loads(pickle.dumps(sentence)).text == "built"
     assert sentence.replace(text="given").text == "given"
+
+
+def test_a_sample_size_beyond_the_memory_bound_is_refused_by_name():
+    """n_samples x words above MAX_SAMPLED_HEADS is one ValueError naming the sentence and the
+    largest n_samples it allows, before anything is drawn (torch would try to allocate it)."""
+    from spacy_treexp.annotate.core import MAX_SAMPLED_HEADS, check_sample_size
+
+    arc = numpy.random.default_rng(0).normal(size=(6, 6))
+    with pytest.raises(
+        ValueError, match=r"sentence 0 .*n_samples = 10000000000 trees of its 5 words.*at most 26843545"
+    ):
+        annotate_sentences([SentenceScores(arc=arc)], AnnotateOptions(n_samples=10**10))
+    check_sample_size(5, MAX_SAMPLED_HEADS // 5, lambda: "s")  # at the bound: accepted
+    with pytest.raises(ValueError):
+        check_sample_size(5, MAX_SAMPLED_HEADS // 5 + 1, lambda: "s")
