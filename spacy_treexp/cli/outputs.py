@@ -128,18 +128,19 @@ def doc_to_json(doc: Doc) -> dict[str, Any]:
     ``mbr_heads`` and samples number its words 1..n, 0 = ROOT (CoNLL-U)."""
     sentences = []
     for sent in doc.sents:
+        heads, deps = described_tree(sent)
         tokens = [
             {
                 "i": token.i,
                 "text": token.text,
-                "head": token.head.i,
-                "dep": token.dep_,
+                "head": token.i if head == 0 else sent.start + head - 1,
+                "dep": dep,
                 "head_prob": _float(token._.head_prob),
                 "head_entropy": _float(token._.head_entropy),
                 "dep_prob": _float(token._.dep_prob),
                 "head_distribution": [[h.i, _float(p)] for h, p in token._.head_distribution or []],
             }
-            for token in sent
+            for token, head, dep in zip(sent, heads, deps)
         ]
         sentences.append(
             {
@@ -248,6 +249,30 @@ def _tree(sent: Span) -> list[int]:
     return [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
 
 
+def described_tree(sent: Span) -> tuple[list[int], list[str]]:
+    """The tree a sentence's ``head_prob``, ``dep_prob`` and ``expected_attachment`` describe,
+    heads in CoNLL-U numbering over its tokens, with its relations: the Doc's parse, unless
+    the annotation describes another tree (a parser with ``overwrite = false`` keeps a stock
+    tree on the Doc: the UD tree of ``token._.ud_head``; a score source on a Doc without a
+    parse: the MAP tree, whose relations the Doc lacks, ``dep`` / ``ROOT``)."""
+    from spacy_treexp.pipeline.attributes import doc_records
+
+    parse = _tree(sent)
+    record = next((r for r in doc_records(sent.doc) or () if r.start == sent.start), None)
+    if record is None:
+        return parse, [token.dep_ for token in sent]
+    heads = [int(h) for h in record.heads]
+    deps = []
+    for token, head, own in zip(sent, heads, parse):
+        if token._.ud_dep is not None:
+            deps.append(token._.ud_dep)
+        elif head == own and token.dep_:
+            deps.append(token.dep_)
+        else:
+            deps.append("ROOT" if head == 0 else "dep")
+    return heads, deps
+
+
 def _deprel(dep: str, head: int, default: str = "_") -> str:
     if head == 0 and dep == "ROOT":
         return "root"
@@ -270,13 +295,13 @@ def _uncertainty(token: Token) -> dict[str, Optional[str]]:
 
 def _with_parse(source: ConlluSentence, sent: Span, predicted: dict[str, bool]) -> ConlluSentence:
     """The input sentence with the Doc's predicted columns and uncertainty in MISC."""
-    heads = _tree(sent)
+    heads, deps = described_tree(sent)
     out = source
-    for m, (token, head, misc) in enumerate(zip(sent, heads, source.misc), start=1):
+    for m, (token, head, dep, misc) in enumerate(zip(sent, heads, deps, source.misc), start=1):
         out = out.with_word(
             m,
             head=head,
-            deprel=_deprel(token.dep_, head, source.deprels[m - 1]),
+            deprel=_deprel(dep, head, source.deprels[m - 1]),
             misc=format_misc(misc, _uncertainty(token)),
             **_predicted_columns(token, predicted),
         )
@@ -289,7 +314,9 @@ def _from_text(
     """A new sentence of the Doc's words; whitespace tokens become ``SpacesAfter``."""
     doc = sent.doc
     words = [token for token in sent if not token.is_space]
-    heads = word_heads(_tree(sent), space)
+    tree, deps = described_tree(sent)
+    heads = word_heads(tree, space)
+    word_deps = [dep for dep, is_space in zip(deps, space) if not is_space]
     misc = []
     for token in words:
         after, i = token.whitespace_, token.i + 1
@@ -311,7 +338,7 @@ def _from_text(
     return ConlluSentence.from_words(
         [token.text for token in words],
         heads=[-1, *heads],
-        deprels=[_deprel(token.dep_, head) for token, head in zip(words, heads)],
+        deprels=[_deprel(dep, head) for dep, head in zip(word_deps, heads)],
         misc=misc,
         comments=[f"# sent_id = line{context['line']}-{number}", f"# text = {text}"],
         **cast("dict[str, Any]", columns),

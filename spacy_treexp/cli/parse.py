@@ -10,7 +10,7 @@ import typer
 from spacy.tokens import Doc
 
 from spacy_treexp.cli.common import STDIO, BatchSize, Code, Gpu, Model, Stanza, UserError
-from spacy_treexp.cli.outputs import escape_spaces
+from spacy_treexp.cli.outputs import described_tree, escape_spaces
 from spacy_treexp.cli.pipelines import make_runner
 
 
@@ -74,20 +74,19 @@ def write_table(doc: Doc, out: TextIO) -> None:
             f"  {'#':>3}  {'word':<{width}}  {'head':>4}  {'head word':<{width + 5}}  "
             f"{'dep':<10}  {'P(head)':>7}  {'H(head)':>7}\n"
         )
-        for m, token in enumerate(sent, start=1):
-            root = token.head.i == token.i
-            head = 0 if root else token.head.i - sent.start + 1
-            head_word = "ROOT" if root else shown.get(token.head.i, token.head.text)
+        heads, deps = described_tree(sent)
+        for m, (token, head, dep) in enumerate(zip(sent, heads, deps), start=1):
+            head_word = "ROOT" if head == 0 else shown[sent.start + head - 1]
             out.write(
                 f"  {m:>3}  {shown[token.i]:<{width}}  {head:>4}  {head_word:<{width + 5}}  "
-                f"{token.dep_:<10}  {token._.head_prob:>7.3f}  {token._.head_entropy:>7.3f}\n"
+                f"{dep:<10}  {token._.head_prob:>7.3f}  {token._.head_entropy:>7.3f}\n"
             )
-        predicted = numpy.array([0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent])
+        predicted = numpy.array(heads)
         for s, (row, lp) in enumerate(zip(sent._.sampled_heads, sent._.sample_log_probs), start=1):
             if (row < 0).any():
                 out.write(f"  sample {s}: none (fewer distinct trees than samples)\n")
                 continue
             differ = int((row != predicted).sum())
-            heads = " ".join(str(int(h)) for h in row)
-            out.write(f"  sample {s}: log p {lp:8.3f}  heads {heads}  ({differ} differ)\n")
+            row_text = " ".join(str(int(h)) for h in row)
+            out.write(f"  sample {s}: log p {lp:8.3f}  heads {row_text}  ({differ} differ)\n")
         out.write("\n")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 
-from spacy_treexp.cli.outputs import word_heads
+import numpy
+import spacy
+
+from spacy_treexp.cli.outputs import ConlluWriter, StdoutSink, described_tree, doc_to_json, word_heads
+from spacy_treexp.cli.parse import write_table
 
 
 def test_word_heads_drop_whitespace_tokens():
@@ -40,3 +45,38 @@ def test_conllu_output_has_no_whitespace_tokens(paragraph_model, tmp_path, run_c
     assert "SpaceAfter=No" in first[2][9]
     assert [row[1] for row in second] == ["A", "dog|barked"]
     assert "SpacesAfter=\\s\\s" in second[0][9]
+
+
+@spacy.registry.misc("test_outputs.no_parse_scores.v1")
+def make_no_parse_scores():
+    """Arc scores whose MAP tree is 2 <- 3 -> 1 (0-based tokens: 1 <- 2 -> 0), on a Doc no parser set a tree on."""
+
+    def get_scores(doc):
+        arc = numpy.zeros((4, 4), dtype="float32")
+        arc[0, 2], arc[2, 1], arc[2, 3] = 4.0, 3.0, 3.0
+        return [{"start": 0, "end": 3, "arc": arc, "rel": None, "labels": None}]
+
+    return get_scores
+
+
+def test_writers_print_the_tree_the_probabilities_describe():
+    """A score source on a Doc without a parse is annotated with the MAP tree; parse, JSONL and
+    CoNLL-U wrote the Doc's (absent) tree instead, every word under ROOT, beside head
+    probabilities of the MAP tree's heads."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "test_outputs.no_parse_scores.v1"}})
+    doc = nlp("a b c")
+    assert not doc.has_annotation("DEP")
+    heads, deps = described_tree(doc[:])
+    assert heads == [2, 0, 2] and deps == ["dep", "ROOT", "dep"]
+    marginals = doc._.arc_marginals[0]
+    assert [round(t._.head_prob, 6) for t in doc] == [round(float(marginals[h, m]), 6) for m, h in enumerate(heads, 1)]
+    tokens = doc_to_json(doc)["sentences"][0]["tokens"]
+    assert [t["head"] for t in tokens] == [1, 1, 1] and [t["dep"] for t in tokens] == deps
+    (sentence,) = ConlluWriter(StdoutSink()).sentences(doc, {"line": 1})
+    assert list(sentence.heads[1:]) == heads and list(sentence.deprels) == ["dep", "root", "dep"]
+    table = io.StringIO()
+    write_table(doc, table)
+    rows = [line.split() for line in table.getvalue().splitlines()[2:5]]
+    assert [(row[1], row[2], row[3]) for row in rows] == [("a", "2", "b"), ("b", "0", "ROOT"), ("c", "2", "b")]
