@@ -252,3 +252,23 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def warn(message: str) -> None:
     """A line on stderr (progress, bad input lines)."""
     print(message, file=sys.stderr, flush=True)
+
+
+class Skipped:
+    """Counts the bad inputs a command skips (unreadable lines, documents the pipeline fails
+    on), warning of each: ``skipped(message)``. A run that skipped inputs and parsed none
+    failed (exit status 1), as ``annotate``'s does: :meth:`nothing_parsed`."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, message: str) -> None:
+        self.count += 1
+        warn(message)
+
+    def nothing_parsed(self, parsed: int) -> bool:
+        """True, after saying so, when inputs were skipped and ``parsed`` is 0."""
+        if self.count and not parsed:
+            warn(f"{self.count} bad input(s) skipped; no input could be parsed, nothing written (exit status 1)")
+            return True
+        return False

@@ -29,6 +29,7 @@ from spacy_treexp.cli.common import (
     InputFormatOption,
     Model,
     Quiet,
+    Skipped,
     UserError,
     check_output_path,
     is_stdio,
@@ -92,7 +93,8 @@ def select(
         check_output_path(output, [corpus])
     if model is not None:
         check_model(model)
-    reader = open_reader(corpus, input_format, lambda line, message: warn(f"{reader.name}:{line}: {message}"))
+    skip = Skipped()
+    reader = open_reader(corpus, input_format, lambda line, message: skip(f"{reader.name}:{line}: {message}"))
     run = make_runner(
         model=model,
         stanza=None,
@@ -101,9 +103,10 @@ def select(
         n_samples=0,
         gold_sentences=reader.gold_sentences,
         n_process=1,
-        on_error=lambda context, e: warn(f"{reader.name}:{context['line']}: {type(e).__name__}: {e} (skipped)"),
+        on_error=lambda context, e: skip(f"{reader.name}:{context['line']}: {type(e).__name__}: {e} (skipped)"),
     )
     items: List[Candidate] = []
+    parsed = 0
     progress = tqdm(total=reader.count(), unit="doc", disable=quiet or None, file=sys.stderr)
     try:
         for doc, context in run(reader):
@@ -127,6 +130,7 @@ def select(
                         {"line": context.get("line"), "sentence": k},
                     )
                 )
+            parsed += 1
             progress.update(1)
     except KeyboardInterrupt:
         progress.close()
@@ -134,6 +138,8 @@ def select(
         return 130
     finally:
         progress.close()
+    if skip.nothing_parsed(parsed):
+        return 1
     selection = choose(
         items, strategy.value, budget, unit=unit.value, dedup_threshold=None if no_dedup else dedup_threshold, seed=seed
     )

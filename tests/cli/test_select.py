@@ -83,3 +83,17 @@ def test_select_by_entropy_sentences_and_random(run_cli, model, corpus):
 def test_select_user_errors_are_one_line(user_error, model, corpus, tmp_path, args, message):
     line = user_error("select", *[a.format(corpus=corpus, tmp=tmp_path) for a in args], "--model", model)
     assert message in line
+
+
+def test_select_fails_when_no_input_could_be_parsed(run_cli, model, tmp_path):
+    source = tmp_path / "corpus.jsonl"
+    source.write_text("a,b\n1,2\n", encoding="utf-8")  # a CSV named .jsonl: every line is a bad line
+    out = tmp_path / "selection.jsonl"
+    status, _, err = run_cli("select", str(source), "--model", model, "--budget", "10", "-o", str(out))
+    assert status == 1
+    assert "2 bad input(s) skipped" in err and "no input could be parsed" in err
+    assert not out.exists()
+    empty = tmp_path / "empty.txt"  # nothing to choose from is not a failure
+    empty.write_text("", encoding="utf-8")
+    status, text, err = run_cli("select", str(empty), "--model", model, "--budget", "10")
+    assert status == 0 and text == "", err
