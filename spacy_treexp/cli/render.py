@@ -19,6 +19,7 @@ from spacy_treexp.cli.common import (
     Gpu,
     InputFormatOption,
     Model,
+    Skipped,
     Stanza,
     UserError,
     check_output_path,
@@ -72,7 +73,8 @@ def render(
                 f"INPUT {input}: cannot read it as .spacy DocBin shards ({' '.join(str(e).split())})"
             ) from e
     else:
-        reader = open_reader(input, input_format, lambda line, message: warn(f"{reader.name}:{line}: {message}"))
+        skip = Skipped()
+        reader = open_reader(input, input_format, lambda line, message: skip(f"{reader.name}:{line}: {message}"))
         run = make_runner(
             model=model,
             stanza=stanza,
@@ -81,9 +83,11 @@ def render(
             n_samples=0,
             gold_sentences=reader.gold_sentences,
             n_process=1,
-            on_error=lambda context, e: warn(f"{reader.name}:{context['line']}: {type(e).__name__}: {e}"),
+            on_error=lambda context, e: skip(f"{reader.name}:{context['line']}: {type(e).__name__}: {e}"),
         )
         docs = [doc for doc, _ in run(take(iter(reader), limit))]
+        if skip.nothing_parsed(len(docs)):
+            return 1
     try:
         html = render_html(docs, alt_threshold=alt_threshold)
     except ValueError as e:  # a .spacy of Docs without the tree_expectations annotation

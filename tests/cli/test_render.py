@@ -30,3 +30,13 @@ def test_user_errors(model, tmp_path, user_error):
     assert "--limit" in user_error("render", str(source), "-o", str(tmp_path / "p.html"), "--limit", "0")
     assert "no such folder" in user_error("render", str(source), "-o", str(tmp_path / "x" / "p.html"))
     assert "missing.spacy" in user_error("render", str(tmp_path / "missing.spacy"), "-o", str(tmp_path / "p.html"))
+
+
+def test_fails_when_no_input_could_be_parsed(model, tmp_path, run_cli):
+    source = tmp_path / "in.conllu"
+    source.write_text("# a comment only\n", encoding="utf-8")  # one block, and not a sentence
+    page = tmp_path / "page.html"
+    status, _, err = run_cli("render", str(source), "-o", str(page), "--model", model)
+    assert status == 1
+    assert "1 bad input(s) skipped" in err and "no input could be parsed" in err
+    assert not page.exists()
