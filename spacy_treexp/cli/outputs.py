@@ -255,10 +255,10 @@ def described_tree(sent: Span) -> tuple[list[int], list[str]]:
     the annotation describes another tree (a parser with ``overwrite = false`` keeps a stock
     tree on the Doc: the UD tree of ``token._.ud_head``; a score source on a Doc without a
     parse: the MAP tree, whose relations the Doc lacks, ``dep`` / ``ROOT``)."""
-    from spacy_treexp.pipeline.attributes import doc_records
+    from spacy_treexp.pipeline.attributes import sentence_record
 
     parse = _tree(sent)
-    record = next((r for r in doc_records(sent.doc) or () if r.start == sent.start), None)
+    record = sentence_record(sent)  # its own words only: the Doc's, read per sentence, was quadratic
     if record is None:
         return parse, [token.dep_ for token in sent]
     heads = [int(h) for h in record.heads]

@@ -113,7 +113,11 @@ def _start(record: SentenceAnnotation) -> int:
     return record.start
 
 
-def _record_for_span(span: Span) -> Optional[SentenceAnnotation]:
+def sentence_record(span: Span) -> Optional[SentenceAnnotation]:
+    """The record of the annotated sentence ``span`` (one of ``doc.sents``), or None when its
+    Doc has no annotation; raises ``ValueError`` if ``span`` is not an annotated sentence or
+    its words moved since. Checks only the sentence's own words (O(len(span)), not
+    O(len(doc)) as :func:`doc_records`), so a writer can read every sentence of a long Doc."""
     records = _records(span.doc)
     if records is None:
         return None
@@ -222,7 +226,7 @@ def sampled_doc(doc: Doc, i: int) -> Doc:
 
 
 def _span_value(span: Span, key: str) -> Any:
-    record = _record_for_span(span)
+    record = sentence_record(span)
     return None if record is None else getattr(record, key)
 
 
@@ -249,7 +253,7 @@ def get_span_expected_attachment(span: Span) -> Optional[float]:
 def get_span_mbr_heads(span: Span) -> Optional[numpy.ndarray]:
     """Heads (n,) of the minimum-Bayes-risk tree (max expected attachment), 0 = ROOT,
     computed on first use (:func:`spacy_treexp.annotate.mbr_heads`)."""
-    record = _record_for_span(span)
+    record = sentence_record(span)
     return None if record is None else mbr_heads(record)
 
 
@@ -265,7 +269,7 @@ def get_span_sample_log_probs(span: Span) -> Optional[numpy.ndarray]:
 
 def get_span_entropy_per_word(span: Span) -> Optional[float]:
     """Tree entropy divided by the number of words (nats per word)."""
-    record = _record_for_span(span)
+    record = sentence_record(span)
     return None if record is None else record.entropy_per_word
 
 
@@ -277,14 +281,14 @@ def get_span_parse_log_prob(span: Span) -> Optional[float]:
 def get_span_error_probability(span: Span) -> Optional[float]:
     """Probability that the Doc's parse of the sentence has at least one wrong head,
     1 − p(parse) (exact; a sentence-level risk score)."""
-    record = _record_for_span(span)
+    record = sentence_record(span)
     return None if record is None else record.error_probability
 
 
 def get_span_expected_errors(span: Span) -> Optional[float]:
     """Expected number of wrong heads in the Doc's parse of the sentence, n (1 − expected
     attachment) (exact)."""
-    record = _record_for_span(span)
+    record = sentence_record(span)
     return None if record is None else record.expected_errors
 
 
