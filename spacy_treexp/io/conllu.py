@@ -10,7 +10,8 @@ ends with an empty line, ``write_conllu(read_conllu(path), out)`` writes the sam
 Outside that contract the reader normalises, and says so here:
 
 * line endings: ``\\r\\n`` is read as ``\\n`` and the writer writes ``\\n`` only (UD's
-  validator rejects ``\\r\\n``); a UTF-8 byte-order mark at the start is dropped;
+  validator rejects ``\\r\\n``); a UTF-8 byte-order mark at the start is dropped; a file whose
+  lines end with ``\\r`` alone is one line, and its error says so;
 * a line of spaces/tabs only counts as blank; several blank lines between sentences, or
   blank lines at the start, become the writer's single empty line after each sentence.
 
@@ -469,7 +470,7 @@ def _parse_block(block: list[_Line], path: str | None) -> ConlluSentence:
             continue
         cols = tuple(line.split("\t"))
         if len(cols) != 10:
-            raise ConlluError(path, number, f"expected 10 tab-separated columns, got {len(cols)}")
+            raise ConlluError(path, number, f"expected 10 tab-separated columns, got {len(cols)}{_lone_cr(line)}")
         if cols[1] == "":  # UD: '_' is "no value"; a word without a form cannot be parsed
             raise ConlluError(path, number, "column 2 (FORM) is empty; write _ for no value")
         token_id = cols[0]
@@ -497,10 +498,17 @@ def _parse_block(block: list[_Line], path: str | None) -> ConlluSentence:
             raise ConlluError(path, number, f"token id {token_id!r} where word {n + 1} comes next")
         rows.append(cols)
     if n == 0:
-        raise ConlluError(path, block[0][0], "sentence without words")
+        raise ConlluError(path, block[0][0], "sentence without words" + _lone_cr("".join(item[1] for item in block)))
     if covered > n:
         raise ConlluError(path, range_line, f"multiword token {range_id!r} goes past the last word {n}")
     return ConlluSentence(comments, rows, block[0][0])
+
+
+def _lone_cr(line: str) -> str:
+    """Why a line holds a whole file: lines that end with ``\\r`` alone (classic Mac OS)."""
+    if "\r" in line:
+        return "; its lines end with a lone carriage return (\\r), not \\n: convert the line endings"
+    return ""
 
 
 # --- writing ------------------------------------------------------------------------

@@ -410,3 +410,22 @@ def test_ud_english_ewt_round_trip(split, tmp_path):
     assert target.read_bytes() == path.read_bytes()
     assert all(s.tree_problem() is None for s in sentences)
     assert sum(len(s.empty_nodes) for s in sentences) > 0 and sum(len(s.ranges) for s in sentences) > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (SAMPLE, "sentence without words"),  # the whole file is one comment line
+        (conllu("1 a a X _ _ 0 root _ _\n2 b b X _ _ 1 dep _ _\n"), "expected 10 tab-separated columns, got 19"),
+    ],
+)
+def test_a_file_with_lone_carriage_returns_is_named_as_such(tmp_path, text, message):
+    path = tmp_path / "mac.conllu"  # classic Mac OS line endings
+    path.write_bytes(text.replace("\n", "\r").encode())
+    with pytest.raises(ConlluError) as caught:
+        list(read_conllu(path))
+    assert caught.value.line == 1
+    assert caught.value.message.startswith(message) and "lone carriage return (\\r), not \\n" in caught.value.message
+    with pytest.raises(ConlluError) as plain:  # a lone \r kept inside one line of a good file
+        list(read_text(GOOD.replace("# sent_id", "# x\ry\n# sent_id") + "\n1 a\n"))
+    assert "carriage" not in plain.value.message
