@@ -58,11 +58,14 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
     component's defaults. Otherwise only ``doc._.parser_scores`` is set.
     """
     from spacy.tokens import Doc
+    from spacy.vocab import Vocab
 
     from spacy_treexp.pipeline.extensions import PARSER_SCORES
 
     if not isinstance(stanza_doc, Document):
         raise ValueError(f"to_spacy expects a stanza Document, got {type(stanza_doc).__name__}.")
+    if not isinstance(vocab, Vocab):  # spaCy's Doc takes None and crashes the process (segfault)
+        raise ValueError(f"to_spacy expects a spaCy Vocab (such as nlp.vocab), got {type(vocab).__name__}.")
     words: List[str] = []
     spaces: List[bool] = []
     heads: List[int] = []

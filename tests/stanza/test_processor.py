@@ -326,6 +326,14 @@ def test_to_spacy_carries_parse_scores_and_annotations(parsed):
         assert span._.expected_attachment == pytest.approx(sentence.expected_attachment, abs=1e-9)
 
 
+def test_to_spacy_refuses_what_is_not_a_vocab(parsed):
+    """spaCy's Doc accepts ``None`` as its vocab and then crashes the process."""
+    spacy = pytest.importorskip("spacy")
+    for vocab in (None, spacy.blank("en"), "en"):
+        with pytest.raises(ValueError, match="spaCy Vocab"):
+            treexp_stanza.to_spacy(parsed, vocab)
+
+
 def test_to_spacy_from_a_json_export_with_scores(parsed):
     spacy = pytest.importorskip("spacy")
     vocab = spacy.blank("en").vocab
