@@ -28,6 +28,7 @@ from spacy_treexp.cli.common import UserError, is_stdio
 from spacy_treexp.cli.partial import Kept, Manifest, OutputPaths, PartialFile, clear_unlisted_shards, settle
 from spacy_treexp.io.conllu import ConlluSentence, format_misc, write_conllu
 from spacy_treexp.io.inputs import Context
+from spacy_treexp.pipeline.attributes import described_tree
 
 FORMATS = ("jsonl", "conllu", "spacy")
 SHARD_SIZE = 1000
@@ -242,35 +243,6 @@ class ConlluWriter(RecordWriter):
                 continue
             written += 1
             yield _annotated(_from_text(sent, space, context, written, predicted), sent, space)
-
-
-def _tree(sent: Span) -> list[int]:
-    """The sentence's heads, CoNLL-U numbering over its tokens (whitespace included)."""
-    return [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
-
-
-def described_tree(sent: Span) -> tuple[list[int], list[str]]:
-    """The tree a sentence's ``head_prob``, ``dep_prob`` and ``expected_attachment`` describe,
-    heads in CoNLL-U numbering over its tokens, with its relations: the Doc's parse, unless
-    the annotation describes another tree (a parser with ``overwrite = false`` keeps a stock
-    tree on the Doc: the UD tree of ``token._.ud_head``; a score source on a Doc without a
-    parse: the MAP tree, whose relations the Doc lacks, ``dep`` / ``ROOT``)."""
-    from spacy_treexp.pipeline.attributes import sentence_record
-
-    parse = _tree(sent)
-    record = sentence_record(sent)  # its own words only: the Doc's, read per sentence, was quadratic
-    if record is None:
-        return parse, [token.dep_ for token in sent]
-    heads = [int(h) for h in record.heads]
-    deps = []
-    for token, head, own in zip(sent, heads, parse):
-        if token._.ud_dep is not None:
-            deps.append(token._.ud_dep)
-        elif head == own and token.dep_:
-            deps.append(token.dep_)
-        else:
-            deps.append("ROOT" if head == 0 else "dep")
-    return heads, deps
 
 
 def _deprel(dep: str, head: int, default: str = "_") -> str:

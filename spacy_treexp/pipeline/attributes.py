@@ -145,6 +145,34 @@ def _record_for_token(token: Token) -> Optional[SentenceAnnotation]:
     return record
 
 
+def _parse(sent: Span) -> List[int]:
+    """The sentence's heads, CoNLL-U numbering over its tokens (whitespace included)."""
+    return [0 if t.head.i == t.i else t.head.i - sent.start + 1 for t in sent]
+
+
+def described_tree(sent: Span) -> Tuple[List[int], List[str]]:
+    """The tree a sentence's ``head_prob``, ``dep_prob`` and ``expected_attachment`` describe,
+    heads in CoNLL-U numbering over its tokens, with its relations: the Doc's parse, unless
+    the annotation describes another tree (a parser with ``overwrite = false`` keeps a stock
+    tree on the Doc: the UD tree of ``token._.ud_head``; a score source on a Doc without a
+    parse: the MAP tree, whose relations the Doc lacks, ``dep`` / ``ROOT``). The writers of
+    ``spacy-treexp parse`` / ``annotate`` and :func:`~spacy_treexp.pipeline.render.render` show it."""
+    parse = _parse(sent)
+    record = sentence_record(sent)  # its own words only: the Doc's, read per sentence, was quadratic
+    if record is None:
+        return parse, [token.dep_ for token in sent]
+    heads = [int(h) for h in record.heads]
+    deps = []
+    for token, head, own in zip(sent, heads, parse):
+        if token._.ud_dep is not None:
+            deps.append(token._.ud_dep)
+        elif head == own and token.dep_:
+            deps.append(token.dep_)
+        else:
+            deps.append("ROOT" if head == 0 else "dep")
+    return heads, deps
+
+
 # --- Doc getters -----------------------------------------------------------------
 
 

@@ -128,7 +128,7 @@ def _sentence_html(doc: Doc, record: SentenceAnnotation, number: int, alt_thresh
         )
     start, end = record.start, record.end
     words = [token.text for token in doc[start:end]]
-    deps = [token.dep_ for token in doc[start:end]]
+    deps = attributes.described_tree(doc[start:end])[1]  # the relations of record.heads' tree
     n = len(words)
     summary = (
         f'<div class="treexp-summary"><b>Sentence {number}</b> &middot; {n} words &middot; '

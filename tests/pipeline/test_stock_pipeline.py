@@ -409,3 +409,19 @@ def test_the_kept_ud_tree_of_a_doc_retokenized_after_the_parser_is_refused_not_m
             read()
     again = kept(doc)
     assert [t._.ud_head.i for t in again] == list(again._.ud_heads)
+
+
+def test_render_labels_the_kept_parsers_arcs_with_its_own_relations(kept):
+    """With ``overwrite=False`` the page draws the UD tree the probabilities describe; its arcs
+    were labelled with the stock tree's relations (``token.dep_``: 'prep' on 'with' <- 'telescope'),
+    as ``parse`` and ``annotate`` wrote them before ``described_tree``."""
+    import re
+    from collections import Counter
+
+    from spacy_treexp.pipeline.render import render
+
+    doc = kept("I saw the man with the telescope.")
+    assert Counter(t._.ud_dep for t in doc) != Counter(t.dep_ for t in doc)
+    page = render(doc, page=False, heatmap=False)
+    drawn = re.findall(r'class="treexp-label"[^>]*>(\S+) [0-9.]+</text>', page)
+    assert Counter(drawn) == Counter(t._.ud_dep for t in doc)
