@@ -74,10 +74,12 @@ class TreeExpectationsProcessor(Processor):
         # Stanza splits option names at the first "_", so "tree_expectations_x" reaches no
         # processor config; read them from the pipeline's own config instead.
         prefix = NAME + "_"
-        # Stanza itself adds "<processor>_model_path" (and similar paths) for every processor
-        options = {
-            k[len(prefix) :]: v for k, v in pipeline.config.items() if k.startswith(prefix) and not k.endswith("_path")
-        }
+        options = {k[len(prefix) :]: v for k, v in pipeline.config.items() if k.startswith(prefix)}
+        options.pop("model_path", None)  # Stanza itself adds "<processor>_model_path" for every processor
+        options.pop("calibration_path", None)  # read below
+        paths = sorted(k for k in options if k.endswith("_path"))
+        if paths:  # a misspelt calibration_path would otherwise leave the scores uncalibrated, silently
+            raise ValueError(f"unknown tree_expectations option(s) {paths}; the one path option is calibration_path.")
         self.options = parse_options(options)
         calibration = pipeline.config.get(prefix + "calibration_path") or beside_depparse(pipeline.config)
         try:

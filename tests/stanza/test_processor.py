@@ -246,6 +246,12 @@ def test_bad_options_are_clear_errors():
         make_pipeline(n_samples=2, without_replacement=True, sampler="wilson_marginal")
 
 
+def test_a_misspelt_calibration_path_is_an_error_not_the_raw_scores(tmp_path):
+    """Every other unknown option is refused; a ``*_path`` one was dropped unread."""
+    with pytest.raises(ValueError, match="calibraton_path"):
+        make_pipeline(calibraton_path=str(tmp_path / "map.json"))
+
+
 def test_non_graph_parser_is_a_clear_error():
     class FakeTrainer:
         model = torch.nn.Linear(2, 2)
