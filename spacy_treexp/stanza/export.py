@@ -67,6 +67,12 @@ def _record(sentence: Sentence) -> SentenceAnnotation:
     return record
 
 
+def _check_document(doc: Any, where: str) -> None:
+    if not isinstance(doc, Document):
+        many = " (one call per Document of a list)" if isinstance(doc, (list, tuple)) else ""
+        raise ValueError(f"{where} expects a stanza Document{many}, got {type(doc).__name__}.")
+
+
 def _encode(value: Any) -> Any:
     """Arrays to nested lists; non-finite floats to strings (strict JSON has none)."""
     if isinstance(value, numpy.ndarray):
@@ -87,6 +93,7 @@ def _decode_floats(value: Any) -> Any:
 def to_dict(doc: Document, *, include_scores: bool = False) -> List[Dict[str, Any]]:
     """JSON-ready annotations of every sentence (``include_scores``: also the captured
     arc scores and relation log-probabilities, ``(n+1)²·(L+1)`` numbers a sentence)."""
+    _check_document(doc, "to_dict")
     out = []
     for sentence in doc.sentences:
         record = _record(sentence)
@@ -142,6 +149,7 @@ def to_conllu(doc: Document, *, digits: int = 4) -> str:
     Stanza's own CoNLL-U of the parse, with our values set by :mod:`spacy_treexp.io`."""
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits must be a positive integer, got {digits!r}.")
+    _check_document(doc, "to_conllu")
     records = [_record(sentence) for sentence in doc.sentences]
     out = []
     for record, parsed in zip(records, read_conllu(io.StringIO(f"{doc:C}\n\n"))):
@@ -166,6 +174,10 @@ def to_conllu(doc: Document, *, digits: int = 4) -> str:
 def from_conllu(text: str) -> Document:
     """Read CoNLL-U written by :func:`to_conllu`; the values found (rounded) are put back
     in each sentence's annotation, so ``head_prob``, ``tree_entropy`` etc. work again."""
+    if not isinstance(text, str):
+        raise ValueError(f"from_conllu expects CoNLL-U text (str), got {type(text).__name__}.")
+    if not text.strip():  # what to_conllu writes for a Document without sentences
+        return Document([])
     doc = CoNLL.conll2doc(input_str=text)
     for position, (sentence, parsed) in enumerate(zip(doc.sentences, read_conllu(io.StringIO(text)))):
         n = len(sentence.words)

@@ -237,6 +237,17 @@ def test_conllu_export_round_trips(parsed):
             assert wb.dep_prob == pytest.approx(wa.dep_prob, abs=5e-5)
 
 
+def test_exports_of_an_empty_document_and_of_what_is_not_one(nlp, parsed):
+    """An empty text's Document reads back from its CoNLL-U (it was Stanza's AssertionError),
+    and a list of Documents (``bulk_process``'s result) is refused by name (AttributeError)."""
+    empty = nlp("")
+    assert treexp_stanza.to_conllu(empty) == ""
+    assert treexp_stanza.from_conllu(treexp_stanza.to_conllu(empty)).sentences == []
+    for export in (treexp_stanza.to_dict, treexp_stanza.to_conllu):
+        with pytest.raises(ValueError, match="stanza Document"):
+            export([parsed])
+
+
 def test_bad_options_are_clear_errors():
     with pytest.raises(ValueError, match="n_samples"):
         make_pipeline(n_samples=-1)
