@@ -324,14 +324,23 @@ def draw_samples(
     ``seeds``: one per sentence, whose trees then come from its own generator and do not
     depend on the batch (``colbourn`` and ``sbs`` take the generators in one call; the
     Wilson samplers, whose walks use a random number of uniforms, sample each sentence
-    alone), or None for torch's global generator."""
+    alone), or None for torch's global generator. A batch whose draws would hold more than
+    :data:`MAX_SAMPLED_HEADS` heads at once is drawn in parts (the same trees with seeds)."""
+    rows = max(1, MAX_SAMPLED_HEADS // max(1, k * dist.scores.shape[-1]))  # sentences per draw
+    if dist.scores.shape[0] > rows:  # a batch's draws hold k x B x (N+1) heads at once: bounded too
+        out = []
+        for begin in range(0, dist.scores.shape[0], rows):
+            part = slice(begin, begin + rows)
+            sub = TreeDistribution(dist.scores[part], dist.lengths[part], single_root=dist.single_root)
+            out.extend(draw_samples(sub, rels[part], k, sampler, without_replacement, seeds and seeds[part]))
+        return out
     if seeds is None:
         return _draw(dist, rels, k, sampler, without_replacement, None)
     device = dist.scores.device
     generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
     if sampler in PER_SENTENCE_METHODS:
         return _draw(dist, rels, k, sampler, without_replacement, generators)
-    out: List[Samples] = []
+    out = []
     for b, (rel, generator) in enumerate(zip(rels, generators)):
         n = int(dist.lengths[b])
         alone = TreeDistribution(dist.scores[b : b + 1, : n + 1, : n + 1], single_root=dist.single_root)

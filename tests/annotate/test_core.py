@@ -255,3 +255,27 @@ def test_a_sample_size_beyond_the_memory_bound_is_refused_by_name():
     check_sample_size(5, MAX_SAMPLED_HEADS // 5, lambda: "s")  # at the bound: accepted
     with pytest.raises(ValueError):
         check_sample_size(5, MAX_SAMPLED_HEADS // 5 + 1, lambda: "s")
+
+
+@pytest.mark.parametrize("sampler", ["colbourn", "wilson_marginal"])
+def test_a_batch_whose_draws_pass_the_memory_bound_is_drawn_in_parts_with_the_same_trees(monkeypatch, sampler):
+    """Each sentence may be under the bound while the batch's draws (k x B x (N+1) heads at
+    once) are not: they are drawn a few sentences at a time, the seeded trees unchanged."""
+    import spacy_treexp.annotate.core as core
+
+    rng = numpy.random.default_rng(3)
+    scores = [
+        SentenceScores(arc=rng.normal(0, 2, (n + 1, n + 1)), start=10 * i, text=f"s{i}")
+        for i, n in enumerate([4, 6, 3, 5, 6])
+    ]
+    options = AnnotateOptions(n_samples=7, sampler=sampler, seed=5)
+    whole = annotate_sentences(scores, options)
+    draws = []
+    original = core._draw
+    monkeypatch.setattr(core, "_draw", lambda dist, *a: draws.append(dist.scores.shape[0]) or original(dist, *a))
+    monkeypatch.setattr(core, "MAX_SAMPLED_HEADS", 7 * 7 * 2)  # two sentences of N+1 = 7 per draw
+    parts = annotate_sentences(scores, options)
+    assert max(draws) <= 2
+    for a, b in zip(whole, parts):
+        numpy.testing.assert_array_equal(a.sampled_heads, b.sampled_heads)
+        numpy.testing.assert_allclose(a.sample_log_probs, b.sample_log_probs, rtol=1e-12)
