@@ -39,7 +39,7 @@ UNLABELLED_DEP = "dep"
 ROOT_DEP = "ROOT"
 
 
-def _token_offsets(doc: Doc) -> numpy.ndarray:
+def token_offsets(doc: Doc) -> numpy.ndarray:
     """int64 (len(doc), 2): the character offsets where each token starts and ends."""
     offsets = doc.to_array([IDX, LENGTH]).astype("int64").reshape(len(doc), 2)
     offsets[:, 1] += offsets[:, 0]
@@ -53,7 +53,7 @@ def mark_tokens(doc: Doc, records: Sequence[SentenceAnnotation]) -> None:
     split)."""
     if not records:
         return
-    offsets = _token_offsets(doc)
+    offsets = token_offsets(doc)
     for record in records:
         record.token_offsets = offsets[record.start : record.end].copy()
 
@@ -101,7 +101,7 @@ def doc_records(doc: Doc) -> Optional[Sequence[SentenceAnnotation]]:
     records = _records(doc)
     marked = [record for record in records or () if record.token_offsets is not None]
     if marked:
-        offsets = _token_offsets(doc)
+        offsets = token_offsets(doc)
         now = [offsets[record.start : record.end] for record in marked]
         if not numpy.array_equal(numpy.concatenate(now), numpy.concatenate([r.token_offsets for r in marked])):
             for record, words in zip(marked, now):  # one comparison for the usual case; this names the token

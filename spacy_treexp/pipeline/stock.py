@@ -43,6 +43,7 @@ from spacy.tokens import Doc, Token
 #: Doc extensions: the parser's own tree when it did not overwrite the Doc's parse.
 UD_HEADS = "ud_heads"  # int64 (len(doc),): token index of each token's head (a root is its own head)
 UD_DEPS = "ud_deps"  # list of len(doc) relation strings
+UD_OFFSETS = "ud_token_offsets"  # int64 (len(doc), 2): where each token of the tree starts and ends in the text
 
 
 def _ud_tree(doc: Doc, name: str) -> Any:
@@ -51,24 +52,46 @@ def _ud_tree(doc: Doc, name: str) -> Any:
     other tokens)."""
     tree = doc._.get(name)
     if tree is not None and len(tree) != len(doc):
-        raise ValueError(
-            f"The Doc has {len(doc)} tokens, but its parser's UD tree (doc._.{name}) has {len(tree)}: the Doc "
-            "was retokenized (doc.retokenize()) after the parser ran, so the tree no longer belongs to its "
-            "tokens. Retokenize before the parser, or run the pipeline again on the new tokens (nlp(doc))."
-        )
+        raise _retokenized(f"The Doc has {len(doc)} tokens, but its parser's UD tree (doc._.{name}) has {len(tree)}")
     return tree
+
+
+def _retokenized(detail: str) -> ValueError:
+    return ValueError(
+        f"{detail}: the Doc was retokenized (doc.retokenize()) after the parser ran, so the tree no longer "
+        "belongs to its tokens. Retokenize before the parser, or run the pipeline again on the new tokens (nlp(doc))."
+    )
+
+
+def _check_in_place(*tokens: Token) -> None:
+    """Raise unless each token is where the tree's token of its index was (a merge and a
+    split keep the number of tokens but move the words between them)."""
+    offsets = tokens[0].doc._.get(UD_OFFSETS)
+    if offsets is None:  # a tree stored before the offsets were
+        return
+    for token in tokens:
+        start, end = offsets[token.i].tolist()
+        if start != token.idx or end != token.idx + len(token):
+            raise _retokenized(f"Token {token.i} ({token.text[:40]!r}) is not the token the UD tree has there")
 
 
 def _ud_head(token: Token) -> Optional[Token]:
     """The token's head in the parser's own tree (``doc._.ud_heads``), or None."""
     heads = _ud_tree(token.doc, UD_HEADS)
-    return None if heads is None else token.doc[int(heads[token.i])]
+    if heads is None:
+        return None
+    head = token.doc[int(heads[token.i])]
+    _check_in_place(token, head)
+    return head
 
 
 def _ud_dep(token: Token) -> Optional[str]:
     """The token's relation in the parser's own tree (``doc._.ud_deps``), or None."""
     deps = _ud_tree(token.doc, UD_DEPS)
-    return None if deps is None else str(deps[token.i])
+    if deps is None:
+        return None
+    _check_in_place(token)
+    return str(deps[token.i])
 
 
 def register_ud_extensions() -> None:
@@ -78,6 +101,8 @@ def register_ud_extensions() -> None:
         Doc.set_extension(UD_HEADS, default=None)
     if not Doc.has_extension(UD_DEPS):
         Doc.set_extension(UD_DEPS, default=None)
+    if not Doc.has_extension(UD_OFFSETS):
+        Doc.set_extension(UD_OFFSETS, default=None)
     if not Token.has_extension("ud_head"):
         Token.set_extension("ud_head", getter=_ud_head)
     if not Token.has_extension("ud_dep"):
@@ -85,9 +110,13 @@ def register_ud_extensions() -> None:
 
 
 def set_ud_tree(doc: Doc, heads: numpy.ndarray, deps: List[str]) -> None:
-    """Store the parser's tree beside the Doc's parse (``overwrite = false``)."""
+    """Store the parser's tree beside the Doc's parse (``overwrite = false``), with where its
+    tokens are in the text (``doc._.ud_token_offsets``: the getters refuse a retokenized Doc)."""
+    from spacy_treexp.pipeline.attributes import token_offsets
+
     doc._.set(UD_HEADS, numpy.asarray(heads, dtype="int64"))
     doc._.set(UD_DEPS, list(deps))
+    doc._.set(UD_OFFSETS, token_offsets(doc))
 
 
 def needs_our_parser(nlp: Language) -> bool:

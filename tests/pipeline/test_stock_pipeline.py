@@ -411,6 +411,24 @@ def test_the_kept_ud_tree_of_a_doc_retokenized_after_the_parser_is_refused_not_m
     assert [t._.ud_head.i for t in again] == list(again._.ud_heads)
 
 
+def test_the_kept_ud_tree_after_a_merge_and_a_split_that_keep_the_length_is_refused(kept):
+    """A merge and a split keep the token count, so the length check passes: the tree's token
+    offsets (``doc._.ud_token_offsets``) catch the words that moved, and a token that stayed
+    but whose head moved."""
+    doc = kept("New York is a big city and I like it.")
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+        retokenizer.split(doc[8], ["li", "ke"], heads=[(doc[8], 1), doc[7]])
+    assert len(doc) == 11
+    with pytest.raises(ValueError, match="retokenized"):
+        doc[2]._.ud_dep  # 'a' now, 'is' when parsed
+    assert doc[10].text == "." and doc[10]._.ud_dep == "punct"  # in place: its own relation reads
+    with pytest.raises(ValueError, match="retokenized"):
+        doc[10]._.ud_head  # ... but the head its index names is another word now
+    with pytest.raises(ValueError, match="retokenized"):
+        doc[0]._.ud_dep  # 'New York', merged
+
+
 def test_render_labels_the_kept_parsers_arcs_with_its_own_relations(kept):
     """With ``overwrite=False`` the page draws the UD tree the probabilities describe; its arcs
     were labelled with the stock tree's relations (``token.dep_``: 'prep' on 'with' <- 'telescope'),
