@@ -81,6 +81,26 @@ def split_dev(valid: List[ConlluSentence], share: int = 10) -> Tuple[List[Conllu
     return (valid[:-n_dev] or valid), valid[-n_dev:]
 
 
+def fold_training(sentences: Sequence[ConlluSentence], k: int) -> List[List[ConlluSentence]]:
+    """Each of the ``k`` folds' training sentences: the other folds' valid gold trees. A fold
+    with none (every tree outside it invalid) is refused by name, before anything is trained."""
+    slices = fold_slices(len(sentences), k)
+    valid = [s.tree_problem() is None for s in sentences]
+    training = []
+    for fold, held_out in enumerate(slices):
+        train = [s for i, s in enumerate(sentences) if i not in held_out and valid[i]]
+        if not train:
+            where = (
+                f"sentences {held_out.start + 1}-{held_out.stop}" if len(held_out) > 1 else f"sentence {held_out.stop}"
+            )
+            raise ValueError(
+                f"fold {fold + 1} of {k} ({where}) has no valid gold tree outside it to train on "
+                f"(the other {len(sentences) - len(held_out)} sentence(s) are all invalid trees)"
+            )
+        training.append(train)
+    return training
+
+
 def audit_cross_fitted(
     sentences: Sequence[ConlluSentence],
     k: int,
@@ -97,6 +117,7 @@ def audit_cross_fitted(
     the module doc); ``scorer_for(model_path)`` makes the fold's :data:`Scorer`. The
     training files and models go to ``workdir`` (default: a temporary folder, removed)."""
     slices = fold_slices(len(sentences), k)
+    training = fold_training(sentences, k)
     started = time.perf_counter()
     audits: List[Optional[SentenceAudit]] = [None] * len(sentences)
     train_seconds: List[float] = []
@@ -105,9 +126,7 @@ def audit_cross_fitted(
         for fold, held_out in enumerate(slices):
             folder = root / f"fold{fold}"
             folder.mkdir(parents=True, exist_ok=True)
-            train, dev = split_dev(
-                [s for i, s in enumerate(sentences) if i not in held_out and s.tree_problem() is None]
-            )
+            train, dev = split_dev(training[fold])
             write_conllu(train, folder / "train.conllu")
             write_conllu(dev, folder / "dev.conllu")
             log(f"fold {fold + 1}/{k}: training on {len(train)} sentences, auditing {len(held_out)}")

@@ -70,7 +70,7 @@ def audit(
 ) -> int:
     """Rank every gold arc and label of a CoNLL-U treebank by how unlikely the parser finds it."""
     from spacy_treexp.audit.report import arcs_csv, arcs_jsonl, audit_html
-    from spacy_treexp.audit.run import audit_cross_fitted, audit_treebank, default_trainer
+    from spacy_treexp.audit.run import audit_cross_fitted, audit_treebank, default_trainer, fold_training
     from spacy_treexp.audit.scoring import spacy_scorer
     from spacy_treexp.cli.pipelines import check_model, load_pipeline
     from spacy_treexp.io import ConlluError, read_conllu
@@ -120,6 +120,10 @@ def audit(
             sentences = list(read_conllu(gold, on_error=skip))
             if len(sentences) < folds:
                 raise UserError(f"--folds {folds}: GOLD has only {len(sentences)} sentence(s)")
+            try:
+                fold_training(sentences, folds)
+            except ValueError as e:
+                raise UserError(f"--folds {folds}: GOLD {gold}: {e}") from e
             result = audit_cross_fitted(
                 sentences,
                 folds,

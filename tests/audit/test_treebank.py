@@ -251,3 +251,20 @@ def test_a_failing_training_names_the_fold(tmp_path, monkeypatch):
     write_conllu(TREEBANK[:2], tmp_path / "train.conllu")
     with pytest.raises(RuntimeError, match="spacy train failed .*boom"):
         run_module.spacy_trainer()(tmp_path / "train.conllu", tmp_path / "train.conllu", tmp_path / "out")
+
+
+def test_a_fold_with_no_valid_tree_outside_it_is_refused_before_any_training():
+    from spacy_treexp.audit.run import fold_training
+
+    treebank = [TREEBANK[0], TREEBANK[1], TREEBANK[2], TREEBANK[3]]  # two valid trees, then two invalid
+    trained: list = []
+
+    def trainer(train: Path, dev: Path, output: Path) -> str:
+        trained.append(train)
+        return str(output)
+
+    with pytest.raises(ValueError, match=r"fold 1 of 2 \(sentences 1-2\) has no valid gold tree outside it"):
+        audit_cross_fitted(treebank, 2, trainer, lambda model: random_scorer())
+    assert trained == []  # the first fold was not trained before the second one failed
+    folds = fold_training(TREEBANK, 3)  # folds s0-s1, s2-s3, s4-s5; s2, s3 and s4 are invalid
+    assert [[s.sent_id for s in train] for train in folds] == [["s5"], ["s0", "s1", "s5"], ["s0", "s1"]]

@@ -144,3 +144,11 @@ def test_audit_user_errors_are_one_line(user_error, gold, tmp_path, args, messag
     (tmp_path / "notes.conllu").write_text("hello world\n", encoding="utf-8")
     line = user_error("audit", *[a.format(gold=gold, tmp=tmp_path) for a in args])
     assert message.format(tmp=tmp_path) in line
+
+
+def test_audit_folds_without_a_valid_tree_to_train_on_is_a_user_error(user_error, tmp_path):
+    valid, invalid = GOLD.split("\n\n")[0], GOLD.split("\n\n")[1]  # 'ok', then 'two-roots'
+    path = tmp_path / "gold.conllu"
+    path.write_text("\n\n".join([valid, valid, invalid, invalid]) + "\n\n", encoding="utf-8")
+    line = user_error("audit", str(path), "--folds", "2")
+    assert f"--folds 2: GOLD {path}: fold 1 of 2 (sentences 1-2) has no valid gold tree outside it" in line
