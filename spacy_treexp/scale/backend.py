@@ -53,7 +53,8 @@ def annotate_sharded(
     executor: Executor,
 ) -> int:
     """Annotate INPUT (file, folder or glob) into the shard directory OUTPUT; returns the
-    exit status (0 done, 1 a bad input with ``strict`` or a failed run, 130 interrupted)."""
+    exit status (0 done, 1 a bad input with ``strict``, a failed run or one whose every input
+    was bad, 130 interrupted)."""
     if fmt not in FORMATS:
         raise UserError(f"--output-format {fmt}: the ray backend writes one of {', '.join(FORMATS)}")
     try:
@@ -135,6 +136,9 @@ def _run(
     done = run.finish()
     if done["bad"]:
         warn(f"{done['bad']} bad input(s) skipped; {done['docs']} documents written to {run.paths.target}.")
+    if done["bad"] and not done["docs"]:  # not one input could be annotated: a failed run, as locally
+        warn("no input could be annotated (exit status 1)")
+        return 1
     return 0
 
 

@@ -166,3 +166,12 @@ def test_output_in_the_way_is_refused(run_cli, toy_model, reference, tmp_path: P
     assert status == 2 and "no .txt, .jsonl or .conllu file there" in err
     status, _, err = run_cli("annotate", str(source.parent), "-o", str(source.parent / "o3"), "--backend", "ray")
     assert status == 2 and "is inside the input folder" in err
+
+
+def test_a_run_whose_every_input_is_bad_fails_as_locally(toy_model, tmp_path: Path, capsys) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("a,b\n1,2\n", encoding="utf-8")  # a CSV named .jsonl: every line is a bad line
+    assert run(source, tmp_path / "out", toy_model) == 1
+    err = capsys.readouterr().err
+    assert "2 bad input(s) skipped; 0 documents written" in err and "no input could be annotated" in err
+    assert manifest.is_complete(manifest.Paths.of(tmp_path / "out"))  # the run itself is complete
