@@ -3,7 +3,8 @@
 INPUT is a file, a folder (every ``.txt``, ``.jsonl`` and ``.conllu`` file under it, at
 any depth) or a glob (``data/*.jsonl``, ``corpus/**/*.conllu``); the files are taken in
 sorted order. Each file is cut into shards of at most ``shard_size`` documents (a
-``.txt`` / ``.jsonl`` document is a non-empty line, a CoNLL-U document one sentence) at
+``.txt`` / ``.jsonl`` document is a non-empty line, a CoNLL-U document one block of
+non-blank lines: a sentence, or a bad block that the worker reports as a local run does) at
 document boundaries, by one pass over its bytes that parses nothing. A shard is named by
 its file's position and its own (``part-00002-000017``): the same inputs and shard size
 always give the same shards, so a shard is the unit a run commits and a resumed run skips
@@ -93,7 +94,7 @@ def _cut(path: Path, fmt: str, shard_size: int) -> Iterator[tuple[int, int, int,
                 if blank and inside:  # a sentence ends; cut after its blank line
                     inside = False
                     docs += 1
-                elif not blank and not raw.startswith(b"#"):
+                elif not blank:  # a block of comments only is a document too: a bad one, reported
                     inside = True
                 ends_doc = blank and docs == shard_size
             else:

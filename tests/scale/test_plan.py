@@ -31,7 +31,13 @@ CONLLU = b"""# sent_id = a
 
 1	Last	_	_	_	_	0	root	_	_
 """
-FILES = {"txt": TXT, "jsonl": JSONL, "conllu": CONLLU}
+FILES = {
+    "txt": TXT,
+    "jsonl": JSONL,
+    "conllu": CONLLU,
+    "comments.conllu": CONLLU + b"\n# a block of comments only, at the end\n",
+    "only-comments.conllu": b"# no sentence\n\n# none at all\n",
+}
 
 
 def whole_file(path: Path, fmt: str):
@@ -45,6 +51,7 @@ def whole_file(path: Path, fmt: str):
 def test_shards_read_as_the_whole_file(tmp_path: Path, fmt: str, shard_size: int) -> None:
     path = tmp_path / f"in.{fmt}"
     path.write_bytes(FILES[fmt])
+    fmt = fmt.rpartition(".")[2]
     expected_items, expected_bad = whole_file(path, fmt)
     shards = list(plan_shards([(path, fmt)], shard_size))
     items: list = []
