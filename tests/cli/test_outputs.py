@@ -92,8 +92,8 @@ def test_writing_a_long_doc_checks_each_word_a_bounded_number_of_times(monkeypat
 
     doc = make_nlp()(" ".join(["The cat sat on the mat."] * 20))
     seen = []
-    whole_doc = attributes._token_offsets
-    monkeypatch.setattr(attributes, "_token_offsets", lambda d: seen.append(len(d)) or whole_doc(d))
+    whole_doc = attributes.token_offsets
+    monkeypatch.setattr(attributes, "token_offsets", lambda d: seen.append(len(d)) or whole_doc(d))
     doc_to_json(doc)
     ConlluWriter(StdoutSink()).sentences(doc, {"line": 1})
     assert sum(seen) <= 2 * len(doc)
