@@ -384,6 +384,11 @@ def _soft_targets(gold: Gold, shape: Tuple[int, ...]) -> Optional[numpy.ndarray]
     return soft
 
 
+def _has_arc(doc: Doc) -> bool:
+    """Whether ``doc`` holds a dependency arc: a token whose head is another token."""
+    return doc.has_annotation("HEAD") and bool((doc.to_array(HEAD) != 0).any())
+
+
 def _saved_as_product(path: Path) -> bool:
     """Whether the pipeline saved around the component folder ``path`` has that component
     with ``product`` set (then the map beside it was fitted on the product)."""
@@ -1246,6 +1251,12 @@ class BiaffineParser(TrainablePipe):
         self.check_listener_width()
         if labels is None:
             labels = sorted({token.dep_ for eg in get_examples() for token in eg.reference if token.dep_})
+            if labels and not any(_has_arc(eg.reference) for eg in get_examples()):
+                raise ValueError(
+                    f"biaffine_parser '{self.name}': no training example has a dependency arc (every token "
+                    "is its own head): there is nothing to learn the arc scores from. A CoNLL-U file whose "
+                    "HEAD column is '_' converts (spacy convert) to such Docs"
+                )
         for label in labels:
             self.add_label(label)
         if not self.labels:

@@ -12,6 +12,7 @@ from helpers.paths import REPO
 from helpers.threads import one_torch_thread  # noqa: F401  (autouse)
 from helpers.toy_pipelines import TEXTS, TINY_CONFIG, sentence_heads, toy_examples, train_toy
 from spacy.tokens import Doc, DocBin
+from spacy.training import Example
 from thinc.api import Config, fix_random_seed
 
 from spacy_treexp import TreeDistribution
@@ -175,6 +176,19 @@ def test_missing_sentence_boundaries_raise(trained):
     nlp.get_pipe("tok2vec")(doc)
     with pytest.raises(ValueError, match="no sentence boundaries"):
         parser(doc)
+
+
+def test_training_data_without_a_single_arc_is_refused_at_initialize():
+    """A CoNLL-U file with HEAD '_' converts to Docs whose tokens are all their own heads (one-word
+    sentences): the parser trained with a loss of 0 and saved a model that had learnt nothing."""
+    nlp = spacy.util.load_model_from_config(Config().from_str(TINY_CONFIG), auto_fill=True)
+    examples = []
+    for eg in toy_examples(nlp):
+        words = [t.text for t in eg.reference]
+        rootless = Doc(nlp.vocab, words=words, heads=list(range(len(words))), deps=["_"] * len(words))
+        examples.append(Example(eg.predicted, rootless))
+    with pytest.raises(ValueError, match="no training example has a dependency arc"):
+        nlp.initialize(lambda: examples)
 
 
 def test_empty_doc(trained):
