@@ -758,7 +758,8 @@ class BiaffineParser(TrainablePipe):
             raise ValueError(
                 f"biaffine_parser: the Doc has no sentence boundaries. Add a 'senter' or "
                 f"'sentencizer' before '{self.name}' in the pipeline, or set "
-                f"token.is_sent_start. Doc: {doc.text[:60]!r}"
+                f"token.is_sent_start (in training, a parser in [training] annotating_components "
+                f"needs the component that sets them listed there too). Doc: {doc.text[:60]!r}"
             )
         return [(sent.start, sent.end) for sent in doc.sents]
 

@@ -178,6 +178,15 @@ def test_missing_sentence_boundaries_raise(trained):
         parser(doc)
 
 
+def test_an_annotating_parser_without_an_annotating_senter_names_annotating_components(trained):
+    """In training, a parser in annotating_components sees Docs that only the components listed
+    there annotated: its message said to add a sentencizer, which the pipeline had."""
+    nlp, examples = trained
+    copies = [Example(Doc(nlp.vocab, words=[t.text for t in eg.reference]), eg.reference) for eg in examples[:2]]
+    with pytest.raises(ValueError, match=r"no sentence boundaries.*annotating_components"):
+        nlp.update(copies, annotates=["biaffine_parser"])
+
+
 def test_training_data_without_a_single_arc_is_refused_at_initialize():
     """A CoNLL-U file with HEAD '_' converts to Docs whose tokens are all their own heads (one-word
     sentences): the parser trained with a loss of 0 and saved a model that had learnt nothing."""
