@@ -18,7 +18,9 @@ Outside that contract the reader normalises, and says so here:
 :func:`read_conllu` checks the *format* only (10 tab-separated columns, word ids 1..n,
 well-formed ``a-b`` and ``a.b`` ids in their places, a FORM in every word line, comments
 before token lines, at least one word, UTF-8) and raises :class:`ConlluError` naming path and line, or reports the bad
-sentence to ``on_error`` and goes on. Whether the gold heads form a tree is a separate
+sentence to ``on_error`` and goes on; a skipped sentence's ``# newdoc`` / ``# newpar`` go to
+the next sentence read (unless it starts a document or paragraph itself), so the documents
+around it do not merge. Whether the gold heads form a tree is a separate
 question: :meth:`ConlluSentence.tree_problem`.
 
 Why not the PyPI package ``conllu`` (6.0.0), measured by ``benchmarks/bench_conllu.py`` on
@@ -429,28 +431,52 @@ def _sentences(
     lines: Iterable[_Line], path: str | None, on_error: Callable[[ConlluError], None] | None
 ) -> Iterator[ConlluSentence]:
     block: list[_Line] = []
+    markers: list[str] = []  # document and paragraph starts of skipped sentences
     for item in lines:
         if item[1].strip(" \t") or item[2]:
             block.append(item)
         elif block:
-            yield from _checked(block, path, on_error)
+            yield from _checked(block, path, on_error, markers)
             block = []
     if block:
-        yield from _checked(block, path, on_error)
+        yield from _checked(block, path, on_error, markers)
+
+
+#: Comments that mark where a document or a paragraph starts (UD: ``# newdoc [id = ...]``, ``# newpar``).
+_STRUCTURE = ("# newdoc", "# newpar")
 
 
 def _checked(
-    block: list[_Line], path: str | None, on_error: Callable[[ConlluError], None] | None
+    block: list[_Line], path: str | None, on_error: Callable[[ConlluError], None] | None, markers: list[str]
 ) -> Iterator[ConlluSentence]:
-    """The block's sentence, or nothing after reporting its error to ``on_error``."""
+    """The block's sentence, or nothing after reporting its error to ``on_error``; a skipped
+    sentence's ``# newdoc`` / ``# newpar`` wait in ``markers`` for the next sentence read."""
     try:
         sentence = _parse_block(block, path)
     except ConlluError as error:
         if on_error is None:
             raise
         on_error(error)
+        markers.extend(line.rstrip() for _, line, _ in block if line.startswith(_STRUCTURE))
         return
+    if markers:
+        sentence = _with_markers(sentence, markers)
+        markers.clear()
     yield sentence
+
+
+def _with_markers(sentence: ConlluSentence, markers: list[str]) -> ConlluSentence:
+    """``sentence`` with the first ``# newdoc`` and the first ``# newpar`` of the skipped
+    sentences before it, less what its own comments already start (a document starts a
+    paragraph too)."""
+    own = " ".join(line for line in sentence.comments if line.startswith(_STRUCTURE))
+    starts = {"# newdoc": "# newdoc" in own, "# newpar": "# newdoc" in own or "# newpar" in own}
+    carried = []
+    for kind in _STRUCTURE:
+        first = next((m for m in markers if m.startswith(kind)), None)
+        if first is not None and not starts[kind]:
+            carried.append(first)
+    return ConlluSentence(carried + list(sentence.comments), sentence.rows, sentence.line)
 
 
 def _parse_block(block: list[_Line], path: str | None) -> ConlluSentence:

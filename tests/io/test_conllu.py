@@ -429,3 +429,23 @@ def test_a_file_with_lone_carriage_returns_is_named_as_such(tmp_path, text, mess
     with pytest.raises(ConlluError) as plain:  # a lone \r kept inside one line of a good file
         list(read_text(GOOD.replace("# sent_id", "# x\ry\n# sent_id") + "\n1 a\n"))
     assert "carriage" not in plain.value.message
+
+
+def test_a_skipped_sentence_hands_its_document_start_to_the_next():
+    """A bad sentence that starts a document is skipped; its ``# newdoc`` goes to the next
+    sentence, so that document does not merge into the one before (unless the next sentence
+    starts a document of its own)."""
+    good = "1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n"
+    bad = "1\tHi\n"
+    text = (
+        f"# newdoc id = a\n# sent_id = a1\n{good}\n"
+        f"# newdoc id = b\n# newpar\n# sent_id = b1\n{bad}\n"
+        f"# sent_id = b2\n{good}\n"
+        f"# newdoc id = c\n# sent_id = c1\n{bad}\n"
+        f"# newdoc id = d\n# sent_id = d1\n{good}\n"
+    )
+    errors = []
+    sentences = list(read_conllu(io.StringIO(text), on_error=errors.append))
+    assert len(errors) == 2 and [s.line for s in sentences] == [1, 10, 17]
+    assert sentences[1].comments == ["# newdoc id = b", "# newpar", "# sent_id = b2"]
+    assert sentences[2].comments == ["# newdoc id = d", "# sent_id = d1"]  # its own start: c's is not added
