@@ -19,7 +19,8 @@ Scores (higher = more suspicious, each a probability that the annotation is wron
 the model): ``head_score`` 1 − p(g | the other gold arcs) (1 − μ(g, m) on an invalid tree,
 where the conditional is not defined); ``label_score`` 1 − p(l | g, m); ``score`` 1 − p(g | ·)
 p(l | g, m), the probability that the gold labelled arc is wrong given the rest of the
-annotation. The conditional ranks planted head errors better than the marginal, which also
+annotation. A relation the parser does not know has p(l | g, m) = 0; a DEPREL of ``_`` (UD's
+"no value") is not scored: ``label_prob`` and ``label_score`` None, ``score`` 1 − p(g | ·). The conditional ranks planted head errors better than the marginal, which also
 doubts a correct arc when the *parser* is unsure about its neighbours: precision of the top
 2% on EWT dev with 2% of its heads moved, 0.75-0.78 against 0.71-0.74
 (``benchmarks/audit_corruption.py``). Per sentence: log p(gold tree), how many nats it is below the model's best
@@ -264,10 +265,11 @@ def audit_sentence(sentence: ConlluSentence, scores: SentenceScores, sent_id: Op
         if scores.rel is not None and labels is not None and h is not None:
             rel = numpy.asarray(scores.rel[h, m], dtype=numpy.float64)
             gold_label = index.get(deprels[m - 1])
-            label_prob = 0.0 if gold_label is None else float(math.exp(rel[gold_label]))
+            if deprels[m - 1] != "_":  # UD's "no value": no gold relation to score (None)
+                label_prob = 0.0 if gold_label is None else float(math.exp(rel[gold_label]))
             top = int(numpy.argmax(rel))
             best_label, best_label_prob = labels[top], float(math.exp(rel[top]))
-        elif scores.rel is not None and labels is not None:
+        elif scores.rel is not None and labels is not None and deprels[m - 1] != "_":
             label_prob = 0.0  # no gold head in the sentence: no relation can be scored
         p_head = float(head_prob[m - 1])
         p_gold = p_head if conditional is None else conditional

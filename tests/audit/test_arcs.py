@@ -122,6 +122,16 @@ def test_unknown_label_gets_probability_zero_and_root_matches_ROOT():
     assert audit.arcs[1].label_prob == 0.0 and audit.arcs[1].label_score == 1.0
 
 
+def test_a_deprel_of_underscore_is_not_scored_as_a_wrong_label():
+    """UD's "_" is no value, not a relation the parser doubts: label_prob None, and the arc's
+    score is its head score (it was label_prob 0, score 1: the top of every ranking)."""
+    audit = audit_sentence(sentence([0, 1, 1], ["root", "_", "_"]), scores_for(3, 4))
+    assert audit.arcs[0].label_prob is not None
+    for arc in audit.arcs[1:]:
+        assert arc.label_prob is None and arc.label_score is None and arc.best_label is not None
+        assert arc.score == arc.head_score < 1.0
+
+
 def test_without_relation_scores_the_score_is_the_head_score():
     scores = scores_for(3, 5)
     scores.rel, scores.labels = None, None
