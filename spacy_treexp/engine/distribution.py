@@ -113,9 +113,12 @@ class TreeDistribution(Distribution):
         validate_args: Optional[bool] = None,
     ) -> None:
         arc_scores, lengths, label_scores, unbatched, allowed = prepare_scores(scores, lengths)
-        self.scores = arc_scores
-        self.label_scores = label_scores
-        self.lengths = lengths
+        # Copies, not the caller's tensors: results are computed lazily and cached, so a caller
+        # changing its tensors in place (an optimiser step, a reused buffer) would otherwise get
+        # results mixing the old scores with the new (a Rényi entropy above log #trees).
+        self.scores = arc_scores.clone() if label_scores is None else arc_scores
+        self.label_scores = None if label_scores is None else label_scores.clone()
+        self.lengths = lengths.clone()
         if not isinstance(single_root, bool):
             raise TypeError(f"single_root must be True or False, got {single_root!r}")
         if stable is not None and not isinstance(stable, bool):

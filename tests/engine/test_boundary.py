@@ -110,3 +110,23 @@ def test_cross_entropy_of_other_lengths_names_the_sentence():
     q = TreeDistribution(batch, torch.tensor([4, 3]))
     with pytest.raises(ValueError, match="sentence 1 has 2 / 3 words"):
         p.cross_entropy(q)
+
+
+@pytest.mark.parametrize("labeled", [False, True])
+def test_changing_the_inputs_in_place_afterwards_changes_no_result(labeled):
+    # results are lazy and cached: every one must describe the scores given at construction
+    generator = torch.Generator().manual_seed(4)
+    given = torch.randn((2, 5, 5, 3) if labeled else (2, 5, 5), generator=generator, dtype=torch.float64)
+    lengths = torch.tensor([4, 3])
+    reference = TreeDistribution(given.clone(), lengths.clone())
+    dist = TreeDistribution(given, lengths)
+    dist.log_partition  # cached before the change, the rest computed after it
+    given.mul_(3)
+    lengths.fill_(1)
+    heads = reference.sample((3,), generator=generator)
+    assert torch.allclose(dist.log_prob(heads), reference.log_prob(heads))
+    assert torch.allclose(dist.entropy(), reference.entropy())
+    assert torch.allclose(dist.renyi_entropy(2.0), reference.renyi_entropy(2.0))
+    assert torch.equal(dist.mode, reference.mode)
+    if labeled:
+        assert torch.allclose(dist.label_marginals, reference.label_marginals)
