@@ -48,6 +48,11 @@ def prepare_scores(scores: Tensor, lengths: Optional[Tensor]) -> Tuple[Tensor, T
         arc_scores = scores
     batch, rows, cols = arc_scores.shape
     if rows != cols:
+        if label_scores is not None:  # most likely two batch axes, which 4-D scores are not
+            raise ValueError(
+                f"4-D scores are labeled (B, N+1, N+1, L), and {tuple(scores.shape)} is not square over "
+                "(head, dependent): for more than one batch axis, flatten them (scores.reshape(-1, N+1, N+1))"
+            )
         raise ValueError(f"scores must be square over (head, dependent); got {rows} x {cols}")
     if rows < 2:
         raise ValueError("scores must cover ROOT and at least one word: N+1 >= 2")

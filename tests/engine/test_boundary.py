@@ -130,3 +130,8 @@ def test_changing_the_inputs_in_place_afterwards_changes_no_result(labeled):
     assert torch.equal(dist.mode, reference.mode)
     if labeled:
         assert torch.allclose(dist.label_marginals, reference.label_marginals)
+
+
+def test_two_batch_axes_are_told_to_flatten():
+    with pytest.raises(ValueError, match=r"labeled \(B, N\+1, N\+1, L\).*reshape\(-1, N\+1, N\+1\)"):
+        TreeDistribution(torch.zeros(2, 3, 5, 5))
