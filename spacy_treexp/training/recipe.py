@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -132,6 +133,9 @@ def check_options(options: TrainOptions) -> str:
             )
     if not out.parent.is_dir():
         raise TrainingError(f"-o {out}: the folder {out.parent} does not exist")
+    written = out if out.is_dir() else out.parent  # where the run makes its folders
+    if not os.access(written, os.W_OK | os.X_OK):
+        raise TrainingError(f"-o {out}: folder {written} is not writable")
     lang = options.lang or infer_lang(options.train)
     try:
         spacy.util.get_lang_class(lang)
@@ -615,9 +619,12 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
             "on the untrained model and on the last; a run this short parses badly (for a quick check "
             f"that is fine; else give more steps, or --set training.eval_frequency={max(1, steps // 2)})"
         )
-    if out.exists() and options.force:
-        _empty(out)
-    corpus.mkdir(parents=True)
+    try:
+        if out.exists() and options.force:
+            _empty(out)
+        corpus.mkdir(parents=True)
+    except OSError as e:  # a file --force cannot remove, a folder made read-only meanwhile
+        raise TrainingError(f"-o {out}: cannot write there ({e.strerror or e}: {e.filename})") from e
     log(f"1/5 convert: {len(train_gold)} training and {len(dev_gold)} dev sentences ({lang})")
     convert(train_gold, lang, corpus / "train.spacy")
     convert(dev_gold, lang, corpus / "dev.spacy")

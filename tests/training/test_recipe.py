@@ -339,3 +339,30 @@ def test_the_checkpoint_that_parses_dev_better_goes_on(tmp_path):
     (tmp_path / "only").mkdir()
     trained.to_disk(tmp_path / "only" / "model-last")
     assert choose_checkpoint(tmp_path / "only", dev)[0].name == "model-last"
+
+
+def test_an_output_folder_that_cannot_be_written_is_named_before_any_work(tmp_path, monkeypatch):
+    """-o in (or naming) a read-only folder was a PermissionError traceback after the treebanks
+    were read; a file --force cannot remove was one too. (As root, permissions do not bite:
+    os.access and the emptying are stood in for.)"""
+    import errno
+    import os
+
+    from spacy_treexp.training import recipe
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != locked and real_access(path, mode))
+    for out in (locked, locked / "out"):
+        with pytest.raises(TrainingError, match=f"-o {out}: folder {locked} is not writable"):
+            recipe.check_options(TrainOptions(train=TOY, dev=TOY, out=out, lang="en"))
+    monkeypatch.undo()
+    (locked / "kept").write_text("x", encoding="utf8")
+
+    def refuse(folder: Path) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder / "kept"))
+
+    monkeypatch.setattr(recipe, "_empty", refuse)
+    with pytest.raises(TrainingError, match=r"-o .*locked: cannot write there \(Permission denied: .*kept\)"):
+        recipe.train_pipeline(TrainOptions(train=TOY, dev=TOY, out=locked, lang="en", force=True, max_steps=1))
