@@ -258,17 +258,22 @@ def calibration_section(
     bootstrap_replicates: int = 200,
     seed: int = 0,
     log: Any = None,
+    own_map: Optional[CalibrationMap] = None,
 ) -> Dict[str, Any]:
     """The calibration block of the report: the tree distribution and the local softmax,
     raw and (with dev data) calibrated on dev -- a scalar temperature and the ``distance``
     map for the tree, the baseline's own temperature for the local softmax -- each with
-    :func:`calibration_table` on the test data, and the targets of the distance map."""
+    :func:`calibration_table` on the test data, and the targets of the distance map.
+    ``own_map``: the pipeline's own map, a variant too (the figures ``spacy-treexp train``
+    reports after its map)."""
     from spacy_treexp.calibration import fit_calibration
 
     variants: Dict[str, Tuple[Optional[CalibrationMap], float, str]] = {
         "tree, raw": (None, 1.0, "tree"),
         "local softmax, raw": (None, 1.0, "local"),
     }
+    if own_map is not None:
+        variants[f"tree, the pipeline's own map ({own_map.kind})"] = (own_map, 1.0, "tree")
     section: Dict[str, Any] = {"n_bins": N_BINS, "binning": "equal-width", "predicted_head": "the parser's tree"}
     if dev_gold is not None and dev_scores is not None:
         temperature = fit_calibration(dev_gold, dev_scores, "temperature")

@@ -247,7 +247,13 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
         report.targets["calibrated"] = targets(report.calibrated)
     t0 = time.perf_counter()
     report.calibration = calibration_section(
-        gold, test_scores, dev_gold, dev_scores, bootstrap_replicates=options.bootstrap, seed=config.seed
+        gold,
+        test_scores,
+        dev_gold,
+        dev_scores,
+        bootstrap_replicates=options.bootstrap,
+        seed=config.seed,
+        own_map=own_map,
     )
     meta["calibration_seconds"] = time.perf_counter() - t0
     log(f"calibration maps and tables in {meta['calibration_seconds']:.1f} s")

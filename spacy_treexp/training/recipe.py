@@ -551,7 +551,7 @@ def evaluate(nlp: Any, gold: Sequence[Any], calibration: Any) -> Dict[str, Any]:
     scores = component_scores(nlp, gold)
     seconds = time.perf_counter() - start
     result: Dict[str, Any] = {
-        name: figures(word_arrays(gold, scores, used), "tree", band_replicates=200)
+        name: figures(word_arrays(gold, scores, used), "tree")  # as evaluate's calibration table
         for name, used in (("before", None), ("after", calibration))
     }
     result["words_per_second"] = sum(g.n for g in gold) / seconds

@@ -366,3 +366,25 @@ def test_an_output_folder_that_cannot_be_written_is_named_before_any_work(tmp_pa
     monkeypatch.setattr(recipe, "_empty", refuse)
     with pytest.raises(TrainingError, match=r"-o .*locked: cannot write there \(Permission denied: .*kept\)"):
         recipe.train_pipeline(TrainOptions(train=TOY, dev=TOY, out=locked, lang="en", force=True, max_steps=1))
+
+
+def test_train_reports_the_figures_evaluate_gives_for_the_pipelines_map(monkeypatch):
+    """train's summary (before and after its map) is what ``spacy-treexp evaluate`` reports
+    for the same pipeline and file: evaluate showed the map only in equal-mass bins, and
+    train's chance bands came from 200 replicates where evaluate's came from 1000."""
+    from spacy_treexp.annotate import SentenceScores
+    from spacy_treexp.calibration import CalibrationMap
+    from spacy_treexp.evaluation import scores as scores_module
+    from spacy_treexp.evaluation.calibration_report import calibration_section
+    from spacy_treexp.training import recipe
+
+    gold = read_conllu(TOY)[:12]
+    rng = numpy.random.default_rng(0)
+    scores = [SentenceScores(arc=rng.normal(0, 2.0, (g.n + 1, g.n + 1))) for g in gold]
+    monkeypatch.setattr(scores_module, "component_scores", lambda nlp, sentences: scores)
+    own_map = CalibrationMap.temperature(1.7)
+    summary = recipe.evaluate(None, gold, own_map)
+    test = calibration_section(gold, scores, bootstrap_replicates=0, own_map=own_map)["test"]
+    for name, variant in (("before", "tree, raw"), ("after", "tree, the pipeline's own map (temperature)")):
+        overall = {key: value for key, value in test[variant]["overall"].items() if key != "bins"}
+        assert summary[name] == pytest.approx(overall), name
