@@ -659,7 +659,7 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
         _write_summary(out, summary)
     before, after = evaluation["before"], evaluation["after"]
     log(
-        f"5/5 packaged {out / 'model'}: UAS {after['uas']:.4f}, LAS {after.get('las', float('nan')):.4f}, "
+        f"5/5 packaged {out / 'model'}: UAS {100 * after['uas']:.2f}, LAS {100 * after.get('las', float('nan')):.2f}, "
         f"arc ECE {before['arc_ece']:.4f} -> {after['arc_ece']:.4f} on {evaluated_on}"
     )
     return summary
