@@ -293,6 +293,11 @@ def has_tags(gold: Sequence[Any]) -> bool:
     return any(t not in ("", "_") for s in gold for t in list(s.upos) + list(s.feats))
 
 
+def has_relations(gold: Sequence[Any]) -> bool:
+    """Whether the treebank has a relation (DEPREL other than UD's "no value" ``_``) anywhere."""
+    return any(label != "_" for s in gold for label in s.deprels)
+
+
 def build_config(options: TrainOptions, lang: str, corpus: Path, with_tags: bool) -> Any:
     """The filled-in training config (a thinc ``Config``, not interpolated)."""
     from thinc.api import Config, ConfigValidationError
@@ -612,6 +617,11 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     out = Path(options.out)
     corpus = out / "corpus"
     config = build_config(options, lang, corpus, has_tags(train_gold))
+    if not has_relations(train_gold):
+        log(
+            f"warning: {options.train} has no relations (DEPREL is '_' on every word): the parser learns heads "
+            "only, under the one label '_', so LAS equals UAS and the labelled figures say nothing"
+        )
     steps, every = config["training"]["max_steps"], config["training"]["eval_frequency"]
     if isinstance(steps, int) and isinstance(every, int) and 0 < steps < every:
         log(

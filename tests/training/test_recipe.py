@@ -368,6 +368,30 @@ def test_an_output_folder_that_cannot_be_written_is_named_before_any_work(tmp_pa
         recipe.train_pipeline(TrainOptions(train=TOY, dev=TOY, out=locked, lang="en", force=True, max_steps=1))
 
 
+def test_a_treebank_without_relations_is_warned_about(tmp_path, monkeypatch):
+    """A DEPREL column of '_' everywhere trains the one label '_': the run says so before it
+    starts (LAS would equal UAS and mean nothing)."""
+    from spacy_treexp.training import recipe
+
+    rows = [line.split("\t") for line in TOY.read_text(encoding="utf8").splitlines()]
+    unlabelled = tmp_path / "unlabelled.conllu"
+    unlabelled.write_text(
+        "\n".join("\t".join(r[:7] + ["_"] + r[8:]) if len(r) == 10 else r[0] for r in rows) + "\n", encoding="utf8"
+    )
+    (tmp_path / "out").mkdir()
+
+    def stop(folder: Path) -> None:
+        raise PermissionError(13, "stop here", str(folder))
+
+    monkeypatch.setattr(recipe, "_empty", stop)  # ends the run once the checks are done
+    for train, warned in ((unlabelled, True), (TOY, False)):
+        lines: list = []
+        options = TrainOptions(train=train, dev=TOY, out=tmp_path / "out", lang="en", force=True, max_steps=1)
+        with pytest.raises(TrainingError, match="stop here"):
+            recipe.train_pipeline(options, log=lines.append)
+        assert any("has no relations (DEPREL is '_' on every word)" in line for line in lines) == warned
+
+
 def test_train_reports_the_figures_evaluate_gives_for_the_pipelines_map(monkeypatch):
     """train's summary (before and after its map) is what ``spacy-treexp evaluate`` reports
     for the same pipeline and file: evaluate showed the map only in equal-mass bins, and
