@@ -127,7 +127,7 @@ def select(
                         expected_attachment,
                         record.entropy,
                         mutual_information,
-                        {"line": context.get("line"), "sentence": k},
+                        {"line": context.get("line"), "sentence": k + 1},  # 1-based, as the line
                     )
                 )
             parsed += 1

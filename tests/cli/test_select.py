@@ -43,6 +43,18 @@ def test_select_writes_the_best_sentences_within_the_word_budget(run_cli, model,
     assert chosen and sum(r["words"] for r in chosen) <= 12
 
 
+def test_select_numbers_sentences_from_1_as_lines(run_cli, model, corpus):
+    """A row's sentence is its 1-based place in the input line, as the line itself, parse's
+    'Sentence 1' and annotate's sent_id 'line3-1' (it was 0-based beside a 1-based line)."""
+    status, out, err = run_cli("select", str(corpus), "--model", model, "--budget", "1000", "--no-dedup", "--quiet")
+    assert status == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    by_line: dict = {}
+    for r in rows:
+        by_line.setdefault(r["line"], []).append(r["sentence"])
+    assert by_line and all(sorted(numbers) == list(range(1, len(numbers) + 1)) for numbers in by_line.values())
+
+
 def test_select_by_entropy_sentences_and_random(run_cli, model, corpus):
     status, out, err = run_cli(
         "select", str(corpus), "--model", model, "--budget", "2", "--unit", "sentences", "--strategy", "entropy"
