@@ -379,7 +379,7 @@ def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed
 def _load(model: Optional[str]) -> Any:
     """The pipeline, with a ``tree_expectations`` component (added when it has none; a stock
     pipeline gets our parser beside its own, as ``parse`` gives it: ``ensure_annotator``)."""
-    from spacy_treexp.cli.pipelines import check_model, ensure_annotator
+    from spacy_treexp.cli.pipelines import check_model, code_hint, ensure_annotator
     from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions and factories)
     from spacy_treexp.pipeline.default_model import load_named
 
@@ -390,7 +390,7 @@ def _load(model: Optional[str]) -> Any:
     except UserError:
         raise
     except Exception as e:  # a package or folder that is not a loadable spaCy pipeline
-        raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
+        raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e}){code_hint(e)}") from e
     ensure_annotator(nlp, {})
     return nlp
 

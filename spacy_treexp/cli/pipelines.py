@@ -86,12 +86,20 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
                 check_pipeline_folder(Path(model))
             nlp = load_named(model)
         except (ImportError, OSError, ValueError) as e:
-            raise UserError(f"--model {model}: {e}") from e
+            raise UserError(f"--model {model}: {e}{code_hint(e)}") from e
         except Exception as e:  # a package that is not a spaCy pipeline, a broken one
             raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
     settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
     ensure_annotator(nlp, settings)
     return nlp
+
+
+def code_hint(error: Exception) -> str:
+    """A pointer to ``--code`` when loading failed on a function spaCy's registry does not know
+    (E893: a score source or architecture registered by the user's own code), else ""."""
+    if "E893" in str(error):
+        return " (registered by your own code? pass that file with --code FILE)"
+    return ""
 
 
 def ensure_annotator(nlp: Language, settings: dict[str, Any]) -> None:

@@ -89,6 +89,19 @@ def test_a_renamed_tree_expectations_takes_the_options(model, tmp_path):
     assert len(loaded("Hi there.")._.tree_expectations[0].sampled_heads) == 4
 
 
+def test_a_function_only_the_users_code_registers_points_to_code(model, tmp_path, user_error):
+    """spaCy's E893 (a registered function it cannot find) is one line that names --code."""
+    nlp = spacy.load(model)
+    nlp.add_pipe("tree_expectations")
+    nlp.to_disk(tmp_path / "custom")
+    config = tmp_path / "custom" / "config.cfg"
+    config.write_text(
+        config.read_text(encoding="utf8").replace("spacy_treexp.parser_scores.v1", "my_scores.v1"), encoding="utf8"
+    )
+    message = user_error("parse", "Hi there.", "--model", str(tmp_path / "custom"))
+    assert "my_scores.v1" in message and "pass that file with --code FILE" in message
+
+
 def test_a_stock_pipeline_gets_our_parser_beside_its_own(run_cli):
     """en_core_web_sm's parser gives no arc scores: --model adds ours (add_uncertainty), and
     spaCy's compiled parser and NER, which take no error handler, no longer stop the run."""
