@@ -25,20 +25,53 @@ def spacy_scorer(nlp: Any, batch_size: int = 64) -> Scorer:
     map the pipeline applies (:func:`pipeline_calibration`), so that the audit's
     probabilities are the ones ``parse``, ``annotate`` and ``select`` show."""
     from spacy_treexp.calibration.map import calibrate_sentences
-    from spacy_treexp.evaluation.conllu import GoldSentence
     from spacy_treexp.evaluation.scores import spacy_scores
     from spacy_treexp.pipeline.tree_expectations import pipeline_calibration
 
     calibration = pipeline_calibration(nlp)
 
     def score(sentences: Sequence[ConlluSentence]) -> List[SentenceScores]:
-        gold = [
-            GoldSentence(sentence_id(s), s.forms, numpy.zeros(s.n + 1, dtype=numpy.int64), s.deprels, s.spaces)
-            for s in sentences
-        ]
-        return calibrate_sentences(spacy_scores(nlp, gold, batch_size=batch_size), calibration)
+        return calibrate_sentences(spacy_scores(nlp, _words(sentences), batch_size=batch_size), calibration)
 
     return score
+
+
+def stanza_scorer(pipeline_dir: str, gold_tags: Optional[bool] = None) -> Scorer:
+    """A :data:`Scorer` parsing with the Stanza pipeline saved in ``pipeline_dir`` (loaded
+    once; :func:`spacy_treexp.evaluation.scores.stanza_scorer`: on the gold words, and on the
+    file's gold tags with ``gold_tags``), its scores under the calibration map its
+    ``tree_expectations`` processor applies (:func:`~spacy_treexp.stanza.convert.folder_calibration`)."""
+    from spacy_treexp.calibration.map import calibrate_sentences
+    from spacy_treexp.evaluation.scores import stanza_scorer as gold_scorer
+    from spacy_treexp.stanza.convert import folder_calibration
+
+    calibration = folder_calibration(str(pipeline_dir))
+    parse = gold_scorer(pipeline_dir, gold_tags)
+
+    def score(sentences: Sequence[ConlluSentence]) -> List[SentenceScores]:
+        return calibrate_sentences(parse(_words(sentences, tags=True)), calibration)
+
+    return score
+
+
+def _words(sentences: Sequence[ConlluSentence], tags: bool = False) -> List[Any]:
+    """Gold sentences of the words (and with ``tags`` the POS columns) alone: the heads are not
+    read, so a sentence whose gold heads form no tree is parsed too."""
+    from spacy_treexp.evaluation.conllu import GoldSentence
+
+    return [
+        GoldSentence(
+            sentence_id(s),
+            s.forms,
+            numpy.zeros(s.n + 1, dtype=numpy.int64),
+            s.deprels,
+            s.spaces,
+            upos=s.upos if tags else [],
+            xpos=s.xpos if tags else [],
+            feats=s.feats if tags else [],
+        )
+        for s in sentences
+    ]
 
 
 def chunks(items: Iterable[ConlluSentence], size: int) -> Iterator[List[ConlluSentence]]:

@@ -8,7 +8,9 @@ log-probability and expected disagreements. Output, most suspicious first: ``-o 
 flagged sentence with its suspicious arcs highlighted. Without either, the top arcs are
 printed. Invalid gold trees are audited and flagged with the reason; a malformed CoNLL-U
 sentence is reported with its line and skipped. ``--folds K`` audits a training treebank
-with K models, each trained without the fold it judges.
+with K models, each trained without the fold it judges. ``--stanza DIR`` audits with a Stanza
+depparse model instead (``--stanza-tags``: the file's gold tags or the folder's tagger), under
+the calibration map its processor applies.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from spacy_treexp.cli.common import (
     Code,
     Model,
     Quiet,
+    Stanza,
+    StanzaTags,
+    StanzaTagsOption,
     UserError,
     check_input_file,
     check_output_path,
@@ -46,6 +51,8 @@ def audit(
     ] = None,
     model: Model = None,
     code: Code = None,
+    stanza: Stanza = None,
+    stanza_tags: StanzaTagsOption = StanzaTags.auto,
     folds: Annotated[
         int,
         typer.Option(
@@ -90,8 +97,12 @@ def audit(
         check_output_path(html, [gold], what="--html")
         if output is not None and not is_stdio(output) and html.resolve() == output.resolve():
             raise UserError(f"--html {html}: is also --output; give two paths")
-    if folds and model is not None:
-        raise UserError("--folds trains its own models; leave out --model")
+    if folds and (model is not None or stanza is not None):
+        raise UserError(f"--folds trains its own models; leave out {'--model' if stanza is None else '--stanza'}")
+    if model is not None and stanza is not None:
+        raise UserError("use either --model or --stanza, not both")
+    if stanza is not None and not stanza.is_dir():
+        raise UserError(f"--stanza {stanza}: no such directory")
     if model is not None:
         check_model(model)
     if (train_steps is not None or train_seconds is not None) and not folds:
@@ -134,10 +145,10 @@ def audit(
                 on_error=failed,
             )
         else:
-            nlp = load_pipeline(model)
+            scorer = spacy_scorer(load_pipeline(model), batch_size) if stanza is None else _stanza(stanza, stanza_tags)
             result = audit_treebank(
                 read_conllu(gold, on_error=skip),
-                spacy_scorer(nlp, batch_size),
+                scorer,
                 progress=progress.update,
                 on_error=failed,
             )
@@ -193,3 +204,13 @@ def _print_top(arcs: list) -> None:
             f"{a.rank}\t{a.sent_id}\t{a.id}\t{a.form}\t{head}\t{a.deprel}\t{a.score:.3f}\t{conditional}\t"
             f"{a.head_prob:.3f}\t{label}\t{a.best_head} ({a.best_head_prob:.2f})\t{a.tree_problem or ''}"
         )
+
+
+def _stanza(folder: Path, tags: StanzaTags) -> Any:
+    """The scorer of a Stanza pipeline folder; one line for a folder Stanza cannot load."""
+    from spacy_treexp.audit.scoring import stanza_scorer
+
+    try:
+        return stanza_scorer(str(folder), tags.gold_tags)
+    except (ValueError, RuntimeError, OSError) as e:  # as parse, calibrate and evaluate: one line
+        raise UserError(f"--stanza {folder}: {' '.join(str(e).split())}") from e

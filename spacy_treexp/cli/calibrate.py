@@ -40,6 +40,7 @@ from spacy_treexp.cli.common import (
     Model,
     Stanza,
     StanzaTags,
+    StanzaTagsOption,
     UserError,
     check_input_file,
     check_not_holding,
@@ -82,9 +83,7 @@ def calibrate(
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the held-out draw and the chance band.")] = 0,
-    stanza_tags: Annotated[
-        StanzaTags, typer.Option("--stanza-tags", help="Stanza: gold tags of the CoNLL-U or the folder's tagger.")
-    ] = StanzaTags.auto,
+    stanza_tags: StanzaTagsOption = StanzaTags.auto,
     novelty_text: Annotated[
         Optional[Path],
         typer.Option(
@@ -156,7 +155,7 @@ def calibrate(
         if stanza is not None:
             from spacy_treexp.evaluation.scores import stanza_scores
 
-            tags = {"auto": None, "gold": True, "predicted": False}[stanza_tags.value]
+            tags = stanza_tags.gold_tags
             try:
                 fit_scores = stanza_scores(str(stanza), fit_gold, gold_tags=tags)
                 report_scores = stanza_scores(str(stanza), report_gold, gold_tags=tags)

@@ -101,12 +101,27 @@ class CalibrationKind(str, Enum):
 
 
 class StanzaTags(str, Enum):
-    """The POS tags a Stanza depparse reads in ``evaluate`` and ``calibrate``: the CoNLL-U
+    """The POS tags a Stanza depparse reads in ``evaluate``, ``calibrate`` and ``audit``: the CoNLL-U
     file's gold tags, the folder's tagger, or ``auto`` (gold when it has no ``pos.pt``)."""
 
     auto = "auto"
     gold = "gold"
     predicted = "predicted"
+
+    @property
+    def gold_tags(self) -> Optional[bool]:
+        """True (the file's gold tags), False (the folder's tagger) or None (auto)."""
+        return {"auto": None, "gold": True, "predicted": False}[self.value]
+
+
+StanzaTagsOption = Annotated[
+    StanzaTags,
+    typer.Option(
+        "--stanza-tags",
+        help="POS tags for Stanza's depparse: the CoNLL-U file's gold tags or the folder's tagger "
+        "(auto: gold when the folder has no pos.pt).",
+    ),
+]
 
 
 class InputFormat(str, Enum):

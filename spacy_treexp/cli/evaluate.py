@@ -16,6 +16,7 @@ from spacy_treexp.cli.common import (
     Model,
     Stanza,
     StanzaTags,
+    StanzaTagsOption,
     UserError,
     check_input_file,
     check_output_path,
@@ -43,14 +44,7 @@ def evaluate(
     model: Model = None,
     code: Code = None,
     stanza: Stanza = None,
-    stanza_tags: Annotated[
-        StanzaTags,
-        typer.Option(
-            "--stanza-tags",
-            help="POS tags for Stanza's depparse: the CoNLL-U file's gold tags or the folder's tagger "
-            "(auto: gold when the folder has no pos.pt).",
-        ),
-    ] = StanzaTags.auto,
+    stanza_tags: StanzaTagsOption = StanzaTags.auto,
     dev: Annotated[
         Optional[Path],
         typer.Option("--dev", help="A CoNLL-U file to fit post-hoc temperatures on (default: none)."),
@@ -111,7 +105,7 @@ def evaluate(
             out_dir=out,
             model=model,
             stanza_dir=stanza,
-            stanza_gold_tags={"auto": None, "gold": True, "predicted": False}[stanza_tags.value],
+            stanza_gold_tags=stanza_tags.gold_tags,
             dev=dev,
             ks=sample_counts,
             samples=samples,

@@ -12,7 +12,7 @@ sentence, parsing on gold tokenization and gold sentences:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 import numpy
 from thinc.api import to_numpy
@@ -101,40 +101,43 @@ def component_scores(
 def stanza_scores(
     pipeline_dir: str, gold: Sequence[GoldSentence], gold_tags: Optional[bool] = None, **options: Any
 ) -> List[SentenceScores]:
-    """Parse the gold sentences with the Stanza pipeline saved in ``pipeline_dir``.
+    """Parse the gold sentences with the Stanza pipeline saved in ``pipeline_dir``
+    (:func:`stanza_scorer`, loaded for this call)."""
+    return stanza_scorer(pipeline_dir, gold_tags, **options)(gold)
+
+
+def stanza_scorer(
+    pipeline_dir: str, gold_tags: Optional[bool] = None, **options: Any
+) -> Callable[[Sequence[GoldSentence]], List[SentenceScores]]:
+    """A function parsing gold sentences with the Stanza pipeline saved in ``pipeline_dir``,
+    loaded once here.
 
     The scores are the ones ``spacy_treexp.stanza`` captures during depparse's own pass
-    (``sentence._treexp_scores``). With ``gold_tags`` (default: when the folder has
-    ``depparse.pt`` but no ``pos.pt``) depparse runs pretagged on the gold UPOS / XPOS /
-    features of the CoNLL-U file, as Stanza's own parser evaluation does; otherwise the
-    folder's tagger tags the gold words (``spacy_treexp.stanza.pipeline_from_dir``).
+    (``sentence._treexp_scores``), raw (the map the processor applies is not). With
+    ``gold_tags`` (default: when the folder has ``depparse.pt`` but no ``pos.pt``) depparse
+    runs pretagged on the gold UPOS / XPOS / features of the CoNLL-U file, as Stanza's own
+    parser evaluation does; otherwise the folder's tagger tags the gold words
+    (``spacy_treexp.stanza.pipeline_from_dir``).
     """
     import os
 
     try:
+        from stanza.models.common.doc import Document
+
         import spacy_treexp.stanza as treexp_stanza
         from spacy_treexp.stanza.capture import SCORES_ATTR
+        from spacy_treexp.stanza.processor import sentence_scores
     except ImportError as error:  # pragma: no cover - depends on the optional adapter
         raise RuntimeError(f"the Stanza adapter is not available: {error}") from error
+
     pipeline_dir = str(pipeline_dir)
     depparse = os.path.join(pipeline_dir, "depparse.pt")
     gold_tags = stanza_uses_gold_tags(pipeline_dir, gold_tags)
     if gold_tags:
-        from stanza.models.common.doc import Document
-
         from spacy_treexp.stanza.convert import load_folder_pipeline, model_folder_kwargs
 
         if not os.path.isfile(depparse):
             raise ValueError(f"{pipeline_dir!r} has no depparse.pt")
-        for sentence in gold:  # Stanza says only "POS not run before depparse!"
-            untagged = [
-                w for i, w in enumerate(sentence.words) if not _tag(sentence.upos, i) and not _tag(sentence.xpos, i)
-            ]
-            if untagged:
-                raise ValueError(
-                    f"sentence {sentence.sent_id}: {untagged[0]!r} has no UPOS or XPOS in the CoNLL-U file; depparse "
-                    "runs on the file's gold tags here (the folder has no pos.pt, or --stanza-tags gold)"
-                )
         kwargs: dict = dict(
             dir=pipeline_dir,
             download_method=None,
@@ -145,6 +148,26 @@ def stanza_scores(
         )
         kwargs.update(options)
         nlp = load_folder_pipeline(pipeline_dir, "en", "depparse,tree_expectations", **kwargs)
+    else:
+        make = getattr(treexp_stanza, "pipeline_from_dir", None)
+        if make is None:
+            raise RuntimeError(
+                "spacy_treexp.stanza.pipeline_from_dir is missing: cannot load a Stanza pipeline directory"
+            )
+        nlp = make(pipeline_dir, **{"tokenize_pretokenized": True, "logging_level": "WARN", **options})
+
+    def parse(gold: Sequence[GoldSentence]) -> Any:
+        if not gold_tags:
+            return nlp([list(sentence.words) for sentence in gold])
+        for sentence in gold:  # Stanza says only "POS not run before depparse!"
+            untagged = [
+                w for i, w in enumerate(sentence.words) if not _tag(sentence.upos, i) and not _tag(sentence.xpos, i)
+            ]
+            if untagged:
+                raise ValueError(
+                    f"sentence {sentence.sent_id}: {untagged[0]!r} has no UPOS or XPOS in the CoNLL-U file; depparse "
+                    "runs on the file's gold tags here (the folder has no pos.pt, or --stanza-tags gold)"
+                )
         rows = [
             [
                 {
@@ -159,32 +182,28 @@ def stanza_scores(
             ]
             for sentence in gold
         ]
-        doc = nlp(Document(rows))
-    else:
-        make = getattr(treexp_stanza, "pipeline_from_dir", None)
-        if make is None:
-            raise RuntimeError(
-                "spacy_treexp.stanza.pipeline_from_dir is missing: cannot load a Stanza pipeline directory"
-            )
-        options = {"tokenize_pretokenized": True, "logging_level": "WARN", **options}
-        nlp = make(pipeline_dir, **options)
-        doc = nlp([list(sentence.words) for sentence in gold])
-    if len(doc.sentences) != len(gold):
-        raise ValueError(f"Stanza returned {len(doc.sentences)} sentences for {len(gold)} gold sentences")
-    from spacy_treexp.stanza.processor import sentence_scores
+        return nlp(Document(rows))
 
-    out = []
-    for sentence, parsed in zip(gold, doc.sentences):
-        where = f"sentence {sentence.sent_id}"
-        if getattr(parsed, SCORES_ATTR, None) is None:
-            raise ValueError(f"{where}: Stanza's depparse scores were not captured")
-        # as the processor reads it (Stanza's labels, the members): a map fitted on these applies alike
-        scores = sentence_scores(0, parsed)
-        scores.check(where)
-        if scores.n != sentence.n:
-            raise ValueError(f"{where}: arc scores of shape {scores.arc.shape} for a sentence of {sentence.n} words")
-        out.append(scores)
-    return out
+    def score(gold: Sequence[GoldSentence]) -> List[SentenceScores]:
+        doc = parse(gold)
+        if len(doc.sentences) != len(gold):
+            raise ValueError(f"Stanza returned {len(doc.sentences)} sentences for {len(gold)} gold sentences")
+        out = []
+        for sentence, parsed in zip(gold, doc.sentences):
+            where = f"sentence {sentence.sent_id}"
+            if getattr(parsed, SCORES_ATTR, None) is None:
+                raise ValueError(f"{where}: Stanza's depparse scores were not captured")
+            # as the processor reads it (Stanza's labels, the members): a map fitted on these applies alike
+            scores = sentence_scores(0, parsed)
+            scores.check(where)
+            if scores.n != sentence.n:
+                raise ValueError(
+                    f"{where}: arc scores of shape {scores.arc.shape} for a sentence of {sentence.n} words"
+                )
+            out.append(scores)
+        return out
+
+    return score
 
 
 def stanza_uses_gold_tags(pipeline_dir: str, gold_tags: Optional[bool] = None) -> bool:

@@ -152,3 +152,40 @@ def test_audit_folds_without_a_valid_tree_to_train_on_is_a_user_error(user_error
     path.write_text("\n\n".join([valid, valid, invalid, invalid]) + "\n\n", encoding="utf-8")
     line = user_error("audit", str(path), "--folds", "2")
     assert f"--folds 2: GOLD {path}: fold 1 of 2 (sentences 1-2) has no valid gold tree outside it" in line
+
+
+def test_audit_of_a_stanza_folder_reads_the_processors_probabilities(run_cli, tmp_path):
+    """--stanza audits with a Stanza pipeline folder: each gold head's probability is the
+    marginal of the processor's own tree distribution, with the map stored beside its model
+    applied, on the gold words."""
+    pytest.importorskip("stanza")
+    import shutil
+
+    import numpy
+    import torch
+    from helpers.paths import FIXTURES
+
+    from spacy_treexp import TreeDistribution
+    from spacy_treexp.calibration import CalibrationMap
+    from spacy_treexp.calibration.map import calibrate_sentences
+    from spacy_treexp.evaluation import read_conllu
+    from spacy_treexp.evaluation.scores import stanza_scores
+
+    folder, dev = tmp_path / "tiny", FIXTURES / "stanza" / "tiny_en.dev.conllu"
+    shutil.copytree(FIXTURES / "stanza" / "tiny", folder)
+    calibration = CalibrationMap.temperature(1.7)
+    calibration.to_disk(folder / "treexp_calibration.json")  # where the processor reads it
+    out = tmp_path / "arcs.jsonl"
+    status, _, err = run_cli("audit", str(dev), "--stanza", str(folder), "-o", str(out), "--quiet")
+    assert status == 0, err
+    rows = [json.loads(line) for line in out.read_text(encoding="utf8").splitlines()]
+    gold = read_conllu(dev)
+    assert len(rows) == sum(g.n for g in gold)
+    scores = calibrate_sentences(stanza_scores(str(folder), gold[:3]), calibration)
+    for sentence, sentence_scores in zip(gold[:3], scores):
+        marginals = TreeDistribution(torch.from_numpy(sentence_scores.arc).double()).marginals.numpy()
+        by_id = {row["id"]: row for row in rows if row["sent_id"] == sentence.sent_id}
+        for m in range(1, sentence.n + 1):
+            assert by_id[m]["head_prob"] == pytest.approx(marginals[sentence.heads[m], m], abs=2e-6)
+    raw = calibrate_sentences(stanza_scores(str(folder), gold[:1]), None)[0]
+    assert not numpy.allclose(raw.arc, scores[0].arc)  # the map did change the scores
