@@ -1,7 +1,7 @@
 """``spacy-treexp select CORPUS --budget N``: which unlabelled sentences to annotate next.
 
-Parses CORPUS (.txt, .jsonl or .conllu; ``-`` with ``--input-format``) as ``annotate`` does,
-streaming, and ranks its sentences by the strategy's value per word
+Parses CORPUS (.txt, .jsonl or .conllu; ``-`` with ``--input-format``) as ``annotate`` does
+(a spaCy pipeline, or a Stanza folder with ``--stanza``), streaming, and ranks its sentences by the strategy's value per word
 (:mod:`spacy_treexp.audit.select`): ``expected_errors`` (default), ``entropy``,
 ``mutual_information`` (needs an ensemble whose annotations carry it) or ``random``. The
 budget is in words by default, as an annotator is paid per word (``--unit sentences`` counts
@@ -30,6 +30,7 @@ from spacy_treexp.cli.common import (
     Model,
     Quiet,
     Skipped,
+    Stanza,
     UserError,
     check_output_path,
     is_stdio,
@@ -76,6 +77,7 @@ def select(
     input_format: InputFormatOption = None,
     model: Model = None,
     code: Code = None,
+    stanza: Stanza = None,
     batch_size: BatchSize = 64,
     quiet: Quiet = False,
 ) -> int:
@@ -91,13 +93,15 @@ def select(
         if output.suffix.lower() != ".jsonl":
             raise UserError(f"--output {output}: expected a .jsonl path ('-': stdout)")
         check_output_path(output, [corpus])
+    if model is not None and stanza is not None:
+        raise UserError("use either --model or --stanza, not both")
     if model is not None:
         check_model(model)
     skip = Skipped()
     reader = open_reader(corpus, input_format, lambda line, message: skip(f"{reader.name}:{line}: {message}"))
     run = make_runner(
         model=model,
-        stanza=None,
+        stanza=stanza,
         gpu=-1,
         batch_size=batch_size,
         n_samples=0,

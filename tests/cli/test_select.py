@@ -109,3 +109,27 @@ def test_select_fails_when_no_input_could_be_parsed(run_cli, model, tmp_path):
     empty.write_text("", encoding="utf-8")
     status, text, err = run_cli("select", str(empty), "--model", model, "--budget", "10")
     assert status == 0 and text == "", err
+
+
+def test_select_with_a_stanza_folder_ranks_by_the_processors_values(run_cli, tmp_path):
+    """--stanza parses the corpus with a Stanza pipeline folder, as annotate --stanza does: each
+    row's expected errors and entropy are the processor's values of that sentence."""
+    pytest.importorskip("stanza")
+    from helpers.paths import FIXTURES
+
+    from spacy_treexp.stanza import pipeline_from_dir
+
+    folder = FIXTURES / "stanza" / "tiny"
+    lines = ["The dog barked at the cat.", "She reads books every day.", "Hello there."]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf8")
+    status, out, err = run_cli("select", str(corpus), "--budget", "100", "--stanza", str(folder), "--quiet")
+    assert status == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert sorted(row["line"] for row in rows) == [1, 2, 3]
+    nlp = pipeline_from_dir(str(folder), logging_level="WARN")
+    for row in rows:
+        sentence = nlp(lines[row["line"] - 1]).sentences[row["sentence"] - 1]
+        assert row["expected_errors"] == pytest.approx(sentence.expected_errors, abs=1e-6)
+        assert row["entropy"] == pytest.approx(sentence.tree_entropy, abs=1e-6)
+    assert run_cli("select", str(corpus), "--budget", "5", "--stanza", str(folder), "--model", "x")[0] == 2
