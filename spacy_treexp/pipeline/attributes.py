@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from typing import Any, List, Optional, Sequence, Tuple, cast
+from typing import Any, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy
 from spacy.attrs import DEP, HEAD, IDX, LENGTH
@@ -41,9 +41,23 @@ ROOT_DEP = "ROOT"
 
 def token_offsets(doc: Doc) -> numpy.ndarray:
     """int64 (len(doc), 2): the character offsets where each token starts and ends."""
-    offsets = doc.to_array([IDX, LENGTH]).astype("int64").reshape(len(doc), 2)
+    return _offsets(doc)
+
+
+def _offsets(tokens: Union[Doc, Span]) -> numpy.ndarray:
+    """:func:`token_offsets` of a Doc or of a Span alone (O(len(tokens)))."""
+    array = cast(Any, tokens).to_array([IDX, LENGTH])  # Span.to_array is missing from spaCy's stubs only
+    offsets = numpy.asarray(array).astype("int64").reshape(len(tokens), 2)
     offsets[:, 1] += offsets[:, 0]
     return offsets
+
+
+def moved(token: Token, offsets: numpy.ndarray) -> bool:
+    """Whether ``token`` is not where the row ``offsets`` of :func:`token_offsets` says the
+    token of its index was (a retokenization moved it)."""
+    start, end = offsets.tolist()  # Python ints: faster to compare
+    idx = token.idx
+    return start != idx or end != idx + len(token)
 
 
 def mark_tokens(doc: Doc, records: Sequence[SentenceAnnotation]) -> None:
@@ -79,11 +93,8 @@ def _check_words(doc: Doc, record: SentenceAnnotation, offsets: numpy.ndarray) -
 
 def _check_token(token: Token, record: SentenceAnnotation) -> None:
     """Raise unless ``token`` (a word of ``record``'s sentence) is where the annotated word was."""
-    if record.token_offsets is not None:
-        start, end = record.token_offsets[token.i - record.start].tolist()  # Python ints: faster to compare
-        idx = token.idx
-        if start != idx or end != idx + len(token):
-            raise _moved(token)
+    if record.token_offsets is not None and moved(token, record.token_offsets[token.i - record.start]):
+        raise _moved(token)
 
 
 def _records(doc: Doc) -> Optional[Sequence[SentenceAnnotation]]:
@@ -123,8 +134,7 @@ def sentence_record(span: Span) -> Optional[SentenceAnnotation]:
         return None
     k = bisect_right(records, span.start, key=_start) - 1
     if k >= 0 and records[k].start == span.start and records[k].end == span.end:
-        offsets = numpy.array([(t.idx, t.idx + len(t)) for t in span], dtype="int64")  # O(n), not O(len(doc))
-        _check_words(span.doc, records[k], offsets)
+        _check_words(span.doc, records[k], _offsets(span))  # its own words: O(len(span)), not O(len(doc))
         return records[k]
     doc_records(span.doc)  # sentences moved by a retokenization are named as such
     raise ValueError(

@@ -66,12 +66,13 @@ def _retokenized(detail: str) -> ValueError:
 def _check_in_place(*tokens: Token) -> None:
     """Raise unless each token is where the tree's token of its index was (a merge and a
     split keep the number of tokens but move the words between them)."""
+    from spacy_treexp.pipeline.attributes import moved
+
     offsets = tokens[0].doc._.get(UD_OFFSETS)
     if offsets is None:  # a tree stored before the offsets were
         return
     for token in tokens:
-        start, end = offsets[token.i].tolist()
-        if start != token.idx or end != token.idx + len(token):
+        if moved(token, offsets[token.i]):
             raise _retokenized(f"Token {token.i} ({token.text[:40]!r}) is not the token the UD tree has there")
 
 
