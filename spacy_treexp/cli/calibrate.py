@@ -378,18 +378,9 @@ def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed
 def _load(model: Optional[str]) -> Any:
     """The pipeline, with a ``tree_expectations`` component (added when it has none; a stock
     pipeline gets our parser beside its own, as ``parse`` gives it: ``ensure_annotator``)."""
-    from spacy_treexp.cli.pipelines import check_model, code_hint, ensure_annotator
-    from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions and factories)
-    from spacy_treexp.pipeline.default_model import load_named
+    from spacy_treexp.cli.pipelines import ensure_annotator, load_model
 
-    try:
-        if model is not None:
-            check_model(model)
-        nlp = load_named(model)
-    except UserError:
-        raise
-    except Exception as e:  # a package or folder that is not a loadable spaCy pipeline
-        raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e}){code_hint(e)}") from e
+    nlp = load_model(model)
     ensure_annotator(nlp, {})
     return nlp
 

@@ -61,8 +61,6 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
     """The spaCy pipeline to run, with a ``tree_expectations`` drawing ``n_samples`` samples."""
     if n_samples > _MAX_SAMPLES:  # spaCy's config cannot hold it (E961) and no tensor could
         raise UserError(f"--samples {n_samples}: too large (at most {_MAX_SAMPLES})")
-    if model is not None:
-        check_model(model)
     if gpu >= 0:
         try:
             spacy.require_gpu(gpu)
@@ -70,28 +68,34 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
             raise UserError(
                 f"--gpu {gpu}: {e} (spaCy on GPU needs CUDA and cupy, e.g. pip install cupy-cuda12x)"
             ) from e
+    nlp = load_model(model)
+    settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
+    ensure_annotator(nlp, settings)
+    return nlp
+
+
+def load_model(model: Optional[str]) -> Language:
+    """The pipeline ``--model`` names (None: the shipped one) as it is, or one line naming
+    why it cannot be loaded."""
     if model is None:
         import spacy_treexp
 
         try:
-            nlp = spacy_treexp.load()
+            return spacy_treexp.load()
         except (ImportError, OSError) as e:
             raise UserError(
                 f"the default model is not available ({e}); pass --model with a spaCy pipeline "
                 "that has a parser writing arc scores"
             ) from e
-    else:
-        try:
-            if Path(model).is_dir():
-                check_pipeline_folder(Path(model))
-            nlp = load_named(model)
-        except (ImportError, OSError, ValueError) as e:
-            raise UserError(f"--model {model}: {e}{code_hint(e)}") from e
-        except Exception as e:  # a package that is not a spaCy pipeline, a broken one
-            raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e})") from e
-    settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
-    ensure_annotator(nlp, settings)
-    return nlp
+    check_model(model)
+    try:
+        if Path(model).is_dir():
+            check_pipeline_folder(Path(model))
+        return load_named(model)
+    except (ImportError, OSError, ValueError) as e:
+        raise UserError(f"--model {model}: {e}{code_hint(e)}") from e
+    except Exception as e:  # a package that is not a spaCy pipeline, a broken one
+        raise UserError(f"--model {model}: not a spaCy pipeline ({type(e).__name__}: {e}){code_hint(e)}") from e
 
 
 def code_hint(error: Exception) -> str:
