@@ -79,7 +79,7 @@ def audit(
     from spacy_treexp.audit.report import arcs_csv, arcs_jsonl, audit_html
     from spacy_treexp.audit.run import audit_cross_fitted, audit_treebank, default_trainer, fold_training
     from spacy_treexp.audit.scoring import spacy_scorer
-    from spacy_treexp.cli.pipelines import check_model, load_pipeline
+    from spacy_treexp.cli.pipelines import check_source, load_pipeline
     from spacy_treexp.io import ConlluError, read_conllu
 
     check_input_file(gold, "GOLD")
@@ -99,12 +99,7 @@ def audit(
             raise UserError(f"--html {html}: is also --output; give two paths")
     if folds and (model is not None or stanza is not None):
         raise UserError(f"--folds trains its own models; leave out {'--model' if stanza is None else '--stanza'}")
-    if model is not None and stanza is not None:
-        raise UserError("use either --model or --stanza, not both")
-    if stanza is not None and not stanza.is_dir():
-        raise UserError(f"--stanza {stanza}: no such directory")
-    if model is not None:
-        check_model(model)
+    check_source(model, stanza)
     if (train_steps is not None or train_seconds is not None) and not folds:
         raise UserError("--train-steps and --train-seconds need --folds")
     if folds == 1:

@@ -108,11 +108,11 @@ def calibrate(
     from spacy_treexp.annotate import torch_threads
     from spacy_treexp.calibration import CalibrationError, fit_calibration
     from spacy_treexp.calibration.fit import DEFAULT_L2
+    from spacy_treexp.cli.pipelines import check_source
     from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
     from spacy_treexp.evaluation.epistemic import with_risk_temperature
 
-    if model is not None and stanza is not None:
-        raise UserError("use either --model or --stanza, not both")
+    check_source(model, stanza)
     for path, what in (
         (dev, "--dev"),
         (held_out, "--held-out"),
@@ -129,8 +129,6 @@ def calibrate(
         raise UserError(f"--held-out-fraction {held_out_fraction}: expected a number between 0 and 1")
     if l2 is not None and not 0 <= l2 < float("inf"):
         raise UserError(f"--l2 {l2}: expected a finite number >= 0")
-    if stanza is not None and not stanza.is_dir():
-        raise UserError(f"--stanza {stanza}: no such directory")
     stanza_map = None if stanza is None else _stanza_map_file(stanza)  # where its processor reads a map
     target = _target(out, stanza, stanza_map, force, [p for p in (dev, held_out) if p is not None])
     if stanza is None:  # --force replaces the folder whole: never one holding an input

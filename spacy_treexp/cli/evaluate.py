@@ -22,7 +22,7 @@ from spacy_treexp.cli.common import (
     check_output_path,
     warn,
 )
-from spacy_treexp.cli.pipelines import check_model
+from spacy_treexp.cli.pipelines import check_source
 from spacy_treexp.engine.sampling import DEFAULT_METHOD, SINGLE_ROOT_METHODS
 
 
@@ -88,15 +88,10 @@ def evaluate(
     sample_counts = parse_ks(ks)
     if sampler not in SINGLE_ROOT_METHODS:
         raise UserError(f"--sampler {sampler}: expected one of {', '.join(SINGLE_ROOT_METHODS)}")
-    if model is not None and stanza is not None:
-        raise UserError("use either --model or --stanza, not both")
+    check_source(model, stanza)
     for path, what in ((conllu, "--conllu"), (dev, "--dev")):
         if path is not None:
             check_input_file(path, what)
-    if stanza is not None and not stanza.is_dir():
-        raise UserError(f"--stanza {stanza}: no such directory")
-    if model is not None:
-        check_model(model)
     check_output_path(out, [p for p in (conllu, dev) if p is not None], what="--out", folder=True)
     argv = (ctx.obj or {}).get("argv")
     try:

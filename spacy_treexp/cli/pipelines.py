@@ -57,6 +57,17 @@ def check_model(model: str) -> None:
     raise UserError(f"--model {model}: no such spaCy pipeline (neither an installed package nor a folder)")
 
 
+def check_source(model: Optional[str], stanza: Optional[Path]) -> None:
+    """``--model`` or ``--stanza`` (not both), each checked before any work: a loadable
+    model name (:func:`check_model`), a Stanza folder that exists."""
+    if model is not None and stanza is not None:
+        raise UserError("use either --model or --stanza, not both")
+    if stanza is not None and not stanza.is_dir():
+        raise UserError(f"--stanza {stanza}: no such directory")
+    if model is not None:
+        check_model(model)
+
+
 def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> Language:
     """The spaCy pipeline to run, with a ``tree_expectations`` drawing ``n_samples`` samples."""
     if n_samples > _MAX_SAMPLES:  # spaCy's config cannot hold it (E961) and no tensor could
@@ -302,9 +313,8 @@ def make_runner(
 ) -> Runner:
     """A function from ``(item, context)`` pairs to ``(Doc, context)`` pairs, in input
     order, running the spaCy pipeline (``--model``) or a Stanza one (``--stanza``)."""
+    check_source(model, stanza)
     if stanza is not None:
-        if model is not None:
-            raise UserError("use either --model or --stanza, not both")
         if n_process > 1:
             raise UserError("--n-process works with spaCy pipelines only, not with --stanza")
         pipeline = load_stanza(stanza, gpu, pretokenized=gold_sentences)

@@ -84,7 +84,7 @@ def select(
     """Rank unlabelled sentences for annotation and choose them within a budget."""
     from spacy_treexp.audit.select import Candidate, candidate, finite
     from spacy_treexp.audit.select import select as choose
-    from spacy_treexp.cli.pipelines import check_model, make_runner
+    from spacy_treexp.cli.pipelines import check_source, make_runner
     from spacy_treexp.pipeline import attributes
 
     if dedup_threshold <= 0.0 and not no_dedup:
@@ -93,10 +93,7 @@ def select(
         if output.suffix.lower() != ".jsonl":
             raise UserError(f"--output {output}: expected a .jsonl path ('-': stdout)")
         check_output_path(output, [corpus])
-    if model is not None and stanza is not None:
-        raise UserError("use either --model or --stanza, not both")
-    if model is not None:
-        check_model(model)
+    check_source(model, stanza)
     skip = Skipped()
     reader = open_reader(corpus, input_format, lambda line, message: skip(f"{reader.name}:{line}: {message}"))
     run = make_runner(
