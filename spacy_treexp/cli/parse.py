@@ -10,8 +10,9 @@ import typer
 from spacy.tokens import Doc
 
 from spacy_treexp.cli.common import STDIO, BatchSize, Code, Gpu, Model, Stanza, UserError
-from spacy_treexp.cli.outputs import described_tree, escape_spaces
+from spacy_treexp.cli.outputs import escape_spaces
 from spacy_treexp.cli.pipelines import make_runner
+from spacy_treexp.pipeline.attributes import described_tree
 
 
 def parse(

@@ -21,6 +21,7 @@ from stanza.models.common.doc import Document
 
 from spacy_treexp.calibration.map import CalibrationMap
 from spacy_treexp.stanza.capture import SCORES_ATTR
+from spacy_treexp.stanza.export import check_document
 from spacy_treexp.stanza.processor import SETTINGS_ATTR, map_beside
 
 if TYPE_CHECKING:  # spaCy is imported only when converting
@@ -62,8 +63,7 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
 
     from spacy_treexp.pipeline.extensions import PARSER_SCORES
 
-    if not isinstance(stanza_doc, Document):
-        raise ValueError(f"to_spacy expects a stanza Document, got {type(stanza_doc).__name__}.")
+    check_document(stanza_doc, "to_spacy")
     if not isinstance(vocab, Vocab):  # spaCy's Doc takes None and crashes the process (segfault)
         raise ValueError(f"to_spacy expects a spaCy Vocab (such as nlp.vocab), got {type(vocab).__name__}.")
     words: List[str] = []

@@ -67,7 +67,8 @@ def _record(sentence: Sentence) -> SentenceAnnotation:
     return record
 
 
-def _check_document(doc: Any, where: str) -> None:
+def check_document(doc: Any, where: str) -> None:
+    """A ``ValueError`` naming ``where`` unless ``doc`` is a stanza Document (a list of them: one call each)."""
     if not isinstance(doc, Document):
         many = " (one call per Document of a list)" if isinstance(doc, (list, tuple)) else ""
         raise ValueError(f"{where} expects a stanza Document{many}, got {type(doc).__name__}.")
@@ -93,7 +94,7 @@ def _decode_floats(value: Any) -> Any:
 def to_dict(doc: Document, *, include_scores: bool = False) -> List[Dict[str, Any]]:
     """JSON-ready annotations of every sentence (``include_scores``: also the captured
     arc scores and relation log-probabilities, ``(n+1)²·(L+1)`` numbers a sentence)."""
-    _check_document(doc, "to_dict")
+    check_document(doc, "to_dict")
     out = []
     for sentence in doc.sentences:
         record = _record(sentence)
@@ -149,7 +150,7 @@ def to_conllu(doc: Document, *, digits: int = 4) -> str:
     Stanza's own CoNLL-U of the parse, with our values set by :mod:`spacy_treexp.io`."""
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits must be a positive integer, got {digits!r}.")
-    _check_document(doc, "to_conllu")
+    check_document(doc, "to_conllu")
     records = [_record(sentence) for sentence in doc.sentences]
     out = []
     for record, parsed in zip(records, read_conllu(io.StringIO(f"{doc:C}\n\n"))):
