@@ -112,7 +112,6 @@ def calibrate(
     from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
     from spacy_treexp.evaluation.epistemic import with_risk_temperature
 
-    check_source(model, stanza)
     for path, what in (
         (dev, "--dev"),
         (held_out, "--held-out"),
@@ -129,6 +128,7 @@ def calibrate(
         raise UserError(f"--held-out-fraction {held_out_fraction}: expected a number between 0 and 1")
     if l2 is not None and not 0 <= l2 < float("inf"):
         raise UserError(f"--l2 {l2}: expected a finite number >= 0")
+    check_source(model, stanza)
     stanza_map = None if stanza is None else _stanza_map_file(stanza)  # where its processor reads a map
     target = _target(out, stanza, stanza_map, force, [p for p in (dev, held_out) if p is not None])
     if stanza is None:  # --force replaces the folder whole: never one holding an input

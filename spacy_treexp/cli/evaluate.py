@@ -88,10 +88,10 @@ def evaluate(
     sample_counts = parse_ks(ks)
     if sampler not in SINGLE_ROOT_METHODS:
         raise UserError(f"--sampler {sampler}: expected one of {', '.join(SINGLE_ROOT_METHODS)}")
-    check_source(model, stanza)
     for path, what in ((conllu, "--conllu"), (dev, "--dev")):
         if path is not None:
             check_input_file(path, what)
+    check_source(model, stanza)
     check_output_path(out, [p for p in (conllu, dev) if p is not None], what="--out", folder=True)
     argv = (ctx.obj or {}).get("argv")
     try:
