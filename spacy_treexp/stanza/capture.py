@@ -16,7 +16,9 @@ parser's single pass are kept:
 3. ``processor.process`` undoes the document-level length sort of Stanza's
    ``DataLoader`` (``sort_all``: longest first, ties by higher index first; checked against
    every sentence's words) and stores the scores on each ``Sentence`` as
-   ``sentence._treexp_scores``.
+   ``sentence._treexp_scores``, with the tree depparse gave it (``heads``, ``deprels``):
+   :func:`captured_scores` refuses them once the sentence's tree is another (re-parsed by a
+   pipeline whose depparse is not captured, or edited), which they do not score.
 
 No score is recomputed: the relation log-probabilities are the ones Stanza's
 ``GraphParser.forward`` computes itself (its third prediction, a log-softmax over the
@@ -55,6 +57,29 @@ SCORES_ATTR = "_treexp_scores"
 
 #: The Stanza versions whose depparse internals the capture was tested against ([low, high)).
 SUPPORTED_STANZA = ((1, 15), (1, 16))
+
+
+def sentence_tree(sentence: Any) -> Tuple[List[int], List[Optional[str]]]:
+    """A Stanza sentence's heads (0 = ROOT) and relations, as they are now."""
+    return [word.head for word in sentence.words], [word.deprel for word in sentence.words]
+
+
+def captured_scores(sentence: Any, where: str) -> Optional[SentenceScores]:
+    """The sentence's captured scores (None if it has none), refused with a ``ValueError``
+    naming ``where`` when its tree is no longer the one depparse gave with them: another
+    parser's (or a hand-edited) tree would be scored with this parser's numbers."""
+    scores: Optional[SentenceScores] = getattr(sentence, SCORES_ATTR, None)
+    if scores is None or scores.heads is None:
+        return scores
+    heads, deprels = sentence_tree(sentence)
+    if [int(h) for h in scores.heads] != heads or (scores.deprels is not None and list(scores.deprels) != deprels):
+        text = " ".join(word.text for word in sentence.words)[:60]
+        raise ValueError(
+            f"{where}: the tree of the sentence {text!r} changed after its depparse scores were captured "
+            "(re-parsed by a pipeline without tree_expectations, or edited), so those scores belong to "
+            "another tree; parse it again with the pipeline that has tree_expectations."
+        )
+    return scores
 
 
 def check_stanza_version(version: str) -> None:
@@ -262,4 +287,6 @@ class DepparseScoreCapture:
                     f"sentence {' '.join(expected)[:60]!r}; this Stanza version orders "
                     "depparse batches differently from the one spacy_treexp supports."
                 )
-            setattr(sentence, SCORES_ATTR, scores)
+            heads, deprels = sentence_tree(sentence)
+            tree = scores.replace(heads=numpy.array(heads, dtype=numpy.int64), deprels=deprels)
+            setattr(sentence, SCORES_ATTR, tree)

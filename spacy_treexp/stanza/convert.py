@@ -20,7 +20,7 @@ import numpy
 from stanza.models.common.doc import Document
 
 from spacy_treexp.calibration.map import CalibrationMap
-from spacy_treexp.stanza.capture import SCORES_ATTR
+from spacy_treexp.stanza.capture import captured_scores
 from spacy_treexp.stanza.export import check_document
 from spacy_treexp.stanza.processor import SETTINGS_ATTR, map_beside
 
@@ -33,8 +33,8 @@ STANZA_PROCESSORS = "tokenize,pos,lemma,depparse,tree_expectations"
 
 def _sentence_scores(sentence: Any) -> Dict[str, Any]:
     """The sentence's arc scores [h, d], relation log-probs and labels (numpy), and an
-    ensemble's member arc scores."""
-    scores = getattr(sentence, SCORES_ATTR, None)
+    ensemble's member arc scores (refused once the sentence's tree is not the one they scored)."""
+    scores = captured_scores(sentence, "to_spacy")
     if scores is None:
         raise ValueError(
             "to_spacy needs the depparse scores of every sentence: parse the Document with the "

@@ -28,8 +28,8 @@ from stanza.utils.conll import CoNLL
 
 from spacy_treexp.annotate import SentenceAnnotation, SentenceScores, mbr_heads
 from spacy_treexp.io import read_conllu, write_conllu
-from spacy_treexp.stanza.capture import SCORES_ATTR
-from spacy_treexp.stanza.processor import RECORD_ATTR
+from spacy_treexp.stanza.capture import SCORES_ATTR, captured_scores, sentence_tree
+from spacy_treexp.stanza.processor import RECORD_ATTR, checked_record
 
 #: Annotation fields (and the captured scores) stored as arrays, with their dtypes.
 _ARRAYS = {
@@ -57,8 +57,9 @@ COMMENT_FIELDS = {
 }
 
 
-def _record(sentence: Sentence) -> SentenceAnnotation:
-    record = getattr(sentence, RECORD_ATTR, None)
+def _record(sentence: Sentence, where: str) -> SentenceAnnotation:
+    """The sentence's annotation, refused once its tree is not the one annotated."""
+    record = checked_record(sentence, where)
     if record is None:
         raise ValueError(
             "sentence has no tree_expectations annotation "
@@ -97,10 +98,10 @@ def to_dict(doc: Document, *, include_scores: bool = False) -> List[Dict[str, An
     check_document(doc, "to_dict")
     out = []
     for sentence in doc.sentences:
-        record = _record(sentence)
+        record = _record(sentence, "to_dict")
         mbr_heads(record)  # computed on first access; exported with the rest
         fields = {key: _encode(value) for key, value in record.to_dict().items()}
-        scores = getattr(sentence, SCORES_ATTR, None)
+        scores = captured_scores(sentence, "to_dict")
         if include_scores and scores is not None:
             fields.update(arc=_encode(scores.arc), rel=_encode(scores.rel))
             if scores.members is not None:
@@ -136,7 +137,10 @@ def from_dict(data: List[Dict[str, Any]]) -> Document:
         arc, rel, members = (record.pop(key, None) for key in _SCORE_FIELDS)
         if arc is not None:
             labels = record.get("labels")
-            setattr(sentence, SCORES_ATTR, SentenceScores(arc=arc, rel=rel, labels=labels, members=members))
+            # to_dict exports scores only with the tree they were captured with: the words' tree
+            heads, deprels = sentence_tree(sentence)
+            scores = SentenceScores(arc=arc, rel=rel, labels=labels, members=members)
+            setattr(sentence, SCORES_ATTR, scores.replace(heads=numpy.array(heads, dtype=numpy.int64), deprels=deprels))
         setattr(sentence, RECORD_ATTR, SentenceAnnotation.from_dict(record))
     return doc
 
@@ -151,7 +155,7 @@ def to_conllu(doc: Document, *, digits: int = 4) -> str:
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits must be a positive integer, got {digits!r}.")
     check_document(doc, "to_conllu")
-    records = [_record(sentence) for sentence in doc.sentences]
+    records = [_record(sentence, "to_conllu") for sentence in doc.sentences]
     out = []
     for record, parsed in zip(records, read_conllu(io.StringIO(f"{doc:C}\n\n"))):
         for key, field in COMMENT_FIELDS.items():

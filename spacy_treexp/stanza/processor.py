@@ -48,7 +48,7 @@ from spacy_treexp.annotate import (
     mbr_heads,
 )
 from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, CalibrationMap, read_map
-from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture
+from spacy_treexp.stanza.capture import SCORES_ATTR, DepparseScoreCapture, captured_scores, sentence_tree
 
 NAME = "tree_expectations"
 #: Attribute holding a sentence's annotation (read by the properties).
@@ -137,7 +137,7 @@ def sentence_scores(position: int, sentence: Sentence) -> SentenceScores:
     """The core's record of a sentence: its captured depparse scores (the ensemble's members
     too) and Stanza's tree with its labels, as the processor annotates it and as
     ``spacy-treexp calibrate`` / ``evaluate`` fit and score it."""
-    captured = getattr(sentence, SCORES_ATTR, None)
+    captured = captured_scores(sentence, NAME)
     words = [word.text for word in sentence.words]
     if captured is None:
         raise ValueError(
@@ -176,17 +176,26 @@ def _record(sentence: Sentence) -> Optional[SentenceAnnotation]:
 TREE_VALUES = ("expected_attachment", "parse_log_prob", "error_probability", "expected_errors", "head_prob", "dep_prob")
 
 
-def _checked_record(sentence: Sentence, key: str) -> Optional[SentenceAnnotation]:
-    """The record, refused for a value of :data:`TREE_VALUES` when the sentence's heads are no
-    longer the ones it describes (re-parsed, or edited by hand)."""
+def checked_record(sentence: Sentence, where: str) -> Optional[SentenceAnnotation]:
+    """The record, refused with a ``ValueError`` naming ``where`` when the sentence's tree is
+    no longer the one it describes (re-parsed, or edited by hand): its heads are not the
+    record's, or its heads or relations are not those its scores were captured with."""
     record = _record(sentence)
-    if record is not None and key in TREE_VALUES and record.heads is not None:
-        if [int(h) for h in record.heads] != [word.head for word in sentence.words]:
+    if record is not None and record.heads is not None:
+        if [int(h) for h in record.heads] != sentence_tree(sentence)[0]:
             raise ValueError(
-                f"{key}: the sentence's heads changed after tree_expectations annotated it (re-parsed "
-                "or edited), so it describes another tree; run tree_expectations on it again"
+                f"{where}: the sentence's heads changed after tree_expectations annotated it (re-parsed "
+                "or edited), so it describes another tree; parse it again with the pipeline that has "
+                "tree_expectations (arc_marginals give any other tree's arcs)"
             )
+    if record is not None:
+        captured_scores(sentence, where)
     return record
+
+
+def _checked_record(sentence: Sentence, key: str) -> Optional[SentenceAnnotation]:
+    """The record; for a value of :data:`TREE_VALUES`, :func:`checked_record`."""
+    return checked_record(sentence, key) if key in TREE_VALUES else _record(sentence)
 
 
 def _sentence_value(key: str) -> Callable[[Sentence], Any]:

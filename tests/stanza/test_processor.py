@@ -404,6 +404,51 @@ def test_tree_values_are_refused_once_the_heads_change(nlp):
     assert sentence.tree_entropy >= 0 and sentence.words[0].head_entropy is not None
 
 
+def test_scores_are_refused_once_another_parser_reparsed_the_document(nlp):
+    """A pipeline whose depparse has no tree_expectations re-parses the Document: the scores
+    captured with the first tree must not score the new one (to_spacy, the processor run
+    again, the exports), and a relation changed alone is caught as well as a head."""
+    spacy = pytest.importorskip("spacy")
+    from spacy_treexp.stanza.convert import model_folder_kwargs
+
+    other_model = FIXTURES / "kinds" / "pretrain"
+    other = stanza.Pipeline(
+        "en",
+        processors="depparse",
+        depparse_pretagged=True,
+        download_method=None,
+        dir=str(other_model),
+        allow_unknown_language=True,
+        logging_level="WARN",
+        depparse_resolve_head_constraints=False,
+        **model_folder_kwargs(str(other_model)),
+    )
+    doc = nlp(LONGER[0])
+    before = heads_of(doc.sentences[0])
+    other(doc)
+    assert heads_of(doc.sentences[0]) != before  # the fixture's other parser attaches a word elsewhere
+    vocab = spacy.blank("en").vocab
+    reads = {
+        "to_spacy": lambda: treexp_stanza.to_spacy(doc, vocab),
+        "tree_expectations": lambda: nlp.processors["tree_expectations"].process(doc),
+        "to_dict": lambda: treexp_stanza.to_dict(doc, include_scores=True),
+        "to_conllu": lambda: treexp_stanza.to_conllu(doc),
+    }
+    for where, read in reads.items():
+        with pytest.raises(ValueError, match=f"^{where}: the .*changed after"):
+            read()
+    sentence = nlp(SHORT).sentences[0]
+    restored = treexp_stanza.from_dict(json.loads(json.dumps(treexp_stanza.to_dict(nlp(SHORT), include_scores=True))))
+    for relabelled in (sentence, restored.sentences[0]):
+        word = relabelled.words[0]
+        word.deprel = "obj" if word.deprel != "obj" else "nsubj"
+        with pytest.raises(ValueError, match="changed after its depparse scores were captured"):
+            word.dep_prob
+        with pytest.raises(ValueError, match="^to_spacy: the tree"):
+            treexp_stanza.to_spacy(relabelled.doc, vocab)
+        assert relabelled.tree_entropy >= 0  # the distribution's own values stay
+
+
 def test_one_word_sentence_is_certain(nlp):
     sentence = nlp("Hello").sentences[0]
     assert sentence.tree_entropy == pytest.approx(0.0, abs=1e-9)
