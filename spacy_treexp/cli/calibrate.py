@@ -108,10 +108,11 @@ def calibrate(
     from spacy_treexp.annotate import torch_threads
     from spacy_treexp.calibration import CalibrationError, fit_calibration
     from spacy_treexp.calibration.fit import DEFAULT_L2
-    from spacy_treexp.cli.pipelines import check_source
+    from spacy_treexp.cli.pipelines import check_not_both, check_source
     from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
     from spacy_treexp.evaluation.epistemic import with_risk_temperature
 
+    check_not_both(model, stanza)  # the model and folder after the inputs: a missing input comes before a bad --model
     for path, what in (
         (dev, "--dev"),
         (held_out, "--held-out"),

@@ -22,7 +22,7 @@ from spacy_treexp.cli.common import (
     check_output_path,
     warn,
 )
-from spacy_treexp.cli.pipelines import check_source
+from spacy_treexp.cli.pipelines import check_not_both, check_source
 from spacy_treexp.engine.sampling import DEFAULT_METHOD, SINGLE_ROOT_METHODS
 
 
@@ -88,6 +88,7 @@ def evaluate(
     sample_counts = parse_ks(ks)
     if sampler not in SINGLE_ROOT_METHODS:
         raise UserError(f"--sampler {sampler}: expected one of {', '.join(SINGLE_ROOT_METHODS)}")
+    check_not_both(model, stanza)  # the model and folder after the inputs: a missing input comes before a bad --model
     for path, what in ((conllu, "--conllu"), (dev, "--dev")):
         if path is not None:
             check_input_file(path, what)

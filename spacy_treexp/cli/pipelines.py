@@ -57,11 +57,17 @@ def check_model(model: str) -> None:
     raise UserError(f"--model {model}: no such spaCy pipeline (neither an installed package nor a folder)")
 
 
-def check_source(model: Optional[str], stanza: Optional[Path]) -> None:
-    """``--model`` or ``--stanza`` (not both), each checked before any work: a loadable
-    model name (:func:`check_model`), a Stanza folder that exists."""
+def check_not_both(model: Optional[str], stanza: Optional[Path]) -> None:
+    """``--model`` and ``--stanza`` together are refused: a command checks this first, before
+    its input files, since which of the two is meant decides what the rest of it checks."""
     if model is not None and stanza is not None:
         raise UserError("use either --model or --stanza, not both")
+
+
+def check_source(model: Optional[str], stanza: Optional[Path]) -> None:
+    """``--model`` or ``--stanza`` (:func:`check_not_both`), each checked before any work: a
+    loadable model name (:func:`check_model`), a Stanza folder that exists."""
+    check_not_both(model, stanza)
     if stanza is not None and not stanza.is_dir():
         raise UserError(f"--stanza {stanza}: no such directory")
     if model is not None:

@@ -26,3 +26,14 @@ def test_calibrate_never_writes_inside_the_model_folder(tmp_path, user_error):
         line = user_error("calibrate", "--dev", str(dev), "--model", str(folder), "--out", str(out), "--force")
         assert f"inside the input --model {folder}" in line
     assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == before
+
+
+def test_model_and_stanza_together_are_named_before_the_input_files(tmp_path, user_error):
+    """'not both' came after the input checks, so a missing --dev was named first; a bad
+    --model alone still comes after the inputs (tests/evaluation: test_command_reports_bad_input)."""
+    missing = str(tmp_path / "missing.conllu")
+    both = ["--model", "m", "--stanza", str(tmp_path)]
+    assert "use either --model or --stanza, not both" in user_error(
+        "calibrate", "--dev", missing, "--out", str(tmp_path / "o"), *both
+    )
+    assert "missing.conllu: no such file" in user_error("calibrate", "--dev", missing, "--model", "m")

@@ -71,6 +71,18 @@ def test_missing_files_and_bad_options_are_user_errors(gold, tmp_path, calls, us
     assert calls == []
 
 
+def test_model_and_stanza_together_are_named_before_the_input_files(tmp_path, calls, user_error):
+    """'not both' came after the input checks, so a missing --conllu was named first; a bad
+    --model alone still comes after the inputs (tests/evaluation: test_command_reports_bad_input)."""
+    missing, out = str(tmp_path / "missing.conllu"), str(tmp_path / "out")
+    both = ["--model", "m", "--stanza", str(tmp_path)]
+    assert "use either --model or --stanza, not both" in user_error(
+        "evaluate", "--conllu", missing, "--out", out, *both
+    )
+    assert "missing.conllu: no such file" in user_error("evaluate", "--conllu", missing, "--out", out, "--model", "m")
+    assert calls == []
+
+
 def test_a_failed_run_is_one_line_with_status_1(gold, tmp_path, monkeypatch, run_cli):
     def run(config, log=print):
         raise ValueError("the model has no parser\nsecond line")
