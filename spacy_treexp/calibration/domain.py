@@ -10,6 +10,9 @@ model adds cheap, documented features of the sentence (:data:`FEATURES`):
 * ``log_length``: log of the number of words;
 * ``unseen`` / ``rare``: the share of words (lower-cased) absent from the training text /
   seen there fewer than :data:`RARE` times (the :class:`DomainModel`'s lexicon);
+* ``word_surprisal``: the mean surprisal of the sentence's words under a word trigram model of
+  the training text (:class:`~.language_model.WordLanguageModel`, the model's
+  ``language_model``): familiar words in an unfamiliar order;
 * surface: ``capitalised`` (words after the first that start upper-case), ``lower_start``
   (the first word starts lower-case), ``final_punct`` (ends in ``.``, ``!`` or ``?``),
   ``word_length`` (mean characters), ``digits`` (words with a digit), ``symbols`` (words
@@ -21,7 +24,8 @@ A model reads a subset of them (:attr:`DomainModel.features`); the shipped one a
 :func:`fit_domain`'s default, :data:`DEFAULT_FEATURES`, read all of them (chosen by
 leave-one-style-out cross-validation over 36 styles; on the first 22 styles alone the surface
 features fit the styles they were fitted on and did not carry to held-out ones, and were left
-out).
+out). A model reading ``word_surprisal`` carries its language model, fitted on the same
+training text as its lexicon.
 
 Each feature x_j enters through a piecewise-linear function f_j fixed by its values at
 knots (quantiles of the fitting data) and constant beyond them (a degree-1 spline, i.e. a
@@ -46,6 +50,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy
 import torch
 
+from spacy_treexp.calibration.language_model import WordLanguageModel
 from spacy_treexp.calibration.map import CalibrationError
 
 #: The model's features, in order (see the module doc).
@@ -55,6 +60,7 @@ FEATURES = (
     "log_length",
     "unseen",
     "rare",
+    "word_surprisal",
     "capitalised",
     "lower_start",
     "final_punct",
@@ -68,13 +74,17 @@ FEATURES = (
     "determiners",
     "no_verb",
 )
+#: The features of a sentence without a language model (a :class:`DomainModel`'s default, as
+#: of the models stored before ``word_surprisal``).
+BASE_FEATURES = tuple(name for name in FEATURES if name != "word_surprisal")
 #: The shipped model's features and fit_domain's default, with its knots per feature and
-#: ridge strength: all 17 features, 5 knots, ridge 1, chosen among 36 candidates (6 feature
+#: ridge strength: all 18 features, 5 knots, ridge 1, chosen among 48 candidates (8 feature
 #: sets x 2 and 5 knots x ridge 1, 10, 100) by the mean AUROC over the held-out styles of
 #: leave-one-style-out cross-validation on EWT dev vs the three out-of-domain sets of
 #: ``benchmarks/data`` it is fitted on (490 sentences, 36 styles; ``benchmarks/ood_novelty.py
-#: --select``: 0.880; without the surface features 0.873; entropy_per_word alone 0.783). On
-#: the first set alone (22 styles) the choice was those ten features (0.890 against 0.884).
+#: --select``: 0.899; all but word_surprisal 0.880; without the surface features 0.873;
+#: entropy_per_word alone 0.783). On the first set alone (22 styles) the choice was ten
+#: features (0.890 against 0.884).
 DEFAULT_FEATURES: Tuple[str, ...] = FEATURES
 DEFAULT_KNOTS = 5
 DEFAULT_L2 = 1.0
@@ -94,11 +104,14 @@ class SentenceSignals:
     pos: List[List[str]] = field(default_factory=list)
 
     def features(
-        self, novelty: Sequence[Optional[float]], lexicon: Mapping[str, int]
+        self,
+        novelty: Sequence[Optional[float]],
+        lexicon: Mapping[str, int],
+        language_model: Optional[WordLanguageModel] = None,
     ) -> List[Optional[Dict[str, float]]]:
         """:func:`sentence_features` of every sentence, given each one's ``novelty``."""
         return [
-            sentence_features(w, p, v, e, lexicon)
+            sentence_features(w, p, v, e, lexicon, language_model)
             for w, p, v, e in zip(self.words, self.pos, novelty, self.entropy_per_word)
         ]
 
@@ -116,15 +129,17 @@ def sentence_features(
     novelty: Optional[float],
     entropy_per_word: Optional[float],
     lexicon: Mapping[str, int],
+    language_model: Optional[WordLanguageModel] = None,
 ) -> Optional[Dict[str, float]]:
-    """:data:`FEATURES` of one sentence (its words and their UPOS tags); None for no words
-    or where ``novelty`` or ``entropy_per_word`` is None."""
+    """:data:`FEATURES` of one sentence (its words and their UPOS tags), ``word_surprisal``
+    only with a ``language_model``; None for no words or where ``novelty`` or
+    ``entropy_per_word`` is None."""
     n = len(words)
     if n == 0 or novelty is None or entropy_per_word is None:
         return None
     counts = [lexicon.get(word.lower(), 0) for word in words]
     tags = list(pos) + [""] * (n - len(pos))
-    return {
+    row = {
         "novelty": float(novelty),
         "entropy_per_word": float(entropy_per_word),
         "log_length": math.log(n),
@@ -143,6 +158,9 @@ def sentence_features(
         "determiners": sum(t == "DET" for t in tags) / n,
         "no_verb": float(not any(t in ("VERB", "AUX") for t in tags)),
     }
+    if language_model is not None:
+        row["word_surprisal"] = language_model.surprisal(words)
+    return {name: row[name] for name in FEATURES if name in row}
 
 
 def check_features(features: Sequence[str], what: str) -> None:
@@ -188,19 +206,22 @@ def _read_lexicon(data: Any) -> Dict[str, int]:
 @dataclass(frozen=True)
 class DomainModel:
     """The fitted model (module doc): the lexicon, per feature its knots and the values of
-    f_j there, the bias b, and the features it reads (a subset of :data:`FEATURES`, in the
-    order of ``knots`` and ``values``; all of them by default, as models stored before the
-    subset existed)."""
+    f_j there, the bias b, the features it reads (a subset of :data:`FEATURES`, in the
+    order of ``knots`` and ``values``; by default :data:`BASE_FEATURES`, as models stored
+    before the subset existed) and the language model ``word_surprisal`` needs."""
 
     lexicon: Mapping[str, int]
     knots: Tuple[Tuple[float, ...], ...]
     values: Tuple[Tuple[float, ...], ...]
     bias: float
-    features: Tuple[str, ...] = FEATURES
+    features: Tuple[str, ...] = BASE_FEATURES
+    language_model: Optional[WordLanguageModel] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "features", tuple(self.features))
         check_features(self.features, "domain model")
+        if "word_surprisal" in self.features and self.language_model is None:
+            raise CalibrationError("domain model: the feature word_surprisal needs its language_model")
         if len(self.knots) != len(self.features) or len(self.values) != len(self.features):
             raise CalibrationError(f"domain model: knots and values for the {len(self.features)} features expected")
         for name, knots, values in zip(self.features, self.knots, self.values):
@@ -229,7 +250,9 @@ class DomainModel:
         self, words: Sequence[str], pos: Sequence[str], novelty: Optional[float], entropy_per_word: Optional[float]
     ) -> Optional[float]:
         """:meth:`probability` of :func:`sentence_features`."""
-        return self.probability(sentence_features(words, pos, novelty, entropy_per_word, self.lexicon))
+        return self.probability(
+            sentence_features(words, pos, novelty, entropy_per_word, self.lexicon, self.language_model)
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -244,6 +267,7 @@ class DomainModel:
             "lexicon_base64": base64.b64encode(
                 json.dumps(sorted(self.lexicon.items()), ensure_ascii=False).encode("utf8")
             ).decode("ascii"),
+            **({} if self.language_model is None else {"language_model": self.language_model.to_dict()}),
         }
 
     @classmethod
@@ -261,6 +285,9 @@ class DomainModel:
                 values=tuple(tuple(float(v) for v in k) for k in data["values"]),
                 bias=float(data["bias"]),
                 features=tuple(str(name) for name in data["features"]),
+                language_model=(
+                    WordLanguageModel.from_dict(data["language_model"]) if "language_model" in data else None
+                ),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, CalibrationError):
@@ -275,9 +302,11 @@ def fit_domain(
     knots: int = DEFAULT_KNOTS,
     l2: float = DEFAULT_L2,
     features: Sequence[str] = DEFAULT_FEATURES,
+    language_model: Optional[WordLanguageModel] = None,
 ) -> DomainModel:
     """Fit a :class:`DomainModel` reading ``features`` on the :func:`sentence_features` of
-    in-domain sentences ``inside`` and out-of-domain ones ``outside``: per feature, ``knots``
+    in-domain sentences ``inside`` and out-of-domain ones ``outside`` (with
+    ``word_surprisal``: formed with ``language_model``, which the model keeps): per feature, ``knots``
     knots at equally spaced quantiles of both sets (repeats merged; 2: a linear term); the
     values and bias maximise Σ_i w_i log p(y_i | x_i) − l2/2 Σ v², classes weighted equally
     (w = N / (2 N_class)), by L-BFGS in float64 (a convex problem). The defaults are the
@@ -288,6 +317,8 @@ def fit_domain(
         raise CalibrationError(f"fit_domain: knots must be >= 2 and l2 > 0, got {knots}, {l2}")
     if not inside or not outside:
         raise CalibrationError("fit_domain: needs sentences of both classes")
+    if "word_surprisal" in features and language_model is None:
+        raise CalibrationError("fit_domain: the feature word_surprisal needs a language_model")
     rows = list(inside) + list(outside)
     x = numpy.array([[row[name] for name in features] for row in rows], dtype=numpy.float64)
     y = numpy.r_[numpy.zeros(len(inside)), numpy.ones(len(outside))]
@@ -316,4 +347,5 @@ def fit_domain(
         values=tuple(tuple(float(v) for v in fitted[splits[j] : splits[j + 1]]) for j in range(len(features))),
         bias=float(bias.detach()),
         features=features,
+        language_model=language_model,
     )

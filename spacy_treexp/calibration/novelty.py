@@ -24,6 +24,7 @@ import numpy
 import torch
 
 from spacy_treexp.calibration.domain import DomainModel, SentenceSignals, fit_domain, lexicon_counts
+from spacy_treexp.calibration.language_model import WordLanguageModel
 from spacy_treexp.calibration.map import CalibrationError
 
 #: Most vectors per product with the reference rows (bounds the similarity matrix to
@@ -143,8 +144,9 @@ def fit_reference(
     """The novelty reference of ``train``'s token vectors (:func:`fit_novelty`, ``size``
     directions) and, given in-domain sentences ``inside`` (held out from the training data)
     and out-of-domain ones ``outside``, the out-of-domain model that reads it
-    (:func:`~spacy_treexp.calibration.domain.fit_domain`; its lexicon: ``train``'s words).
-    Sentences whose features cannot be formed (no words, no entropy) are left out of that fit."""
+    (:func:`~spacy_treexp.calibration.domain.fit_domain`; its lexicon and its word trigram
+    model: ``train``'s words). Sentences whose features cannot be formed (no words, no
+    entropy) are left out of that fit."""
     vectors = [v for v in train.vectors if len(v)]
     if not vectors:
         raise CalibrationError("fit_reference: the training sentences have no token vectors")
@@ -152,12 +154,14 @@ def fit_reference(
     if inside is None or outside is None:
         return reference
     lexicon = lexicon_counts(train.words)
+    language_model = WordLanguageModel.fit(train.words)
 
     def rows(signals: SentenceSignals) -> List[Dict[str, float]]:
         novelty = [reference.sentence_novelty(v) if len(v) else None for v in signals.vectors]
-        return [row for row in signals.features(novelty, lexicon) if row is not None]
+        return [row for row in signals.features(novelty, lexicon, language_model) if row is not None]
 
-    return NoveltyReference(reference.centre, reference.rows, fit_domain(rows(inside), rows(outside), lexicon))
+    domain = fit_domain(rows(inside), rows(outside), lexicon, language_model=language_model)
+    return NoveltyReference(reference.centre, reference.rows, domain)
 
 
 def spans_novelty(

@@ -190,6 +190,7 @@ def test_bad_input_is_one_line_exit_2(args, message, pipeline_dir, tmp_path, cap
 
 def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tmp_path):
     from spacy_treexp.calibration import fit_reference
+    from spacy_treexp.calibration.language_model import WordLanguageModel
     from spacy_treexp.evaluation.scores import sentence_signals, text_docs
 
     ood = tmp_path / "ood.tsv"
@@ -210,6 +211,9 @@ def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tm
     # the stored reference is the one fitted on the same signals under the new map
     train = sentence_signals(nlp, text_docs(nlp, [" ".join(g.words) for g in read_conllu(FIXTURE)]))
     numpy.testing.assert_allclose(fit_reference(train, 16).centre, reference.centre, atol=1e-5)
+    # the out-of-domain model reads word_surprisal under a trigram model of the same text's words
+    assert "word_surprisal" in reference.domain.features
+    assert reference.domain.language_model == WordLanguageModel.fit(train.words)
     doc = nlp("lol ok c u l8r !!")
     sent = next(iter(doc.sents))
     assert sent._.novelty == pytest.approx(reference.sentence_novelty(doc.tensor[sent.start : sent.end]), abs=2e-3)

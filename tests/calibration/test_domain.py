@@ -9,6 +9,7 @@ import pytest
 
 from spacy_treexp.calibration import CalibrationError
 from spacy_treexp.calibration.domain import (
+    BASE_FEATURES,
     FEATURES,
     DomainModel,
     fit_domain,
@@ -16,6 +17,7 @@ from spacy_treexp.calibration.domain import (
     lexicon_counts,
     sentence_features,
 )
+from spacy_treexp.calibration.language_model import WordLanguageModel
 from spacy_treexp.calibration.novelty import NoveltyReference
 
 
@@ -25,7 +27,7 @@ def test_features_of_a_sentence_by_hand():
     words = ["The", "Cat", "ate", "42", "fish", "!!", "NOW"]
     pos = ["DET", "NOUN", "VERB", "NUM", "NOUN", "PUNCT", "ADV"]
     got = sentence_features(words, pos, 0.25, 0.5, lexicon)
-    assert list(got) == list(FEATURES)
+    assert list(got) == list(BASE_FEATURES)  # no language model: no word_surprisal
     expected = {
         "novelty": 0.25,
         "entropy_per_word": 0.5,
@@ -45,7 +47,7 @@ def test_features_of_a_sentence_by_hand():
         "determiners": 1 / 7,
         "no_verb": 0.0,
     }
-    for name in FEATURES:
+    for name in BASE_FEATURES:
         assert got[name] == pytest.approx(expected[name]), name
     one = sentence_features(["hi"], [], 0.1, 0.0, lexicon)  # no tags: none of the UPOS shares
     assert one["capitalised"] == 0.0 and one["lower_start"] == 1.0 and one["no_verb"] == 1.0
@@ -64,6 +66,10 @@ def test_hat_basis_interpolates_and_is_constant_beyond_the_knots():
     numpy.testing.assert_allclose(basis @ values, numpy.interp(x, knots, values), atol=1e-12)
     numpy.testing.assert_allclose(hat_basis(numpy.array([-9.0, 9.0]), knots) @ values, values[[0, -1]])
     numpy.testing.assert_allclose(hat_basis(numpy.array([3.0]), numpy.array([1.0])), [[1.0]])
+
+
+#: A word trigram model for the synthetic rows' word_surprisal (drawn like the other features).
+LANGUAGE_MODEL = WordLanguageModel.fit([["The", "dog", "barks", "."], ["a", "cat", "sleeps", "here"]])
 
 
 def synthetic(seed, n_in=300, n_out=60):
@@ -95,10 +101,10 @@ def penalised_loss(model, inside, outside, l2):
 
 def test_fit_separates_and_is_a_minimum_of_its_objective():
     inside, outside = synthetic(1)
-    model = fit_domain(inside, outside, {"the": 3}, knots=4, l2=1.0, features=FEATURES)
+    model = fit_domain(inside, outside, {"the": 3}, knots=4, l2=1.0, features=BASE_FEATURES)
     for knots in model.knots:
         assert 1 <= len(knots) <= 4 and all(b > a for a, b in zip(knots, knots[1:]))
-    assert len(model.knots[FEATURES.index("lower_start")]) == 2  # a 0/1 feature: its two values
+    assert len(model.knots[BASE_FEATURES.index("lower_start")]) == 2  # a 0/1 feature: its two values
     test_in, test_out = synthetic(2)
     p_in = numpy.array([model.probability(r) for r in test_in])
     p_out = numpy.array([model.probability(r) for r in test_out])
@@ -119,7 +125,8 @@ def test_fit_separates_and_is_a_minimum_of_its_objective():
 
 def test_dict_form_round_trips_through_json():
     inside, outside = synthetic(4, 80, 20)
-    model = fit_domain(inside, outside, {"cat": 2, "the": 3})
+    model = fit_domain(inside, outside, {"cat": 2, "the": 3}, language_model=LANGUAGE_MODEL)
+    assert "word_surprisal" in model.features and model.language_model is LANGUAGE_MODEL
     back = DomainModel.from_dict(json.loads(json.dumps(model.to_dict())))
     assert back == model
     reference = NoveltyReference(numpy.zeros(3), numpy.eye(3), model)
@@ -138,7 +145,7 @@ def test_a_lexicon_of_any_words_survives_a_spacy_config():
     lexicon = {"3:29": 1, "3:30": 2, "a=b": 1, "[": 3, "]": 1, "==": 1, ":)": 2, "http://x.org/?a=1": 1, "the": 4}
     lexicon.update({"${x}": 1, "a${paths.train}": 2, "$$": 1, "ü": 3})
     inside, outside = synthetic(6, 60, 15)
-    model = fit_domain(inside, outside, lexicon)
+    model = fit_domain(inside, outside, lexicon, language_model=LANGUAGE_MODEL)
     text = Config({"component": {"domain": model.to_dict()}}).to_str()
     back = DomainModel.from_dict(Config().from_str(text)["component"]["domain"])
     assert back == model and dict(back.lexicon) == lexicon
@@ -168,7 +175,7 @@ def test_a_lexicon_of_any_words_survives_a_spacy_config():
 )
 def test_bad_dicts_are_named(change, message):
     inside, outside = synthetic(5, 40, 10)
-    data = fit_domain(inside, outside, {}, knots=5, features=FEATURES).to_dict()
+    data = fit_domain(inside, outside, {}, knots=5, features=BASE_FEATURES).to_dict()
     change(data)
     with pytest.raises(CalibrationError, match=message):
         DomainModel.from_dict(data)
@@ -215,11 +222,11 @@ def test_a_subset_of_features_reads_only_them_and_is_the_fit_of_that_subset():
 
 def test_a_stored_model_of_all_17_features_still_reads():
     inside, outside = synthetic(10, 60, 15)
-    model = fit_domain(inside, outside, {}, knots=3, l2=1.0, features=FEATURES)
+    model = fit_domain(inside, outside, {}, knots=3, l2=1.0, features=BASE_FEATURES)
     data = model.to_dict()
-    assert data["features"] == list(FEATURES)
+    assert data["features"] == list(BASE_FEATURES) and "language_model" not in data
     back = DomainModel.from_dict(json.loads(json.dumps(data)))
-    assert back.features == FEATURES and back == model
+    assert back.features == BASE_FEATURES and back == model and back.language_model is None
     # the positional form of before (no features: all of them)
     assert DomainModel(model.lexicon, model.knots, model.values, model.bias) == model
 
@@ -234,7 +241,7 @@ def test_component_gives_out_of_domain_from_the_sentence_and_batches_like_one_do
     width = 5
     rng = numpy.random.default_rng(7)
     inside, outside = synthetic(8, 60, 15)
-    model = fit_domain(inside, outside, {"the": 3, "dog": 1})
+    model = fit_domain(inside, outside, {"the": 3, "dog": 1}, language_model=LANGUAGE_MODEL)
     reference = fit_novelty(rng.normal(size=(40, width)), size=4)
     reference = NoveltyReference(reference.centre, reference.rows, model)
     config = CalibrationMap.identity().to_dict() | {"novelty": reference.to_dict()}
@@ -259,8 +266,14 @@ def test_component_gives_out_of_domain_from_the_sentence_and_batches_like_one_do
         for sent, same in zip(doc.sents, single.sents):
             novelty = stored.sentence_novelty(doc.tensor[sent.start : sent.end])
             features = sentence_features(
-                [t.text for t in sent], [t.pos_ for t in sent], novelty, sent._.entropy_per_word, model.lexicon
+                [t.text for t in sent],
+                [t.pos_ for t in sent],
+                novelty,
+                sent._.entropy_per_word,
+                model.lexicon,
+                LANGUAGE_MODEL,
             )
+            assert features["word_surprisal"] == LANGUAGE_MODEL.surprisal([t.text for t in sent])
             expected = 1.0 / (1.0 + math.exp(-model.logit(features)))
             assert sent._.out_of_domain == pytest.approx(expected, abs=1e-6)
             assert sent._.novelty == pytest.approx(same._.novelty, abs=1e-6)
