@@ -8,15 +8,16 @@ Nothing is fitted on the evaluation sets: the novelty reference is fitted on the
 vectors of ``--train`` (its first ``--train-sentences``, default all; unlabelled text, the
 parser's own training data), or taken from the map ``--reference-from``; the lexicon is the
 word forms of all of ``--train``; the domain model is fitted on ``--dev`` (in domain) against
-``--ood-dev``, by default the three out-of-domain sets we wrote first
-(``benchmarks/data/ood_dev_sentences.tsv``, ``ood_sentences.tsv``, ``ood_blind_sentences.tsv``:
-490 sentences, 36 styles; a style named in several files is one style) with ``fit_domain``'s
+``--ood-dev``, by default the four out-of-domain sets we wrote first
+(``benchmarks/data/ood_dev_sentences.tsv``, ``ood_sentences.tsv``, ``ood_blind_sentences.tsv``,
+``ood_blind2_sentences.tsv``: 610 sentences, 48 styles; a style named in several files is one
+style) with ``fit_domain``'s
 defaults, or, with ``--select``, with the features, knots and ridge that score best by
 leave-one-style-out cross-validation on those sets alone (for each OOD style: fit on one half
 of ``--dev`` against the other styles, score the other half against the held-out style, and
 the other way round; the mean AUROC over styles; the candidates are listed below, fixed
 before their results were seen). With ``--test``, the AUROC is then measured on ``--test``
-against ``--ood`` (by default ``benchmarks/data/ood_blind2_sentences.tsv``, 120 sentences in
+against ``--ood`` (by default ``benchmarks/data/ood_blind3_sentences.tsv``, 120 sentences in
 12 styles written after the others by a writer who had read none of them nor any result),
 overall and per style. Every side goes through the pipeline's tokenizer and tagger, one
 sentence per Doc.
@@ -49,6 +50,7 @@ import torch
 
 from spacy_treexp.calibration import CalibrationMap
 from spacy_treexp.calibration.domain import (
+    BASE_FEATURES,
     DEFAULT_FEATURES,
     DEFAULT_KNOTS,
     DEFAULT_L2,
@@ -58,6 +60,7 @@ from spacy_treexp.calibration.domain import (
     lexicon_counts,
     sentence_features,
 )
+from spacy_treexp.calibration.language_model import WordLanguageModel
 from spacy_treexp.calibration.novelty import NoveltyReference, fit_novelty, span_novelty, spans_novelty
 from spacy_treexp.evaluation.epistemic import auroc_table
 from spacy_treexp.evaluation.metrics import auroc
@@ -71,7 +74,9 @@ DATA = Path(__file__).parent / "data"
 # order of FEATURES): entropy_per_word alone; uncertainty (entropy_per_word, novelty,
 # log_length); + lexicon (unseen, rare); + lexicon + UPOS shares (= all but the surface
 # features); + lexicon + surface (= all but the UPOS shares); all 17 (the model shipped before).
-# Each with 2 knots (linear terms) and 5, and ridge 1, 10 and 100: 36 candidates. The raw
+# Added with word_surprisal (the word trigram model of --train's text, tokenized by the
+# pipeline): + lexicon + word_surprisal, and all 18.
+# Each with 2 knots (linear terms) and 5, and ridge 1, 10 and 100: 48 candidates. The raw
 # entropy_per_word (no fit) is a reference row. Chosen: the highest mean leave-one-style-out
 # AUROC; a candidate within SELECT_TIE of it that is simpler (fewer features, then fewer
 # knots, then a stronger ridge) wins the tie.
@@ -83,8 +88,10 @@ FEATURE_SETS = {
     "entropy": ("entropy_per_word",),
     "uncertainty": UNCERTAINTY,
     "+lexicon": UNCERTAINTY + LEXICON,
+    "+lexicon+word_surprisal": UNCERTAINTY + LEXICON + ("word_surprisal",),
     "+lexicon+upos": UNCERTAINTY + LEXICON + UPOS,
     "+lexicon+surface": UNCERTAINTY + LEXICON + SURFACE,
+    "all but word_surprisal": BASE_FEATURES,
     "all": FEATURES,
 }
 SELECT_KNOTS = (2, 5)
@@ -159,6 +166,7 @@ def leave_one_style_out(
     features: Optional[Sequence[str]],
     knots: int = 0,
     l2: float = 0.0,
+    language_model: Optional[WordLanguageModel] = None,
 ) -> Dict[str, float]:
     """Per out-of-domain style, the AUROC of a model fitted without it on unseen text: the
     in-domain rows split in two fixed halves; for each half, fit on it against the other
@@ -175,7 +183,7 @@ def leave_one_style_out(
             if features is None:
                 scores = [row["entropy_per_word"] for row in evaluated]
             else:
-                model = fit_domain([inside[i] for i in fit_part], rest, lexicon, knots, l2, features)
+                model = fit_domain([inside[i] for i in fit_part], rest, lexicon, knots, l2, features, language_model)
                 scores = [model.logit(row) for row in evaluated]
             y = numpy.r_[numpy.zeros(len(eval_part), bool), numpy.ones(len(held), bool)]
             aurocs.append(auroc(numpy.array(scores), y))
@@ -184,7 +192,11 @@ def leave_one_style_out(
 
 
 def select(
-    inside: List[Dict[str, float]], outside: List[Dict[str, float]], styles: Sequence[str], lexicon: Dict[str, int]
+    inside: List[Dict[str, float]],
+    outside: List[Dict[str, float]],
+    styles: Sequence[str],
+    lexicon: Dict[str, int],
+    language_model: WordLanguageModel,
 ) -> Tuple[Dict[str, Dict], Tuple[Tuple[str, ...], int, float]]:
     """The leave-one-style-out table of every candidate (mean over styles, the worst style)
     and the chosen (features, knots, l2) (see the candidates above; printed to stderr)."""
@@ -205,7 +217,9 @@ def select(
         for knots in SELECT_KNOTS:
             for l2 in SELECT_L2:
                 name = f"{set_name} ({len(features)}), knots {knots}, ridge {l2:g}"
-                per_style = leave_one_style_out(inside, outside, styles, lexicon, ordered(features), knots, l2)
+                per_style = leave_one_style_out(
+                    inside, outside, styles, lexicon, ordered(features), knots, l2, language_model
+                )
                 table[name] = summary(per_style) | {"per_style": {k: round(v, 3) for k, v in per_style.items()}}
                 settings[name] = (ordered(features), knots, l2)
                 print(f"{table[name]['mean']:.4f}  worst {table[name]['worst']}  {name}", file=sys.stderr, flush=True)
@@ -253,11 +267,17 @@ def main() -> int:
         "--ood-dev",
         nargs="+",
         default=[
-            str(DATA / name) for name in ("ood_dev_sentences.tsv", "ood_sentences.tsv", "ood_blind_sentences.tsv")
+            str(DATA / name)
+            for name in (
+                "ood_dev_sentences.tsv",
+                "ood_sentences.tsv",
+                "ood_blind_sentences.tsv",
+                "ood_blind2_sentences.tsv",
+            )
         ],
         help="out-of-domain sentences to fit on (one or more style<TAB>text files; a style named in several is one style)",
     )
-    parser.add_argument("--ood", default=str(DATA / "ood_blind2_sentences.tsv"))
+    parser.add_argument("--ood", default=str(DATA / "ood_blind3_sentences.tsv"))
     parser.add_argument("--train-sentences", type=int, default=0, help="first N sentences of --train (0: all)")
     parser.add_argument("--size", type=int, default=2048, help="reference directions")
     parser.add_argument("--reference-from", default=None, help="take the novelty reference of this calibration map")
@@ -315,12 +335,15 @@ def main() -> int:
             }
         }
     lexicon = lexicon_counts(s.forms for s in train)
+    language_model = WordLanguageModel.fit(
+        [token.text for token in doc] for doc in nlp.tokenizer.pipe(s.text or " ".join(s.forms) for s in train)
+    )
     features: Dict[str, list] = {}
     novelty: Dict[str, numpy.ndarray] = {}
     for name, done in runs.items():
         novelty[name] = numpy.array([reference.sentence_novelty(v) for v in done.vectors])
         features[name] = [
-            sentence_features(w, p, v, e, lexicon)
+            sentence_features(w, p, v, e, lexicon, language_model)
             for w, p, v, e in zip(done.words, done.pos, novelty[name], done.entropy_per_word)
         ]
     chosen: Tuple[Tuple[str, ...], int, float] = (DEFAULT_FEATURES, DEFAULT_KNOTS, DEFAULT_L2)
@@ -332,14 +355,19 @@ def main() -> int:
             [row for row, _ in kept],
             [style for _, style in kept],
             lexicon,
+            language_model,
         )
         report["select (leave one style out, dev halves vs ood_dev)"] = table
     inside_rows = [row for row in features["dev"] if row is not None]
     outside_rows = [row for row in features["ood_dev"] if row is not None]
-    domain = fit_domain(inside_rows, outside_rows, lexicon, chosen[1], chosen[2], chosen[0])
+    reads_surprisal = "word_surprisal" in chosen[0]
+    domain = fit_domain(
+        inside_rows, outside_rows, lexicon, chosen[1], chosen[2], chosen[0], language_model if reads_surprisal else None
+    )
     reference = NoveltyReference(reference.centre, reference.rows, domain)
     report["domain"] = {
         "lexicon_words": len(lexicon),
+        **({"language_model_ngrams": len(language_model.counts)} if reads_surprisal else {}),
         "features": list(domain.features),
         "knots": chosen[1],
         "l2": chosen[2],
@@ -376,7 +404,9 @@ def main() -> int:
                 **report["reference"],
             }
         fit["novelty"]["domain"] = {
-            "data": f"lexicon: the forms of {Path(args.train).name}; fitted on {Path(args.dev).name} "
+            "data": f"lexicon: the forms of {Path(args.train).name}"
+            + ("; word trigram model: its text, tokenized by the pipeline" if reads_surprisal else "")
+            + f"; fitted on {Path(args.dev).name} "
             f"({len(texts['dev'])} sentences, text) vs {' + '.join(Path(p).name for p in args.ood_dev)} "
             f"({len(texts['ood_dev'])}, {len(set(dev_styles))} styles)",
             "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV "
