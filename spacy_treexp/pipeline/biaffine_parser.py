@@ -94,6 +94,7 @@ from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationMap
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import ENCODER_PRECISIONS, get_scorer_module, set_n_labels
 from spacy_treexp.pipeline.blas import blas_threads, numpy_blas
+from spacy_treexp.pipeline.config_checks import missing_sentence_source
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, new_writer_token, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
 from spacy_treexp.pipeline.noun_chunks import is_ud_label_set, ud_noun_chunks
@@ -763,6 +764,19 @@ class BiaffineParser(TrainablePipe):
             )
         return [(sent.start, sent.end) for sent in doc.sents]
 
+    def _check_sentence_source(self, nlp: Language, sample: List[Example]) -> None:
+        """Refuse, before any training, a pipeline that certainly gives this parser Docs without
+        sentence boundaries (:func:`~spacy_treexp.pipeline.config_checks.missing_sentence_source`)
+        unless the training Docs bring their own (a tokenizer or reader that sets them)."""
+        names = list(nlp.component_names)
+        if self.name not in names or any(eg.predicted.has_annotation("SENT_START") for eg in sample):
+            return
+        earlier = [(name, list(nlp.get_pipe_meta(name).assigns)) for name in names[: names.index(self.name)]]
+        annotating = list(nlp.config.get("training", {}).get("annotating_components") or [])
+        problem = missing_sentence_source(self.name, earlier, annotating if self.name in annotating else None)
+        if problem is not None:
+            raise ValueError(problem)
+
     def _training_sentences(self, example: Example) -> Sentences:
         """Gold sentences (aligned to the predicted tokens) when the reference has them."""
         doc = example.predicted
@@ -1250,6 +1264,9 @@ class BiaffineParser(TrainablePipe):
         """Collect the relation labels (or take ``labels``) and initialise the model."""
         validate_get_examples(get_examples, "BiaffineParser.initialize")
         self.check_listener_width()
+        sample = list(islice(get_examples(), 10))
+        if nlp is not None:
+            self._check_sentence_source(nlp, sample)
         if labels is None:
             labels = sorted({token.dep_ for eg in get_examples() for token in eg.reference if token.dep_})
             if labels and not any(_has_arc(eg.reference) for eg in get_examples()):
@@ -1262,6 +1279,5 @@ class BiaffineParser(TrainablePipe):
             self.add_label(label)
         if not self.labels:
             raise ValueError("biaffine_parser: no relation labels found in the training data")
-        sample = list(islice(get_examples(), 10))
         docs = [eg.predicted for eg in sample]
         self.model.initialize(X=(docs, [self._training_sentences(eg) for eg in sample], None))

@@ -187,6 +187,63 @@ def test_an_annotating_parser_without_an_annotating_senter_names_annotating_comp
         nlp.update(copies, annotates=["biaffine_parser"])
 
 
+NO_SENTENCIZER = TINY_CONFIG.replace('"sentencizer", ', "").replace(
+    '[components.sentencizer]\nfactory = "sentencizer"\n', ""
+)
+
+
+def _initialize(config, examples=None, annotating=None, disable=()):
+    if annotating is not None:
+        config += f"\n[training]\nannotating_components = {annotating}\n"
+    nlp = spacy.util.load_model_from_config(Config().from_str(config), auto_fill=True)
+    examples = examples(nlp) if examples else toy_examples(nlp)
+    with nlp.select_pipes(disable=list(disable)):  # as spacy train disables its frozen components
+        nlp.initialize(lambda: examples)
+    return nlp
+
+
+def test_a_pipeline_without_sentence_boundaries_is_refused_at_initialize():
+    """spacy train without a senter or sentencizer before the parser trained (the gold Docs have
+    sentences) and failed only at its first evaluation, on Docs without sentence boundaries."""
+    with pytest.raises(ValueError, match=r"'biaffine_parser': no component before it sets sentence boundaries"):
+        _initialize(NO_SENTENCIZER)
+    message = r"in \[training\] annotating_components, but none of the components .*\(sentencizer\) is"
+    with pytest.raises(ValueError, match=message):
+        _initialize(TINY_CONFIG, annotating='["biaffine_parser"]')
+
+
+def test_pipelines_that_give_sentence_boundaries_are_not_refused():
+    """A frozen senter (disabled while spaCy initialises), an annotating one, a component that
+    declares nothing (it may set them), or training Docs that come with them."""
+
+    @spacy.Language.component("treexp_test_sentence_starts")
+    def sentence_starts(doc):
+        for token in doc:
+            token.is_sent_start = token.i == 0 or doc[token.i - 1].text in ".?!"
+        return doc
+
+    _initialize(TINY_CONFIG, disable=["sentencizer"])
+    _initialize(TINY_CONFIG, annotating='["sentencizer", "biaffine_parser"]')
+    custom = NO_SENTENCIZER.replace('"tok2vec", ', '"tok2vec", "starts", ') + (
+        '\n[components.starts]\nfactory = "treexp_test_sentence_starts"\n'
+    )
+    nlp = _initialize(custom)
+    assert len(list(parse(nlp, TEXTS[0]).sents)) == 2
+
+    def with_starts(nlp):
+        return [
+            Example(
+                Doc(
+                    nlp.vocab, words=[t.text for t in eg.reference], sent_starts=[t.is_sent_start for t in eg.reference]
+                ),
+                eg.reference,
+            )
+            for eg in toy_examples(nlp)
+        ]
+
+    _initialize(NO_SENTENCIZER, examples=with_starts)
+
+
 def test_training_data_without_a_single_arc_is_refused_at_initialize():
     """A CoNLL-U file with HEAD '_' converts to Docs whose tokens are all their own heads (one-word
     sentences): the parser trained with a loss of 0 and saved a model that had learnt nothing."""
