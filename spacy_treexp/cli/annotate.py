@@ -37,6 +37,7 @@ from spacy_treexp.cli.common import (
     InputFormatOption,
     Model,
     Quiet,
+    Skipped,
     Stanza,
     StopRun,
     UserError,
@@ -166,12 +167,10 @@ def annotate(
         raise UserError("--output-format parquet needs --backend ray (a folder of Parquet shards)")
     if n_process > 1 and gpu >= 0:
         raise UserError("use --n-process 1 with --gpu")
-    problems = 0
+    skipped = Skipped()
 
     def report(line: int, message: str) -> None:
-        nonlocal problems
-        problems += 1
-        warn(f"{reader.name}:{line}: {message}")
+        skipped(f"{reader.name}:{line}: {message}")
         if strict:
             raise StopRun(1)
 
@@ -245,12 +244,7 @@ def annotate(
     finally:
         progress.close()
         writer.close()
-    if problems:
-        warn(f"{problems} bad input(s) skipped; {writer.docs} documents written to {writer.where}.")
-    if problems and written == 0:  # not one input of this run could be annotated: a failed run
-        warn("no input could be annotated (exit status 1)")
-        return 1
-    return 0
+    return skipped.annotate_status(writer.docs, writer.where, written)  # written: this run's own
 
 
 def _annotate_ray(

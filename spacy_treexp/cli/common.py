@@ -271,19 +271,35 @@ def warn(message: str) -> None:
 
 class Skipped:
     """Counts the bad inputs a command skips (unreadable lines, documents the pipeline fails
-    on), warning of each: ``skipped(message)``. A run that skipped inputs and parsed none
-    failed (exit status 1), as ``annotate``'s does: :meth:`nothing_parsed`."""
+    on), warning of each: ``skipped(message)``. The one rule of a run's end: a run that skipped
+    inputs and parsed none failed (exit status 1): :meth:`nothing_parsed`, and for
+    ``annotate`` (here or on Ray, whose shards report ``count``) :meth:`annotate_status`."""
 
-    def __init__(self) -> None:
-        self.count = 0
+    def __init__(self, count: int = 0) -> None:
+        self.count = count
 
     def __call__(self, message: str) -> None:
         self.count += 1
         warn(message)
 
+    def failed(self, parsed: int) -> bool:
+        """Whether inputs were skipped and ``parsed`` is 0: a failed run."""
+        return bool(self.count) and not parsed
+
     def nothing_parsed(self, parsed: int) -> bool:
-        """True, after saying so, when inputs were skipped and ``parsed`` is 0."""
-        if self.count and not parsed:
+        """True, after saying so, when the run failed (:meth:`failed`)."""
+        if self.failed(parsed):
             warn(f"{self.count} bad input(s) skipped; no input could be parsed, nothing written (exit status 1)")
             return True
         return False
+
+    def annotate_status(self, docs: int, where: object, annotated: int) -> int:
+        """``annotate``'s exit status, after saying how many inputs were skipped beside the
+        ``docs`` documents in ``where``: 1 when the run failed (:meth:`failed`) with
+        ``annotated`` documents of its own."""
+        if self.count:
+            warn(f"{self.count} bad input(s) skipped; {docs} documents written to {where}.")
+        if self.failed(annotated):
+            warn("no input could be annotated (exit status 1)")
+            return 1
+        return 0

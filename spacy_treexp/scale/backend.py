@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from spacy_treexp.cli.common import UserError, check_output_path, warn
+from spacy_treexp.cli.common import Skipped, UserError, check_output_path, warn
 from spacy_treexp.scale import manifest
 from spacy_treexp.scale.plan import PlanError, Shard, expand_inputs, plan_shards
 
@@ -134,12 +134,7 @@ def _run(
         warn(f"{len(missing)} shards were not done (first: {missing[0]}); run the same command with --resume")
         return 1
     done = run.finish()
-    if done["bad"]:
-        warn(f"{done['bad']} bad input(s) skipped; {done['docs']} documents written to {run.paths.target}.")
-    if done["bad"] and not done["docs"]:  # not one input could be annotated: a failed run, as locally
-        warn("no input could be annotated (exit status 1)")
-        return 1
-    return 0
+    return Skipped(done["bad"]).annotate_status(done["docs"], run.paths.target, done["docs"])
 
 
 def inline_executor(*, model: Optional[str], samples: int, batch_size: int, fmt: str, gpu: int = -1) -> Executor:
