@@ -306,7 +306,8 @@ def fit_domain(
 ) -> DomainModel:
     """Fit a :class:`DomainModel` reading ``features`` on the :func:`sentence_features` of
     in-domain sentences ``inside`` and out-of-domain ones ``outside`` (with
-    ``word_surprisal``: formed with ``language_model``, which the model keeps): per feature, ``knots``
+    ``word_surprisal``: formed with ``language_model``, which the model keeps; without it the
+    model keeps none, as it would be stored unread): per feature, ``knots``
     knots at equally spaced quantiles of both sets (repeats merged; 2: a linear term); the
     values and bias maximise Σ_i w_i log p(y_i | x_i) − l2/2 Σ v², classes weighted equally
     (w = N / (2 N_class)), by L-BFGS in float64 (a convex problem). The defaults are the
@@ -347,5 +348,5 @@ def fit_domain(
         values=tuple(tuple(float(v) for v in fitted[splits[j] : splits[j + 1]]) for j in range(len(features))),
         bias=float(bias.detach()),
         features=features,
-        language_model=language_model,
+        language_model=language_model if "word_surprisal" in features else None,
     )

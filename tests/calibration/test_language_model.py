@@ -140,5 +140,5 @@ def test_domain_model_reads_word_surprisal_with_its_language_model():
     with pytest.raises(CalibrationError, match="word_surprisal needs its language_model"):
         DomainModel.from_dict(stored)
     # a model without the feature keeps no language model, even when one is given
-    plain = fit_domain(inside, outside, {}, features=BASE_FEATURES)
+    plain = fit_domain(inside, outside, {}, features=BASE_FEATURES, language_model=lm)
     assert plain.language_model is None and "language_model" not in plain.to_dict()
