@@ -15,7 +15,8 @@ unknown word. Each order's probabilities therefore sum to one over that vocabula
 starts with ``order - 1`` start markers and ends with an end marker; its surprisal is the mean
 of −log p(w | h) over its words and the end marker (nats per word).
 
-Words are lower-cased, digits mapped to ``0`` (:func:`normal_form`). To keep the stored model
+Words are lower-cased, digits mapped to ``0`` (:func:`normal_form`; a word that would then be a
+marker, possible only with spaces inside words, loses its spaces). To keep the stored model
 small, n-grams of two or more words seen fewer than ``min_count`` times are dropped before
 c(h) and T(h) are counted (count pruning; unigrams are all kept, so the vocabulary is the
 training text's). The cost of a sentence is O(n · order) dictionary lookups.
@@ -38,15 +39,18 @@ from spacy_treexp.calibration.map import CalibrationError
 DEFAULT_ORDER = 3
 DEFAULT_MIN_COUNT = 3
 #: Padding before a sentence's first word and after its last (not words of any text: they
-#: hold characters a tokenizer never leaves inside a word).
+#: hold spaces, which a tokenizer never leaves at a word's edge; :func:`normal_form` keeps a word
+#: that has them apart).
 START, END = "<s> ", " </s>"
 
 _DIGIT = re.compile(r"\d")
 
 
 def normal_form(word: str) -> str:
-    """The form the model counts: lower-cased, every digit mapped to ``0``."""
-    return _DIGIT.sub("0", word.lower())
+    """The form the model counts: lower-cased, every digit mapped to ``0``; stripped of spaces
+    where it would be a marker (a word " </s>" would read as the sentence's end)."""
+    form = _DIGIT.sub("0", word.lower())
+    return form.strip() if form in (START, END) else form
 
 
 @dataclass(frozen=True)

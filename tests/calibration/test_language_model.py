@@ -39,6 +39,14 @@ def test_probabilities_by_hand():
     assert model.surprisal(["a", "b"]) == pytest.approx(sum(by_hand) / 3)
 
 
+def test_a_word_that_reads_as_a_marker_stays_a_word():
+    assert normal_form("<S> ") == "<s>" and normal_form(" </S>") == "</s>" and normal_form(" x ") == " x "
+    model = WordLanguageModel.fit([["<S> ", "x"], ["a", " </s>"], ["a"]], order=3, min_count=1)
+    vocabulary = {gram[0]: n for gram, n in model.counts.items() if len(gram) == 1}
+    assert START not in vocabulary and vocabulary[END] == 3 and vocabulary["</s>"] == 1
+    assert model.surprisal(["a", " </s>"]) == model.surprisal(["a", "</s>"]) != model.surprisal(["a"])
+
+
 @pytest.mark.parametrize("order, min_count", [(1, 1), (2, 1), (3, 1), (3, 2), (4, 2)])
 def test_each_history_is_a_distribution_over_the_vocabulary(order, min_count):
     model = WordLanguageModel.fit(CORPUS, order=order, min_count=min_count)
