@@ -39,6 +39,17 @@ def test_probabilities_by_hand():
     assert model.surprisal(["a", "b"]) == pytest.approx(sum(by_hand) / 3)
 
 
+def test_trigram_probabilities_by_hand():
+    model = WordLanguageModel.fit([["a", "b", "c"], ["a", "b", "d"], ["x", "b", "c"]], order=3, min_count=1)
+    # unigrams predicted: a b c </s> a b d </s> x b c </s>: c = 12, T = 6, vocabulary 6 + 1 unknown
+    p_c, p_a = (2 + 6 / 7) / 18, (2 + 6 / 7) / 18
+    p_c_b = (2 + 2 * p_c) / (3 + 2)  # after b: c, d, c
+    assert model.probability(["a", "b"], "c") == pytest.approx((1 + 2 * p_c_b) / (2 + 2))  # after a b: c, d
+    assert model.probability(["zzz", "b"], "c") == pytest.approx(p_c_b)  # "zzz b" never seen
+    p_a_start = (2 + 2 * p_a) / (3 + 2)  # after <s>: a, a, x
+    assert model.probability([START, START], "a") == pytest.approx((2 + 2 * p_a_start) / (3 + 2))
+
+
 def test_a_word_that_reads_as_a_marker_stays_a_word():
     assert normal_form("<S> ") == "<s>" and normal_form(" </S>") == "</s>" and normal_form(" x ") == " x "
     model = WordLanguageModel.fit([["<S> ", "x"], ["a", " </s>"], ["a"]], order=3, min_count=1)
