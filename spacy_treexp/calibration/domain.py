@@ -244,7 +244,8 @@ class DomainModel:
         """p(out of domain | features) (module doc); None for None."""
         if features is None:
             return None
-        return 1.0 / (1.0 + math.exp(-self.logit(features)))
+        z = self.logit(features)  # σ in the form that cannot overflow (exp of a logit below −709 does)
+        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
     def sentence_probability(
         self, words: Sequence[str], pos: Sequence[str], novelty: Optional[float], entropy_per_word: Optional[float]

@@ -6,6 +6,7 @@ import math
 
 import numpy
 import pytest
+import torch
 
 from spacy_treexp.calibration import CalibrationError
 from spacy_treexp.calibration.domain import (
@@ -218,6 +219,13 @@ def test_a_subset_of_features_reads_only_them_and_is_the_fit_of_that_subset():
     assert sum(v * v for vs in model.values for v in vs) < sum(v * v for vs in weak.values for v in vs)
     back = DomainModel.from_dict(json.loads(json.dumps(model.to_dict())))
     assert back == model and back.features == subset
+
+
+def test_an_extreme_logit_is_a_probability_not_an_overflow():
+    for value in (-800.0, -30.0, 0.0, 30.0, 800.0):
+        model = DomainModel({}, ((0.0, 1.0),), ((value, value),), 0.0, features=("novelty",))
+        expected = float(torch.sigmoid(torch.tensor(value, dtype=torch.float64)))
+        assert model.probability({"novelty": 0.5}) == pytest.approx(expected, rel=1e-12)
 
 
 def test_a_stored_model_of_all_17_features_still_reads():
