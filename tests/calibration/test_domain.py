@@ -15,6 +15,7 @@ from spacy_treexp.calibration.domain import (
     DomainModel,
     fit_domain,
     hat_basis,
+    interpolate,
     lexicon_counts,
     sentence_features,
 )
@@ -67,6 +68,20 @@ def test_hat_basis_interpolates_and_is_constant_beyond_the_knots():
     numpy.testing.assert_allclose(basis @ values, numpy.interp(x, knots, values), atol=1e-12)
     numpy.testing.assert_allclose(hat_basis(numpy.array([-9.0, 9.0]), knots) @ values, values[[0, -1]])
     numpy.testing.assert_allclose(hat_basis(numpy.array([3.0]), numpy.array([1.0])), [[1.0]])
+
+
+def test_interpolate_is_numpy_interp_for_one_value():
+    """The model's f_j (plain Python, one value at a time) against numpy.interp: between, at and
+    beyond the knots, one knot, NaN."""
+    rng = numpy.random.default_rng(1)
+    for size in (1, 2, 5):
+        knots = numpy.sort(rng.normal(size=size)) + numpy.arange(size)
+        values = rng.normal(size=size)
+        xs = numpy.r_[rng.uniform(-4, 8, 200), knots, knots[0] - 1, knots[-1] + 1]
+        for x in xs:
+            got = interpolate(float(x), tuple(knots.tolist()), tuple(values.tolist()))
+            assert got == pytest.approx(float(numpy.interp(x, knots, values)), abs=1e-14)
+    assert math.isnan(interpolate(float("nan"), (0.0, 1.0), (1.0, 2.0)))
 
 
 #: A word trigram model for the synthetic rows' word_surprisal (drawn like the other features).
