@@ -179,7 +179,9 @@ def _epistemic(
     """The epistemic uncertainty of the sentences of a batch that carry ensemble members
     (``SentenceScores.members``), from the mixture of their tree distributions
     (:class:`~spacy_treexp.engine.TreeMixture`): exact per-word head mutual information and
-    mean member entropy, and an unbiased estimate of the sentence's I(tree; member) from
+    mean member entropy, the mixture's arc marginals Σ_k w_k μ_k (exact), with ``n_samples``
+    trees drawn from the mixture (exact: a member ~ w, then a tree of it; seeded per sentence
+    like the samples), and an unbiased estimate of the sentence's I(tree; member) from
     ``MEMBER_SAMPLES`` trees of the mixture (seeded per sentence like the samples; the
     member's posterior given the tree against its weights: ``TreeMixture.mutual_information``)."""
     by_size: dict = {}
@@ -211,11 +213,22 @@ def _epistemic(
         mutual_information, _ = mixture.mutual_information(MEMBER_SAMPLES, generator=generators)
         head_mi = mixture.head_mutual_information().float().cpu().numpy()
         expected = mixture.expected_entropy().cpu().numpy()
+        marginals = mixture.marginals.float().cpu().numpy()
+        trees = None
+        if options.n_samples > 0:
+            streams = None
+            if options.seed is not None:
+                seeds = [sentence_seed(options.seed, bucket[b].start, "mixture\x00" + bucket[b].text) for b in index]
+                streams = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+            trees = mixture.sample(options.n_samples, generator=streams).to(torch.int32).cpu().numpy()
         for i, b in enumerate(index):
-            annotation = annotations[b]
-            annotation.head_mutual_information = numpy.ascontiguousarray(head_mi[i, 1 : bucket[b].n + 1])
+            annotation, n = annotations[b], bucket[b].n
+            annotation.head_mutual_information = numpy.ascontiguousarray(head_mi[i, 1 : n + 1])
             annotation.mutual_information = float(mutual_information[i])
             annotation.expected_entropy = float(expected[i])
+            annotation.mixture_marginals = numpy.ascontiguousarray(marginals[i, : n + 1, : n + 1])
+            if trees is not None:
+                annotation.mixture_sampled_heads = numpy.ascontiguousarray(trees[:, i, 1 : n + 1])
 
 
 def _head_entropy(marginals: torch.Tensor, native: bool) -> numpy.ndarray:

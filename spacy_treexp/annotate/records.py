@@ -236,6 +236,11 @@ class SentenceAnnotation:
             w_k p_k) − Σ_k w_k H(p_k) (``spacy_treexp.engine.TreeMixture``); else None.
         expected_entropy: with members, Σ_k w_k H(p_k), the members' mean tree entropy
             (exact); else None.
+        mixture_marginals: float32 ``(n+1, n+1)``, with members, the arc marginals of their
+            mixture Σ_k w_k μ_k[h, m] (exact); else None.
+        mixture_sampled_heads: int32 ``(k, n)``, with members and ``n_samples`` = k > 0, trees
+            drawn from their mixture (a member ~ its weight, then a tree of that member; with
+            replacement); else None.
         novelty: mean cosine distance of the sentence's encoder vectors from the training
             data's (``spacy_treexp.calibration.novelty``), where the calibration map carries a
             novelty reference and the vectors are at hand; else None.
@@ -272,6 +277,8 @@ class SentenceAnnotation:
     head_mutual_information: Optional[numpy.ndarray] = None
     mutual_information: Optional[float] = None
     expected_entropy: Optional[float] = None
+    mixture_marginals: Optional[numpy.ndarray] = None
+    mixture_sampled_heads: Optional[numpy.ndarray] = None
     novelty: Optional[float] = None
     out_of_domain: Optional[float] = None
     token_offsets: Optional[numpy.ndarray] = None

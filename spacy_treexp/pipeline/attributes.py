@@ -343,6 +343,18 @@ def get_span_expected_entropy(span: Span) -> Optional[float]:
     return _span_value(span, "expected_entropy")
 
 
+def get_span_mixture_arc_marginals(span: Span) -> Optional[numpy.ndarray]:
+    """The arc marginals (n+1, n+1) of the members' mixture, Σ_k w_k μ_k[h, d], index 0 =
+    ROOT (exact); None without members."""
+    return _span_value(span, "mixture_marginals")
+
+
+def get_span_mixture_sampled_heads(span: Span) -> Optional[numpy.ndarray]:
+    """Trees (k, n) drawn from the members' mixture (a member ~ its weight, then a tree of
+    it), sentence-relative heads, 0 = ROOT; None without members or samples."""
+    return _span_value(span, "mixture_sampled_heads")
+
+
 def get_span_novelty(span: Span) -> Optional[float]:
     """How unfamiliar the sentence is to the pipeline's encoder: the mean cosine distance of
     its ``doc.tensor`` rows from the training data's (``spacy_treexp.calibration.novelty``);
@@ -428,6 +440,8 @@ SPAN_GETTERS = {
     "expected_errors": get_span_expected_errors,
     "mutual_information": get_span_mutual_information,
     "expected_entropy": get_span_expected_entropy,
+    "mixture_arc_marginals": get_span_mixture_arc_marginals,
+    "mixture_sampled_heads": get_span_mixture_sampled_heads,
     "novelty": get_span_novelty,
     "out_of_domain": get_span_out_of_domain,
 }

@@ -269,6 +269,8 @@ SENTENCE_PROPERTIES = {
     "expected_errors": _sentence_value("expected_errors"),
     "mutual_information": _sentence_value("mutual_information"),
     "expected_entropy": _sentence_value("expected_entropy"),
+    "mixture_arc_marginals": _sentence_value("mixture_marginals"),
+    "mixture_sampled_heads": _sentence_value("mixture_sampled_heads"),
     "novelty": _sentence_value("novelty"),  # None: a Stanza Document carries no token vectors
     "out_of_domain": _sentence_value("out_of_domain"),  # None, as it reads the novelty
 }

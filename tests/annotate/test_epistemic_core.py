@@ -49,3 +49,38 @@ def test_estimate_is_reproducible_and_batch_independent():
     assert together[1].mutual_information == alone[0].mutual_information
     reseeded = annotate_sentences(batch[1:], AnnotateOptions(seed=6))[0].mutual_information
     assert reseeded != alone[0].mutual_information
+
+
+def test_mixture_marginals_and_trees_against_enumeration():
+    """The record's mixture marginals are Σ_k w_k μ_k by enumeration, and its trees drawn from
+    the mixture fit the mixture's distribution (chi-square); with weights, the heavier member
+    dominates both."""
+    import torch
+    from helpers.enumerate_trees import tree_log_probs
+    from helpers.goodness_of_fit import ALPHA, chi_square_p, codes
+
+    n, scores = 4, members(11, k=2, n=4)
+    weights = numpy.array([0.8, 0.2])
+    sentence = SentenceScores(arc=scores[0], text="s", members=scores, member_weights=weights)
+    record = annotate_sentences([sentence], AnnotateOptions(seed=2, n_samples=6000))[0]
+    member_trees = [tree_log_probs(torch.from_numpy(s), n, True) for s in scores]
+    trees = member_trees[0][0]
+    mixture = sum(w * lp.exp() for w, (_, lp) in zip(weights, member_trees))
+    expected = numpy.zeros((n + 1, n + 1))
+    for tree, p in zip(trees.tolist(), mixture.tolist()):
+        for m in range(1, n + 1):
+            expected[tree[m], m] += p
+    assert record.mixture_marginals.shape == (n + 1, n + 1)
+    numpy.testing.assert_allclose(record.mixture_marginals, expected, atol=2e-5)
+    main = numpy.asarray(record.marginals)
+    assert numpy.abs(main - expected).max() > 0.05  # not the parser's own distribution
+    drawn = torch.from_numpy(record.mixture_sampled_heads.astype(numpy.int64))
+    assert drawn.shape == (6000, n)
+    heads = torch.cat([torch.zeros(6000, 1, dtype=torch.int64), drawn], dim=1)
+    assert chi_square_p(codes(heads, n), codes(trees, n), mixture) > ALPHA
+    # the same seed, the same trees, in any batch; none without samples
+    again = annotate_sentences(copies(scores, 1) + [sentence], AnnotateOptions(seed=2, n_samples=6000))[1]
+    numpy.testing.assert_array_equal(again.mixture_sampled_heads, record.mixture_sampled_heads)
+    plain = annotate_sentences([sentence], AnnotateOptions(seed=2, n_samples=0))[0]
+    assert plain.mixture_sampled_heads is None and plain.mixture_marginals is not None
+    assert annotate_sentences([SentenceScores(arc=scores[0], text="s")], AnnotateOptions())[0].mixture_marginals is None

@@ -20,11 +20,13 @@ class MixtureReference:
 
     ``head_mutual_information`` (n,): per word, the entropy of the mean head marginals
     minus the mean entropy of each member's; ``expected_entropy``: the members' mean tree
-    entropy; ``mutual_information``: the mixture's tree entropy minus ``expected_entropy``."""
+    entropy; ``mutual_information``: the mixture's tree entropy minus ``expected_entropy``;
+    ``marginals`` (n+1, n+1): the mixture's arc marginals, the mean of the members'."""
 
     head_mutual_information: Tensor
     expected_entropy: float
     mutual_information: float
+    marginals: Tensor
 
 
 def _head_entropy(mu: Tensor) -> Tensor:
@@ -51,4 +53,5 @@ def mixture_by_enumeration(member_scores: numpy.ndarray) -> MixtureReference:
         head_mutual_information=head_mi[1:],
         expected_entropy=float(member_entropy.mean()),
         mutual_information=float(-(mixture.exp() * mixture).sum() - member_entropy.mean()),
+        marginals=mu_k.mean(0),
     )

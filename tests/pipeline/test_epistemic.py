@@ -39,6 +39,8 @@ def test_attributes_match_enumeration(nlp):
     numpy.testing.assert_allclose(got, exact.head_mutual_information.numpy(), atol=2e-5)
     exact_mi = exact.mutual_information
     assert sent._.expected_entropy == pytest.approx(exact.expected_entropy, abs=1e-4)
+    numpy.testing.assert_allclose(sent._.mixture_arc_marginals, exact.marginals.numpy(), atol=2e-5)
+    assert sent._.mixture_sampled_heads is None  # n_samples = 0: no trees drawn
     # an unbiased estimate from 2 trees per member; each term is at most log K
     assert abs(sent._.mutual_information - exact_mi) < math.log(len(members))
     assert sent._.mutual_information >= -1e-9 or exact_mi < 0.5
@@ -50,6 +52,17 @@ def test_attributes_match_enumeration(nlp):
     assert sent._.parse_log_prob == pytest.approx(exact, abs=1e-5)
     assert sent._.error_probability == pytest.approx(-math.expm1(exact), abs=1e-5)
     assert sent._.expected_errors == pytest.approx(5 * (1 - sent._.expected_attachment))
+
+
+def test_trees_of_the_members_mixture():
+    pipeline = spacy_treexp.load()
+    pipeline.add_pipe("tree_expectations", config={"n_samples": 40})
+    (sent,) = pipeline("Old dogs bark loudly.").sents
+    drawn = sent._.mixture_sampled_heads
+    assert drawn.shape == (40, 5)
+    trees, _ = tree_log_probs(torch.zeros(6, 6, dtype=torch.float64), 5, True)  # every tree of 5 words
+    assert all((trees[:, 1:] == torch.from_numpy(row.astype(numpy.int64))).all(-1).any() for row in drawn)
+    assert sent._.mixture_arc_marginals.shape == (6, 6)
 
 
 def test_members_reproducible_and_batch_independent(nlp):

@@ -38,6 +38,8 @@ def test_ensemble_members_give_mutual_information():
         got = [word.head_mutual_information for word in sentence.words]
         numpy.testing.assert_allclose(got, exact.head_mutual_information.numpy(), atol=1e-5)
         assert sentence.expected_entropy == pytest.approx(exact.expected_entropy, abs=1e-5)
+        numpy.testing.assert_allclose(sentence.mixture_arc_marginals, exact.marginals.numpy(), atol=1e-5)
+        assert sentence.mixture_sampled_heads is None or sentence.mixture_sampled_heads.shape[1] == len(sentence.words)
         # an unbiased estimate; each of its terms lies in (-inf, log K]
         assert sentence.mutual_information <= math.log(len(members)) + 1e-9
         assert abs(sentence.mutual_information - exact.mutual_information) < math.log(len(members))
@@ -49,6 +51,7 @@ def test_single_model_has_no_mutual_information():
     doc = parse("pretrain")
     for sentence in doc.sentences:
         assert sentence.mutual_information is None and sentence.expected_entropy is None
+        assert sentence.mixture_arc_marginals is None and sentence.mixture_sampled_heads is None
         assert all(word.head_mutual_information is None for word in sentence.words)
         assert sentence.parse_log_prob <= 0.0
 
