@@ -61,7 +61,10 @@ def annotate_sentences(
         if not checked:
             sentence.check(f"sentence {i} ({_shown(sentence.text)!r})")
         check_length(sentence.n, options.max_sentence_length, lambda: f"sentence {i} ({_shown(sentence.text)!r})")
-        check_sample_size(sentence.n, options.n_samples, lambda: f"sentence {i} ({_shown(sentence.text)!r})")
+        for option in ("n_samples", "mixture_samples"):
+            check_sample_size(
+                sentence.n, getattr(options, option), lambda: f"sentence {i} ({_shown(sentence.text)!r})", option
+            )
     if calibration is not None:
         from spacy_treexp.calibration.map import calibrate_sentences  # the map's package imports this one
 
@@ -102,13 +105,13 @@ def check_length(n: int, limit: int, where: Callable[[], str]) -> None:
 MAX_SAMPLED_HEADS = 2**27
 
 
-def check_sample_size(n: int, n_samples: int, where: Callable[[], str]) -> None:
+def check_sample_size(n: int, n_samples: int, where: Callable[[], str], option: str = "n_samples") -> None:
     """Raise ``ValueError`` when ``n_samples`` trees of a sentence of ``n`` words exceed
-    :data:`MAX_SAMPLED_HEADS`; ``where()`` names the sentence."""
+    :data:`MAX_SAMPLED_HEADS`; ``where()`` names the sentence, ``option`` the setting."""
     if n_samples * n > MAX_SAMPLED_HEADS:
         raise ValueError(
-            f"{where()}: n_samples = {n_samples} trees of its {n} words are {n_samples * n} sampled heads, "
-            f"more than {MAX_SAMPLED_HEADS} (memory grows with n_samples x words): lower n_samples "
+            f"{where()}: {option} = {n_samples} trees of its {n} words are {n_samples * n} sampled heads, "
+            f"more than {MAX_SAMPLED_HEADS} (memory grows with {option} x words): lower {option} "
             f"(at most {MAX_SAMPLED_HEADS // max(n, 1)} for this sentence)."
         )
 
@@ -179,7 +182,7 @@ def _epistemic(
     """The epistemic uncertainty of the sentences of a batch that carry ensemble members
     (``SentenceScores.members``), from the mixture of their tree distributions
     (:class:`~spacy_treexp.engine.TreeMixture`): exact per-word head mutual information and
-    mean member entropy, the mixture's arc marginals Σ_k w_k μ_k (exact), with ``n_samples``
+    mean member entropy, the mixture's arc marginals Σ_k w_k μ_k (exact), with ``mixture_samples``
     trees drawn from the mixture (exact: a member ~ w, then a tree of it; seeded per sentence
     like the samples), and an unbiased estimate of the sentence's I(tree; member) from
     ``MEMBER_SAMPLES`` trees of the mixture (seeded per sentence like the samples; the
@@ -215,12 +218,12 @@ def _epistemic(
         expected = mixture.expected_entropy().cpu().numpy()
         marginals = mixture.marginals.float().cpu().numpy()
         trees = None
-        if options.n_samples > 0:
+        if options.mixture_samples > 0:
             streams = None
             if options.seed is not None:
                 seeds = [sentence_seed(options.seed, bucket[b].start, "mixture\x00" + bucket[b].text) for b in index]
                 streams = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
-            trees = mixture.sample(options.n_samples, generator=streams).to(torch.int32).cpu().numpy()
+            trees = mixture.sample(options.mixture_samples, generator=streams).to(torch.int32).cpu().numpy()
         for i, b in enumerate(index):
             annotation, n = annotations[b], bucket[b].n
             annotation.head_mutual_information = numpy.ascontiguousarray(head_mi[i, 1 : n + 1])

@@ -37,6 +37,9 @@ class AnnotateOptions:
             less probable than about e^-745 times the sentence's total count as absent, see
             :func:`spacy_treexp.engine.sampling.sample_without_replacement`).
         top_k_heads: candidate heads listed per word.
+        mixture_samples: trees drawn per sentence from the mixture of the parser's ensemble
+            members (``SentenceScores.members``; 0: none). Separate from ``n_samples``: each
+            draw picks a member, so they cost several times the parser's own samples.
         device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
         batch_size: the most sentences per engine call.
         max_sentence_length: the longest sentence accepted, in words (0: no limit). Exact
@@ -64,6 +67,7 @@ class AnnotateOptions:
     sampler: Optional[str] = None
     without_replacement: bool = False
     top_k_heads: int = 3
+    mixture_samples: int = 0
     device: str = "cpu"
     batch_size: int = 256
     max_sentence_length: int = DEFAULT_MAX_SENTENCE_LENGTH
@@ -93,7 +97,13 @@ DEFAULTS: Dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Annota
 
 def check_fields(values: Mapping[str, Any], prefix: str = "") -> None:
     """Raise ``ValueError`` naming the first option of ``values`` that is invalid."""
-    for name, minimum in (("n_samples", 0), ("top_k_heads", 1), ("batch_size", 1), ("max_sentence_length", 0)):
+    for name, minimum in (
+        ("n_samples", 0),
+        ("top_k_heads", 1),
+        ("mixture_samples", 0),
+        ("batch_size", 1),
+        ("max_sentence_length", 0),
+    ):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{prefix}{name} must be an integer >= {minimum}, got {value!r}.")

@@ -238,7 +238,7 @@ class SentenceAnnotation:
             (exact); else None.
         mixture_marginals: float32 ``(n+1, n+1)``, with members, the arc marginals of their
             mixture Σ_k w_k μ_k[h, m] (exact); else None.
-        mixture_sampled_heads: int32 ``(k, n)``, with members and ``n_samples`` = k > 0, trees
+        mixture_sampled_heads: int32 ``(k, n)``, with members and ``mixture_samples`` = k > 0, trees
             drawn from their mixture (a member ~ its weight, then a tree of that member; with
             replacement); else None.
         novelty: mean cosine distance of the sentence's encoder vectors from the training

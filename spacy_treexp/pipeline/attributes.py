@@ -351,7 +351,7 @@ def get_span_mixture_arc_marginals(span: Span) -> Optional[numpy.ndarray]:
 
 def get_span_mixture_sampled_heads(span: Span) -> Optional[numpy.ndarray]:
     """Trees (k, n) drawn from the members' mixture (a member ~ its weight, then a tree of
-    it), sentence-relative heads, 0 = ROOT; None without members or samples."""
+    it), sentence-relative heads, 0 = ROOT; None without members or with ``mixture_samples`` 0."""
     return _span_value(span, "mixture_sampled_heads")
 
 

@@ -62,7 +62,7 @@ def test_mixture_marginals_and_trees_against_enumeration():
     n, scores = 4, members(11, k=2, n=4)
     weights = numpy.array([0.8, 0.2])
     sentence = SentenceScores(arc=scores[0], text="s", members=scores, member_weights=weights)
-    record = annotate_sentences([sentence], AnnotateOptions(seed=2, n_samples=6000))[0]
+    record = annotate_sentences([sentence], AnnotateOptions(seed=2, mixture_samples=6000))[0]
     member_trees = [tree_log_probs(torch.from_numpy(s), n, True) for s in scores]
     trees = member_trees[0][0]
     mixture = sum(w * lp.exp() for w, (_, lp) in zip(weights, member_trees))
@@ -79,8 +79,8 @@ def test_mixture_marginals_and_trees_against_enumeration():
     heads = torch.cat([torch.zeros(6000, 1, dtype=torch.int64), drawn], dim=1)
     assert chi_square_p(codes(heads, n), codes(trees, n), mixture) > ALPHA
     # the same seed, the same trees, in any batch; none without samples
-    again = annotate_sentences(copies(scores, 1) + [sentence], AnnotateOptions(seed=2, n_samples=6000))[1]
+    again = annotate_sentences(copies(scores, 1) + [sentence], AnnotateOptions(seed=2, mixture_samples=6000))[1]
     numpy.testing.assert_array_equal(again.mixture_sampled_heads, record.mixture_sampled_heads)
-    plain = annotate_sentences([sentence], AnnotateOptions(seed=2, n_samples=0))[0]
+    plain = annotate_sentences([sentence], AnnotateOptions(seed=2, n_samples=5))[0]  # the parser's own samples only
     assert plain.mixture_sampled_heads is None and plain.mixture_marginals is not None
     assert annotate_sentences([SentenceScores(arc=scores[0], text="s")], AnnotateOptions())[0].mixture_marginals is None

@@ -40,7 +40,7 @@ def test_attributes_match_enumeration(nlp):
     exact_mi = exact.mutual_information
     assert sent._.expected_entropy == pytest.approx(exact.expected_entropy, abs=1e-4)
     numpy.testing.assert_allclose(sent._.mixture_arc_marginals, exact.marginals.numpy(), atol=2e-5)
-    assert sent._.mixture_sampled_heads is None  # n_samples = 0: no trees drawn
+    assert sent._.mixture_sampled_heads is None  # mixture_samples = 0: no trees drawn
     # an unbiased estimate from 2 trees per member; each term is at most log K
     assert abs(sent._.mutual_information - exact_mi) < math.log(len(members))
     assert sent._.mutual_information >= -1e-9 or exact_mi < 0.5
@@ -56,7 +56,7 @@ def test_attributes_match_enumeration(nlp):
 
 def test_trees_of_the_members_mixture():
     pipeline = spacy_treexp.load()
-    pipeline.add_pipe("tree_expectations", config={"n_samples": 40})
+    pipeline.add_pipe("tree_expectations", config={"mixture_samples": 40})
     (sent,) = pipeline("Old dogs bark loudly.").sents
     drawn = sent._.mixture_sampled_heads
     assert drawn.shape == (40, 5)

@@ -421,6 +421,8 @@ BAD_OPTIONS = [
     ("without_replacement", "no"),
     ("top_k_heads", 0),
     ("top_k_heads", 2.0),
+    ("mixture_samples", -1),
+    ("mixture_samples", 2.5),
     ("device", "tpu"),
     ("device", 3),
     ("batch_size", 0),

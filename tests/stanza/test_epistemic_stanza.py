@@ -92,3 +92,19 @@ def test_calibrate_and_evaluate_read_a_sentence_as_the_processor_does():
         assert record.deprels == [word.deprel for word in sentence.words]
         assert record.members is not None and record.members.shape[0] == 2
         numpy.testing.assert_array_equal(record.arc, sentence_scores(0, sentence).arc)
+
+
+def test_trees_of_the_ensembles_mixture():
+    doc = parse("ensemble", tree_expectations_mixture_samples=30)
+    for sentence in doc.sentences:
+        drawn = sentence.mixture_sampled_heads
+        n = len(sentence.words)
+        assert drawn.shape == (30, n)
+        for row in drawn:  # a tree: one root, every word reaches it
+            assert (row == 0).sum() == 1
+            for m in range(1, n + 1):
+                seen, h = set(), m
+                while h != 0:
+                    assert h not in seen
+                    seen.add(h)
+                    h = int(row[h - 1])
