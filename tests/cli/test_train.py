@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-from helpers.paths import FIXTURES
+from helpers.paths import FIXTURES, SHARED_DATA
 from helpers.threads import one_torch_thread  # noqa: F401  (autouse)
 
 TOY = FIXTURES / "toy_treebank.conllu"
+EWT = SHARED_DATA / "ud_en_ewt"
 
 
 def write_slice(path: Path, first: int = 0, last: int = 8) -> Path:
@@ -128,6 +129,55 @@ def test_train_calibrate_evaluate_package(run_cli, tmp_path, monkeypatch):
     assert installed_nlp.meta["version"] == "1.2.3" and installed_nlp.pipe_names == nlp.pipe_names
     assert installed_nlp.get_pipe_config("tree_expectations") == nlp.get_pipe_config("tree_expectations")
     check_parses(installed_nlp)
+
+
+def ewt_slice(folder: Path, split: str, count: int) -> Path:
+    """The first ``count`` sentences of UD English-EWT's ``split``, written under ``folder``
+    with the UD file name (which gives the language); skips without the shared data."""
+    source = EWT / f"en_ewt-ud-{split}.conllu"
+    if not source.is_file():
+        pytest.skip(f"UD English-EWT not found at {source}")
+    blocks = source.read_text(encoding="utf8").strip().split("\n\n")[:count]
+    path = folder / source.name
+    path.write_text("\n\n".join(blocks) + "\n\n", encoding="utf8")
+    return path
+
+
+def test_train_on_an_ewt_slice(run_cli, tmp_path):
+    """The one command on real data (60 train and 20 dev sentences of UD English-EWT, with
+    its multiword tokens, empty nodes and features): the language comes from the file name,
+    the packaged pipeline loads, parses raw text with its calibration map, and the summary's
+    figures are numbers in their range."""
+    train, dev = ewt_slice(tmp_path, "train", 60), ewt_slice(tmp_path, "dev", 20)
+    out = tmp_path / "out"
+    status, _, err = run_cli("train", str(train), str(dev), "-o", str(out), *TINY, "--max-seconds", "60", "--package")
+    assert status == 0, err
+    assert "1/5 convert: 60 training and 20 dev sentences (en)" in err and "5/5 packaged" in err
+    assert list((out / "package").glob("*/dist/en_treexp_parser-*.tar.gz"))
+    nlp = spacy.load(out / "model")
+    assert nlp.lang == "en" and "morphologizer" in nlp.pipe_names  # EWT has UPOS and features
+    assert nlp.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
+    calibration = nlp.get_pipe_config("tree_expectations")["calibration"]
+    assert calibration["kind"] == "distance" and calibration["risk_temperature"] > 0
+    assert nlp.get_pipe("biaffine_parser").calibration_map.to_dict() == calibration
+    check_parses(nlp)
+    doc = nlp("What if Google morphed into GoogleOS? I don't know, they'd say.")
+    for sent in doc.sents:
+        assert 0.0 <= sent._.error_probability <= 1.0 and sent._.tree_entropy >= 0.0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf8"))
+    dev_words = sum(1 for line in dev.read_text(encoding="utf8").splitlines() if line.split("\t", 1)[0].isdigit())
+    for when in ("before", "after"):
+        figures = summary["evaluation"][when]
+        assert figures["n_words"] == dev_words
+        for name in ("uas", "las", "arc_ece", "labeled_ece", "auroc", "mean_confidence"):
+            assert 0.0 <= figures[name] <= 1.0, (when, name, figures[name])
+        assert figures["las"] <= figures["uas"] and numpy.isfinite(figures["gold_head_nll"])
+    # the map is fitted on dev by the likelihood of its gold heads: it cannot make them less likely there
+    after, before = summary["evaluation"]["after"], summary["evaluation"]["before"]
+    assert after["gold_head_nll"] <= before["gold_head_nll"] + 1e-6
+    assert after["uas"] == before["uas"]  # the map changes probabilities, not the parser's tree
+    meta = json.loads((out / "model" / "meta.json").read_text(encoding="utf8"))
+    assert meta["performance"]["treexp_uas"] == after["uas"]
 
 
 def tiny_transformer(path: Path, treebank: Path) -> Path:
