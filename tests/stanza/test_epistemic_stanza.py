@@ -94,6 +94,20 @@ def test_calibrate_and_evaluate_read_a_sentence_as_the_processor_does():
         numpy.testing.assert_array_equal(record.arc, sentence_scores(0, sentence).arc)
 
 
+def test_mixture_values_survive_the_json_export():
+    """from_dict gives the epistemic arrays back as arrays of their dtype, as the processor set
+    them (they came back as nested lists)."""
+    import json
+
+    doc = parse("ensemble", tree_expectations_mixture_samples=3)
+    back = treexp_stanza.from_dict(json.loads(json.dumps(treexp_stanza.to_dict(doc))))
+    for a, b in zip(doc.sentences, back.sentences):
+        for name in ("mixture_arc_marginals", "mixture_sampled_heads"):
+            assert isinstance(getattr(b, name), numpy.ndarray) and getattr(b, name).dtype == getattr(a, name).dtype
+            numpy.testing.assert_array_equal(getattr(b, name), getattr(a, name))
+        assert [w.head_mutual_information for w in b.words] == [w.head_mutual_information for w in a.words]
+
+
 def test_trees_of_the_ensembles_mixture():
     doc = parse("ensemble", tree_expectations_mixture_samples=30)
     for sentence in doc.sentences:
