@@ -182,8 +182,8 @@ def _epistemic(
     """The epistemic uncertainty of the sentences of a batch that carry ensemble members
     (``SentenceScores.members``), from the mixture of their tree distributions
     (:class:`~spacy_treexp.engine.TreeMixture`): exact per-word head mutual information and
-    mean member entropy, the mixture's arc marginals Σ_k w_k μ_k (exact), with ``mixture_samples``
-    trees drawn from the mixture (exact: a member ~ w, then a tree of it; seeded per sentence
+    mean member entropy, with ``mixture_marginals`` the mixture's arc marginals Σ_k w_k μ_k
+    (exact), with ``mixture_samples`` trees drawn from the mixture (exact: a member ~ w, then a tree of it; seeded per sentence
     like the samples), and an unbiased estimate of the sentence's I(tree; member) from
     ``MEMBER_SAMPLES`` trees of the mixture (seeded per sentence like the samples; the
     member's posterior given the tree against its weights: ``TreeMixture.mutual_information``)."""
@@ -216,7 +216,7 @@ def _epistemic(
         mutual_information, _ = mixture.mutual_information(MEMBER_SAMPLES, generator=generators)
         head_mi = mixture.head_mutual_information().float().cpu().numpy()
         expected = mixture.expected_entropy().cpu().numpy()
-        marginals = mixture.marginals.float().cpu().numpy()
+        marginals = mixture.marginals.float().cpu().numpy() if options.mixture_marginals else None
         trees = None
         if options.mixture_samples > 0:
             streams = None
@@ -229,7 +229,8 @@ def _epistemic(
             annotation.head_mutual_information = numpy.ascontiguousarray(head_mi[i, 1 : n + 1])
             annotation.mutual_information = float(mutual_information[i])
             annotation.expected_entropy = float(expected[i])
-            annotation.mixture_marginals = numpy.ascontiguousarray(marginals[i, : n + 1, : n + 1])
+            if marginals is not None:
+                annotation.mixture_marginals = numpy.ascontiguousarray(marginals[i, : n + 1, : n + 1])
             if trees is not None:
                 annotation.mixture_sampled_heads = numpy.ascontiguousarray(trees[:, i, 1 : n + 1])
 

@@ -236,8 +236,8 @@ class SentenceAnnotation:
             w_k p_k) − Σ_k w_k H(p_k) (``spacy_treexp.engine.TreeMixture``); else None.
         expected_entropy: with members, Σ_k w_k H(p_k), the members' mean tree entropy
             (exact); else None.
-        mixture_marginals: float32 ``(n+1, n+1)``, with members, the arc marginals of their
-            mixture Σ_k w_k μ_k[h, m] (exact); else None.
+        mixture_marginals: float32 ``(n+1, n+1)``, with members and ``mixture_marginals``, the
+            arc marginals of their mixture Σ_k w_k μ_k[h, m] (exact); else None.
         mixture_sampled_heads: int32 ``(k, n)``, with members and ``mixture_samples`` = k > 0, trees
             drawn from their mixture (a member ~ its weight, then a tree of that member; with
             replacement); else None.

@@ -345,7 +345,7 @@ def get_span_expected_entropy(span: Span) -> Optional[float]:
 
 def get_span_mixture_arc_marginals(span: Span) -> Optional[numpy.ndarray]:
     """The arc marginals (n+1, n+1) of the members' mixture, Σ_k w_k μ_k[h, d], index 0 =
-    ROOT (exact); None without members."""
+    ROOT (exact); None without members or without the option ``mixture_marginals``."""
     return _span_value(span, "mixture_marginals")
 
 

@@ -423,6 +423,7 @@ BAD_OPTIONS = [
     ("top_k_heads", 2.0),
     ("mixture_samples", -1),
     ("mixture_samples", 2.5),
+    ("mixture_marginals", "yes"),
     ("device", "tpu"),
     ("device", 3),
     ("batch_size", 0),

@@ -31,7 +31,7 @@ def parse(kind: str, **extra):
 
 
 def test_ensemble_members_give_mutual_information():
-    doc = parse("ensemble")
+    doc = parse("ensemble", tree_expectations_mixture_marginals=True)
     for sentence in doc.sentences:
         members = getattr(sentence, SCORES_ATTR).members
         exact = mixture_by_enumeration(members)
@@ -48,7 +48,7 @@ def test_ensemble_members_give_mutual_information():
 
 
 def test_single_model_has_no_mutual_information():
-    doc = parse("pretrain")
+    doc = parse("pretrain", tree_expectations_mixture_marginals=True, tree_expectations_mixture_samples=3)
     for sentence in doc.sentences:
         assert sentence.mutual_information is None and sentence.expected_entropy is None
         assert sentence.mixture_arc_marginals is None and sentence.mixture_sampled_heads is None
@@ -99,7 +99,7 @@ def test_mixture_values_survive_the_json_export():
     them (they came back as nested lists)."""
     import json
 
-    doc = parse("ensemble", tree_expectations_mixture_samples=3)
+    doc = parse("ensemble", tree_expectations_mixture_samples=3, tree_expectations_mixture_marginals=True)
     back = treexp_stanza.from_dict(json.loads(json.dumps(treexp_stanza.to_dict(doc))))
     for a, b in zip(doc.sentences, back.sentences):
         for name in ("mixture_arc_marginals", "mixture_sampled_heads"):
