@@ -765,17 +765,22 @@ class BiaffineParser(TrainablePipe):
         return [(sent.start, sent.end) for sent in doc.sents]
 
     def _check_sentence_source(self, nlp: Language, sample: List[Example]) -> None:
-        """Refuse, before any training, a pipeline that certainly gives this parser Docs without
-        sentence boundaries (:func:`~spacy_treexp.pipeline.config_checks.missing_sentence_source`)
-        unless the training Docs bring their own (a tokenizer or reader that sets them)."""
+        """Before any training, about a pipeline that gives this parser Docs without sentence
+        boundaries (:func:`~spacy_treexp.pipeline.config_checks.missing_sentence_source`) unless
+        the training Docs bring their own (a tokenizer or reader that sets them): refuse it when
+        the parser is annotating (its updates would fail), else warn (it trains on the gold
+        sentences, and parses Docs that carry their own sentence starts; spacy train's first
+        evaluation, on Docs without them, fails)."""
         names = list(nlp.component_names)
         if self.name not in names or any(eg.predicted.has_annotation("SENT_START") for eg in sample):
             return
         earlier = [(name, list(nlp.get_pipe_meta(name).assigns)) for name in names[: names.index(self.name)]]
         annotating = list(nlp.config.get("training", {}).get("annotating_components") or [])
         problem = missing_sentence_source(self.name, earlier, annotating if self.name in annotating else None)
-        if problem is not None:
+        if problem is not None and self.name in annotating:
             raise ValueError(problem)
+        if problem is not None:
+            warnings.warn(problem, UserWarning, stacklevel=2)
 
     def _training_sentences(self, example: Example) -> Sentences:
         """Gold sentences (aligned to the predicted tokens) when the reference has them."""

@@ -202,17 +202,28 @@ def _initialize(config, examples=None, annotating=None, disable=()):
     return nlp
 
 
-def test_a_pipeline_without_sentence_boundaries_is_refused_at_initialize():
+def test_a_pipeline_without_sentence_boundaries_is_named_at_initialize():
     """spacy train without a senter or sentencizer before the parser trained (the gold Docs have
-    sentences) and failed only at its first evaluation, on Docs without sentence boundaries."""
-    with pytest.raises(ValueError, match=r"'biaffine_parser': no component before it sets sentence boundaries"):
-        _initialize(NO_SENTENCIZER)
+    sentences) and failed only at its first evaluation, on Docs without sentence boundaries: a
+    warning at initialize (Docs that bring their own sentence starts still parse), and a refusal
+    when the parser is annotating (its own updates would fail)."""
+    with pytest.warns(UserWarning, match=r"'biaffine_parser': no component before it sets sentence boundaries"):
+        nlp = _initialize(NO_SENTENCIZER)
+    doc = nlp.make_doc(TEXTS[0])
+    for token in doc:
+        token.is_sent_start = token.i == 0
+    assert len(list(nlp(doc).sents)) == 1  # initialised, it parses a Doc that carries its sentences
+    with pytest.raises(ValueError, match=r"no component before it sets sentence boundaries"):
+        _initialize(NO_SENTENCIZER, annotating='["biaffine_parser"]')
+    message = r"in \[training\] annotating_components, but none of the components .*\(sentencizer\) is"
+    with pytest.raises(ValueError, match=message):
+        _initialize(TINY_CONFIG, annotating='["biaffine_parser"]')
     message = r"in \[training\] annotating_components, but none of the components .*\(sentencizer\) is"
     with pytest.raises(ValueError, match=message):
         _initialize(TINY_CONFIG, annotating='["biaffine_parser"]')
 
 
-def test_pipelines_that_give_sentence_boundaries_are_not_refused():
+def test_pipelines_that_give_sentence_boundaries_are_not_refused(recwarn):
     """A frozen senter (disabled while spaCy initialises), an annotating one, a component that
     declares nothing (it may set them), or training Docs that come with them."""
 
@@ -242,6 +253,7 @@ def test_pipelines_that_give_sentence_boundaries_are_not_refused():
         ]
 
     _initialize(NO_SENTENCIZER, examples=with_starts)
+    assert not [w for w in recwarn if "sets sentence boundaries" in str(w.message)]  # not even warned
 
 
 def test_training_data_without_a_single_arc_is_refused_at_initialize():
