@@ -65,11 +65,11 @@ class WordLanguageModel:
     _vocabulary: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.order, int) and self.order >= 1):
+        if isinstance(self.order, bool) or not (isinstance(self.order, int) and self.order >= 1):
             raise CalibrationError(f"language model: order must be an integer >= 1, got {self.order!r}")
         totals: Dict[Tuple[str, ...], List[int]] = {}
         for gram, count in self.counts.items():
-            if not (1 <= len(gram) <= self.order) or not isinstance(count, int) or count < 1:
+            if not (1 <= len(gram) <= self.order) or isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise CalibrationError(
                     f"language model: {list(gram)!r}: 1 to {self.order} words and a count >= 1 expected"
                 )
@@ -136,11 +136,13 @@ class WordLanguageModel:
             pairs = json.loads(base64.b64decode(data["counts_base64"], validate=True).decode("utf8"))
             counts: Dict[Tuple[str, ...], int] = {}
             for gram, n in pairs:
-                key = tuple(str(w) for w in gram)
+                if not isinstance(gram, list) or not all(isinstance(w, str) for w in gram):
+                    raise ValueError(f"n-gram {gram!r} is not a list of words")
+                key = tuple(gram)
                 if key in counts:
                     raise ValueError(f"n-gram {gram!r} twice")
-                counts[key] = int(n)
-            return cls(int(data["order"]), counts)
+                counts[key] = n  # __post_init__ refuses a count that is not an integer >= 1
+            return cls(data["order"], counts)
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, CalibrationError):
                 raise

@@ -117,6 +117,11 @@ def _stored(pairs, order=2):
         (_stored([[["a", "b", "c"], 1]]), "1 to 2 words"),
         (_stored([[["a", "b"], 1]]), "no words"),
         (_stored([[["a"], 1]], order=0), "order must be"),
+        (_stored([[["a"], 1]], order=2.7), "order must be"),
+        (_stored([[["a"], 2.7]]), "count >= 1"),
+        (_stored([[["a"], True]]), "count >= 1"),
+        (_stored([["ab", 1]]), "not a list of words"),
+        (_stored([[["a", 3], 1]]), "not a list of words"),
     ],
 )
 def test_bad_stored_forms_are_named(data, message):
