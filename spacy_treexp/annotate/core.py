@@ -183,8 +183,8 @@ def _epistemic(
     (``SentenceScores.members``), from the mixture of their tree distributions
     (:class:`~spacy_treexp.engine.TreeMixture`): exact per-word head mutual information and
     mean member entropy, with ``mixture_marginals`` the mixture's arc marginals Σ_k w_k μ_k
-    (exact), with ``mixture_samples`` trees drawn from the mixture (exact: a member ~ w, then a tree of it; seeded per sentence
-    like the samples), and an unbiased estimate of the sentence's I(tree; member) from
+    (exact), with ``mixture_samples`` trees drawn from the mixture (exact: a member ~ w, then a
+    tree of it; seeded per sentence like the samples), and an unbiased estimate of the sentence's I(tree; member) from
     ``MEMBER_SAMPLES`` trees of the mixture (seeded per sentence like the samples; the
     member's posterior given the tree against its weights: ``TreeMixture.mutual_information``)."""
     by_size: dict = {}
@@ -209,21 +209,15 @@ def _epistemic(
             lengths,
             single_root=options.single_root,
         )
-        generators = None
-        if options.seed is not None:
-            seeds = [sentence_seed(options.seed, bucket[b].start, "members\x00" + bucket[b].text) for b in index]
-            generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+        generators = _generators(options.seed, [bucket[b] for b in index], "members", device)
         mutual_information, _ = mixture.mutual_information(MEMBER_SAMPLES, generator=generators)
         head_mi = mixture.head_mutual_information().float().cpu().numpy()
         expected = mixture.expected_entropy().cpu().numpy()
         marginals = mixture.marginals.float().cpu().numpy() if options.mixture_marginals else None
         trees = None
         if options.mixture_samples > 0:
-            streams = None
-            if options.seed is not None:
-                seeds = [sentence_seed(options.seed, bucket[b].start, "mixture\x00" + bucket[b].text) for b in index]
-                streams = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
-            trees = mixture.sample(options.mixture_samples, generator=streams).to(torch.int32).cpu().numpy()
+            streams = _generators(options.seed, [bucket[b] for b in index], "mixture", device)
+            trees = _mixture_trees(mixture, scores, weights, options, streams, device)
         for i, b in enumerate(index):
             annotation, n = annotations[b], bucket[b].n
             annotation.head_mutual_information = numpy.ascontiguousarray(head_mi[i, 1 : n + 1])
@@ -233,6 +227,46 @@ def _epistemic(
                 annotation.mixture_marginals = numpy.ascontiguousarray(marginals[i, : n + 1, : n + 1])
             if trees is not None:
                 annotation.mixture_sampled_heads = numpy.ascontiguousarray(trees[:, i, 1 : n + 1])
+
+
+def _generators(
+    seed: Optional[int], sentences: Sequence[SentenceScores], salt: str, device: torch.device
+) -> Optional[List[torch.Generator]]:
+    """One generator per sentence, seeded by :func:`sentence_seed` with ``salt`` before its
+    text (the members' draws apart from the samples'), or None without a seed."""
+    if seed is None:
+        return None
+    seeds = [sentence_seed(seed, s.start, f"{salt}\x00{s.text}") for s in sentences]
+    return [torch.Generator(device=device).manual_seed(value) for value in seeds]
+
+
+def _mixture_trees(
+    mixture: TreeMixture,
+    scores: numpy.ndarray,
+    weights: numpy.ndarray,
+    options: AnnotateOptions,
+    generators: Optional[List[torch.Generator]],
+    device: torch.device,
+) -> numpy.ndarray:
+    """``mixture_samples`` trees per sentence of ``mixture`` (built on ``scores`` ``(B, K, N+1,
+    N+1)`` and ``weights``), int32 ``(S, B, N+1)``. A batch whose draws would hold more than
+    :data:`MAX_SAMPLED_HEADS` heads at once is drawn a few sentences at a time, as
+    :func:`draw_samples` does; with one generator per sentence, the same trees."""
+    k, batch, size = options.mixture_samples, scores.shape[0], scores.shape[-1]
+    rows = max(1, MAX_SAMPLED_HEADS // (k * size))  # sentences per draw
+    if rows >= batch:
+        return mixture.sample(k, generator=generators).to(torch.int32).cpu().numpy()
+    parts = []
+    for begin in range(0, batch, rows):
+        part = slice(begin, begin + rows)
+        sub = TreeMixture(
+            torch.from_numpy(scores[part]).to(device),
+            torch.from_numpy(weights[part]).to(device),
+            mixture.lengths[part],
+            single_root=options.single_root,
+        )
+        parts.append(sub.sample(k, generator=None if generators is None else generators[part]).to(torch.int32))
+    return torch.cat(parts, dim=1).cpu().numpy()
 
 
 def _head_entropy(marginals: torch.Tensor, native: bool) -> numpy.ndarray:

@@ -44,6 +44,11 @@ from spacy_treexp.engine import sampling
 from spacy_treexp.engine.distribution import TreeDistribution, word_head_entropy
 from spacy_treexp.engine.sampling.streams import Randomness
 
+#: The most score cells (rows x (N+1)^2) the mixture's draws copy at once: each draw samples
+#: from a copy of its member's scores, and 10^5 draws of a 30-word sentence at once peaked at
+#: 4.2 GB; at most 2^22 cells a part (about 0.2 GB at that rate).
+DRAW_CELLS = 2**22
+
 
 class TreeMixture:
     """A mixture Σ_k w_k p_k of K tree distributions over each sentence of a batch.
@@ -191,7 +196,9 @@ class TreeMixture:
 
         With one generator per sentence, sentence b's generator first draws its S members
         (S uniforms against the cumulative weights), then serves its tree itself (S = 1) or
-        seeds one generator per draw (S > 1)."""
+        seeds one generator per draw (S > 1). The rows are sampled :data:`DRAW_CELLS` score
+        cells at a time (each row is a copy of its member's scores): with one generator per
+        sentence the same trees, with one shared generator the same distribution."""
         num_samples = _positive_count(num_samples)
         self._member_marginals()  # a sentence without a tree is named here (cached)
         device = self.members.scores.device
@@ -205,12 +212,16 @@ class TreeMixture:
             choice = _choose_members(weights, num_samples, generator).to(device)
             streams = list(generator) if num_samples == 1 else _per_draw_generators(generator, num_samples)
         rows = (torch.arange(self.batch, device=device).unsqueeze(-1) * self.k + choice).t().reshape(-1)
-        chosen = TreeDistribution(
-            self.members.scores.detach().index_select(0, rows),
-            self.lengths.repeat(num_samples),
-            single_root=self.single_root,
-        )
-        heads = sampling.sample(chosen, (1,), method=method, generator=streams)[0]
+        lengths = self.lengths.repeat(num_samples)
+        scores = self.members.scores.detach()
+        step = max(1, DRAW_CELLS // scores.shape[-1] ** 2)  # each draw copies its member's scores
+        parts = []
+        for begin in range(0, rows.numel(), step):
+            part = slice(begin, begin + step)
+            chosen = TreeDistribution(scores.index_select(0, rows[part]), lengths[part], single_root=self.single_root)
+            per_row = streams[part] if isinstance(streams, list) else streams
+            parts.append(sampling.sample(chosen, (1,), method=method, generator=per_row)[0])
+        heads = torch.cat(parts)
         return heads.reshape(num_samples, self.batch, heads.shape[-1])
 
     def mutual_information(

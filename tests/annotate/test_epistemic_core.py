@@ -84,3 +84,26 @@ def test_mixture_marginals_and_trees_against_enumeration():
     plain = annotate_sentences([sentence], AnnotateOptions(seed=2, n_samples=5))[0]  # the parser's own samples only
     assert plain.mixture_sampled_heads is None and plain.mixture_marginals is None  # both are asked for
     assert annotate_sentences([SentenceScores(arc=scores[0], text="s")], AnnotateOptions())[0].mixture_marginals is None
+
+
+def test_mixture_trees_of_a_large_batch_are_drawn_in_parts(monkeypatch):
+    """A batch whose mixture draws would hold more than MAX_SAMPLED_HEADS heads at once is drawn
+    a few sentences at a time, with the same trees (one generator per sentence)."""
+    from spacy_treexp.annotate import core
+
+    sentences = [
+        SentenceScores(arc=m[0], start=10 * i, text=f"s{i}", members=m)
+        for i, m in enumerate(members(20 + i, n=n) for i, n in enumerate([4, 6, 3, 5, 6]))
+    ]
+    options = AnnotateOptions(seed=4, mixture_samples=9)
+    whole = annotate_sentences(sentences, options)
+    batches = []
+    original = core.TreeMixture.sample
+    monkeypatch.setattr(
+        core.TreeMixture, "sample", lambda self, *a, **k: batches.append(self.batch) or original(self, *a, **k)
+    )
+    monkeypatch.setattr(core, "MAX_SAMPLED_HEADS", 9 * 7 * 2)  # two sentences of N+1 = 7 per draw
+    parts = annotate_sentences(sentences, options)
+    assert max(batches) <= 2
+    for a, b in zip(whole, parts):
+        numpy.testing.assert_array_equal(a.mixture_sampled_heads, b.mixture_sampled_heads)

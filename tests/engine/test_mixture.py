@@ -257,3 +257,29 @@ def test_num_samples_that_is_not_a_positive_integer_is_named():
         with pytest.raises(ValueError, match="num_samples must be an integer of at least 1"):
             mixture.sample(bad)
     assert mixture.sample(torch.tensor(2)).shape == (2, 2, 5)
+
+
+def test_draws_in_parts_are_the_same_trees_and_fit_the_mixture(monkeypatch):
+    """The draws copy their member's scores a bounded number of cells at a time (DRAW_CELLS):
+    with one generator per sentence the trees do not change, and with one shared generator
+    they still fit the mixture."""
+    from spacy_treexp.engine import mixture as module
+
+    scores = member_scores(7, batch=2, n=4)
+    lengths = torch.tensor([4, 3])
+    mixture = TreeMixture(scores, None, lengths)
+    whole = mixture.sample(40, generator=[torch.Generator().manual_seed(i) for i in range(2)])
+    draws = []
+    original = module.sampling.sample
+    monkeypatch.setattr(
+        module.sampling, "sample", lambda d, *a, **k: draws.append(d.scores.shape[0]) or original(d, *a, **k)
+    )
+    monkeypatch.setattr(module, "DRAW_CELLS", 3 * 5 * 5)  # three rows of N+1 = 5 a part
+    parts = mixture.sample(40, generator=[torch.Generator().manual_seed(i) for i in range(2)])
+    assert max(draws) == 3 and len(draws) == 27  # 80 rows
+    assert torch.equal(parts, whole)
+    shared = TreeMixture(scores, None, lengths).sample(4000, generator=torch.Generator().manual_seed(3))
+    w = torch.full((3,), 1 / 3, dtype=torch.float64)
+    for b, n in enumerate(lengths.tolist()):
+        trees, _, mix = enumerate_mixture(scores[b, :, : n + 1, : n + 1], w, n, True)
+        assert chi_square_p(codes(shared[:, b], n), codes(trees, n), mix.exp()) > ALPHA
