@@ -64,6 +64,12 @@ def sentence_tree(sentence: Any) -> Tuple[List[int], List[Optional[str]]]:
     return [word.head for word in sentence.words], [word.deprel for word in sentence.words]
 
 
+def with_tree(scores: SentenceScores, sentence: Any) -> SentenceScores:
+    """``scores`` with the sentence's tree as it is now (what :func:`captured_scores` checks)."""
+    heads, deprels = sentence_tree(sentence)
+    return scores.replace(heads=numpy.array(heads, dtype=numpy.int64), deprels=deprels)
+
+
 def captured_scores(sentence: Any, where: str) -> Optional[SentenceScores]:
     """The sentence's captured scores (None if it has none), refused with a ``ValueError``
     naming ``where`` when its tree is no longer the one depparse gave with them: another
@@ -287,6 +293,4 @@ class DepparseScoreCapture:
                     f"sentence {' '.join(expected)[:60]!r}; this Stanza version orders "
                     "depparse batches differently from the one spacy_treexp supports."
                 )
-            heads, deprels = sentence_tree(sentence)
-            tree = scores.replace(heads=numpy.array(heads, dtype=numpy.int64), deprels=deprels)
-            setattr(sentence, SCORES_ATTR, tree)
+            setattr(sentence, SCORES_ATTR, with_tree(scores, sentence))

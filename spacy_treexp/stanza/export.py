@@ -28,7 +28,7 @@ from stanza.utils.conll import CoNLL
 
 from spacy_treexp.annotate import SentenceAnnotation, SentenceScores, mbr_heads
 from spacy_treexp.io import read_conllu, write_conllu
-from spacy_treexp.stanza.capture import SCORES_ATTR, captured_scores, sentence_tree
+from spacy_treexp.stanza.capture import SCORES_ATTR, captured_scores, with_tree
 from spacy_treexp.stanza.processor import RECORD_ATTR, checked_record
 
 #: Annotation fields (and the captured scores) stored as arrays, with their dtypes.
@@ -141,9 +141,8 @@ def from_dict(data: List[Dict[str, Any]]) -> Document:
         if arc is not None:
             labels = record.get("labels")
             # to_dict exports scores only with the tree they were captured with: the words' tree
-            heads, deprels = sentence_tree(sentence)
             scores = SentenceScores(arc=arc, rel=rel, labels=labels, members=members)
-            setattr(sentence, SCORES_ATTR, scores.replace(heads=numpy.array(heads, dtype=numpy.int64), deprels=deprels))
+            setattr(sentence, SCORES_ATTR, with_tree(scores, sentence))
         setattr(sentence, RECORD_ATTR, SentenceAnnotation.from_dict(record))
     return doc
 

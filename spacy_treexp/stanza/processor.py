@@ -20,8 +20,9 @@ registered once (:data:`SENTENCE_PROPERTIES`, :data:`WORD_PROPERTIES`).
 Options (``tree_expectations_<name>=...`` in ``stanza.Pipeline``), as in the spaCy
 component: ``single_root`` (True), ``n_samples`` (0), ``sampler`` (None: ``colbourn``,
 ``sbs`` without replacement), ``without_replacement`` (False),
-``top_k_heads`` (3), ``mixture_samples`` (0: trees of an ensemble's members' mixture), ``device`` (``cpu`` | ``cuda`` | ``auto``), ``batch_size`` (256
-sentences per engine call) and ``seed`` (0; samples of a sentence come from a generator
+``top_k_heads`` (3), ``mixture_marginals`` (False) and ``mixture_samples`` (0): the arc
+marginals of an ensemble's members' mixture and trees drawn from it, ``device`` (``cpu`` |
+``cuda`` | ``auto``), ``batch_size`` (256 sentences per engine call) and ``seed`` (0; samples of a sentence come from a generator
 seeded by the seed, the sentence's position in its document and its words, so they do not
 depend on batching; None: fresh samples every call). ``calibration_path``: a calibration
 map's JSON file applied to depparse's scores first, by the core. Without it, a
