@@ -182,7 +182,8 @@ def _epistemic(
     """The epistemic uncertainty of the sentences of a batch that carry ensemble members
     (``SentenceScores.members``), from the mixture of their tree distributions
     (:class:`~spacy_treexp.engine.TreeMixture`): exact per-word head mutual information and
-    mean member entropy, with ``mixture_marginals`` the mixture's arc marginals Σ_k w_k μ_k
+    mean member entropy, the mixture's marginal of each word's head in the sentence's tree and
+    the tree's log-probability log Σ_k w_k p_k(tree) (exact), with ``mixture_marginals`` the mixture's arc marginals Σ_k w_k μ_k
     (exact), with ``mixture_samples`` trees drawn from the mixture (exact: a member ~ w, then a
     tree of it; seeded per sentence like the samples), and an unbiased estimate of the sentence's I(tree; member) from
     ``MEMBER_SAMPLES`` trees of the mixture (seeded per sentence like the samples; the
@@ -213,7 +214,14 @@ def _epistemic(
         mutual_information, _ = mixture.mutual_information(MEMBER_SAMPLES, generator=generators)
         head_mi = mixture.head_mutual_information().float().cpu().numpy()
         expected = mixture.expected_entropy().cpu().numpy()
-        marginals = mixture.marginals.float().cpu().numpy() if options.mixture_marginals else None
+        all_marginals = mixture.marginals
+        parse = numpy.zeros((len(index), size), dtype=numpy.int64)
+        for i, b in enumerate(index):
+            parse[i, 1 : bucket[b].n + 1] = annotations[b].heads
+        parse_log_prob = mixture.log_prob(torch.from_numpy(parse).to(device)).cpu().numpy()
+        head_prob = torch.gather(all_marginals, -2, torch.from_numpy(parse).to(device).unsqueeze(-2)).squeeze(-2)
+        head_prob_np = head_prob.float().cpu().numpy()
+        marginals = all_marginals.float().cpu().numpy() if options.mixture_marginals else None
         trees = None
         if options.mixture_samples > 0:
             streams = _generators(options.seed, [bucket[b] for b in index], "mixture", device)
@@ -223,6 +231,8 @@ def _epistemic(
             annotation.head_mutual_information = numpy.ascontiguousarray(head_mi[i, 1 : n + 1])
             annotation.mutual_information = float(mutual_information[i])
             annotation.expected_entropy = float(expected[i])
+            annotation.mixture_parse_log_prob = float(parse_log_prob[i])
+            annotation.mixture_head_prob = numpy.ascontiguousarray(head_prob_np[i, 1 : n + 1])
             if marginals is not None:
                 annotation.mixture_marginals = numpy.ascontiguousarray(marginals[i, : n + 1, : n + 1])
             if trees is not None:

@@ -236,6 +236,11 @@ class SentenceAnnotation:
             w_k p_k) − Σ_k w_k H(p_k) (``spacy_treexp.engine.TreeMixture``); else None.
         expected_entropy: with members, Σ_k w_k H(p_k), the members' mean tree entropy
             (exact); else None.
+        mixture_head_prob: float32 ``(n,)``, with members, Σ_k w_k μ_k(heads[m], m): the
+            mixture's probability of each word's head in ``heads`` (exact); else None.
+        mixture_parse_log_prob: with members, log Σ_k w_k p_k(heads), the exact
+            log-probability of the whole tree under the members' mixture (at the members'
+            own scale: no ``risk_temperature``); else None.
         mixture_marginals: float32 ``(n+1, n+1)``, with members and ``mixture_marginals``, the
             arc marginals of their mixture Σ_k w_k μ_k[h, m] (exact); else None.
         mixture_sampled_heads: int32 ``(k, n)``, with members and ``mixture_samples`` = k > 0, trees
@@ -277,6 +282,8 @@ class SentenceAnnotation:
     head_mutual_information: Optional[numpy.ndarray] = None
     mutual_information: Optional[float] = None
     expected_entropy: Optional[float] = None
+    mixture_head_prob: Optional[numpy.ndarray] = None
+    mixture_parse_log_prob: Optional[float] = None
     mixture_marginals: Optional[numpy.ndarray] = None
     mixture_sampled_heads: Optional[numpy.ndarray] = None
     novelty: Optional[float] = None
@@ -298,6 +305,14 @@ class SentenceAnnotation:
         """1 − p(heads): the probability that ``heads`` has at least one wrong head (exact; a
         log p(heads) rounded just above 0 gives 0.0, never a negative probability or -0.0)."""
         return None if self.parse_log_prob is None else -math.expm1(min(self.parse_log_prob, 0.0)) + 0.0
+
+    @property
+    def mixture_error_probability(self) -> Optional[float]:
+        """1 − Σ_k w_k p_k(heads): the members' mixture's probability that ``heads`` has at
+        least one wrong head (exact), or None without members."""
+        if self.mixture_parse_log_prob is None:
+            return None
+        return -math.expm1(min(self.mixture_parse_log_prob, 0.0)) + 0.0
 
     @property
     def expected_errors(self) -> Optional[float]:

@@ -343,6 +343,15 @@ def get_span_expected_entropy(span: Span) -> Optional[float]:
     return _span_value(span, "expected_entropy")
 
 
+def get_span_mixture_error_probability(span: Span) -> Optional[float]:
+    """Probability, under the members' mixture, that the Doc's parse of the sentence has at
+    least one wrong head, 1 − Σ_k w_k p_k(parse) (exact); None without members. With two
+    parsers as members (``spacy_treexp.load(ensemble="mixture")``), the package's strongest
+    sentence-risk score (README, "Epistemic uncertainty and sentence risk")."""
+    record = sentence_record(span)
+    return None if record is None else record.mixture_error_probability
+
+
 def get_span_mixture_arc_marginals(span: Span) -> Optional[numpy.ndarray]:
     """The arc marginals (n+1, n+1) of the members' mixture, Σ_k w_k μ_k[h, d], index 0 =
     ROOT (exact); None without members or without the option ``mixture_marginals``."""
@@ -405,6 +414,12 @@ def get_token_head_mutual_information(token: Token) -> Optional[float]:
     return _token_value(token, "head_mutual_information")
 
 
+def get_token_mixture_head_prob(token: Token) -> Optional[float]:
+    """The members' mixture's marginal probability of the token's head, Σ_k w_k μ_k(h, d)
+    (exact); None without members."""
+    return _token_value(token, "mixture_head_prob")
+
+
 def get_token_head_distribution(token: Token) -> Optional[List[Tuple[Token, float]]]:
     """The ``top_k_heads`` most probable heads with their marginals, best first.
 
@@ -440,6 +455,7 @@ SPAN_GETTERS = {
     "expected_errors": get_span_expected_errors,
     "mutual_information": get_span_mutual_information,
     "expected_entropy": get_span_expected_entropy,
+    "mixture_error_probability": get_span_mixture_error_probability,
     "mixture_arc_marginals": get_span_mixture_arc_marginals,
     "mixture_sampled_heads": get_span_mixture_sampled_heads,
     "novelty": get_span_novelty,
@@ -451,6 +467,7 @@ TOKEN_GETTERS = {
     "head_distribution": get_token_head_distribution,
     "dep_prob": get_token_dep_prob,
     "head_mutual_information": get_token_head_mutual_information,
+    "mixture_head_prob": get_token_mixture_head_prob,
 }
 
 #: Attribute names, in the form spaCy's ``assigns`` declarations use.

@@ -43,6 +43,7 @@ _ARRAYS = {
     "sample_log_probs": numpy.float64,
     "sampled_labels": numpy.int32,
     "head_mutual_information": numpy.float32,
+    "mixture_head_prob": numpy.float32,
     "mixture_marginals": numpy.float32,
     "mixture_sampled_heads": numpy.int32,
     "arc": numpy.float32,

@@ -270,6 +270,7 @@ SENTENCE_PROPERTIES = {
     "expected_errors": _sentence_value("expected_errors"),
     "mutual_information": _sentence_value("mutual_information"),
     "expected_entropy": _sentence_value("expected_entropy"),
+    "mixture_error_probability": _sentence_value("mixture_error_probability"),
     "mixture_arc_marginals": _sentence_value("mixture_marginals"),
     "mixture_sampled_heads": _sentence_value("mixture_sampled_heads"),
     "novelty": _sentence_value("novelty"),  # None: a Stanza Document carries no token vectors
@@ -282,6 +283,7 @@ WORD_PROPERTIES = {
     "dep_prob": _word_value("dep_prob"),
     "head_distribution": get_head_distribution,
     "head_mutual_information": _word_value("head_mutual_information"),
+    "mixture_head_prob": _word_value("mixture_head_prob"),
 }
 _MARK = "_treexp_properties"
 

@@ -107,3 +107,31 @@ def test_mixture_trees_of_a_large_batch_are_drawn_in_parts(monkeypatch):
     assert max(batches) <= 2
     for a, b in zip(whole, parts):
         numpy.testing.assert_array_equal(a.mixture_sampled_heads, b.mixture_sampled_heads)
+
+
+def test_mixture_risk_of_the_parse_against_enumeration():
+    """The mixture's probability of the record's tree, log Σ_k w_k p_k(heads), and of each of
+    its heads, Σ_k w_k μ_k(heads[m], m), by enumeration: for the parser's own tree and for a
+    tree the record is given; the per-word values are not the parser's own head_prob."""
+    import torch
+    from helpers.enumerate_trees import tree_log_probs
+
+    n, scores = 5, members(21, k=2, n=5)
+    weights = numpy.array([0.7, 0.3])
+    member_trees = [tree_log_probs(torch.from_numpy(s), n, True) for s in scores]
+    trees = member_trees[0][0]
+    mixture = sum(w * lp.exp() for w, (_, lp) in zip(weights, member_trees)).numpy()
+    given = trees[int(numpy.argsort(mixture)[len(mixture) // 2])].numpy()[1:]  # a middling tree
+    for heads in (None, given):
+        sentence = SentenceScores(arc=scores[0], text="s", members=scores, member_weights=weights, heads=heads)
+        record = annotate_sentences([sentence], AnnotateOptions(seed=1))[0]
+        index = [i for i, t in enumerate(trees.tolist()) if t[1:] == record.heads.tolist()][0]
+        assert math.isclose(record.mixture_parse_log_prob, math.log(mixture[index]), abs_tol=1e-5)
+        assert math.isclose(record.mixture_error_probability, 1 - mixture[index], abs_tol=1e-5)
+        expected = numpy.zeros(n)
+        for t, p in zip(trees.tolist(), mixture.tolist()):
+            expected += p * (numpy.array(t[1:]) == record.heads)
+        numpy.testing.assert_allclose(record.mixture_head_prob, expected, atol=2e-5)
+        assert numpy.abs(record.mixture_head_prob - record.head_prob).max() > 0.02
+    plain = annotate_sentences([SentenceScores(arc=scores[0], text="s")])[0]
+    assert plain.mixture_head_prob is None and plain.mixture_error_probability is None

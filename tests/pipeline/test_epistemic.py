@@ -52,6 +52,17 @@ def test_attributes_match_enumeration(nlp):
     assert sent._.parse_log_prob == pytest.approx(exact, abs=1e-5)
     assert sent._.error_probability == pytest.approx(-math.expm1(exact), abs=1e-5)
     assert sent._.expected_errors == pytest.approx(5 * (1 - sent._.expected_attachment))
+    # the same risk under the members' mixture (equal weights): p_mix(parse) and each head's marginal
+    member_p = [
+        float(m_lp[(m_trees == heads).all(-1)][0].exp())
+        for m_trees, m_lp in (tree_log_probs(torch.from_numpy(m.astype(numpy.float64)), 5, True) for m in members)
+    ]
+    assert sent._.mixture_error_probability == pytest.approx(1 - numpy.mean(member_p), abs=1e-5)
+    columns = numpy.arange(1, 6)
+    mixture_marginals = mixture_by_enumeration(members).marginals.numpy()
+    numpy.testing.assert_allclose(
+        [t._.mixture_head_prob for t in sent], mixture_marginals[heads[1:].numpy(), columns], atol=2e-5
+    )
 
 
 def test_trees_of_the_members_mixture():

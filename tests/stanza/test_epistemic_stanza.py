@@ -39,6 +39,10 @@ def test_ensemble_members_give_mutual_information():
         numpy.testing.assert_allclose(got, exact.head_mutual_information.numpy(), atol=1e-5)
         assert sentence.expected_entropy == pytest.approx(exact.expected_entropy, abs=1e-5)
         numpy.testing.assert_allclose(sentence.mixture_arc_marginals, exact.marginals.numpy(), atol=1e-5)
+        heads = numpy.array([word.head for word in sentence.words])
+        mixture_head = exact.marginals.numpy()[heads, numpy.arange(1, len(heads) + 1)]
+        numpy.testing.assert_allclose([word.mixture_head_prob for word in sentence.words], mixture_head, atol=1e-5)
+        assert 1 - sentence.mixture_error_probability <= mixture_head.min() + 1e-6  # p(tree) <= p(any arc)
         assert sentence.mixture_sampled_heads is None or sentence.mixture_sampled_heads.shape[1] == len(sentence.words)
         # an unbiased estimate; each of its terms lies in (-inf, log K]
         assert sentence.mutual_information <= math.log(len(members)) + 1e-9
@@ -53,6 +57,8 @@ def test_single_model_has_no_mutual_information():
         assert sentence.mutual_information is None and sentence.expected_entropy is None
         assert sentence.mixture_arc_marginals is None and sentence.mixture_sampled_heads is None
         assert all(word.head_mutual_information is None for word in sentence.words)
+        assert sentence.mixture_error_probability is None
+        assert all(word.mixture_head_prob is None for word in sentence.words)
         assert sentence.parse_log_prob <= 0.0
 
 
@@ -106,6 +112,8 @@ def test_mixture_values_survive_the_json_export():
             assert isinstance(getattr(b, name), numpy.ndarray) and getattr(b, name).dtype == getattr(a, name).dtype
             numpy.testing.assert_array_equal(getattr(b, name), getattr(a, name))
         assert [w.head_mutual_information for w in b.words] == [w.head_mutual_information for w in a.words]
+        assert [w.mixture_head_prob for w in b.words] == [w.mixture_head_prob for w in a.words]
+        assert b.mixture_error_probability == a.mixture_error_probability is not None
 
 
 def test_trees_of_the_ensembles_mixture():
