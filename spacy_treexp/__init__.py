@@ -8,7 +8,9 @@ __version__ = "0.1.0"
 
 def load(*, ensemble=False, **overrides):
     """Load the default English pipeline shipped with the package (see its model card);
-    ``ensemble=True`` adds a second parser (a product of experts: more accurate, slower)."""
+    ``ensemble=True`` adds a second parser (a product of experts: more accurate, slower),
+    ``ensemble="mixture"`` adds it as a mixture member (the parser's tree and probabilities
+    as they are, with stronger risk scores: ``sent._.mixture_error_probability``)."""
     from spacy_treexp.pipeline.default_model import load as _load
 
     return _load(ensemble=ensemble, **overrides)

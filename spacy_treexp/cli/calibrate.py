@@ -312,9 +312,9 @@ def _stanza_map(path: Optional[Path]) -> Any:
 
 def _model_folder(model: Optional[str]) -> Optional[Path]:
     """The folder the pipeline is loaded from, when it is one (the shipped model's by default)."""
-    from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, MODEL_PATH
+    from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, MIXTURE_NAME, MODEL_PATH
 
-    if model is None or model == ENSEMBLE_NAME:
+    if model is None or model in (ENSEMBLE_NAME, MIXTURE_NAME):
         return MODEL_PATH
     return Path(model) if Path(model).exists() else None
 

@@ -43,7 +43,10 @@ Model = Annotated[
     Optional[str],
     typer.Option(
         "--model",
-        help="spaCy pipeline name or path (default: the shipped model; en_treexp_ewt_ensemble: it with a second parser).",
+        help=(
+            "spaCy pipeline name or path (default: the shipped model; en_treexp_ewt_ensemble: it with a second "
+            "parser, their product; en_treexp_ewt_mixture: with the second parser as a mixture member)."
+        ),
     ),
 ]
 

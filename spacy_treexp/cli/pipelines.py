@@ -29,7 +29,7 @@ from spacy_treexp.cli.common import UserError
 from spacy_treexp.io.inputs import Context, Item
 from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions)
 from spacy_treexp.pipeline.config_checks import check_pipeline_folder
-from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, STOCK_HEAD_NAME, load_named
+from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, MIXTURE_NAME, STOCK_HEAD_NAME, load_named
 from spacy_treexp.pipeline.extensions import score_writers
 from spacy_treexp.pipeline.stock import needs_our_parser
 from spacy_treexp.pipeline.tree_expectations import last_annotator
@@ -44,11 +44,12 @@ Runner = Callable[[Iterable[tuple[Item, Context]]], Iterator[tuple[Doc, Context]
 def check_model(model: str) -> None:
     """A ``--model`` spaCy can load from (an installed package, a folder, ``blank:LANG``),
     or a UserError naming it: checked before the pipeline is loaded or anything written.
-    ``en_treexp_ewt_ensemble`` is the shipped pipeline with its second parser."""
+    ``en_treexp_ewt_ensemble`` is the shipped pipeline with its second parser (a product),
+    ``en_treexp_ewt_mixture`` with it as a mixture member."""
     if not model.strip():  # Path("") is the current folder
         raise UserError("--model is empty: give a pipeline package name or folder")
     if (
-        model in (ENSEMBLE_NAME, STOCK_HEAD_NAME)
+        model in (ENSEMBLE_NAME, MIXTURE_NAME, STOCK_HEAD_NAME)
         or model.startswith("blank:")
         or Path(model).exists()
         or spacy.util.is_package(model)

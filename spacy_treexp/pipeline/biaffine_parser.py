@@ -56,6 +56,17 @@ parsers must see the same sentences and know the same labels. ``tree_expectation
 applies the map this parser carries (fitted on the product in this pipeline, by
 ``spacy-treexp calibrate``), with its novelty reference. ``spacy_treexp.load(ensemble=True)``
 builds the shipped pipeline with the head for en_core_web_sm as a second parser this way.
+
+**Two parsers as mixture members** (``mixture_member``, default false). A parser with
+``mixture_member = true`` placed after another parser leaves that parser's tree, scores and
+relations as they are and joins its mixture of members (``SentenceScores.members``): the
+sentence's members become the earlier parser's members (or its arc scores, when it has
+none) followed by this parser's (or its arc scores), each parser weighing the same in total
+(``member_weights``; a third parser joins with weight 1/3, and so on). ``tree_expectations``
+then gives, beside the first parser's own values, the members' mixture values
+(``sent._.mixture_error_probability``, ``token._.mixture_head_prob``, mutual information),
+under the map this parser carries, applied to every member (fitted in this pipeline, by
+``spacy-treexp calibrate``, or the first parser's map: ``spacy_treexp.load(ensemble="mixture")``).
 """
 
 import hashlib
@@ -120,6 +131,8 @@ class Predictions(TypedDict):
     lengths: numpy.ndarray
     heads: numpy.ndarray
     members: Optional[numpy.ndarray]
+    #: With ``mixture_member``: each sentence's joined members and their weights (``_join_earlier``).
+    joined: Optional[List[Tuple[numpy.ndarray, numpy.ndarray]]]
 
 
 class Gold(TypedDict):
@@ -276,6 +289,7 @@ def make_biaffine_parser_scorer() -> Callable:
         "encoder_precision": "float32",
         "overwrite": True,
         "product": False,
+        "mixture_member": False,
         "scorer": {"@scorers": "spacy_treexp.biaffine_parser_scorer.v1"},
     },
     default_score_weights={"dep_uas": 0.5, "dep_las": 0.5, "dep_las_per_type": None},
@@ -294,6 +308,7 @@ def make_biaffine_parser(
     encoder_precision: str = "float32",
     overwrite: bool = True,
     product: bool = False,
+    mixture_member: bool = False,
 ) -> "BiaffineParser":
     """Create a ``biaffine_parser`` component (see ``BiaffineParser``) and remember the
     pipeline it is created in (its home, see ``BiaffineParser.remember_home``)."""
@@ -311,6 +326,7 @@ def make_biaffine_parser(
         encoder_precision=encoder_precision,
         overwrite=overwrite,
         product=product,
+        mixture_member=mixture_member,
     )
     parser.remember_home(nlp)
     return parser
@@ -390,14 +406,19 @@ def _has_arc(doc: Doc) -> bool:
     return doc.has_annotation("HEAD") and bool((doc.to_array(HEAD) != 0).any())
 
 
-def _saved_as_product(path: Path) -> bool:
-    """Whether the pipeline saved around the component folder ``path`` has that component
-    with ``product`` set (then the map beside it was fitted on the product)."""
+#: The settings by which a parser joins an earlier parser's scores (see the module doc).
+JOINING = ("product", "mixture_member")
+
+
+def _saved_joining(path: Path) -> Optional[str]:
+    """How the component saved in the folder ``path`` joined an earlier parser's scores, as
+    the config of the pipeline saved around it says (one of :data:`JOINING`, or None): the
+    map beside it was fitted on what that gave."""
     config = path.parent / "config.cfg"
     if not config.is_file():
-        return False
+        return None
     component = util.load_config(config, interpolate=False)["components"].get(path.name, {})
-    return bool(component.get("product", False))
+    return next((name for name in JOINING if component.get(name, False)), None)
 
 
 class BiaffineParser(TrainablePipe):
@@ -419,6 +440,7 @@ class BiaffineParser(TrainablePipe):
         encoder_precision: str = "float32",
         overwrite: bool = True,
         product: bool = False,
+        mixture_member: bool = False,
     ) -> None:
         """``arc_temperature`` / ``rel_temperature``: post-hoc temperature scaling (Guo et
         al. 2017) of the predicted scores — arc scores are divided by T before decoding
@@ -431,7 +453,9 @@ class BiaffineParser(TrainablePipe):
         float32. Training is float32 either way. ``overwrite``: replace a parse already on
         the Doc, or keep it and store this parser's tree beside it (see the module doc).
         ``product``: multiply this parser's tree distribution with the one an earlier parser
-        left in ``Doc._.parser_scores`` (a product of experts, see the module doc)."""
+        left in ``Doc._.parser_scores`` (a product of experts, see the module doc).
+        ``mixture_member``: join the earlier parser's mixture of members instead, leaving its
+        tree and scores as they are (see the module doc)."""
         if decoding not in DECODINGS:
             raise ValueError(f"biaffine_parser: decoding must be one of {DECODINGS}, got {decoding!r}")
         for label, value in (("arc_temperature", arc_temperature), ("rel_temperature", rel_temperature)):
@@ -461,10 +485,18 @@ class BiaffineParser(TrainablePipe):
             raise ValueError(f"biaffine_parser: overwrite must be true or false, got {overwrite!r}")
         #: Replace a parse already on the Doc (see the module doc).
         self.overwrite = overwrite
-        if not isinstance(product, bool):
-            raise ValueError(f"biaffine_parser: product must be true or false, got {product!r}")
+        for setting, value in (("product", product), ("mixture_member", mixture_member)):
+            if not isinstance(value, bool):
+                raise ValueError(f"biaffine_parser: {setting} must be true or false, got {value!r}")
+        if product and mixture_member:
+            raise ValueError(
+                "biaffine_parser: product and mixture_member are both true; a parser either multiplies the "
+                "earlier parser's tree distribution (product) or joins its mixture of members (mixture_member)"
+            )
         #: Add this parser's scores to an earlier parser's (see the module doc).
         self.product = product
+        #: Join an earlier parser's mixture of members (see the module doc).
+        self.mixture_member = mixture_member
         register_extensions()
         register_ud_extensions()
         self.vocab = vocab
@@ -573,11 +605,13 @@ class BiaffineParser(TrainablePipe):
         super().from_disk(path, exclude=exclude)
         stored = path / CALIBRATION_FILE
         self.calibration_map = CalibrationMap.from_disk(stored) if stored.is_file() else None
-        if self.calibration_map is not None and self.product and not _saved_as_product(path):
+        joining = self.joining
+        if self.calibration_map is not None and joining is not None and _saved_joining(path) != joining:
             self.calibration_map = None
+            what = "a product" if joining == "product" else "a mixture with an earlier parser"
             warnings.warn(
-                f"biaffine_parser '{self.name}': product = true, but the map saved beside it was fitted on its "
-                "own scores, not on a product: it is not used; fit one on the product with spacy-treexp calibrate",
+                f"biaffine_parser '{self.name}': {joining} = true, but the map saved beside it was fitted on its "
+                f"own scores, not on {what}: it is not used; fit one in this pipeline with spacy-treexp calibrate",
                 stacklevel=2,
             )
         if (path / HOME_DIR / HOME_COMPONENTS).is_file():
@@ -832,14 +866,72 @@ class BiaffineParser(TrainablePipe):
         _attach_whitespace(arc, rel, docs, sentences, labels.index("dep") if "dep" in labels else None)
         if self.product:
             members = self._multiply_earlier(docs, sentences, arc, rel, members)
+        joined = self._join_earlier(docs, sentences, arc, members) if self.mixture_member else None
         return {
             "sentences": sentences,
             "arc": arc,
             "rel": rel,
             "lengths": lengths,
-            "heads": self._decode(arc, lengths),
+            # a mixture member leaves the earlier parser's tree on the Doc: nothing to decode
+            "heads": numpy.zeros((0, 1), dtype="int64") if joined is not None else self._decode(arc, lengths),
             "members": members,
+            "joined": joined,
         }
+
+    @property
+    def joining(self) -> Optional[str]:
+        """How this parser joins an earlier parser's scores: "product", "mixture_member" or None."""
+        return "product" if self.product else "mixture_member" if self.mixture_member else None
+
+    def _earlier_records(self, docs: List[Doc], sentences: List[Sentences]) -> List[Dict[str, Any]]:
+        """The records an earlier parser stored in ``Doc._.parser_scores`` for the batch's
+        sentences, in order; refused where a Doc has none or they are for other sentences."""
+        earlier_records: List[Dict[str, Any]] = []
+        for doc, spans in zip(docs, sentences):
+            records = doc._.get(PARSER_SCORES)
+            found = [] if records is None else [(int(r["start"]), int(r["end"])) for r in records]
+            if found != list(spans):
+                problem = (
+                    "the Doc carries none: put a parser before it"
+                    if records is None
+                    else "they are for other sentences: set no sentence boundaries between the two parsers"
+                )
+                raise ValueError(
+                    f"biaffine_parser '{self.name}' has {self.joining} = true, so it joins its scores with "
+                    f"those an earlier parser stored in Doc._.parser_scores, but {problem}"
+                )
+            earlier_records.extend(records or [])
+        return earlier_records
+
+    def _join_earlier(
+        self, docs: List[Doc], sentences: List[Sentences], arc: numpy.ndarray, members: Optional[numpy.ndarray]
+    ) -> List[Tuple[numpy.ndarray, numpy.ndarray]]:
+        """Per sentence of the batch, the members ``(K1 + K2, n+1, n+1)`` and weights of the
+        earlier parser's mixture joined by this parser's (see the module doc): the earlier
+        members (or arc scores) with their weights times (P−1)/P, then this parser's members
+        (or arc scores) sharing 1/P, where P counts the parsers joined, this one included."""
+        out = []
+        for b, record in enumerate(self._earlier_records(docs, sentences)):
+            n = int(record["end"]) - int(record["start"])
+            earlier = record.get("members")
+            earlier = numpy.asarray(record["arc"] if earlier is None else earlier, dtype="float32")
+            if earlier.ndim == 2:
+                earlier = earlier[None]
+            if earlier.shape[-1] != n + 1:
+                raise ValueError(
+                    f"biaffine_parser '{self.name}' has mixture_member = true, but the earlier parser's scores "
+                    f"of a sentence of {n} words are {earlier.shape[-1]} x {earlier.shape[-1]}"
+                )
+            given = record.get("member_weights")
+            weights = numpy.full(len(earlier), 1.0 / len(earlier)) if given is None else numpy.asarray(given, float)
+            weights = weights / weights.sum()
+            own = arc[None, b, : n + 1, : n + 1] if members is None else members[:, b, : n + 1, : n + 1]
+            parsers = int(record.get("member_parsers", 1)) + 1
+            joined_weights = numpy.r_[
+                weights * (parsers - 1) / parsers, numpy.full(len(own), 1.0 / (parsers * len(own)))
+            ]
+            out.append((numpy.concatenate([earlier, own]).astype("float32"), joined_weights))
+        return out
 
     def _multiply_earlier(
         self,
@@ -852,21 +944,7 @@ class BiaffineParser(TrainablePipe):
         """Multiply, in place, this parser's scores of the batch (``arc`` ``(B, N+1, N+1)``,
         ``rel``, each sentence's) with those an earlier parser stored in ``Doc._.parser_scores``
         (``spacy_treexp.annotate.product``); returns the product's members ``(K, B, N+1, N+1)``."""
-        earlier_records: List[Dict[str, Any]] = []
-        for doc, spans in zip(docs, sentences):
-            records = doc._.get(PARSER_SCORES)
-            found = [] if records is None else [(int(r["start"]), int(r["end"])) for r in records]
-            if found != list(spans):
-                problem = (
-                    "the Doc carries none: put a parser before it"
-                    if records is None
-                    else "they are for other sentences: set no sentence boundaries between the two parsers"
-                )
-                raise ValueError(
-                    f"biaffine_parser '{self.name}' has product = true, so it multiplies its scores with "
-                    f"those an earlier parser stored in Doc._.parser_scores, but {problem}"
-                )
-            earlier_records.extend(records or [])
+        earlier_records = self._earlier_records(docs, sentences)
         own = list(self.labels)
         paired = []
         for b, record in enumerate(earlier_records):
@@ -1076,7 +1154,12 @@ class BiaffineParser(TrainablePipe):
         return heads.cpu().numpy()
 
     def set_annotations(self, docs: Iterable[Doc], predictions: Predictions) -> None:
-        """Set heads and labels and store the per-sentence scores in ``doc._.parser_scores``."""
+        """Set heads and labels and store the per-sentence scores in ``doc._.parser_scores``
+        (with ``mixture_member``: only join the earlier parser's records' members)."""
+        joined = predictions.get("joined")
+        if joined is not None:
+            self._set_joined(docs, predictions["sentences"], joined)
+            return
         arc, rel, heads = predictions["arc"], predictions["rel"], predictions["heads"]
         members = predictions.get("members")
         labels = list(self.labels)
@@ -1132,6 +1215,30 @@ class BiaffineParser(TrainablePipe):
                 doc.from_array([HEAD, DEP], cast(Ints2d, annotation))  # thinc's Ints2d: the numpy array spaCy takes
                 if ud:  # spaCy's English noun chunks read ClearNLP relations (a public cdef attribute)
                     setattr(doc, "noun_chunks_iterator", ud_noun_chunks)
+            doc._.set(PARSER_SCORES, records)
+
+    def _set_joined(
+        self, docs: Iterable[Doc], sentences: List[Sentences], joined: List[Tuple[numpy.ndarray, numpy.ndarray]]
+    ) -> None:
+        """Give each earlier record its joined members and weights, with this parser as its
+        writer (``tree_expectations`` then applies this parser's map, to every member)."""
+        b = 0
+        for doc, spans in zip(docs, sentences):
+            records = []
+            for record in doc._.get(PARSER_SCORES) or []:
+                members, weights = joined[b]
+                parsers = int(record.get("member_parsers", 1)) + 1
+                records.append(
+                    {
+                        **record,
+                        "members": members,
+                        "member_weights": weights,
+                        "member_parsers": parsers,
+                        "writer": self.name,
+                        "writer_token": self.writer_token,
+                    }
+                )
+                b += 1
             doc._.set(PARSER_SCORES, records)
 
     # -- training ----------------------------------------------------------------------

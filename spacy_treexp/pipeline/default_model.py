@@ -7,7 +7,7 @@ live in ``spacy_treexp/models/en_treexp_ewt``.
 
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Dict, List, Optional, Tuple, Union, cast
 
 import spacy
 import srsly
@@ -33,21 +33,37 @@ STOCK_TOK2VEC_FILE = "stock_tok2vec.json"
 #: ``load(ensemble=True)``: the shipped pipeline with the head as a second parser (a product
 #: of experts); the CLI's ``--model`` name for it, and the calibration map fitted on it.
 ENSEMBLE_NAME = "en_treexp_ewt_ensemble"
+#: ``load(ensemble="mixture")``: the shipped pipeline with the head as a mixture member of its
+#: parser (its tree and probabilities stay the parser's); the CLI's ``--model`` name for it.
+MIXTURE_NAME = "en_treexp_ewt_mixture"
+#: How ``load`` takes the second parser: ``ensemble`` True (or "product") or "mixture".
+ENSEMBLE_KINDS = ("product", "mixture")
 ENSEMBLE_PARSER = "second_parser"
 ENSEMBLE_CALIBRATION = MODEL_PATH.parent / "en_treexp_ewt_ensemble_calibration.json"
 
 
-def load(*, ensemble: bool = False, **overrides: Any) -> Language:
+def load(*, ensemble: Union[bool, str] = False, **overrides: Any) -> Language:
     """Load the shipped English pipeline.
 
     ``overrides`` are passed to ``spacy.load``: ``disable``, ``enable``, ``exclude``,
     ``config`` (config overrides, e.g. ``{"components.biaffine_parser.decoding": "mbr"}``)
     or ``vocab``. ``ensemble``: add the head for en_core_web_sm as a second parser
-    (:func:`add_second_parser`): more accurate and better calibrated, about a third slower.
+    (:func:`add_second_parser`): True or "product", the two parsers' product (more accurate
+    and better calibrated, about a third slower); "mixture", the parser's tree and
+    probabilities as they are, with the two parsers as the members of a mixture (the
+    strongest risk scores, ``sent._.mixture_error_probability`` and
+    ``token._.mixture_head_prob``; about 1.5x slower). With "mixture" the parser's
+    ``members`` default to 0 (the two parsers are the members); set them to give each parser
+    that many MC-dropout members instead.
     """
     unknown = sorted(set(overrides) - set(LOAD_OPTIONS))
     if unknown:
         raise ValueError(f"spacy_treexp.load: unknown option(s) {unknown}; expected {LOAD_OPTIONS}")
+    if ensemble not in (False, True) + ENSEMBLE_KINDS:
+        raise ValueError(
+            f"spacy_treexp.load: ensemble must be True, False or one of {ENSEMBLE_KINDS}, got {ensemble!r}"
+        )
+    kind = "product" if ensemble is True else ensemble or None
     if not isinstance(overrides.get("config", {}), dict):
         raise ValueError(
             "spacy_treexp.load: config must be a dict of config overrides, e.g. "
@@ -61,17 +77,20 @@ def load(*, ensemble: bool = False, **overrides: Any) -> Language:
     # spaCy takes overrides in dot notation or nested: both name the section the same way
     flat = util.dict_to_dot(overrides.get("config", {}))
     second = sorted(key for key in flat if key.startswith(f"components.{ENSEMBLE_PARSER}."))
-    if ensemble and second:
+    if kind and second:
         raise ValueError(
             f"spacy_treexp.load: {second} name the ensemble's {ENSEMBLE_PARSER!r}, which is added after the "
             "pipeline is loaded and takes biaffine_parser's members, member_kind and encoder_precision: "
             'set those (e.g. {"components.biaffine_parser.members": 8}) or, for other settings, change '
             f"nlp.get_pipe({ENSEMBLE_PARSER!r}) after loading"
         )
+    if kind == "mixture" and "components.biaffine_parser.members" not in flat:
+        flat["components.biaffine_parser.members"] = 0  # the two parsers are the members
+        overrides = {**overrides, "config": flat}
     check_pipeline_folder(MODEL_PATH, overrides.get("config"))
     nlp = spacy.load(MODEL_PATH, **overrides)
     check_listeners(nlp)
-    return add_second_parser(nlp) if ensemble else nlp
+    return add_second_parser(nlp, kind) if kind else nlp
 
 
 def check_listeners(nlp: Language) -> None:
@@ -111,8 +130,9 @@ def load_named(model: Optional[str], **overrides: Any) -> Language:
     :data:`ENSEMBLE_NAME` the shipped one with its second parser, :data:`STOCK_HEAD_NAME` (or
     a folder holding :data:`STOCK_TOK2VEC_FILE`) the head on its own (:func:`load_stock_head`),
     else ``spacy.load(model)`` (a package or a folder); ``overrides`` as for :func:`load`."""
-    if model is None or model == ENSEMBLE_NAME:
-        return load(ensemble=model == ENSEMBLE_NAME, **overrides)
+    if model is None or model in (ENSEMBLE_NAME, MIXTURE_NAME):
+        kind = {ENSEMBLE_NAME: "product", MIXTURE_NAME: "mixture"}.get(model or "", False)
+        return load(ensemble=kind, **overrides)
     if model == STOCK_HEAD_NAME:
         return load_stock_head(**overrides)
     if (Path(model) / STOCK_TOK2VEC_FILE).is_file():  # the head's folder, or a copy of it
@@ -120,22 +140,31 @@ def load_named(model: Optional[str], **overrides: Any) -> Language:
     return spacy.load(model, **overrides)
 
 
-def add_second_parser(nlp: Language) -> Language:
+def add_second_parser(nlp: Language, kind: str = "product") -> Language:
     """Add the shipped head (:data:`STOCK_HEAD_PATH`, a parser on en_core_web_sm's tok2vec,
     which it runs on copies of the Docs in its own vocabulary) after ``nlp``'s
-    ``biaffine_parser`` as :data:`ENSEMBLE_PARSER`, with ``product = true``: the pipeline's
-    tree distribution becomes the product of the two parsers' (``biaffine_parser.py``, "Two
-    parsers as one"), calibrated by the map fitted on that product on EWT dev
-    (:data:`ENSEMBLE_CALIBRATION`, ``configs/fit_ensemble_map.sh``). The head takes the first
-    parser's ``members``, ``member_kind`` (member k of the product is the sum of both
-    parsers' k-th members) and ``encoder_precision``. A ``tree_expectations`` already in
-    ``nlp`` is added again, so that it takes the product's map (unless its config holds a
-    map of its own). Returns ``nlp``."""
+    ``biaffine_parser`` as :data:`ENSEMBLE_PARSER`.
+
+    ``kind`` "product" (``product = true``): the pipeline's tree distribution becomes the
+    product of the two parsers' (``biaffine_parser.py``, "Two parsers as one"), calibrated by
+    the map fitted on that product on EWT dev (:data:`ENSEMBLE_CALIBRATION`,
+    ``configs/fit_ensemble_map.sh``); member k of the product is the sum of both parsers'
+    k-th members. "mixture" (``mixture_member = true``): the first parser's tree and
+    distribution stay, and the two parsers become the equal-weight members of a mixture
+    ("Two parsers as mixture members"), both under the first parser's map (on EWT dev and
+    test its map served both members better than each parser's own: sentence risk 0.935
+    against 0.933, ``benchmarks/mixture_of_parsers.py``). The head takes the first parser's
+    ``members``, ``member_kind`` and ``encoder_precision``. A ``tree_expectations`` already
+    in ``nlp`` is added again, so that it takes the new map (unless its config holds a map
+    of its own). Returns ``nlp``."""
+    if kind not in ENSEMBLE_KINDS:
+        raise ValueError(f"add_second_parser: kind must be one of {ENSEMBLE_KINDS}, got {kind!r}")
     if "biaffine_parser" not in nlp.pipe_names:
-        raise ValueError("add_second_parser: the pipeline has no enabled 'biaffine_parser' to multiply with")
+        raise ValueError("add_second_parser: the pipeline has no enabled 'biaffine_parser' to join")
     first = cast(BiaffineParser, nlp.get_pipe("biaffine_parser"))
     settings = {
-        "product": True,
+        "product": kind == "product",
+        "mixture_member": kind == "mixture",
         "members": first.members,
         "member_kind": first.member_kind,
         "encoder_precision": first.encoder_precision,
@@ -151,8 +180,12 @@ def add_second_parser(nlp: Language) -> Language:
         nlp.add_pipe("biaffine_parser", name=ENSEMBLE_PARSER, source=head, after="biaffine_parser")
     second = cast(BiaffineParser, nlp.get_pipe(ENSEMBLE_PARSER))
     second.hosted = True  # nlp.to_bytes carries its home copy
-    second.calibration_map = CalibrationMap.from_disk(ENSEMBLE_CALIBRATION) if ENSEMBLE_CALIBRATION.is_file() else None
-    if second.calibration_map is None:
+    if kind == "mixture":
+        second.calibration_map = first.calibration_map
+    else:
+        found = ENSEMBLE_CALIBRATION.is_file()
+        second.calibration_map = CalibrationMap.from_disk(ENSEMBLE_CALIBRATION) if found else None
+    if second.calibration_map is None and kind == "product":
         warnings.warn(
             f"the ensemble's calibration map is missing ({ENSEMBLE_CALIBRATION.name}): its probabilities are "
             "those of the raw product, overconfident; reinstall spacy_treexp or run configs/fit_ensemble_map.sh",

@@ -150,13 +150,14 @@ def carried_calibration(component: Any, vocab: Any) -> Optional[CalibrationMap]:
     """The map a score writer carries (``biaffine_parser.calibration_map``) as it applies in
     a pipeline of ``vocab``, or None. A parser sourced from another pipeline (its vocabulary
     is not ``vocab``) brings its map without the novelty reference: that was fitted on its own
-    pipeline's ``doc.tensor``, not the host's; except a parser with ``product`` set, whose map
-    can only have been fitted in a pipeline that holds the other parser (this one)."""
+    pipeline's ``doc.tensor``, not the host's; except a parser that joins an earlier parser
+    (``product`` or ``mixture_member`` set), whose map can only have been fitted in a pipeline
+    that holds the other parser (this one)."""
     carried = getattr(component, "calibration_map", None)
     if not isinstance(carried, CalibrationMap):
         return None
     hosted = getattr(component, "vocab", vocab) is not vocab
-    if hosted and not getattr(component, "product", False):
+    if hosted and getattr(component, "joining", None) is None:
         return dataclasses.replace(carried, novelty=None)
     return carried
 
