@@ -45,7 +45,10 @@ with the (head, dependent) of a bad value:
   (``biaffine_parser``'s MC-dropout members, a Stanza ensemble's parsers), held to the rules of
   ``"arc"`` each; ``"member_weights"`` (optional): their K non-negative mixture weights
   (default: equal). With members, ``tree_expectations`` adds the epistemic uncertainty of
-  their mixture (``token._.head_mutual_information``, ``sent._.mutual_information``).
+  their mixture (``token._.head_mutual_information``, ``sent._.mutual_information``) and the
+  parse's risk under it (``sent._.mixture_error_probability``, ``token._.mixture_head_prob``).
+  ``"member_parsers"`` (optional, default 1): how many parsers the members come from, read by a
+  later ``biaffine_parser`` with ``mixture_member = true`` (it joins with weight 1/(P+1)).
 * ``"rel"``: ``None``, or numbers of shape ``(n+1, n+1, L)`` with ``"labels"`` the L
   distinct label strings of the last axis. ``rel[h, d, l]`` is log p(l | h, d): finite, or
   ``-inf`` for an impossible label; NaN and ``+inf`` are refused, and so is an allowed arc

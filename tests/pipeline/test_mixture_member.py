@@ -173,3 +173,25 @@ def test_the_shipped_mixture_keeps_the_parsers_annotations_and_adds_the_mixtures
     [record, _] = b._.parser_scores
     assert record["members"].shape[0] == 2  # the two parsers, no MC-dropout members
     numpy.testing.assert_allclose(record["member_weights"], [0.5, 0.5])
+
+
+def test_calibrate_fits_the_first_parsers_scores_and_stores_the_map_with_the_member(combined, tmp_path, capsys):
+    """``spacy-treexp calibrate`` on a saved pipeline with a mixture member: the map is fitted
+    on the scores tree_expectations reads (the first parser's, unchanged by the member), so it
+    is the map the first parser alone gets, and it goes to the member (the last writer)."""
+    from helpers.paths import FIXTURES
+
+    from spacy_treexp.cli import main
+
+    combined.to_disk(tmp_path / "both")
+    with combined.select_pipes(disable=["second"]):
+        combined.to_disk(tmp_path / "first")
+    dev = ["--dev", str(FIXTURES / "eval_20.conllu"), "--kind", "temperature"]
+    for name in ("both", "first"):
+        assert main(["calibrate", "--model", str(tmp_path / name), "--out", str(tmp_path / f"{name}_cal")] + dev) == 0
+    capsys.readouterr()
+    both, first = spacy.load(tmp_path / "both_cal"), spacy.load(tmp_path / "first_cal")
+    fitted = both.get_pipe("tree_expectations").calibration
+    assert both.get_pipe("second").calibration_map.to_dict() == fitted.to_dict()
+    assert fitted.to_dict()["log_scale"] == first.get_pipe("tree_expectations").calibration.to_dict()["log_scale"]
+    assert fitted.to_dict()["log_scale"] != [0.0]
