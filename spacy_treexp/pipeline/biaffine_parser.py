@@ -66,7 +66,9 @@ none) followed by this parser's (or its arc scores), each parser weighing the sa
 then gives, beside the first parser's own values, the members' mixture values
 (``sent._.mixture_error_probability``, ``token._.mixture_head_prob``, mutual information),
 under the map this parser carries, applied to every member (fitted in this pipeline, by
-``spacy-treexp calibrate``, or the first parser's map: ``spacy_treexp.load(ensemble="mixture")``).
+``spacy-treexp calibrate``, or the first parser's map: ``spacy_treexp.load(ensemble="mixture")``);
+a member that carries none takes the earlier parser's (``tree_expectations.parser_calibration``),
+so that parser's own values stay as they were.
 """
 
 import hashlib

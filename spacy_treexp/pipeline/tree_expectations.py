@@ -116,16 +116,21 @@ def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
     """The calibration map of the component of ``nlp`` that writes ``Doc._.parser_scores``
     last (the scores ``tree_expectations`` reads; an earlier writer's map was fitted on other
     scores): the one it carries (:func:`carried_calibration`), or else the
-    :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one."""
-    writers = score_writers(nlp)
-    if not writers:
-        return None
-    name = writers[-1]
-    carried = carried_calibration(nlp.get_pipe(name), nlp.vocab)
-    if carried is not None:
-        return carried
-    path = None if nlp.path is None else Path(nlp.path) / name / CALIBRATION_FILE
-    return path if path is not None and path.is_file() else None
+    :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one. A mixture member
+    (``biaffine_parser`` with ``mixture_member``) without a map leaves the earlier writer's
+    scores as they are and only adds members: then the earlier writer's map, so that its
+    tree's probabilities stay what they were without the member."""
+    for name in reversed(score_writers(nlp)):
+        component = nlp.get_pipe(name)
+        carried = carried_calibration(component, nlp.vocab)
+        if carried is not None:
+            return carried
+        path = None if nlp.path is None else Path(nlp.path) / name / CALIBRATION_FILE
+        if path is not None and path.is_file():
+            return path
+        if not getattr(component, "mixture_member", False):
+            return None
+    return None
 
 
 def last_annotator(nlp: Language) -> Optional[str]:

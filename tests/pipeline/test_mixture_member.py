@@ -195,3 +195,27 @@ def test_calibrate_fits_the_first_parsers_scores_and_stores_the_map_with_the_mem
     assert both.get_pipe("second").calibration_map.to_dict() == fitted.to_dict()
     assert fitted.to_dict()["log_scale"] == first.get_pipe("tree_expectations").calibration.to_dict()["log_scale"]
     assert fitted.to_dict()["log_scale"] != [0.0]
+
+
+def test_a_member_without_a_map_leaves_the_first_parsers_calibrated_values(combined, tmp_path):
+    """A member that carries no map (sourced from a pipeline of its own, its map dropped) must
+    not strip the first parser's map from the first parser's values: head_prob and
+    error_probability stay what the first parser alone gives, saved and loaded too."""
+    first = combined.get_pipe("biaffine_parser")
+    first.calibration_map = CalibrationMap("temperature", (0.5,), (0.0,))
+    try:
+        with combined.select_pipes(disable=["second"]):
+            combined.add_pipe("tree_expectations")
+            alone = combined(TEXT)
+            combined.remove_pipe("tree_expectations")
+        assert combined.get_pipe("second").calibration_map is None
+        combined.add_pipe("tree_expectations")
+        combined.to_disk(tmp_path / "both")
+        for nlp in (combined, spacy.load(tmp_path / "both")):
+            doc = nlp(TEXT)
+            numpy.testing.assert_allclose([t._.head_prob for t in doc], [t._.head_prob for t in alone], atol=1e-6)
+            for a, b in zip(alone.sents, doc.sents):
+                assert b._.error_probability == pytest.approx(a._.error_probability, abs=1e-6)
+                assert b._.mixture_error_probability is not None
+    finally:
+        first.calibration_map = None
