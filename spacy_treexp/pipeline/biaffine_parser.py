@@ -68,7 +68,8 @@ then gives, beside the first parser's own values, the members' mixture values
 under the map this parser carries, applied to every member (fitted in this pipeline, by
 ``spacy-treexp calibrate``, or the first parser's map: ``spacy_treexp.load(ensemble="mixture")``);
 a member that carries none takes the earlier parser's (``tree_expectations.parser_calibration``),
-so that parser's own values stay as they were.
+so that parser's own values stay as they were. A ``product`` parser goes before the members,
+not after them (refused: the mixture's weights would be lost).
 """
 
 import hashlib
@@ -950,6 +951,12 @@ class BiaffineParser(TrainablePipe):
         own = list(self.labels)
         paired = []
         for b, record in enumerate(earlier_records):
+            if int(record.get("member_parsers", 1)) > 1:  # its weights and parser count would be lost
+                raise ProductError(
+                    f"biaffine_parser '{self.name}' has product = true, but the scores it would multiply carry "
+                    f"the members of {int(record['member_parsers'])} parsers joined by mixture_member: a product "
+                    "is of one parser's scores; put the product parser before the mixture members"
+                )
             n = int(record["end"]) - int(record["start"])
             own_arc = arc[b, : n + 1, : n + 1].copy()
             earlier_arc = numpy.asarray(record["arc"], dtype="float32")

@@ -219,3 +219,15 @@ def test_a_member_without_a_map_leaves_the_first_parsers_calibrated_values(combi
                 assert b._.mixture_error_probability is not None
     finally:
         first.calibration_map = None
+
+
+def test_a_product_parser_after_a_member_is_refused(parsers, combined):
+    """A product after the member multiplied each joined member and dropped the mixture's
+    weights (equal weights for 1/4, 1/4, 1/2): refused by name instead."""
+    from spacy_treexp.annotate.product import ProductError
+
+    _, _, folder = parsers
+    source = spacy.load(folder, config={"components.biaffine_parser.product": True})
+    combined.add_pipe("biaffine_parser", name="third", source=source, after="second")
+    with pytest.raises(ProductError, match="members of 2 parsers joined by mixture_member"):
+        combined(TEXT)
