@@ -59,7 +59,7 @@ def load(*, ensemble: Union[bool, str] = False, **overrides: Any) -> Language:
     unknown = sorted(set(overrides) - set(LOAD_OPTIONS))
     if unknown:
         raise ValueError(f"spacy_treexp.load: unknown option(s) {unknown}; expected {LOAD_OPTIONS}")
-    if ensemble not in (False, True) + ENSEMBLE_KINDS:
+    if not isinstance(ensemble, bool) and ensemble not in ENSEMBLE_KINDS:  # 1 == True: named, not let through
         raise ValueError(
             f"spacy_treexp.load: ensemble must be True, False or one of {ENSEMBLE_KINDS}, got {ensemble!r}"
         )

@@ -231,3 +231,13 @@ def test_a_product_parser_after_a_member_is_refused(parsers, combined):
     combined.add_pipe("biaffine_parser", name="third", source=source, after="second")
     with pytest.raises(ProductError, match="members of 2 parsers joined by mixture_member"):
         combined(TEXT)
+
+
+@pytest.mark.parametrize("ensemble", [1, 0.0, None, "Mixture"])
+def test_load_names_an_ensemble_that_is_neither_a_bool_nor_a_kind(ensemble):
+    """``ensemble=1`` passed the check (1 == True) and failed inside add_second_parser with
+    its message; every value that is not a bool or a kind is named by load, before loading."""
+    import spacy_treexp
+
+    with pytest.raises(ValueError, match="spacy_treexp.load: ensemble must be True, False or one of"):
+        spacy_treexp.load(ensemble=ensemble)
