@@ -115,8 +115,8 @@ def make_tree_expectations(
 def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
     """The calibration map of the component of ``nlp`` that writes ``Doc._.parser_scores``
     last (the scores ``tree_expectations`` reads; an earlier writer's map was fitted on other
-    scores): the one it carries (:func:`carried_calibration`), or else the
-    :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one. A mixture member
+    scores): the one it carries (:func:`carried_calibration`), or else, for a writer that carries
+    none by design, the :data:`CALIBRATION_FILE` in its folder when ``nlp`` was loaded from one. A mixture member
     (``biaffine_parser`` with ``mixture_member``) without a map leaves the earlier writer's
     scores as they are and only adds members: then the earlier writer's map, so that its
     tree's probabilities stay what they were without the member."""
@@ -125,7 +125,10 @@ def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
         carried = carried_calibration(component, nlp.vocab)
         if carried is not None:
             return carried
-        path = None if nlp.path is None else Path(nlp.path) / name / CALIBRATION_FILE
+        # a biaffine_parser reads the map in its folder itself, and leaves out one fitted on other
+        # scores (from_disk): only another writer's file is read here
+        carries = hasattr(component, "calibration_map")
+        path = None if nlp.path is None or carries else Path(nlp.path) / name / CALIBRATION_FILE
         if path is not None and path.is_file():
             return path
         if not getattr(component, "mixture_member", False):

@@ -312,6 +312,9 @@ def test_a_parser_made_a_product_after_saving_drops_its_own_map(parsers, tmp_pat
     with pytest.warns(UserWarning, match="fitted on its own scores"):
         product = spacy.load(tmp_path / "solo", config={"components.biaffine_parser.product": True})
     assert product.get_pipe("biaffine_parser").calibration_map is None
+    # nor does tree_expectations read it back from the parser's folder
+    assert parser_calibration(product) is None
+    assert product.add_pipe("tree_expectations").calibration is None
 
 
 def test_an_earlier_source_without_relations_leaves_the_labels_to_the_product_parser(parsers):
