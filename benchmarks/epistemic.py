@@ -6,7 +6,7 @@
    one wrong head", with 95% bootstrap intervals, beside the local (per-word softmax)
    baselines and length.
 2. **Out of domain**: the same scores telling the out-of-domain sentences
-   (``benchmarks/data/ood_blind4_sentences.tsv``, 120 sentences in 12 styles, the one set the
+   (``benchmarks/data/ood_blind5_sentences.tsv``, 120 sentences in 12 styles, the one set the
    shipped ``out_of_domain`` model was not fitted on, nor designed with) from the CoNLL-U file's sentences; both
    sides go through the same tokenizer, one sentence per line.
 3. **Speed**: the whole pipeline (``spacy_treexp.load()`` + ``tree_expectations`` with its
@@ -57,7 +57,7 @@ from spacy_treexp.evaluation.run import load_spacy
 from spacy_treexp.evaluation.scores import text_docs
 from spacy_treexp.io import read_conllu
 
-OOD = Path(__file__).parent / "data" / "ood_blind4_sentences.tsv"
+OOD = Path(__file__).parent / "data" / "ood_blind5_sentences.tsv"
 
 
 def read_ood(path: Path, column: int = 1) -> List[str]:
