@@ -204,13 +204,16 @@ class TreeMixture:
         device = self.members.scores.device
         weights = self.weights.to(torch.float64)
         streams: Randomness = generator
+        seeds: Optional[List[int]] = None  # per draw, its generator made when its rows are sampled
         if generator is None or isinstance(generator, torch.Generator):
             choice = torch.multinomial(weights, num_samples, replacement=True, generator=generator).to(device)
         else:
             if len(generator) != self.batch:
                 raise ValueError(f"got {len(generator)} per-sentence generators for a batch of {self.batch} sentences")
             choice = _choose_members(weights, num_samples, generator).to(device)
-            streams = list(generator) if num_samples == 1 else _per_draw_generators(generator, num_samples)
+            streams = list(generator)
+            if num_samples > 1:
+                seeds, seed_device = _per_draw_seeds(generator, num_samples), generator[0].device
         rows = (torch.arange(self.batch, device=device).unsqueeze(-1) * self.k + choice).t().reshape(-1)
         lengths = self.lengths.repeat(num_samples)
         scores = self.members.scores.detach()
@@ -219,7 +222,10 @@ class TreeMixture:
         for begin in range(0, rows.numel(), step):
             part = slice(begin, begin + step)
             chosen = TreeDistribution(scores.index_select(0, rows[part]), lengths[part], single_root=self.single_root)
-            per_row = streams[part] if isinstance(streams, list) else streams
+            if seeds is not None:  # a few thousand generators at a time, not one per draw at once
+                per_row: Randomness = [torch.Generator(device=seed_device).manual_seed(seed) for seed in seeds[part]]
+            else:
+                per_row = streams[part] if isinstance(streams, list) else streams
             parts.append(sampling.sample(chosen, (1,), method=method, generator=per_row)[0])
         heads = torch.cat(parts)
         return heads.reshape(num_samples, self.batch, heads.shape[-1])
@@ -299,12 +305,9 @@ def _choose_members(weights: Tensor, num_samples: int, generators: Sequence[torc
     return torch.minimum(choice, last.unsqueeze(-1))
 
 
-def _per_draw_generators(generators: Sequence[torch.Generator], num_samples: int) -> List[torch.Generator]:
-    """One generator per sentence → one per (draw s, sentence b) at s B + b, seeded from the
-    sentence's."""
+def _per_draw_seeds(generators: Sequence[torch.Generator], num_samples: int) -> List[int]:
+    """One generator per sentence → the seed of one per (draw s, sentence b) at s B + b, drawn
+    from the sentence's (the generators themselves are made a part at a time: 10^5 of them at
+    once took 0.9 GB)."""
     seeds = [torch.randint(0, 2**62, (num_samples,), generator=g, device=g.device).tolist() for g in generators]
-    return [
-        torch.Generator(device=g.device).manual_seed(int(seed[s]))
-        for s in range(num_samples)
-        for g, seed in zip(generators, seeds)
-    ]
+    return [int(seed[s]) for s in range(num_samples) for seed in seeds]
