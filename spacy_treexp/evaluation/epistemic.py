@@ -10,7 +10,8 @@ or the command line:
 * ``tree_entropy``, ``entropy_per_word`` (``sent._.tree_entropy``, ``sent._.entropy_per_word``);
 * with ensemble members: ``mutual_information`` (``sent._.mutual_information``),
   ``mutual_information_per_word``, ``head_mutual_information_mean`` (mean of
-  ``token._.head_mutual_information``) and ``expected_entropy``;
+  ``token._.head_mutual_information``), ``expected_entropy`` and
+  ``mixture_error_probability`` = 1 − Σ_k w_k p_k(parse) (``sent._.mixture_error_probability``);
 * with a calibration map that carries a novelty reference: ``novelty``
   (``sent._.novelty``, how far the sentence's encoder vectors are from the training data's)
   and, with its domain model, ``out_of_domain`` (``sent._.out_of_domain``);
@@ -45,6 +46,7 @@ ANNOTATION_SCORES = (
     "mutual_information_per_word",
     "head_mutual_information_mean",
     "expected_entropy",
+    "mixture_error_probability",
     "novelty",
     "out_of_domain",
     "length",
@@ -73,6 +75,7 @@ def annotation_scores(record: SentenceAnnotation) -> Dict[str, float]:
         "mutual_information_per_word": mi / n,
         "head_mutual_information_mean": nan if head_mi is None else float(numpy.mean(head_mi)),
         "expected_entropy": value(record.expected_entropy),
+        "mixture_error_probability": value(record.mixture_error_probability),
         "novelty": value(record.novelty),
         "out_of_domain": value(record.out_of_domain),
         "length": float(record.n),
@@ -213,3 +216,41 @@ def with_risk_temperature(
         calibration, risk_temperature=risk["risk_temperature"], fit={**calibration.fit, **fitted}
     )
     return mapped, risk
+
+
+def risk_section(
+    gold: Sequence[GoldTree],
+    scores: Sequence[SentenceScores],
+    calibration: Optional[CalibrationMap] = None,
+    genres: Optional[Sequence[str]] = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> Dict[str, object]:
+    """Sentence risk as ``spacy-treexp evaluate`` reports it: the AUROC of every sentence
+    score of :func:`score_table` (and the local baselines, on the same mapped scores) for
+    "the parser's tree has a wrong head", with bootstrap intervals over sentences, overall
+    and per genre (``genres``, one label per sentence; none: overall only). The sentences are
+    annotated as the pipeline annotates them: under ``calibration`` (the pipeline's own map),
+    its risk temperature and the members the scores carry. Scores a sentence lacks (e.g. the
+    mutual information without members) are left out."""
+    from spacy_treexp.annotate import AnnotateOptions, annotate_sentences
+
+    records = annotate_sentences(scores, AnnotateOptions(seed=seed), calibration)
+    arcs = [s.arc for s in calibrate_sentences(scores, calibration)]
+    wrong = has_attachment_error([r.heads for r in records], [numpy.asarray(g.heads)[1:] for g in gold])
+    table = score_table(records, arcs)
+
+    def block(mask: numpy.ndarray) -> Dict[str, object]:
+        chosen = {name: values[mask] for name, values in table.items()}
+        return {
+            "sentences": int(mask.sum()),
+            "with_error": float(wrong[mask].mean()) if mask.any() else float("nan"),
+            "auroc": auroc_table(chosen, wrong[mask], n_boot=n_boot, seed=seed),
+        }
+
+    everything = numpy.ones(len(records), dtype=bool)
+    out: Dict[str, object] = {"map": None if calibration is None else calibration.kind, "all": block(everything)}
+    labels = numpy.asarray(list(genres) if genres is not None else ["all"] * len(records))
+    if len(set(labels.tolist()) - {"all"}) > 1:
+        out["genres"] = {name: block(labels == name) for name in sorted(set(labels.tolist()))}
+    return out

@@ -244,6 +244,30 @@ def calibration_lines(section: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def risk_lines(section: Dict[str, Any]) -> List[str]:
+    """Markdown of the sentence-risk block: each score's AUROC [95 % interval] overall and per genre."""
+    overall = section["all"]
+    genre_blocks = section.get("genres", {})
+    columns = [("all", overall)] + sorted(genre_blocks.items())
+    lines = [
+        f'AUROC of each sentence score for "the parser\'s tree has a wrong head" '
+        f"({overall['sentences']} sentences, {_pct(overall['with_error'])} % with one), under "
+        + ("the pipeline's own map" if section.get("map") else "the raw scores")
+        + "; `local_*` are the per-word softmax baselines on the same scores; [95 % interval], "
+        "sentence bootstrap.",
+        "",
+        "| score | " + " | ".join(name for name, _ in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+    ]
+    for score in overall["auroc"]:
+        cells = []
+        for _, block in columns:
+            row = block["auroc"].get(score)
+            cells.append("–" if row is None else f"{_f(row['auroc'], 3)} [{_f(row['low'], 3)}, {_f(row['high'], 3)}]")
+        lines.append(f"| {score} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None:
     meta = report["meta"]
     blocks = {"raw scores": report["raw"]}
@@ -309,6 +333,9 @@ def write_markdown(report: Dict[str, Any], path: Path, plots: List[str]) -> None
     if report.get("calibration"):
         lines += ["", "## Calibration: the tree distribution vs the local per-word softmax", ""]
         lines += calibration_lines(report["calibration"])
+    if report.get("risk"):
+        lines += ["", "## Sentence risk: which parses have an attachment error", ""]
+        lines += risk_lines(report["risk"])
     if report.get("timing"):
         lines += [
             "",

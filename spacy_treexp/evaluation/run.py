@@ -23,8 +23,9 @@ import torch
 from spacy_treexp.annotate import SentenceScores, torch_threads
 from spacy_treexp.calibration.map import calibrate_sentences
 from spacy_treexp.engine.sampling import DEFAULT_METHOD
-from spacy_treexp.evaluation.calibration_report import calibration_section
+from spacy_treexp.evaluation.calibration_report import calibration_section, genres
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
+from spacy_treexp.evaluation.epistemic import risk_section
 from spacy_treexp.evaluation.evaluator import EvalOptions, evaluate
 from spacy_treexp.evaluation.report import remove_stale_plots, targets, write_json, write_markdown, write_plots
 from spacy_treexp.evaluation.scores import spacy_scores, stanza_scores, stanza_uses_gold_tags
@@ -97,7 +98,10 @@ class EvalReport:
     the headline targets met or not; ``calibration``: the tree distribution against the
     local per-word softmax, raw and calibrated on dev (scalar temperature, the distance
     map), per genre with chance bands and bootstrap intervals
-    (:mod:`spacy_treexp.evaluation.calibration_report`); ``timing``: the entropy timing table."""
+    (:mod:`spacy_treexp.evaluation.calibration_report`); ``risk``: the AUROC of each sentence
+    score for "the parse has a wrong head", under the pipeline's own map, per genre with
+    bootstrap intervals (:func:`spacy_treexp.evaluation.epistemic.risk_section`); ``timing``:
+    the entropy timing table."""
 
     meta: Dict[str, Any]
     raw: Dict[str, Any]
@@ -106,6 +110,7 @@ class EvalReport:
     calibrated: Optional[Dict[str, Any]] = None
     pipeline_map: Optional[Dict[str, Any]] = None
     calibration: Optional[Dict[str, Any]] = None
+    risk: Optional[Dict[str, Any]] = None
     timing: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
@@ -257,6 +262,13 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     )
     meta["calibration_seconds"] = time.perf_counter() - t0
     log(f"calibration maps and tables in {meta['calibration_seconds']:.1f} s")
+    t0 = time.perf_counter()
+    sentence_genres = genres([g.sent_id for g in gold])
+    report.risk = risk_section(
+        gold, test_scores, own_map, sentence_genres, n_boot=options.bootstrap or 200, seed=config.seed
+    )
+    meta["risk_seconds"] = time.perf_counter() - t0
+    log(f"sentence risk in {meta['risk_seconds']:.1f} s")
     if config.timing:
         t0 = time.perf_counter()
         report.timing = timing_table(

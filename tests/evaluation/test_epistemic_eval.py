@@ -109,3 +109,43 @@ def test_map_trees_are_the_most_probable_trees_by_enumeration():
         n = arc.shape[0] - 1
         trees, lp = tree_log_probs(torch.from_numpy(arc), n, True)
         assert (trees[int(lp.argmax())][1:].numpy() == tree).all()
+
+
+def test_risk_section_scores_the_parses_as_the_pipeline_annotates_them():
+    """Gold trees drawn from the calibrated distribution itself: the error probability under
+    the map ranks the wrong parses well above chance, the report's AUROCs are the ones of the
+    annotated records (map and risk temperature applied), per genre too, and the mixture's
+    risk appears once the scores carry members."""
+    import dataclasses
+
+    from spacy_treexp.annotate import AnnotateOptions, SentenceScores, annotate_sentences
+    from spacy_treexp.calibration import CalibrationMap
+    from spacy_treexp.evaluation.epistemic import has_attachment_error, risk_section
+    from spacy_treexp.evaluation.metrics import auroc
+
+    calibration = dataclasses.replace(CalibrationMap.temperature(2.0), risk_temperature=0.8)
+    arcs = random_sentences(300, 4)
+    scores, lengths = pad_scores([calibration.apply_arc(a) for a in arcs])
+    drawn = TreeDistribution(scores, lengths).sample((1,), generator=torch.Generator().manual_seed(7))[0]
+    gold = [_Gold(numpy.r_[-1, drawn[b, 1 : n + 1].numpy()]) for b, n in enumerate(lengths.tolist())]
+    rng = numpy.random.default_rng(3)
+    sentences = [
+        SentenceScores(arc=a, text=f"s{i}", members=numpy.stack([a, a + rng.normal(0, 1, a.shape)]))
+        for i, a in enumerate(arcs)
+    ]
+    labels = ["weblog" if i % 2 else "email" for i in range(len(arcs))]
+    section = risk_section(gold, sentences, calibration, labels, n_boot=50)
+    records = annotate_sentences(sentences, AnnotateOptions(seed=0), calibration)
+    wrong = has_attachment_error([r.heads for r in records], [g.heads[1:] for g in gold])
+    assert section["all"]["with_error"] == pytest.approx(wrong.mean()) and 0.2 < wrong.mean() < 0.95
+    expected = auroc(numpy.array([r.error_probability for r in records]), wrong)
+    assert section["all"]["auroc"]["error_probability"]["auroc"] == pytest.approx(expected)
+    assert expected > 0.7  # the map's own distribution: its risk is informative
+    for name in ("mixture_error_probability", "local_expected_errors", "local_head_entropy", "length"):
+        assert name in section["all"]["auroc"]
+    assert "novelty" not in section["all"]["auroc"]  # no reference: left out, not NaN
+    email = numpy.array(labels) == "email"
+    assert section["genres"]["email"]["sentences"] == email.sum()
+    in_email = auroc(numpy.array([r.error_probability for r in records])[email], wrong[email])
+    assert section["genres"]["email"]["auroc"]["error_probability"]["auroc"] == pytest.approx(in_email)
+    assert risk_section(gold, sentences, None, n_boot=10)["map"] is None

@@ -63,6 +63,10 @@ def test_command_on_fixture_writes_the_report(pipeline_dir, tmp_path):
     assert {"reliability.png", "oracle_uas.png", "entropy_timing.png"} <= {p.name for p in out.iterdir()}
     summary = (out / "summary.md").read_text(encoding="utf8")
     assert "UAS, MBR tree" in summary and "O(n⁴)" in summary
+    risk = report["risk"]["all"]  # sentence risk, beside its local baselines
+    assert risk["sentences"] == 20 and {"error_probability", "local_expected_errors"} <= set(risk["auroc"])
+    assert all(0.0 <= row["low"] <= row["high"] <= 1.0 and 0.0 <= row["auroc"] <= 1.0 for row in risk["auroc"].values())
+    assert "## Sentence risk" in summary and "| error_probability |" in summary
     # the tree distribution against the local softmax, raw and calibrated on dev, per genre
     calibration = report["calibration"]
     assert "tree, distance map (dev)" in calibration["test"] and "local softmax, raw" in calibration["test"]
