@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -44,6 +42,7 @@ from members_which_pays import commit, paired
 from spacy_treexp.evaluation.calibration_report import genres
 from spacy_treexp.evaluation.epistemic import auroc_table, has_attachment_error
 from spacy_treexp.evaluation.metrics import chance_ece_band, equal_width_ece
+from spacy_treexp.evaluation.run import machine
 from spacy_treexp.evaluation.scores import text_docs
 from spacy_treexp.io import read_conllu
 from spacy_treexp.pipeline.default_model import MIXTURE_NAME, load_named
@@ -147,10 +146,8 @@ def main() -> None:
             sys.exit(f"no such file: {path}")
     torch.set_num_threads(1)
     pipes = pipelines()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     report: Dict = {
-        "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPU cores, torch "
-        f"{torch.__version__} with {torch.get_num_threads()} threads, load average {load:.1f} at start",
+        "machine": machine(),
         "pipelines": {
             "shipped": "spacy_treexp.load() + tree_expectations (its 2 MC-dropout head members)",
             "mixture": f"{MIXTURE_NAME}: the same + the head for en_core_web_sm as a mixture member (equal weights, "

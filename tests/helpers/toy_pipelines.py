@@ -1,6 +1,7 @@
 """A tiny spaCy pipeline with the biaffine parser, trained in seconds by the tests."""
 
 import random
+from pathlib import Path
 
 import spacy
 from spacy.tokens import Doc
@@ -96,3 +97,13 @@ def sentence_heads(sent):
     for token in sent:
         heads.append(0 if token.head.i == token.i else token.head.i - sent.start + 1)
     return heads
+
+
+def two_toy_parsers(folder: Path):
+    """Two toy pipelines of different sizes (arc MLPs of 64 and 32), the second saved in
+    ``folder`` to be loaded there with ``product`` or ``mixture_member`` set: ``(first,
+    second, folder)``."""
+    first, _, _ = train_toy(tiny_parser_config(arc_width=64), 25)
+    second, _, _ = train_toy(tiny_parser_config(arc_width=32), 25)
+    second.to_disk(folder)
+    return first, second, folder

@@ -14,7 +14,7 @@ import pytest
 import spacy
 import torch
 from helpers.enumerate_trees import tree_log_probs
-from helpers.toy_pipelines import tiny_parser_config, train_toy
+from helpers.toy_pipelines import two_toy_parsers
 
 from spacy_treexp.calibration.map import CalibrationMap
 
@@ -25,11 +25,7 @@ IDENTITY = CalibrationMap("temperature", (0.0,), (0.0,))
 @pytest.fixture(scope="module")
 def parsers(tmp_path_factory):
     """Two toy pipelines of different sizes; the second saved, to be loaded as a member."""
-    first, _, _ = train_toy(tiny_parser_config(arc_width=64), 25)
-    second, _, _ = train_toy(tiny_parser_config(arc_width=32), 25)
-    folder = tmp_path_factory.mktemp("second") / "pipeline"
-    second.to_disk(folder)
-    return first, second, folder
+    return two_toy_parsers(tmp_path_factory.mktemp("second") / "pipeline")
 
 
 def member(folder, name="second", **settings):

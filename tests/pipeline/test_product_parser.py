@@ -13,7 +13,7 @@ import pytest
 import spacy
 import torch
 from helpers.enumerate_trees import all_trees
-from helpers.toy_pipelines import TEXTS, tiny_parser_config, train_toy
+from helpers.toy_pipelines import TEXTS, two_toy_parsers
 
 from spacy_treexp.annotate.product import label_order
 from spacy_treexp.calibration.map import CalibrationMap
@@ -30,11 +30,7 @@ def temperature_map(log_scale):
 @pytest.fixture(scope="module")
 def parsers(tmp_path_factory):
     """Two toy pipelines of different sizes; the second saved, to be loaded with ``product``."""
-    first, _, _ = train_toy(tiny_parser_config(arc_width=64), 25)
-    second, _, _ = train_toy(tiny_parser_config(arc_width=32), 25)
-    folder = tmp_path_factory.mktemp("second") / "pipeline"
-    second.to_disk(folder)
-    return first, second, folder
+    return two_toy_parsers(tmp_path_factory.mktemp("second") / "pipeline")
 
 
 @pytest.fixture
