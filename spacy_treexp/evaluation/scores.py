@@ -27,14 +27,18 @@ SKIPPED_FACTORIES = ("senter", "sentencizer", "tree_expectations")
 
 def from_record(record: Any, n: int, where: str, heads: Optional[numpy.ndarray] = None) -> SentenceScores:
     """A ``Doc._.parser_scores`` record (dict; lists may be tuples) as the core's
-    :class:`~spacy_treexp.annotate.SentenceScores`, with the parser's tree ``heads`` (n,)."""
+    :class:`~spacy_treexp.annotate.SentenceScores`, with the parser's tree ``heads`` (n,)
+    and its ensemble members and their weights where it has them."""
     rel = record.get("rel")
     labels = record.get("labels")
+    members, weights = record.get("members"), record.get("member_weights")
     scores = SentenceScores(
         arc=numpy.asarray(record["arc"], dtype=numpy.float32),
         rel=None if rel is None else numpy.asarray(rel, dtype=numpy.float32),
         labels=None if labels is None else [str(label) for label in labels],
         heads=heads,
+        members=None if members is None else numpy.asarray(members, dtype=numpy.float32),
+        member_weights=None if weights is None else numpy.asarray(weights, dtype=numpy.float64),
     )
     scores.check(where)
     if scores.n != n:

@@ -45,3 +45,28 @@ def test_a_custom_score_source_is_evaluated(tmp_path):
     chain = sum(int((g.heads[1:] == numpy.arange(g.n)).sum()) for g in gold)  # gold heads = previous word
     assert report.raw["n_words"] == 141
     assert abs(report.raw["attachment"]["uas_map"] - chain / 141) < 1e-9
+
+
+def test_a_parsers_members_reach_the_evaluation(tmp_path):
+    """Read from Doc._.parser_scores (no tree_expectations in the pipeline), the scores keep
+    the parser's ensemble members and their weights, so that the report's sentence risk has
+    the members' values (mutual information, the mixture's error probability)."""
+    from helpers.toy_pipelines import TINY_CONFIG, train_toy
+
+    nlp, _, _ = train_toy(TINY_CONFIG, 10)
+    assert nlp.get_pipe("biaffine_parser").members >= 2 and "tree_expectations" not in nlp.pipe_names
+    gold = read_conllu(FIXTURES / "eval_20.conllu")
+    scores = spacy_scores(nlp, gold)
+    assert all(s.members is not None and s.members.shape[1:] == s.arc.shape for s in scores)
+    nlp.to_disk(tmp_path / "pipeline")
+    config = EvalConfig(
+        conllu=FIXTURES / "eval_20.conllu",
+        out_dir=tmp_path / "out",
+        model=str(tmp_path / "pipeline"),
+        samples=False,
+        reject_draws=0,
+        timing=False,
+        plots=False,
+    )
+    risk = run(config, log=lambda _: None).risk["all"]["auroc"]
+    assert {"mutual_information", "mixture_error_probability", "error_probability"} <= set(risk)
