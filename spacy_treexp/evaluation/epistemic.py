@@ -231,14 +231,19 @@ def risk_section(
     "the parser's tree has a wrong head", with bootstrap intervals over sentences, overall
     and per genre (``genres``, one label per sentence; none: overall only). The sentences are
     annotated as the pipeline annotates them: under ``calibration`` (the pipeline's own map),
-    its risk temperature and the members the scores carry. Scores a sentence lacks (e.g. the
-    mutual information without members) are left out."""
+    its risk temperature and the members the scores carry. A score any sentence lacks (e.g.
+    the mutual information without members) is left out, overall and in every genre alike;
+    ``left_out`` names those that only some sentences lack, with how many lack them."""
     from spacy_treexp.annotate import AnnotateOptions, annotate_sentences
 
     records = annotate_sentences(scores, AnnotateOptions(seed=seed), calibration)
     arcs = [s.arc for s in calibrate_sentences(scores, calibration)]
     wrong = has_attachment_error([r.heads for r in records], [numpy.asarray(g.heads)[1:] for g in gold])
     table = score_table(records, arcs)
+    # decided on all sentences: a genre whose sentences all have a score would report it alone
+    lacking = {name: int(numpy.isnan(values).sum()) for name, values in table.items()}
+    table = {name: values for name, values in table.items() if not lacking[name]}
+    partly = {name: count for name, count in lacking.items() if 0 < count < len(records)}
 
     def block(mask: numpy.ndarray) -> Dict[str, object]:
         chosen = {name: values[mask] for name, values in table.items()}
@@ -250,6 +255,8 @@ def risk_section(
 
     everything = numpy.ones(len(records), dtype=bool)
     out: Dict[str, object] = {"map": None if calibration is None else calibration.kind, "all": block(everything)}
+    if partly:
+        out["left_out"] = partly
     labels = numpy.asarray(list(genres) if genres is not None else ["all"] * len(records))
     if len(set(labels.tolist()) - {"all"}) > 1:
         out["genres"] = {name: block(labels == name) for name in sorted(set(labels.tolist()))}

@@ -259,12 +259,18 @@ def risk_lines(section: Dict[str, Any]) -> List[str]:
         "| score | " + " | ".join(name for name, _ in columns) + " |",
         "|---|" + "---:|" * len(columns),
     ]
+    if not overall["auroc"]:  # every parse right, or every one wrong: nothing to rank
+        lines[-2:] = ["No AUROC: every parse is " + ("right." if not overall["with_error"] else "wrong.")]
     for score in overall["auroc"]:
         cells = []
         for _, block in columns:
             row = block["auroc"].get(score)
             cells.append("–" if row is None else f"{_f(row['auroc'], 3)} [{_f(row['low'], 3)}, {_f(row['high'], 3)}]")
         lines.append(f"| {score} | " + " | ".join(cells) + " |")
+    left_out = section.get("left_out") or {}
+    if left_out:
+        missing = ", ".join(f"`{name}` ({count} of {overall['sentences']})" for name, count in left_out.items())
+        lines += ["", f"Left out, as some sentences lack them (sentences without): {missing}."]
     return lines
 
 

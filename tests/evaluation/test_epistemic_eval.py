@@ -149,3 +149,35 @@ def test_risk_section_scores_the_parses_as_the_pipeline_annotates_them():
     in_email = auroc(numpy.array([r.error_probability for r in records])[email], wrong[email])
     assert section["genres"]["email"]["auroc"]["error_probability"]["auroc"] == pytest.approx(in_email)
     assert risk_section(gold, sentences, None, n_boot=10)["map"] is None
+
+
+def test_risk_section_leaves_out_a_score_some_sentences_lack_everywhere_and_says_so():
+    """Members on some sentences only (a custom score source, a Stanza folder): the
+    members' scores are left out overall and in every genre alike (a genre whose sentences
+    all have members reported them alone, and summary.md, whose rows follow the overall
+    column, dropped them silently), and the report names them with how many sentences lack
+    them. A file whose parses are all right gets a line, not an empty table."""
+    from spacy_treexp.annotate import SentenceScores, annotate_sentences
+    from spacy_treexp.evaluation.epistemic import risk_section
+    from spacy_treexp.evaluation.report import risk_lines
+
+    arcs = random_sentences(120, 5)
+    scores, lengths = pad_scores(arcs)
+    drawn = TreeDistribution(scores, lengths).sample((1,), generator=torch.Generator().manual_seed(2))[0]
+    gold = [_Gold(numpy.r_[-1, drawn[b, 1 : n + 1].numpy()]) for b, n in enumerate(lengths.tolist())]
+    rng = numpy.random.default_rng(4)
+    with_members = [i % 3 != 0 for i in range(len(arcs))]
+    sentences = [
+        SentenceScores(arc=a, text=f"s{i}", members=numpy.stack([a, a + rng.normal(0, 1, a.shape)]) if has else None)
+        for i, (a, has) in enumerate(zip(arcs, with_members))
+    ]
+    labels = ["email" if has else "weblog" for has in with_members]  # email: every sentence has members
+    section = risk_section(gold, sentences, None, labels, n_boot=20)
+    assert "mutual_information" not in section["all"]["auroc"]
+    assert all("mutual_information" not in block["auroc"] for block in section["genres"].values())
+    assert section["left_out"]["mixture_error_probability"] == 40 and "novelty" not in section["left_out"]
+    text = "\n".join(risk_lines(section))
+    assert "`mixture_error_probability` (40 of 120)" in text
+    right = [_Gold(numpy.r_[-1, r.heads]) for r in annotate_sentences(sentences[:5])]
+    lines = risk_lines(risk_section(right, sentences[:5], None, n_boot=5))
+    assert "No AUROC: every parse is right." in lines and not any(line.startswith("| score") for line in lines)
