@@ -225,18 +225,20 @@ def risk_section(
     genres: Optional[Sequence[str]] = None,
     n_boot: int = 1000,
     seed: int = 0,
+    risk_temperature: Optional[float] = None,
 ) -> Dict[str, object]:
     """Sentence risk as ``spacy-treexp evaluate`` reports it: the AUROC of every sentence
     score of :func:`score_table` (and the local baselines, on the same mapped scores) for
     "the parser's tree has a wrong head", with bootstrap intervals over sentences, overall
     and per genre (``genres``, one label per sentence; none: overall only). The sentences are
     annotated as the pipeline annotates them: under ``calibration`` (the pipeline's own map),
-    its risk temperature and the members the scores carry. A score any sentence lacks (e.g.
+    the risk temperature its ``tree_expectations`` sets (``risk_temperature``; None: the map's)
+    and the members the scores carry. A score any sentence lacks (e.g.
     the mutual information without members) is left out, overall and in every genre alike;
     ``left_out`` names those that only some sentences lack, with how many lack them."""
     from spacy_treexp.annotate import AnnotateOptions, annotate_sentences
 
-    records = annotate_sentences(scores, AnnotateOptions(seed=seed), calibration)
+    records = annotate_sentences(scores, AnnotateOptions(seed=seed, risk_temperature=risk_temperature), calibration)
     arcs = [s.arc for s in calibrate_sentences(scores, calibration)]
     wrong = has_attachment_error([r.heads for r in records], [numpy.asarray(g.heads)[1:] for g in gold])
     table = score_table(records, arcs)

@@ -165,6 +165,18 @@ def _score(config: EvalConfig, gold: Sequence[GoldSentence], nlp: Any) -> List[S
     return spacy_scores(nlp, gold, batch_size=config.batch_size)
 
 
+def _annotator_risk_temperature(nlp: Any) -> Optional[float]:
+    """The ``risk_temperature`` the pipeline's last ``tree_expectations`` sets (None: the map's
+    own, as where it has none)."""
+    if nlp is None:
+        return None
+    from spacy_treexp.pipeline.tree_expectations import last_annotator
+
+    name = last_annotator(nlp)
+    options = None if name is None else getattr(nlp.get_pipe(name), "options", None)
+    return None if options is None else options.risk_temperature
+
+
 def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     start = time.perf_counter()
     out = Path(config.out_dir)  # made only once there is a report to write (a bad input leaves nothing)
@@ -265,7 +277,13 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     t0 = time.perf_counter()
     sentence_genres = genres([g.sent_id for g in gold])
     report.risk = risk_section(
-        gold, test_scores, own_map, sentence_genres, n_boot=options.bootstrap or 200, seed=config.seed
+        gold,
+        test_scores,
+        own_map,
+        sentence_genres,
+        n_boot=options.bootstrap or 200,
+        seed=config.seed,
+        risk_temperature=_annotator_risk_temperature(nlp),
     )
     meta["risk_seconds"] = time.perf_counter() - t0
     log(f"sentence risk in {meta['risk_seconds']:.1f} s")

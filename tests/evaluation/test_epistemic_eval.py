@@ -181,3 +181,32 @@ def test_risk_section_leaves_out_a_score_some_sentences_lack_everywhere_and_says
     right = [_Gold(numpy.r_[-1, r.heads]) for r in annotate_sentences(sentences[:5])]
     lines = risk_lines(risk_section(right, sentences[:5], None, n_boot=5))
     assert "No AUROC: every parse is right." in lines and not any(line.startswith("| score") for line in lines)
+
+
+def test_risk_section_takes_the_risk_temperature_the_pipeline_sets():
+    """evaluate reads the risk temperature of the pipeline's tree_expectations, not only the
+    map's: the report's error_probability is then the one the pipeline writes."""
+    import spacy
+
+    from spacy_treexp.annotate import AnnotateOptions, SentenceScores, annotate_sentences
+    from spacy_treexp.evaluation.epistemic import has_attachment_error, risk_section
+    from spacy_treexp.evaluation.metrics import auroc
+    from spacy_treexp.evaluation.run import _annotator_risk_temperature
+
+    arcs = random_sentences(200, 9)
+    sentences = [SentenceScores(arc=a, text=f"s{i}") for i, a in enumerate(arcs)]
+    scores, lengths = pad_scores(arcs)
+    drawn = TreeDistribution(scores, lengths).sample((1,), generator=torch.Generator().manual_seed(2))[0]
+    gold = [_Gold(numpy.r_[-1, drawn[b, 1 : n + 1].numpy()]) for b, n in enumerate(lengths.tolist())]
+    expected = []
+    for temperature in (0.3, 3.0):
+        records = annotate_sentences(sentences, AnnotateOptions(risk_temperature=temperature))
+        wrong = has_attachment_error([r.heads for r in records], [g.heads[1:] for g in gold])
+        expected.append(auroc(numpy.array([r.error_probability for r in records]), wrong))
+        got = risk_section(gold, sentences, n_boot=10, risk_temperature=temperature)["all"]["auroc"]
+        assert got["error_probability"]["auroc"] == pytest.approx(expected[-1])
+    assert abs(expected[0] - expected[1]) > 1e-3  # the temperature changes the ranking: a test that can fail
+    nlp = spacy.blank("en")
+    assert _annotator_risk_temperature(nlp) is None
+    nlp.add_pipe("tree_expectations", config={"risk_temperature": 0.7})
+    assert _annotator_risk_temperature(nlp) == 0.7
