@@ -27,7 +27,8 @@ seeded by the seed, the sentence's position in its document and its words, so th
 depend on batching; None: fresh samples every call). ``calibration_path``: a calibration
 map's JSON file applied to depparse's scores first, by the core. Without it, a
 ``treexp_calibration.json`` beside the depparse model (where ``spacy-treexp calibrate
---stanza DIR`` stores it) is read, so a calibrated folder is calibrated wherever it is loaded.
+--stanza DIR`` stores it) is read, so a calibrated folder is calibrated wherever it is loaded;
+``calibration_path=False`` applies no map at all (the raw scores), that one included.
 """
 
 from __future__ import annotations
@@ -82,7 +83,13 @@ class TreeExpectationsProcessor(Processor):
         if paths:  # a misspelt calibration_path would otherwise leave the scores uncalibrated, silently
             raise ValueError(f"unknown tree_expectations option(s) {paths}; the one path option is calibration_path.")
         self.options = parse_options(options)
-        calibration = pipeline.config.get(prefix + "calibration_path") or beside_depparse(pipeline.config)
+        given = pipeline.config.get(prefix + "calibration_path")
+        if given is not None and given is not False and not isinstance(given, (str, os.PathLike)):
+            raise ValueError(
+                f"{NAME}_calibration_path must be a map's JSON file, or False for none (not even the map "
+                f"beside the depparse model), got {given!r}"
+            )
+        calibration = None if given is False else given or beside_depparse(pipeline.config)
         try:
             self.calibration = read_map(calibration, NAME + "_calibration_path") if calibration else None
         except CalibrationError as e:

@@ -124,6 +124,18 @@ def test_a_downloaded_stanza_folder_gets_its_map_beside_the_parser(tmp_path, cap
     assert not (folder / "treexp_calibration.json").exists()
     nlp = pipeline_from_dir(str(folder), logging_level="WARN", tokenize_pretokenized=True)
     assert nlp.processors["tree_expectations"].calibration == stored
+    # calibration_path=False: no map at all, that one included (the raw scores)
+    raw = pipeline_from_dir(
+        str(folder), logging_level="WARN", tokenize_pretokenized=True, tree_expectations_calibration_path=False
+    )
+    assert raw.processors["tree_expectations"].calibration is None
+    text = [["The", "dog", "saw", "a", "cat", "with", "the", "telescope", "."]]
+    if abs(stored.arc_temperature - 1.0) > 0.05:
+        assert abs(raw(text).sentences[0].tree_entropy - nlp(text).sentences[0].tree_entropy) > 1e-4
+    with pytest.raises(ValueError, match="calibration_path must be a map's JSON file, or False"):
+        pipeline_from_dir(
+            str(folder), logging_level="WARN", tokenize_pretokenized=True, tree_expectations_calibration_path=3
+        )
     # evaluate shows what the processor's users get: the folder's map
     config = EvalConfig(conllu=dev, out_dir=tmp_path / "eval", stanza_dir=folder, limit=8, samples=False)
     report = run(dataclasses.replace(config, reject_draws=0, timing=False, plots=False), log=lambda message: None)
