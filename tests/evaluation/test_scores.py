@@ -24,15 +24,10 @@ def make_source():
     return get_scores
 
 
-def test_a_custom_score_source_is_evaluated(tmp_path):
-    nlp = spacy.blank("en")
-    nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "treexp_test_eval_source.v1"}})
-    nlp.to_disk(tmp_path / "pipeline")
-    gold = read_conllu(FIXTURES / "eval_20.conllu")
-    scores = spacy_scores(nlp, gold)
-    assert [s.n for s in scores] == [g.n for g in gold]
-    assert all(numpy.array_equal(s.arc[:, 1:], _arc(s.n)[:, 1:]) for s in scores)
-    config = EvalConfig(
+def quick_config(tmp_path) -> EvalConfig:
+    """The evaluation of the pipeline saved in ``tmp_path / "pipeline"`` on the 20-sentence
+    fixture, without samples, timing or plots."""
+    return EvalConfig(
         conllu=FIXTURES / "eval_20.conllu",
         out_dir=tmp_path / "out",
         model=str(tmp_path / "pipeline"),
@@ -41,7 +36,17 @@ def test_a_custom_score_source_is_evaluated(tmp_path):
         timing=False,
         plots=False,
     )
-    report = run(config, log=lambda _: None)
+
+
+def test_a_custom_score_source_is_evaluated(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "treexp_test_eval_source.v1"}})
+    nlp.to_disk(tmp_path / "pipeline")
+    gold = read_conllu(FIXTURES / "eval_20.conllu")
+    scores = spacy_scores(nlp, gold)
+    assert [s.n for s in scores] == [g.n for g in gold]
+    assert all(numpy.array_equal(s.arc[:, 1:], _arc(s.n)[:, 1:]) for s in scores)
+    report = run(quick_config(tmp_path), log=lambda _: None)
     chain = sum(int((g.heads[1:] == numpy.arange(g.n)).sum()) for g in gold)  # gold heads = previous word
     assert report.raw["n_words"] == 141
     assert abs(report.raw["attachment"]["uas_map"] - chain / 141) < 1e-9
@@ -59,14 +64,5 @@ def test_a_parsers_members_reach_the_evaluation(tmp_path):
     scores = spacy_scores(nlp, gold)
     assert all(s.members is not None and s.members.shape[1:] == s.arc.shape for s in scores)
     nlp.to_disk(tmp_path / "pipeline")
-    config = EvalConfig(
-        conllu=FIXTURES / "eval_20.conllu",
-        out_dir=tmp_path / "out",
-        model=str(tmp_path / "pipeline"),
-        samples=False,
-        reject_draws=0,
-        timing=False,
-        plots=False,
-    )
-    risk = run(config, log=lambda _: None).risk["all"]["auroc"]
+    risk = run(quick_config(tmp_path), log=lambda _: None).risk["all"]["auroc"]
     assert {"mutual_information", "mixture_error_probability", "error_probability"} <= set(risk)
