@@ -25,27 +25,6 @@ from spacy_treexp.evaluation.conllu import GoldSentence
 SKIPPED_FACTORIES = ("senter", "sentencizer", "tree_expectations")
 
 
-def from_record(record: Any, n: int, where: str, heads: Optional[numpy.ndarray] = None) -> SentenceScores:
-    """A ``Doc._.parser_scores`` record (dict; lists may be tuples) as the core's
-    :class:`~spacy_treexp.annotate.SentenceScores`, with the parser's tree ``heads`` (n,)
-    and its ensemble members and their weights where it has them."""
-    rel = record.get("rel")
-    labels = record.get("labels")
-    members, weights = record.get("members"), record.get("member_weights")
-    scores = SentenceScores(
-        arc=numpy.asarray(record["arc"], dtype=numpy.float32),
-        rel=None if rel is None else numpy.asarray(rel, dtype=numpy.float32),
-        labels=None if labels is None else [str(label) for label in labels],
-        heads=heads,
-        members=None if members is None else numpy.asarray(members, dtype=numpy.float32),
-        member_weights=None if weights is None else numpy.asarray(weights, dtype=numpy.float64),
-    )
-    scores.check(where)
-    if scores.n != n:
-        raise ValueError(f"{where}: arc scores of shape {scores.arc.shape} for a sentence of {n} words")
-    return scores
-
-
 def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -> List[SentenceScores]:
     """Parse every gold sentence (as its own Doc, gold words and boundaries) with ``nlp``.
 
@@ -56,6 +35,7 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
     """
 
     import spacy_treexp.pipeline.extensions  # noqa: F401  (registers Doc._.parser_scores)
+    from spacy_treexp.pipeline.score_sources import sentence_scores
     from spacy_treexp.pipeline.tree_expectations import last_annotator
 
     annotator = last_annotator(nlp)
@@ -77,8 +57,8 @@ def spacy_scores(nlp: Any, gold: Sequence[GoldSentence], batch_size: int = 64) -
                 )
             if len(records) != 1 or records[0]["start"] != 0 or records[0]["end"] != sentence.n:
                 raise ValueError(f"{where}: the parser changed the gold sentence boundaries")
-            heads = numpy.array([0 if t.head.i == t.i else t.head.i + 1 for t in doc], dtype=numpy.int64)
-            out.append(from_record(records[0], sentence.n, where, heads))
+            # as tree_expectations reads them: members, the record's own tree, the sentence's text
+            out.extend(sentence_scores(doc, records, where))
     return out
 
 
