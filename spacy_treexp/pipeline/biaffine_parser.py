@@ -134,8 +134,8 @@ class Predictions(TypedDict):
     lengths: numpy.ndarray
     heads: numpy.ndarray
     members: Optional[numpy.ndarray]
-    #: With ``mixture_member``: each sentence's joined members and their weights (``_join_earlier``).
-    joined: Optional[List[Tuple[numpy.ndarray, numpy.ndarray]]]
+    #: With ``mixture_member``: each sentence's joined members, their weights and parser count (``_join_earlier``).
+    joined: Optional[List[Dict[str, Any]]]
 
 
 class Gold(TypedDict):
@@ -908,11 +908,12 @@ class BiaffineParser(TrainablePipe):
 
     def _join_earlier(
         self, docs: List[Doc], sentences: List[Sentences], arc: numpy.ndarray, members: Optional[numpy.ndarray]
-    ) -> List[Tuple[numpy.ndarray, numpy.ndarray]]:
-        """Per sentence of the batch, the members ``(K1 + K2, n+1, n+1)`` and weights of the
-        earlier parser's mixture joined by this parser's (see the module doc): the earlier
-        members (or arc scores) with their weights times (P−1)/P, then this parser's members
-        (or arc scores) sharing 1/P, where P counts the parsers joined, this one included."""
+    ) -> List[Dict[str, Any]]:
+        """Per sentence of the batch, the record fields of the earlier parser's mixture joined
+        by this parser's (see the module doc): ``members`` ``(K1 + K2, n+1, n+1)``, the earlier
+        members (or arc scores) then this parser's (or its arc scores); ``member_weights``, the
+        earlier ones times (P−1)/P, then 1/P shared by this parser's; ``member_parsers``, P, the
+        parsers joined, this one included."""
         out = []
         for b, record in enumerate(self._earlier_records(docs, sentences)):
             n = int(record["end"]) - int(record["start"])
@@ -933,7 +934,13 @@ class BiaffineParser(TrainablePipe):
             joined_weights = numpy.r_[
                 weights * (parsers - 1) / parsers, numpy.full(len(own), 1.0 / (parsers * len(own)))
             ]
-            out.append((numpy.concatenate([earlier, own]).astype("float32"), joined_weights))
+            out.append(
+                {
+                    "members": numpy.concatenate([earlier, own]).astype("float32"),
+                    "member_weights": joined_weights,
+                    "member_parsers": parsers,
+                }
+            )
         return out
 
     def _multiply_earlier(
@@ -1167,7 +1174,7 @@ class BiaffineParser(TrainablePipe):
         (with ``mixture_member``: only join the earlier parser's records' members)."""
         joined = predictions.get("joined")
         if joined is not None:
-            self._set_joined(docs, predictions["sentences"], joined)
+            self._set_joined(docs, joined)
             return
         arc, rel, heads = predictions["arc"], predictions["rel"], predictions["heads"]
         members = predictions.get("members")
@@ -1226,29 +1233,16 @@ class BiaffineParser(TrainablePipe):
                     setattr(doc, "noun_chunks_iterator", ud_noun_chunks)
             doc._.set(PARSER_SCORES, records)
 
-    def _set_joined(
-        self, docs: Iterable[Doc], sentences: List[Sentences], joined: List[Tuple[numpy.ndarray, numpy.ndarray]]
-    ) -> None:
-        """Give each earlier record its joined members and weights, with this parser as its
-        writer (``tree_expectations`` then applies this parser's map, to every member)."""
-        b = 0
-        for doc, spans in zip(docs, sentences):
-            records = []
-            for record in doc._.get(PARSER_SCORES) or []:
-                members, weights = joined[b]
-                parsers = int(record.get("member_parsers", 1)) + 1
-                records.append(
-                    {
-                        **record,
-                        "members": members,
-                        "member_weights": weights,
-                        "member_parsers": parsers,
-                        "writer": self.name,
-                        "writer_token": self.writer_token,
-                    }
-                )
-                b += 1
-            doc._.set(PARSER_SCORES, records)
+    def _set_joined(self, docs: Iterable[Doc], joined: List[Dict[str, Any]]) -> None:
+        """Give each earlier record, in order, its joined members (:meth:`_join_earlier`), with
+        this parser as its writer (``tree_expectations`` then applies this parser's map, to
+        every member)."""
+        fields = iter(joined)
+        writer = {"writer": self.name, "writer_token": self.writer_token}
+        for doc in docs:
+            doc._.set(
+                PARSER_SCORES, [{**record, **next(fields), **writer} for record in doc._.get(PARSER_SCORES) or []]
+            )
 
     # -- training ----------------------------------------------------------------------
 
