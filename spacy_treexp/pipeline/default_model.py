@@ -52,7 +52,7 @@ def load(*, ensemble: Union[bool, str] = False, **overrides: Any) -> Language:
     and better calibrated, about a third slower); "mixture", the parser's tree and
     probabilities as they are, with the two parsers as the members of a mixture (the
     strongest risk scores, ``sent._.mixture_error_probability`` and
-    ``token._.mixture_head_prob``; about 1.5x slower). With "mixture" the parser's
+    ``token._.mixture_head_prob``; 1.24x the pipeline's CPU time). With "mixture" the parser's
     ``members`` default to 0 (the two parsers are the members); set them to give each parser
     that many MC-dropout members instead.
     """
