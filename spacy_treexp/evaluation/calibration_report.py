@@ -49,11 +49,21 @@ def genre(sent_id: str) -> str:
     return "all" if prefix == UNNAMED_PREFIX else prefix
 
 
+#: The genre of the sentences without one when others have one: ``all`` would name them as
+#: the whole file, beside the column of every sentence.
+NO_GENRE = "(no genre)"
+
+
 def genres(sent_ids: Sequence[str]) -> List[str]:
     """:func:`genre` of each id, or ``all`` for every one when the prefixes are too many
-    (:data:`MAX_GENRES`) to be genres."""
+    (:data:`MAX_GENRES`) to be genres; where only some ids name a genre, the others get
+    :data:`NO_GENRE`."""
     found = [genre(sent_id) for sent_id in sent_ids]
-    return found if len(set(found)) <= MAX_GENRES else ["all"] * len(found)
+    if len(set(found)) > MAX_GENRES:
+        return ["all"] * len(found)
+    if len(set(found)) > 1:
+        return [NO_GENRE if name == "all" else name for name in found]
+    return found
 
 
 def predicted_heads(scores: Sequence[SentenceScores]) -> List[numpy.ndarray]:

@@ -1,6 +1,8 @@
 """Equal-width ECE, the chance band, and the calibration block (tree vs local softmax, per
 genre) on synthetic corpora whose gold trees are drawn from the scores' own distribution."""
 
+import types
+
 import numpy
 import pytest
 import torch
@@ -159,3 +161,25 @@ def test_genres_come_from_ewt_style_ids_only():
     assert genres(["email-1", "answers-2", "email-3"]) == ["email", "answers", "email"]
     many = [f"doc{k}-s1" for k in range(MAX_GENRES + 1)]
     assert genres(many) == ["all"] * len(many)
+
+
+def test_sentences_without_a_genre_beside_others_are_not_named_all():
+    """A treebank where some sentences have no ``sent_id`` (or one without a genre prefix):
+    those sentences were the genre ``all``, so summary.md's per-genre tables showed them as a
+    column ``all`` (read as the whole file), and the sentence-risk table had two ``all``
+    columns, the whole file's and theirs."""
+    from spacy_treexp.evaluation.calibration_report import NO_GENRE, genres
+    from spacy_treexp.evaluation.epistemic import map_trees, risk_section
+    from spacy_treexp.evaluation.report import risk_lines
+
+    ids = ["email-1", "s2", "weblog-3", "line-4"] * 10
+    assert genres(ids)[:4] == ["email", NO_GENRE, "weblog", NO_GENRE]
+    assert genres(["s1", "line-2"]) == ["all", "all"]  # no genre anywhere: one column, as before
+    rng = numpy.random.default_rng(0)
+    sentences = [SentenceScores(arc=rng.normal(0, 2, (5, 5)), text=f"s{i}") for i in range(len(ids))]
+    trees = map_trees([s.arc for s in sentences])
+    gold = [types.SimpleNamespace(heads=numpy.r_[-1, t if i % 3 else t[::-1]]) for i, t in enumerate(trees)]
+    lines = risk_lines(risk_section(gold, sentences, None, genres(ids), n_boot=5))
+    header = next(line for line in lines if line.startswith("| score"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")][1:]
+    assert sorted(columns) == sorted(["all", "email", "weblog", NO_GENRE])
