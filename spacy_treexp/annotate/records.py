@@ -384,3 +384,34 @@ def register_msgpack() -> None:
 
 
 register_msgpack()
+
+
+#: The annotation in CoNLL-U (``spacy-treexp annotate``, ``spacy_treexp.stanza.to_conllu``): each
+#: per-sentence comment key with the :class:`SentenceAnnotation` value it holds. A key is also the
+#: name of the spaCy ``Span`` extension holding that value. A value that is None is not written.
+CONLLU_COMMENTS: Dict[str, str] = {
+    "tree_entropy": "entropy",
+    "log_partition": "log_partition",
+    "expected_attachment": "expected_attachment",
+    "error_probability": "error_probability",
+    "mixture_error_probability": "mixture_error_probability",
+    "mutual_information": "mutual_information",
+    "expected_entropy": "expected_entropy",
+    "novelty": "novelty",
+    "out_of_domain": "out_of_domain",
+}
+#: Each per-word MISC key with the :class:`SentenceAnnotation` array (also the spaCy ``Token``
+#: extension) it holds; a word without the value has no such key.
+CONLLU_MISC: Dict[str, str] = {
+    "HeadProb": "head_prob",
+    "HeadEntropy": "head_entropy",
+    "DepProb": "dep_prob",
+    "HeadMI": "head_mutual_information",
+    "MixtureHeadProb": "mixture_head_prob",
+}
+#: Values of :data:`CONLLU_COMMENTS` that are derived from a stored log-probability: read back
+#: as that field, log(1 − value).
+CONLLU_DERIVED: Dict[str, str] = {
+    "error_probability": "parse_log_prob",
+    "mixture_error_probability": "mixture_parse_log_prob",
+}

@@ -24,6 +24,7 @@ import numpy
 from spacy.tokens import Doc, DocBin, Span, Token
 from spacy.vocab import Vocab
 
+from spacy_treexp.annotate.records import CONLLU_COMMENTS, CONLLU_MISC
 from spacy_treexp.cli.common import UserError, is_stdio
 from spacy_treexp.cli.partial import Kept, Manifest, OutputPaths, PartialFile, clear_unlisted_shards, settle
 from spacy_treexp.io.conllu import ConlluSentence, format_misc, write_conllu
@@ -33,8 +34,25 @@ from spacy_treexp.pipeline.attributes import described_tree
 FORMATS = ("jsonl", "conllu", "spacy")
 SHARD_SIZE = 1000
 
-#: Sentence comments the CoNLL-U writer adds (a re-annotated file gets them replaced).
-SENTENCE_COMMENTS = ("tree_entropy", "log_partition", "expected_attachment")
+#: Sentence comments the CoNLL-U writer adds, each a ``Span`` extension (a re-annotated file gets
+#: them replaced, and those the new run has no value for removed).
+SENTENCE_COMMENTS = tuple(CONLLU_COMMENTS)
+#: Word values the CoNLL-U writer adds to MISC, each a ``Token`` extension; the last two only
+#: where the sentence has members (the first two always).
+WORD_MISC = {key: CONLLU_MISC[key] for key in ("HeadProb", "HeadEntropy", "HeadMI", "MixtureHeadProb")}
+#: Sentence values of the JSONL output (and the Parquet columns) besides the tree's; None
+#: (null) where the pipeline gives none (no members, no novelty reference).
+SENTENCE_VALUES = (
+    "error_probability",
+    "expected_errors",
+    "mixture_error_probability",
+    "mutual_information",
+    "expected_entropy",
+    "novelty",
+    "out_of_domain",
+)
+#: Word values of the JSONL output besides ``head_prob``, ``head_entropy`` and ``dep_prob``.
+WORD_VALUES = ("head_mutual_information", "mixture_head_prob")
 _SAMPLE_COMMENT = re.compile(r"#\s*sample_[0-9]+\s*=")
 
 
@@ -140,6 +158,7 @@ def doc_to_json(doc: Doc) -> dict[str, Any]:
                 "head_entropy": _float(token._.head_entropy),
                 "dep_prob": _float(token._.dep_prob),
                 "head_distribution": [[h.i, _float(p)] for h, p in token._.head_distribution or []],
+                **{name: _float(token._.get(name)) for name in WORD_VALUES},
             }
             for token, head, dep in zip(sent, heads, deps)
         ]
@@ -152,6 +171,7 @@ def doc_to_json(doc: Doc) -> dict[str, Any]:
                 "entropy_per_word": _float(sent._.entropy_per_word),
                 "log_partition": _float(sent._.log_partition),
                 "expected_attachment": _float(sent._.expected_attachment),
+                **{name: _float(sent._.get(name)) for name in SENTENCE_VALUES},
                 "mbr_heads": [int(h) for h in sent._.mbr_heads],
                 "samples": [
                     {"heads": [int(h) for h in row], "log_prob": _float(lp)}
@@ -262,7 +282,9 @@ def _predicted_columns(token: Token, predicted: dict[str, bool]) -> dict[str, st
 
 
 def _uncertainty(token: Token) -> dict[str, Optional[str]]:
-    return {"HeadProb": f"{token._.head_prob:.4f}", "HeadEntropy": f"{token._.head_entropy:.4f}"}
+    """The word's :data:`WORD_MISC` items (None, which removes an earlier run's, where it has no value)."""
+    values = {key: token._.get(name) for key, name in WORD_MISC.items()}
+    return {key: None if value is None else f"{value:.4f}" for key, value in values.items()}
 
 
 def _with_parse(source: ConlluSentence, sent: Span, predicted: dict[str, bool]) -> ConlluSentence:
@@ -323,9 +345,9 @@ def _annotated(sentence: ConlluSentence, sent: Span, space: list[bool]) -> Conll
     out = ConlluSentence(
         [line for line in sentence.comments if not _SAMPLE_COMMENT.match(line)], sentence.rows, sentence.line
     )
-    values = (sent._.tree_entropy, sent._.log_partition, sent._.expected_attachment)
-    for key, value in zip(SENTENCE_COMMENTS, values):
-        out = out.with_comment(key, f"{value:.6f}")
+    for key in SENTENCE_COMMENTS:
+        value = sent._.get(key)
+        out = out.with_comment(key, None if value is None else f"{value:.6f}")
     for s, (row, lp) in enumerate(zip(sent._.sampled_heads, sent._.sample_log_probs), start=1):
         heads = " ".join(str(h) for h in word_heads([int(h) for h in row], space))
         out = out.with_comment(f"sample_{s}", f"log_prob {lp:.6f} heads {heads}")

@@ -23,11 +23,14 @@ column                  type                                                   v
 ======================  =====================================================  ==========================================
 
 A sentence: ``start``, ``end`` (int32 token offsets), ``text``, ``tree_entropy``,
-``entropy_per_word``, ``log_partition``, ``expected_attachment`` (float64), ``mbr_heads``
-(list<int32>), ``samples`` (list<struct<heads: list<int32>, log_prob: float64>>) and
-``tokens``: list<struct<i: int32, text: string, head: int32, dep: string, head_prob,
-head_entropy, dep_prob: float64, head_distribution: list<struct<head: int32, prob:
-float64>>>>.
+``entropy_per_word``, ``log_partition``, ``expected_attachment``, ``error_probability``,
+``expected_errors``, ``mixture_error_probability``, ``mutual_information``,
+``expected_entropy``, ``novelty``, ``out_of_domain`` (float64; the last five null without
+members or a novelty reference), ``mbr_heads`` (list<int32>), ``samples``
+(list<struct<heads: list<int32>, log_prob: float64>>) and ``tokens``: list<struct<i: int32,
+text: string, head: int32, dep: string, head_prob, head_entropy, dep_prob: float64,
+head_distribution: list<struct<head: int32, prob: float64>>, head_mutual_information,
+mixture_head_prob: float64 (null without members)>>.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
+from spacy_treexp.cli.outputs import SENTENCE_VALUES, WORD_VALUES
 from spacy_treexp.io.inputs import Context
 
 HEAD = pa.struct([("head", pa.int32()), ("prob", pa.float64())])
@@ -51,6 +55,7 @@ TOKEN = pa.struct(
         ("head_entropy", pa.float64()),
         ("dep_prob", pa.float64()),
         ("head_distribution", pa.list_(HEAD)),
+        *((name, pa.float64()) for name in WORD_VALUES),
     ]
 )
 SAMPLE = pa.struct([("heads", pa.list_(pa.int32())), ("log_prob", pa.float64())])
@@ -63,6 +68,7 @@ SENTENCE = pa.struct(
         ("entropy_per_word", pa.float64()),
         ("log_partition", pa.float64()),
         ("expected_attachment", pa.float64()),
+        *((name, pa.float64()) for name in SENTENCE_VALUES),
         ("mbr_heads", pa.list_(pa.int32())),
         ("samples", pa.list_(SAMPLE)),
         ("tokens", pa.list_(TOKEN)),

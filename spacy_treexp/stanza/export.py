@@ -10,10 +10,13 @@ so these functions carry them:
   (strict JSON has none). ``from_dict(json.loads(json.dumps(to_dict(doc))))`` gives a
   Document whose properties equal the original's exactly.
 * :func:`to_conllu` / :func:`from_conllu`: the per-word values in the MISC column
-  (``HeadProb=..|HeadEntropy=..|DepProb=..``) and the per-sentence values as comments
-  (``# tree_entropy = ..``, ``# log_partition = ..``, ``# expected_attachment = ..``),
-  rounded to ``digits`` decimals. Reading the text back and writing it again gives the
-  same text.
+  (``HeadProb=..|HeadEntropy=..|DepProb=..``, with members ``HeadMI`` and ``MixtureHeadProb``)
+  and the per-sentence values as comments (``# tree_entropy = ..``, ``# log_partition = ..``,
+  ``# expected_attachment = ..``, ``# error_probability = ..``, and where the sentence has them
+  ``mixture_error_probability``, ``mutual_information``, ``expected_entropy``, ``novelty``,
+  ``out_of_domain``; the keys: ``spacy_treexp.annotate.records.CONLLU_COMMENTS`` and
+  ``CONLLU_MISC``), rounded to ``digits`` decimals. Reading the text back and writing it again
+  gives the same text.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from stanza.models.common.doc import Document, Sentence
 from stanza.utils.conll import CoNLL
 
 from spacy_treexp.annotate import SentenceAnnotation, SentenceScores, mbr_heads
+from spacy_treexp.annotate.records import CONLLU_COMMENTS, CONLLU_DERIVED, CONLLU_MISC
 from spacy_treexp.io import read_conllu, write_conllu
 from spacy_treexp.stanza.capture import SCORES_ATTR, captured_scores, with_tree
 from spacy_treexp.stanza.processor import RECORD_ATTR, checked_record
@@ -51,14 +55,6 @@ _ARRAYS = {
     "members": numpy.float32,
 }
 _SCORE_FIELDS = ("arc", "rel", "members")
-#: MISC keys of per-word values, and the record fields they hold.
-MISC_FIELDS = {"HeadProb": "head_prob", "HeadEntropy": "head_entropy", "DepProb": "dep_prob"}
-#: Comment keys of per-sentence values, and the record fields they hold.
-COMMENT_FIELDS = {
-    "tree_entropy": "entropy",
-    "log_partition": "log_partition",
-    "expected_attachment": "expected_attachment",
-}
 
 
 def _record(sentence: Sentence, where: str) -> SentenceAnnotation:
@@ -161,14 +157,14 @@ def to_conllu(doc: Document, *, digits: int = 4) -> str:
     records = [_record(sentence, "to_conllu") for sentence in doc.sentences]
     out = []
     for record, parsed in zip(records, read_conllu(io.StringIO(f"{doc:C}\n\n"))):
-        for key, field in COMMENT_FIELDS.items():
+        for key, field in CONLLU_COMMENTS.items():
             value = getattr(record, field)
             parsed = parsed.with_comment(key, None if value is None else _format(value, digits))
         for m in range(1, parsed.n + 1):
             # ours go last, whatever order Stanza gives the other MISC items on re-reading
-            parsed = parsed.with_misc(m, dict.fromkeys(MISC_FIELDS))
+            parsed = parsed.with_misc(m, dict.fromkeys(CONLLU_MISC))
             items: Dict[str, Optional[str]] = {}
-            for key, field in MISC_FIELDS.items():
+            for key, field in CONLLU_MISC.items():
                 values = getattr(record, field)
                 value = None if values is None else float(values[m - 1])
                 items[key] = _format(value, digits) if value is not None and math.isfinite(value) else None
@@ -177,6 +173,11 @@ def to_conllu(doc: Document, *, digits: int = 4) -> str:
     buffer = io.StringIO()
     write_conllu(out, buffer)
     return buffer.getvalue()
+
+
+def _log_complement(probability: float) -> float:
+    """log(1 − p), -inf at p = 1 (an error probability read back as the parse's log-probability)."""
+    return -math.inf if probability >= 1.0 else math.log1p(-probability)
 
 
 def from_conllu(text: str) -> Document:
@@ -194,10 +195,14 @@ def from_conllu(text: str) -> Document:
             "end": position + n,
             "heads": numpy.array([w.head for w in sentence.words], dtype=numpy.int32),
         }
-        for key, field in COMMENT_FIELDS.items():
+        for key, field in CONLLU_COMMENTS.items():
             value = parsed.comment(key)
-            record[field] = None if value is None else float(value)
-        for key, field in MISC_FIELDS.items():
+            number = None if value is None else float(value)
+            if key in CONLLU_DERIVED:  # 1 − exp(log p): stored as log p
+                record[CONLLU_DERIVED[key]] = None if number is None else _log_complement(number)
+            else:
+                record[field] = number
+        for key, field in CONLLU_MISC.items():
             found = [parsed.misc_items(m).get(key) for m in range(1, n + 1)]
             if any(value is not None for value in found):
                 record[field] = numpy.array([numpy.nan if v is None else float(v) for v in found], dtype=numpy.float32)

@@ -29,12 +29,13 @@ CONLLU = """# newdoc id = d1
 """
 
 
-def save_pipeline(path: Path, *components: str, fail_on: str = "") -> str:
-    """A blank English pipeline of ``components`` then the test scorer, saved at ``path``."""
+def save_pipeline(path: Path, *components: str, fail_on: str = "", members: int = 0) -> str:
+    """A blank English pipeline of ``components`` then the test scorer (with ``members``
+    ensemble members), saved at ``path``."""
     nlp = spacy.blank("en")
     for name in components:
         nlp.add_pipe(name)
-    nlp.add_pipe("treexp_test_scorer", config={"fail_on": fail_on})
+    nlp.add_pipe("treexp_test_scorer", config={"fail_on": fail_on, "members": members})
     nlp.to_disk(path)
     return str(path)
 
@@ -43,6 +44,12 @@ def save_pipeline(path: Path, *components: str, fail_on: str = "") -> str:
 def model(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A sentencizer and the test scorer (refusing documents that contain "FAIL")."""
     return save_pipeline(tmp_path_factory.mktemp("cli") / "pipeline", "sentencizer", fail_on="FAIL")
+
+
+@pytest.fixture(scope="session")
+def members_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A sentencizer and the test scorer with 3 ensemble members."""
+    return save_pipeline(tmp_path_factory.mktemp("cli") / "members", "sentencizer", members=3)
 
 
 @pytest.fixture(scope="session")

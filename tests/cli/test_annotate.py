@@ -162,7 +162,7 @@ def test_conllu_comes_back_verbatim_but_for_the_parse_and_its_uncertainty(model,
     assert text.endswith("\n\n") and text.count("\n\n") == 1
     comments = [line for line in text.splitlines() if line.startswith("#")]
     assert comments[:3] == ENHANCED.splitlines()[:3]
-    added = ["tree_entropy", "log_partition", "expected_attachment", "sample_1", "sample_2"]
+    added = ["tree_entropy", "log_partition", "expected_attachment", "error_probability", "sample_1", "sample_2"]
     assert [line[2:].split(" = ")[0] for line in comments[3:]] == added
     rows = []
     for line in text.splitlines():
@@ -305,3 +305,53 @@ def test_with_a_stanza_pipeline_keeps_gold_sentences(conllu_file, tmp_path, run_
         assert 0.0 <= token["head_prob"] <= 1.0 and token["head_entropy"] >= 0.0
     assert all(len(s["samples"]) == 2 for r in records for s in r["sentences"])
     assert "either --model or --stanza" in user_error("parse", "Hi .", "--stanza", str(STANZA_DIR), "--model", "x")
+
+
+def test_outputs_carry_the_members_values_and_a_rerun_without_members_drops_them(
+    members_model, model, tmp_path, run_cli
+):
+    """With ensemble members, JSONL carries each sentence's risk and epistemic values and each
+    word's; CoNLL-U carries them as comments and MISC items (the Doc's values, rounded); a
+    re-annotation by a pipeline without members removes what it cannot give again."""
+    from spacy_treexp.cli.pipelines import load_pipeline
+
+    text = "The cat sat on the mat. Dogs bark loudly."
+    source = tmp_path / "in.txt"
+    source.write_text(text + "\n")
+    doc = load_pipeline(members_model, n_samples=0)(text)
+    sents = list(doc.sents)
+    assert all(s._.mutual_information is not None and s._.mixture_error_probability is not None for s in sents)
+
+    jsonl = tmp_path / "out.jsonl"
+    assert run_cli("annotate", str(source), "-o", str(jsonl), "--model", members_model)[0] == 0
+    record = json.loads(jsonl.read_text())
+    for sent, got in zip(sents, record["sentences"]):
+        for name in ("error_probability", "expected_errors", "mixture_error_probability", "mutual_information"):
+            assert got[name] == pytest.approx(sent._.get(name), abs=1e-6), name
+        assert got["expected_entropy"] == pytest.approx(sent._.expected_entropy, abs=1e-6)
+        assert got["novelty"] is None and got["out_of_domain"] is None  # no novelty reference here
+        for token, word in zip(sent, got["tokens"]):
+            assert word["head_mutual_information"] == pytest.approx(token._.head_mutual_information, abs=1e-6)
+            assert word["mixture_head_prob"] == pytest.approx(token._.mixture_head_prob, abs=1e-6)
+
+    conllu = tmp_path / "out.conllu"
+    assert run_cli("annotate", str(source), "-o", str(conllu), "--model", members_model)[0] == 0
+    blocks = conllu.read_text().strip().split("\n\n")
+    assert len(blocks) == len(sents)
+    for sent, block in zip(sents, blocks):
+        comments = dict(line[2:].split(" = ", 1) for line in block.splitlines() if line.startswith("# "))
+        assert float(comments["mutual_information"]) == pytest.approx(sent._.mutual_information, abs=1e-6)
+        assert float(comments["mixture_error_probability"]) == pytest.approx(sent._.mixture_error_probability, abs=1e-6)
+        assert float(comments["error_probability"]) == pytest.approx(sent._.error_probability, abs=1e-6)
+        words = [line.split("\t") for line in block.splitlines() if not line.startswith("#")]
+        for token, cols in zip(sent, words):
+            misc = dict(item.split("=", 1) for item in cols[9].split("|"))
+            assert float(misc["HeadMI"]) == pytest.approx(token._.head_mutual_information, abs=1e-4)
+            assert float(misc["MixtureHeadProb"]) == pytest.approx(token._.mixture_head_prob, abs=1e-4)
+
+    again = tmp_path / "again.conllu"
+    assert run_cli("annotate", str(conllu), "-o", str(again), "--model", model)[0] == 0
+    rerun = again.read_text()
+    assert "HeadMI" not in rerun and "MixtureHeadProb" not in rerun
+    assert "# mutual_information" not in rerun and "# mixture_error_probability" not in rerun
+    assert rerun.count("# error_probability = ") == len(sents)

@@ -31,15 +31,20 @@ def random_scores(n: int, seed: int, scale: float = 2.0, n_labels: int = len(LAB
     return arc, rel.astype(numpy.float32)
 
 
-def score_doc(doc: Doc, seed: int = 0, scale: float = 2.0, set_parse: bool = True) -> Doc:
-    """Fill ``doc._.parser_scores`` per sentence; optionally set the MAP parse."""
+def score_doc(doc: Doc, seed: int = 0, scale: float = 2.0, set_parse: bool = True, members: int = 0) -> Doc:
+    """Fill ``doc._.parser_scores`` per sentence; optionally set the MAP parse; ``members`` > 0:
+    also that many ensemble members, the arc scores plus seeded noise of scale 1."""
     records = []
     heads = numpy.zeros(len(doc), dtype=numpy.int64)
     deps = numpy.zeros(len(doc), dtype=numpy.uint64)
     for sent in doc.sents:
         n = len(sent)
         arc, rel = random_scores(n, seed + zlib.crc32(sent.text.encode("utf8")), scale)
-        records.append({"start": sent.start, "end": sent.end, "arc": arc, "rel": rel, "labels": list(LABELS)})
+        record = {"start": sent.start, "end": sent.end, "arc": arc, "rel": rel, "labels": list(LABELS)}
+        if members:
+            noise = numpy.random.default_rng(seed + 1 + zlib.crc32(sent.text.encode("utf8")))
+            record["members"] = (arc + noise.standard_normal((members, n + 1, n + 1))).astype(numpy.float32)
+        records.append(record)
         mode = TreeDistribution(torch.from_numpy(arc).double()).mode.numpy().reshape(-1)
         for m in range(1, n + 1):
             h = int(mode[m])
@@ -54,11 +59,11 @@ def score_doc(doc: Doc, seed: int = 0, scale: float = 2.0, set_parse: bool = Tru
 
 @Language.factory(
     "treexp_test_scorer",
-    default_config={"seed": 0, "scale": 2.0, "set_parse": True, "fail_on": ""},
+    default_config={"seed": 0, "scale": 2.0, "set_parse": True, "fail_on": "", "members": 0},
     assigns=["doc._.parser_scores", "token.head", "token.dep"],
 )
-def make_test_scorer(nlp: Language, name: str, seed: int, scale: float, set_parse: bool, fail_on: str):
-    return TestScorer(seed, scale, set_parse, fail_on)
+def make_test_scorer(nlp: Language, name: str, seed: int, scale: float, set_parse: bool, fail_on: str, members: int):
+    return TestScorer(seed, scale, set_parse, fail_on, members)
 
 
 class TestScorer:
@@ -67,8 +72,9 @@ class TestScorer:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, seed: int, scale: float, set_parse: bool, fail_on: str = "") -> None:
+    def __init__(self, seed: int, scale: float, set_parse: bool, fail_on: str = "", members: int = 0) -> None:
         self.seed, self.scale, self.set_parse, self.fail_on = seed, scale, set_parse, fail_on
+        self.members = members
 
     def __call__(self, doc: Doc) -> Doc:
         if self.fail_on and self.fail_on in doc.text:
@@ -76,7 +82,7 @@ class TestScorer:
         if len(doc) == 0:
             doc._.parser_scores = []
             return doc
-        return score_doc(doc, self.seed, self.scale, self.set_parse)
+        return score_doc(doc, self.seed, self.scale, self.set_parse, self.members)
 
 
 TEXTS = [

@@ -161,6 +161,24 @@ def test_ensemble_members_survive_the_json_export(kind):
         numpy.testing.assert_array_equal(getattr(a, SCORES_ATTR).members, getattr(b, SCORES_ATTR).members)
 
 
+def test_ensemble_values_survive_the_conllu_export(kind):
+    """An ensemble's sentence risk, mutual information and per-word mixture values go to
+    CoNLL-U comments and MISC (rounded) and come back from it."""
+    name, _, doc = kind
+    if name != "ensemble":
+        pytest.skip("members exist only for ensembles")
+    text = treexp_stanza.to_conllu(doc, digits=6)
+    assert "# mutual_information = " in text and "HeadMI=" in text and "MixtureHeadProb=" in text
+    back = treexp_stanza.from_conllu(text)
+    assert treexp_stanza.to_conllu(back, digits=6) == text
+    for a, b in zip(doc.sentences, back.sentences):
+        for prop in ("error_probability", "mixture_error_probability", "mutual_information", "expected_entropy"):
+            assert getattr(b, prop) == pytest.approx(getattr(a, prop), abs=2e-6), prop
+        for wa, wb in zip(a.words, b.words):
+            assert wb.head_mutual_information == pytest.approx(wa.head_mutual_information, abs=2e-6)
+            assert wb.mixture_head_prob == pytest.approx(wa.mixture_head_prob, abs=2e-6)
+
+
 def test_reversed_ensemble_maps_members_back(kind):
     name, nlp, _ = kind
     if name != "ensemble":
