@@ -7,7 +7,7 @@ from typing import Annotated, Any, TextIO
 
 import numpy
 import typer
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Span
 
 from spacy_treexp.cli.common import STDIO, BatchSize, Code, Gpu, Model, Stanza, UserError
 from spacy_treexp.cli.outputs import escape_spaces
@@ -29,7 +29,9 @@ def parse(
     """Parse a text and print the uncertainty table of each sentence.
 
     Per word: head, relation, head probability and head entropy; per sentence: tree
-    entropy, expected attachment and log Z; with --samples K, K sampled trees.
+    entropy, expected attachment and log Z, then the probability that the parse has a wrong
+    head and, where the pipeline gives them, the members' mixture's, the mutual information
+    and the probability that the sentence is out of domain; with --samples K, K sampled trees.
     """
     if text == STDIO:
         try:
@@ -60,6 +62,22 @@ def parse(
     return 0
 
 
+def risk_line(sent: Span) -> str:
+    """The sentence's risk and epistemic values that it has, in one line ('' if none):
+    P(the parse has a wrong head), the members' mixture's, the mutual information between
+    tree and member, and P(out of domain)."""
+    parts = []
+    if sent._.error_probability is not None:
+        parts.append(f"P(a wrong head) {100 * sent._.error_probability:.1f}%")
+    if sent._.mixture_error_probability is not None:
+        parts.append(f"under the members' mixture {100 * sent._.mixture_error_probability:.1f}%")
+    if sent._.mutual_information is not None:
+        parts.append(f"mutual information {sent._.mutual_information:.3f} nats")
+    if sent._.out_of_domain is not None:
+        parts.append(f"P(out of domain) {100 * sent._.out_of_domain:.1f}%")
+    return "; ".join(parts)
+
+
 def write_table(doc: Doc, out: TextIO) -> None:
     """The uncertainty table of each sentence of an annotated Doc, and its samples
     (heads in CoNLL-U numbering, with how many differ from the predicted tree)."""
@@ -69,6 +87,9 @@ def write_table(doc: Doc, out: TextIO) -> None:
             f"({sent._.entropy_per_word:.3f} per word), expected attachment "
             f"{100 * sent._.expected_attachment:.1f}%, log Z {sent._.log_partition:.2f}\n"
         )
+        risk = risk_line(sent)
+        if risk:
+            out.write(f"  {risk}\n")
         shown = {t.i: escape_spaces(t.text) if t.is_space else t.text for t in sent}  # "\n" visible
         width = max(4, max(len(text) for text in shown.values()))
         out.write(

@@ -137,3 +137,24 @@ def test_the_ensemble_is_a_model_name(run_cli):
     doc = nlp("The cat sat on the mat.")
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [float(r[-2]) for r in rows] == [round(t._.head_prob, 3) for t in doc]
+
+
+def test_the_table_gives_each_sentences_risk_and_members_values(model, members_model, run_cli):
+    """Each sentence's line under its header: P(a wrong head) always, the members' mixture's
+    and the mutual information with members, as the Doc has them."""
+    from spacy_treexp.cli.pipelines import load_pipeline
+
+    text = "The cat sat on the mat. It purred."
+    status, out, _ = run_cli("parse", text, "--model", members_model)
+    assert status == 0
+    doc = load_pipeline(members_model, n_samples=0)(text)
+    lines = [line.strip() for line in out.splitlines() if line.strip().startswith("P(a wrong head)")]
+    assert lines == [
+        f"P(a wrong head) {100 * s._.error_probability:.1f}%; under the members' mixture "
+        f"{100 * s._.mixture_error_probability:.1f}%; mutual information {s._.mutual_information:.3f} nats"
+        for s in doc.sents
+    ]
+    status, out, _ = run_cli("parse", text, "--model", model)
+    plain = load_pipeline(model, n_samples=0)(text)
+    lines = [line.strip() for line in out.splitlines() if line.strip().startswith("P(a wrong head)")]
+    assert lines == [f"P(a wrong head) {100 * s._.error_probability:.1f}%" for s in plain.sents]
