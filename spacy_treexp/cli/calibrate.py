@@ -438,10 +438,18 @@ def _table(
                 f"{f['gold_head_nll']:6.4f}"
             )
             nll[name, label] = f["gold_head_nll"]
-    before, after = nll.get(("held-out", "before")), nll.get(("held-out", "after"))
+    before, now, after = (nll.get(("held-out", label)) for label in ("before", "current", "after"))
+    remedy = "fit on more of them" + (
+        ", or a --kind temperature map (one scale)," if calibration.kind != "temperature" else ""
+    )
     if before is not None and after is not None and after > before:
         warn(
             f"the map makes the held-out gold-head NLL worse ({before:.4f} -> {after:.4f}): it over-fits its "
-            "dev sentences; fit on more of them, or a --kind temperature map (one scale), before using it"
+            f"dev sentences; {remedy} before using it"
+        )
+    elif now is not None and after is not None and after > now:
+        warn(
+            f"the new map gives a worse held-out gold-head NLL than the map it replaces ({now:.4f} -> {after:.4f}); "
+            f"{remedy} before using it"
         )
     return "\n".join(lines)

@@ -346,6 +346,40 @@ def test_a_map_that_makes_held_out_worse_is_warned_about(capsys):
     assert "worse" not in capsys.readouterr().err
 
 
+def test_the_held_out_warning_compares_with_the_map_replaced_and_advises_what_is_left(capsys):
+    """A temperature map was told to try "a --kind temperature map", which it is; and a new map
+    worse on the held-out part than the pipeline's current map (which it replaces) passed
+    without a word when it was still better than the raw scores."""
+    import numpy
+    import torch
+
+    from spacy_treexp.annotate import SentenceScores
+    from spacy_treexp.cli.calibrate import _table
+    from spacy_treexp.engine import TreeDistribution
+    from spacy_treexp.evaluation.conllu import GoldSentence
+
+    rng = numpy.random.default_rng(3)
+    generator = torch.Generator().manual_seed(0)
+    gold, scores = [], []
+    for i in range(200):
+        n = 6
+        arc = (3 * rng.normal(size=(n + 1, n + 1))).astype("float32")
+        drawn = TreeDistribution(torch.from_numpy(arc).double() / 2).sample((1,), generator=generator)
+        heads = numpy.r_[-1, drawn[0, 1:].numpy()]  # the scores at T = 2 are the truth
+        gold.append(GoldSentence(f"s{i}", [f"w{k}" for k in range(n)], heads, ["dep"] * n))
+        scores.append(SentenceScores(arc=arc))
+    fit = {"tree_nll_per_word_before": 1.0, "tree_nll_per_word_after": 0.9}
+    _table(CalibrationMap.temperature(0.1, fit=fit), [("held-out", gold, scores)], seed=0)
+    err = capsys.readouterr().err
+    assert "makes the held-out gold-head NLL worse" in err and "--kind temperature" not in err
+    # T = 2 is the truth: a new T = 1.4 beats the raw scores (T = 1) but not the current T = 2
+    parts = [("held-out", gold, scores)]
+    _table(CalibrationMap.temperature(1.4, fit=fit), parts, seed=0, current=CalibrationMap.temperature(2.0))
+    assert "worse held-out gold-head NLL than the map it replaces" in capsys.readouterr().err
+    _table(CalibrationMap.temperature(2.0, fit=fit), parts, seed=0, current=CalibrationMap.temperature(1.4))
+    assert "worse" not in capsys.readouterr().err
+
+
 def test_the_fit_line_names_the_tree_nll_it_prints():
     """The line above the table prints the fit's per-word NLL of the whole gold tree, which is
     not the table's gold-head NLL column (it was labelled 'arc NLL/word': on a 40-sentence EWT
