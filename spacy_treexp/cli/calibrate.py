@@ -168,6 +168,13 @@ def calibrate(
             from spacy_treexp.pipeline.tree_expectations import pipeline_calibration
 
             current = pipeline_calibration(nlp)
+            if novelty_text is None and current is not None and current.novelty is not None:
+                warn(
+                    "the pipeline's map carries a novelty reference"
+                    + (" and an out-of-domain model" if current.novelty.domain is not None else "")
+                    + ": the new map has none, so sent._.novelty and sent._.out_of_domain will be None; give "
+                    "--novelty-text (with --ood-dev for out_of_domain) to fit them for the new map"
+                )
         warn(f"fitting a {kind.value} map on {len(fit_gold)} sentences ({sum(g.n for g in fit_gold)} words)")
         _warn_if_few_errors(fit_gold, fit_scores)
         _warn_if_unknown_labels(fit_gold, fit_scores)

@@ -200,7 +200,7 @@ def test_bad_input_is_one_line_exit_2(args, message, pipeline_dir, tmp_path, cap
     assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
 
 
-def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tmp_path):
+def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tmp_path, capsys):
     from spacy_treexp.calibration import fit_reference
     from spacy_treexp.calibration.language_model import WordLanguageModel
     from spacy_treexp.evaluation.scores import sentence_signals, text_docs
@@ -230,6 +230,12 @@ def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tm
     sent = next(iter(doc.sents))
     assert sent._.novelty == pytest.approx(reference.sentence_novelty(doc.tensor[sent.start : sent.end]), abs=2e-3)
     assert 0.0 < sent._.out_of_domain < 1.0
+    # calibrating that pipeline again without --novelty-text drops both: said, not silent
+    capsys.readouterr()
+    again = ["calibrate", "--model", str(out), "--dev", str(FIXTURE), "--out", str(tmp_path / "again")]
+    assert main([*again, "--kind", "temperature"]) == 0
+    assert "sent._.novelty and sent._.out_of_domain will be None" in capsys.readouterr().err
+    assert spacy.load(tmp_path / "again").get_pipe("tree_expectations").calibration.novelty is None
 
 
 def test_map_beside_the_parser_is_used_and_carried(pipeline_dir, tmp_path):
