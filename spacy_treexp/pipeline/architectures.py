@@ -189,7 +189,10 @@ def _convert_outputs(model: Model, inputs_outputs, is_train: bool):
     if isinstance(rel, (list, tuple)):
         return (
             torch2xp(arc),
-            [tuple(torch2xp(t) for t in r) if isinstance(r, tuple) else torch2xp(r) for r in rel],
+            [
+                None if r is None else tuple(torch2xp(t) for t in r) if isinstance(r, tuple) else torch2xp(r)
+                for r in rel
+            ],
         ), reverse
     return (torch2xp(arc), torch2xp(rel)), reverse
 
@@ -220,6 +223,9 @@ class BiaffineScorer(torch.nn.Module):
         #: The dense relation log-probabilities of a prediction are at this temperature
         #: (set by the parser, not saved: its ``rel_temperature``); training ignores it.
         self.rel_temperature = 1.0
+        #: Whether a prediction scores relations (set by the parser, not saved: false for a
+        #: ``mixture_member``, whose relations nothing reads; its ``rel`` is then B Nones).
+        self.relations = True
         #: The BiLSTM's precision in prediction (set by the parser, not saved: its
         #: ``encoder_precision``): "bfloat16" runs it under ``torch.autocast``; training and
         #: everything after the BiLSTM stay float32.
@@ -287,9 +293,10 @@ class BiaffineScorer(torch.nn.Module):
 
     def forward(
         self, X: torch.Tensor, lengths: torch.Tensor, heads: Optional[torch.Tensor] = None
-    ) -> Tuple[torch.Tensor, Union[torch.Tensor, List[Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]]]]:
+    ) -> Tuple[torch.Tensor, Union[torch.Tensor, List[Union[None, torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]]]]:
         """X (B, N, width) token vectors, lengths (B,) -> arc (B, N+1, N+1) and rel: a list
-        of B (n_b+1, n_b+1, L) or their factors, or (B, N+1, L) at ``heads`` (B, N+1) when given."""
+        of B (n_b+1, n_b+1, L) or their factors (B Nones without ``relations``), or (B, N+1, L)
+        at ``heads`` (B, N+1) when given."""
         batch, n_max, _ = X.shape
         inputs = X
         X = torch.cat([self.root.expand(batch, 1, -1).to(X.dtype), X], dim=1)
@@ -316,6 +323,9 @@ class BiaffineScorer(torch.nn.Module):
             rel = pairs.new_zeros((batch, n_max + 1, self.n_labels))
             rel = rel.index_put((sent, dep), pairs.log_softmax(dim=-1))
             return arc, rel
+        if not self.relations:
+            no_relations: List[Union[None, torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]] = [None] * batch
+            return arc, no_relations
         sizes = (lengths + 1).tolist()
         return arc, _all_pairs_relations(rel_head_words, rel_dep, self.rel_weight, sizes, self.rel_temperature)
 
@@ -370,7 +380,7 @@ class BiaffineScorer(torch.nn.Module):
 
 def _all_pairs_relations(
     head: torch.Tensor, dep: torch.Tensor, weight: torch.Tensor, sizes: List[int], temperature: float
-) -> List[Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]]:
+) -> List[Union[None, torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]]:
     """Relation log-probabilities ``log_softmax([r_h; 1]^T U_l [r_m; 1] / temperature)`` over
     labels l for every (head, dependent) pair of each sentence: ``(n_b+1, n_b+1, L)``, or for a
     sentence whose (n+1)² L log-probabilities outnumber the factors (n+1)(L + 1)(d + 1) the
@@ -390,7 +400,7 @@ def _all_pairs_relations(
     else:
         by_head = head @ flat
     by_head = by_head.view(-1, width, n_labels)
-    rels: List[Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]] = []
+    rels: List[Union[None, torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]] = []
     for b, (head_part, size) in enumerate(zip(by_head.split(sizes), sizes)):
         if size * n_labels <= (n_labels + 1) * width:
             pairs = torch.matmul(dep[b, :size], head_part)  # (h, m, l)

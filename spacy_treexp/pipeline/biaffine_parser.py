@@ -80,7 +80,7 @@ import warnings
 from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypedDict, cast
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict, cast
 
 import numpy
 import spacy
@@ -198,7 +198,7 @@ def _span_text(doc: Doc, start: int, end: int, text: Optional[str] = None) -> st
 
 def _attach_whitespace(
     arc: numpy.ndarray,
-    rel: List[RelationScores],
+    rel: Sequence[Optional[RelationScores]],
     docs: List[Doc],
     sentences: List[Sentences],
     dep_label: Optional[int],
@@ -235,7 +235,7 @@ def _attach_whitespace(
                 sentence_arc[positions, :] = -numpy.inf
             sentence_arc[heads, positions] = kept
             attached = positions[heads != 0]  # not the root of a whitespace-only sentence
-            if dep_label is not None and len(attached):
+            if dep_label is not None and len(attached) and sentence_rel is not None:
                 if isinstance(sentence_rel, BiaffineRelationScores):
                     sentence_rel.fix_label(attached, dep_label)
                 else:
@@ -853,6 +853,7 @@ class BiaffineParser(TrainablePipe):
         device = torch.device("cpu" if self.model.ops.device_type == "cpu" else "cuda")
         scorer = get_scorer_module(self.model)
         scorer.rel_temperature = self.rel_temperature  # the model's dense relations come scaled
+        scorer.relations = not self.mixture_member  # a member's relations: nothing reads them
         scorer.encoder_precision = self._encoder_precision(device)
         try:
             with threads_for(device), blas_threads() if device.type == "cpu" else nullcontext():
@@ -862,11 +863,16 @@ class BiaffineParser(TrainablePipe):
                 arc, raw_rel, lengths, members = self._scores(model_docs, sentences)
         finally:
             scorer.rel_temperature = 1.0
+            scorer.relations = True
             scorer.encoder_precision = "float32"
         arc = self.model.ops.to_numpy(arc) / self.arc_temperature
-        rel = [self._relation_scores(r) for r in raw_rel]
-        labels = self.labels
-        _attach_whitespace(arc, rel, docs, sentences, labels.index("dep") if "dep" in labels else None)
+        if self.mixture_member:  # the model scored no relations: nothing reads a member's
+            rel: List[RelationScores] = []
+            _attach_whitespace(arc, [None] * len(arc), docs, sentences, None)
+        else:
+            rel = [self._relation_scores(r) for r in raw_rel]
+            labels = self.labels
+            _attach_whitespace(arc, rel, docs, sentences, labels.index("dep") if "dep" in labels else None)
         if self.product:
             members = self._multiply_earlier(docs, sentences, arc, rel, members)
         joined = self._join_earlier(docs, sentences, arc, members) if self.mixture_member else None
@@ -1148,9 +1154,8 @@ class BiaffineParser(TrainablePipe):
         generators = [sentence_generator(0, text) for text in texts]
         scores = arc_members(get_scorer_module(self.model), capture, self.members, self.member_kind, generators)
         members = scores.cpu().numpy() / self.arc_temperature
-        none: List[RelationScores] = [numpy.zeros(0)] * len(texts)  # relations untouched without a dep label
-        for member in members:
-            _attach_whitespace(member, none, docs, sentences, None)
+        for member in members:  # relations untouched without a dep label
+            _attach_whitespace(member, [None] * len(texts), docs, sentences, None)
         return members
 
     def _relation_scores(self, scores: Any) -> RelationScores:

@@ -68,6 +68,28 @@ def test_the_member_leaves_the_first_parsers_tree_and_scores(parsers, combined):
         assert got["writer"] == "second"  # tree_expectations applies the second parser's map
 
 
+def test_the_member_scores_no_relations_and_still_fixes_whitespace_heads(parsers, combined, monkeypatch):
+    """Nothing reads a member's relation scores, so its model computes none (only the first
+    parser's pass calls the all-pairs relation scorer); its arc scores keep the whitespace
+    rule (a line break's only head is the word before it), as when it parses alone."""
+    from spacy_treexp.pipeline import architectures
+
+    _, second_alone, _ = parsers
+    text = "The old man saw a bird .\n\nShe reads books ."
+    calls = []
+    scorer = architectures._all_pairs_relations
+    monkeypatch.setattr(architectures, "_all_pairs_relations", lambda *a: calls.append(1) or scorer(*a))
+    doc = combined(text)
+    assert len(calls) == 1  # the first parser's batch; the member's pass scored no relations
+    with combined.select_pipes(disable=["second"]):
+        before = combined(text)
+    assert combined.get_pipe("second").predict([before])["rel"] == []
+    alone = second_alone(text)
+    assert any(t.is_space for t in doc)
+    for got, own in zip(records_of(doc), records_of(alone)):
+        numpy.testing.assert_allclose(got["members"][-1], own["arc"], atol=1e-5)  # -inf where forbidden too
+
+
 def test_a_third_parser_joins_with_a_third_of_the_weight(parsers, combined):
     _, _, folder = parsers
     source, _ = member(folder, members=2)
