@@ -317,6 +317,33 @@ def fit_calibration(
     )
 
 
+#: Below this gold-tree NLL per word on the fitted sentences, a map has made the parser
+#: certain of them (a calibrated parser this sure would attach more than 99.99% of words right).
+SEPARATED_NLL = 1e-3
+
+
+def separation_warning(calibration: CalibrationMap) -> Optional[str]:
+    """A one-line warning when ``calibration`` was fitted to near-certainty of its gold trees,
+    else None. The ridge leaves the shared scale free (it pulls the groups towards their mean),
+    so where a scale and the map's other terms can make every fitted gold tree the mode (a
+    parser right on almost every fitted word, or a small dev set the distance terms can
+    learn by heart), the likelihood rises without end as the scale grows: every probability
+    of the map is then 0 or 1 on any sentence (on a 24-sentence dev set, held-out gold-head
+    NLL 0.41 -> 1.14, tree entropy 0)."""
+    fit = calibration.fit or {}
+    after, before = fit.get("tree_nll_per_word_after"), fit.get("tree_nll_per_word_before")
+    if not isinstance(after, (int, float)) or not after < SEPARATED_NLL:
+        return None
+    was = f"{before:.3g} -> " if isinstance(before, (int, float)) else ""
+    scale = max(calibration.log_scale, default=0.0)
+    return (
+        f"the {calibration.kind} map makes the parser certain of the {fit.get('n_sentences', '?')} fitted sentences' "
+        f"gold trees (NLL per word {was}{after:.2g}, scores multiplied by up to e^{scale:.1f}): "
+        "it learnt them by heart, and gives every word's head a probability of about 0 or 1, even on other "
+        "sentences; fit it on more sentences, ones the parser gets wrong at times"
+    )
+
+
 def _rows(table: torch.Tensor) -> Tuple[Tuple[float, ...], ...]:
     return tuple(tuple(float(v) for v in row) for row in table.detach())
 

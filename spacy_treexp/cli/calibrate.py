@@ -107,7 +107,7 @@ def calibrate(
     """Fit a calibration map on gold trees and store it with the pipeline (see the module doc)."""
     from spacy_treexp.annotate import torch_threads
     from spacy_treexp.calibration import CalibrationError, fit_calibration
-    from spacy_treexp.calibration.fit import DEFAULT_L2
+    from spacy_treexp.calibration.fit import DEFAULT_L2, separation_warning
     from spacy_treexp.cli.pipelines import check_not_both, check_source
     from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
     from spacy_treexp.evaluation.epistemic import with_risk_temperature
@@ -183,6 +183,9 @@ def calibrate(
             calibration = fit_calibration(fit_gold, fit_scores, kind.value, l2=ridge)
         except CalibrationError as e:
             raise UserError(str(e)) from e
+        separated = separation_warning(calibration)
+        if separated is not None:
+            warn(separated)
         calibration, risk = with_risk_temperature(calibration, fit_gold, fit_scores)
         warn(
             f"risk temperature {risk['risk_temperature']:.2f} (sentence error probability, log-loss on the fitted "

@@ -532,16 +532,25 @@ def _uas(scores: Sequence[Any], gold: Sequence[Any]) -> float:
     return right / max(1, sum(g.n for g in gold))
 
 
-def calibrate(nlp: Any, scores: Sequence[Any], dev: Sequence[Any], kind: str) -> Any:
+def calibrate(
+    nlp: Any, scores: Sequence[Any], dev: Sequence[Any], kind: str, log: Callable[[str], None] = print
+) -> Any:
     """The calibration map fitted on ``dev`` and the pipeline's ``scores`` of it
     (:func:`spacy_treexp.calibration.fit_calibration`, with the sentence risk's temperature,
     :func:`~spacy_treexp.evaluation.epistemic.with_risk_temperature`), stored in the config of
-    ``nlp``'s ``tree_expectations`` and beside the parser (``store_calibration``)."""
+    ``nlp``'s ``tree_expectations`` and beside the parser (``store_calibration``). A map that
+    learnt ``dev``'s trees by heart (:func:`~spacy_treexp.calibration.fit.separation_warning`)
+    is logged as a warning."""
     from spacy_treexp.calibration import fit_calibration
+    from spacy_treexp.calibration.fit import separation_warning
     from spacy_treexp.evaluation.epistemic import with_risk_temperature
     from spacy_treexp.pipeline.tree_expectations import store_calibration
 
-    calibration, _ = with_risk_temperature(fit_calibration(dev, scores, kind), dev, scores)
+    fitted = fit_calibration(dev, scores, kind)
+    separated = separation_warning(fitted)
+    if separated is not None:
+        log(f"warning: {separated} (--dev)")
+    calibration, _ = with_risk_temperature(fitted, dev, scores)
     store_calibration(nlp, calibration)
     return calibration
 
@@ -645,7 +654,7 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     train_seconds = time.perf_counter() - start
     _, nlp, dev_scores = choose_checkpoint(out / "training", dev_gold, log)
     log(f"3/5 calibrate: a {options.calibration} map fitted on {len(dev_gold)} dev sentences")
-    calibration = calibrate(nlp, dev_scores, dev_gold, options.calibration)
+    calibration = calibrate(nlp, dev_scores, dev_gold, options.calibration, log)
     evaluated_on = "test" if test_gold is not None else "dev (the calibration was fitted on it)"
     log(f"4/5 evaluate on {evaluated_on}")
     evaluation = evaluate(nlp, test_gold if test_gold is not None else dev_gold, calibration)

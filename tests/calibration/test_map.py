@@ -420,3 +420,25 @@ def test_fit_recovers_entropy_scale_and_relation_biases():
     plain = fit_calibration(gold, scores, "distance", edges=(1,), knots=(), features=(), relation_directions=False)
     assert plain.dependent_features == () and plain.relation_bias == () and plain.head_relation_bias == ()
     assert plain.fit["tree_nll_per_word_after"] > fitted.fit["tree_nll_per_word_after"]
+
+
+def _learnt_by_heart(count, seed):
+    """Sentences whose gold tree is the parser's own (the scores' MAP tree) on every word."""
+    gold, scores = _sample_corpus(CalibrationMap.temperature(1.0), count, seed)
+    for g, s in zip(gold, scores):
+        g.heads = TreeDistribution(torch.from_numpy(s.arc).unsqueeze(0)).mode[0].numpy()
+    return gold, scores
+
+
+@pytest.mark.parametrize("kind", ["temperature", "distance"])
+def test_a_map_that_learns_its_gold_trees_by_heart_is_named(kind):
+    from spacy_treexp.calibration.fit import separation_warning
+
+    # a parser right on every fitted word: the likelihood grows without end as the scale grows
+    fitted = fit_calibration(*_learnt_by_heart(12, seed=4), kind)
+    assert fitted.fit["tree_nll_per_word_after"] < 1e-3
+    message = separation_warning(fitted)
+    assert message is not None and "certain" in message and "12 fitted sentences" in message
+    # trees drawn from the distribution itself: an honest map, no warning
+    assert separation_warning(fit_calibration(*_sample_corpus(CalibrationMap.temperature(1.0), 40, 5), kind)) is None
+    assert separation_warning(CalibrationMap.temperature(1.0)) is None  # a map with no fit record

@@ -402,3 +402,29 @@ def test_an_output_that_is_a_file_is_named_as_such(user_error, tmp_path):
 def test_output_in_a_missing_folder(user_error, tmp_path):
     message = user_error("train", str(TOY), str(TOY), "-o", str(tmp_path / "no" / "out"))
     assert "does not exist" in message
+
+
+def test_a_map_fitted_to_certainty_on_dev_is_warned_of(monkeypatch):
+    """A dev set the map learns by heart (here the parser's own trees) gives a map whose every
+    probability is 0 or 1: train says so instead of packaging it as calibrated in silence."""
+    import torch
+
+    from spacy_treexp.annotate import SentenceScores
+    from spacy_treexp.engine import TreeDistribution
+    from spacy_treexp.pipeline import tree_expectations
+    from spacy_treexp.training import recipe
+
+    rng = numpy.random.default_rng(0)
+    scores = [SentenceScores(arc=rng.normal(0, 3.0, (n + 1, n + 1))) for n in (3, 5, 4, 6, 2, 5)]
+
+    class Gold:
+        def __init__(self, arc):
+            self.heads, self.deprels = TreeDistribution(torch.from_numpy(arc).unsqueeze(0)).mode[0].numpy(), []
+            self.n = len(self.heads) - 1
+
+    stored = []
+    monkeypatch.setattr(tree_expectations, "store_calibration", lambda nlp, calibration: stored.append(calibration))
+    logged: list = []
+    calibration = recipe.calibrate(None, scores, [Gold(s.arc) for s in scores], "temperature", logged.append)
+    assert stored == [calibration]
+    assert len(logged) == 1 and logged[0].startswith("warning: the temperature map makes the parser certain")
