@@ -191,6 +191,12 @@ def calibrate(
             f"risk temperature {risk['risk_temperature']:.2f} (sentence error probability, log-loss on the fitted "
             f"part {risk['log_loss_at_1']:.4f} at 1 -> {risk['log_loss']:.4f})"
         )
+        own = None if nlp is None else nlp.get_pipe(_annotator(nlp)).options.risk_temperature
+        if own is not None:
+            warn(
+                f"{_annotator(nlp)}'s own risk_temperature = {own} overrides the map's: sent._.error_probability "
+                "will be read at that temperature; set it to null to use the map's"
+            )
         typer.echo(
             _table(
                 calibration,

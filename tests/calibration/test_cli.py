@@ -272,6 +272,20 @@ def test_a_fit_on_too_few_errors_is_warned_about(pipeline_dir, tmp_path, capsys)
     assert f"fitted words have a wrong head (fewer than {MIN_FIT_ERRORS})" in capsys.readouterr().err
 
 
+def test_a_risk_temperature_of_the_pipeline_that_overrides_the_map_is_warned_about(pipeline_dir, tmp_path, capsys):
+    """The command prints the risk temperature it fits into the map; a ``tree_expectations``
+    with its own ``risk_temperature`` set reads its own, so the printed one was never used."""
+    nlp = spacy.load(pipeline_dir)
+    nlp.add_pipe("tree_expectations", config={"risk_temperature": 1.0})
+    nlp.to_disk(tmp_path / "own")
+    out = tmp_path / "calibrated"
+    argv = ["calibrate", "--model", str(tmp_path / "own"), "--dev", str(FIXTURE), "--out", str(out)]
+    assert main([*argv, "--kind", "temperature"]) == 0
+    assert "own risk_temperature = 1.0 overrides the map's" in capsys.readouterr().err
+    assert main(["calibrate", "--model", str(pipeline_dir), "--dev", str(FIXTURE), "--out", str(tmp_path / "o2")]) == 0
+    assert "overrides the map's" not in capsys.readouterr().err
+
+
 SCORE_SOURCE = """
 import numpy, spacy
 
