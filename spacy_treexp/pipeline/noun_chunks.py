@@ -13,11 +13,12 @@ EWT evaluation in ``benchmarks/bench_shipped_pipeline.py`` scores one against th
   subtype, is one of :data:`CHUNK_RELATIONS` (``nsubj``, ``obj``, ``iobj``, ``obl``,
   ``nmod``, ``appos``, ``root``, ``xcomp``, ``dislocated``, ``vocative``), except
   ``nmod:poss`` (a possessor stays inside the chunk of what it possesses, as in spaCy's
-  English chunks); or a nominal ``conj`` whose first conjunct (following ``conj`` up the
+  English chunks) and ``nmod:desc`` (a title or description before a name, ``[Dr. Smith]``,
+  ``[President Bush]``: English EWT's relation for it); or a nominal ``conj`` whose first conjunct (following ``conj`` up the
   tree) has one of those relations.
 * The chunk runs from the leftmost word of the subtrees of the head's *left* dependents
   whose relation is a pre-modifier (:data:`LEFT_MODIFIERS`: ``det``, ``det:predet``,
-  ``amod``, ``nummod``, ``compound``, ``nmod:poss``, ``flat``, ``fixed``) through the head,
+  ``amod``, ``nummod``, ``compound``, ``nmod:poss``, ``nmod:desc``, ``flat``, ``fixed``) through the head,
   then on through the subtrees of right dependents ``flat``, ``fixed`` and ``goeswith``
   that follow without a gap (``Barack Obama``: UD makes ``Obama`` a ``flat`` dependent of
   ``Barack``). Case markers, conjunctions, punctuation and adverbs at the left edge stay
@@ -44,9 +45,11 @@ from spacy.util import get_lang_class, registry
 #: Relations (without subtype) of a nominal that heads a chunk.
 CHUNK_RELATIONS = frozenset({"nsubj", "obj", "iobj", "obl", "nmod", "appos", "root", "xcomp", "dislocated", "vocative"})
 #: Full relations excluded although their base is in :data:`CHUNK_RELATIONS`.
-EXCLUDED_RELATIONS = frozenset({"nmod:poss"})
+EXCLUDED_RELATIONS = frozenset({"nmod:poss", "nmod:desc"})
 #: Left dependents (full relation, or its base) whose subtrees belong to the chunk.
-LEFT_MODIFIERS = frozenset({"det", "det:predet", "amod", "nummod", "compound", "nmod:poss", "flat", "fixed"})
+LEFT_MODIFIERS = frozenset(
+    {"det", "det:predet", "amod", "nummod", "compound", "nmod:poss", "nmod:desc", "flat", "fixed"}
+)
 #: Right dependents (base relation) whose subtrees extend the chunk when adjacent.
 RIGHT_MODIFIERS = frozenset({"flat", "fixed", "goeswith"})
 NOMINAL_UPOS = frozenset({"NOUN", "PROPN", "PRON"})

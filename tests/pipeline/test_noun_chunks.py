@@ -11,6 +11,7 @@ from spacy.tokens import Doc
 
 from spacy_treexp.pipeline.noun_chunks import (
     CHUNK_RELATIONS,
+    EXCLUDED_RELATIONS,
     LEFT_MODIFIERS,
     RIGHT_MODIFIERS,
     chunk_spans,
@@ -109,6 +110,18 @@ def test_coordination_copula_and_names(nlp):
     assert chunks(make_doc(nlp, rows)) == ["Barack Obama", "his wife", "lawyers", "the best writers"]
 
 
+def test_a_title_before_a_name_is_inside_its_chunk(nlp):
+    # Dr. Smith met President Bush: EWT makes the title an nmod:desc of the name
+    rows = [
+        ("Dr.", 2, "nmod:desc", "PROPN"),
+        ("Smith", 3, "nsubj", "PROPN"),
+        ("met", 0, "root", "VERB"),
+        ("President", 5, "nmod:desc", "PROPN"),
+        ("Bush", 3, "obj", "PROPN"),
+    ]
+    assert chunks(make_doc(nlp, rows)) == ["Dr. Smith", "President Bush"]
+
+
 def test_conjunct_of_a_non_chunk_is_not_a_chunk(nlp):
     # New York and Boston offices closed: "York"/"Boston" are compounds, not chunk heads
     rows = [
@@ -168,7 +181,7 @@ def test_bad_lengths_are_refused():
 
 # --- brute force -------------------------------------------------------------------------
 
-RELATIONS = sorted(CHUNK_RELATIONS | LEFT_MODIFIERS | RIGHT_MODIFIERS | {"case", "cc", "conj", "punct", "nmod:poss"})
+RELATIONS = sorted(CHUNK_RELATIONS | LEFT_MODIFIERS | RIGHT_MODIFIERS | {"case", "cc", "conj", "punct"})
 UPOS = ["NOUN", "PROPN", "PRON", "DET", "ADJ", "VERB", "ADP"]
 
 
@@ -187,7 +200,7 @@ def brute_force(heads, relations, upos):
     base = [r.split(":")[0].lower() for r in relations]
 
     def head_relation(i):
-        return base[i] in CHUNK_RELATIONS and relations[i].lower() != "nmod:poss"
+        return base[i] in CHUNK_RELATIONS and relations[i].lower() not in EXCLUDED_RELATIONS
 
     result, prev_end = [], -1
     for i in range(n):
