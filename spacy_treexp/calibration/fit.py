@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 import numpy
 import torch
@@ -157,6 +157,32 @@ def feature_means(batches: Sequence[_Batch], features: Sequence[str], n_words: i
     return totals / max(n_words, 1)
 
 
+def forbids_gold(tree: GoldTree, score: SentenceScores) -> bool:
+    """Whether ``score``'s arc scores forbid (-inf) an arc of the gold ``tree``: its likelihood
+    is then 0 whatever the map, so the sentence cannot be fitted on (a parser that prunes arcs)."""
+    heads = numpy.asarray(tree.heads)
+    if heads.shape != (score.n + 1,):
+        return False  # a length mismatch is _check's to report
+    gold_scores = numpy.asarray(score.arc, dtype=numpy.float64)[heads[1:], numpy.arange(1, score.n + 1)]
+    return not bool(numpy.isfinite(gold_scores).all())
+
+
+Tree = TypeVar("Tree", bound=GoldTree)
+
+
+def fittable(
+    gold: Sequence[Tree], scores: Sequence[SentenceScores]
+) -> Tuple[List[Tree], List[SentenceScores], List[int]]:
+    """The gold trees and scores a map can be fitted on (those :func:`forbids_gold` does not
+    refuse), and the indices of the others, which the fits leave out."""
+    left_out = [i for i, (tree, score) in enumerate(zip(gold, scores)) if forbids_gold(tree, score)]
+    if not left_out:
+        return list(gold), list(scores), []
+    dropped = set(left_out)
+    kept = [i for i in range(len(gold)) if i not in dropped]
+    return [gold[i] for i in kept], [scores[i] for i in kept], left_out
+
+
 def _check(gold: Sequence[GoldTree], scores: Sequence[SentenceScores]) -> int:
     if len(gold) != len(scores):
         raise CalibrationError(f"fit_calibration: {len(gold)} gold trees for {len(scores)} scored sentences")
@@ -167,9 +193,10 @@ def _check(gold: Sequence[GoldTree], scores: Sequence[SentenceScores]) -> int:
         heads = numpy.asarray(tree.heads)
         if heads.shape != (score.n + 1,):
             raise CalibrationError(f"fit_calibration: sentence {i} has {score.n} words but {len(heads) - 1} gold heads")
-        gold_scores = numpy.asarray(score.arc, dtype=numpy.float64)[heads[1:], numpy.arange(1, score.n + 1)]
-        if not numpy.isfinite(gold_scores).all():
-            raise CalibrationError(f"fit_calibration: sentence {i}: the scores forbid an arc of the gold tree")
+        if forbids_gold(tree, score):
+            raise CalibrationError(
+                f"fit_calibration: sentence {i}: the scores forbid an arc of the gold tree (leave it out: fittable)"
+            )
     return int(sum(s.n for s in scores))
 
 

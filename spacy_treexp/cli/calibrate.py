@@ -175,6 +175,7 @@ def calibrate(
                     + ": the new map has none, so sent._.novelty and sent._.out_of_domain will be None; give "
                     "--novelty-text (with --ood-dev for out_of_domain) to fit them for the new map"
                 )
+        fit_gold, fit_scores = _leave_out_forbidden(fit_gold, fit_scores)
         warn(f"fitting a {kind.value} map on {len(fit_gold)} sentences ({sum(g.n for g in fit_gold)} words)")
         _warn_if_few_errors(fit_gold, fit_scores)
         _warn_if_unknown_labels(fit_gold, fit_scores)
@@ -407,6 +408,23 @@ def _annotator(nlp: Any) -> str:
     name = last_annotator(nlp)
     assert name is not None
     return name
+
+
+def _leave_out_forbidden(gold: Sequence[Any], scores: Sequence[Any]) -> Tuple[List[Any], List[Any]]:
+    """The fitted part without the sentences whose gold tree the scores forbid (a parser that
+    prunes arcs), said with how many and which; none left is a user error."""
+    from spacy_treexp.calibration.fit import fittable
+
+    kept_gold, kept_scores, left_out = fittable(gold, scores)
+    if left_out:
+        named = ", ".join(gold[i].sent_id for i in left_out[:3]) + (", ..." if len(left_out) > 3 else "")
+        if not kept_gold:
+            raise UserError(f"--dev: the scores forbid (-inf) an arc of every fitted sentence's gold tree ({named})")
+        warn(
+            f"{len(left_out)} of {len(gold)} fitted sentences left out: the scores forbid (-inf) an arc of their "
+            f"gold tree, so no map can give it a probability ({named})"
+        )
+    return kept_gold, kept_scores
 
 
 def _spacy_scores(nlp: Any, gold: Sequence[Any]) -> List[Any]:

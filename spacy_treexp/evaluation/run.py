@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from spacy_treexp.annotate import SentenceScores, torch_threads
+from spacy_treexp.calibration.fit import fittable
 from spacy_treexp.calibration.map import calibrate_sentences
 from spacy_treexp.engine.sampling import DEFAULT_METHOD
 from spacy_treexp.evaluation.calibration_report import calibration_section, genres
@@ -237,7 +238,11 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
     if config.dev:
         dev_gold = read_conllu(config.dev)
         t0 = time.perf_counter()
-        dev_scores = _score(config, dev_gold, nlp)
+        dev_gold, dev_scores, left_out = fittable(dev_gold, _score(config, dev_gold, nlp))
+        if left_out:
+            log(f"{len(left_out)} dev sentences left out of the fits: the scores forbid an arc of their gold tree")
+        if not dev_gold:
+            raise ValueError("--dev: the scores forbid (-inf) an arc of every sentence's gold tree")
         arc = fit_arc_temperature(dev_gold, dev_scores)
         rel = fit_rel_temperature(dev_gold, dev_scores)
         rel_t = rel["temperature"] if rel else 1.0

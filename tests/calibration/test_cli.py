@@ -286,6 +286,48 @@ def test_a_risk_temperature_of_the_pipeline_that_overrides_the_map_is_warned_abo
     assert "overrides the map's" not in capsys.readouterr().err
 
 
+@spacy.registry.misc("test_pruning_scores.v1")
+def make_pruning_scores():
+    """Random arc scores that forbid (-inf) every arc longer than two words, as a parser that
+    prunes arcs: some gold trees of the fixture have an arc it forbids."""
+
+    def get_scores(doc):
+        out = []
+        for sent in doc.sents:
+            n = len(sent)
+            rng = numpy.random.default_rng(n)
+            arc = rng.normal(size=(n + 1, n + 1))
+            far = numpy.abs(numpy.arange(n + 1)[:, None] - numpy.arange(n + 1)[None, :]) > 2
+            far[0, :] = False  # ROOT may head any word
+            arc[far] = -numpy.inf
+            out.append({"start": sent.start, "end": sent.end, "arc": arc, "rel": None, "labels": None})
+        return out
+
+    return get_scores
+
+
+def test_sentences_whose_gold_tree_the_scores_forbid_are_left_out_of_the_fit(tmp_path, capsys):
+    """A parser that prunes arcs: calibrate and evaluate --dev refused the whole dev set
+    ("fit_calibration: sentence 1: the scores forbid an arc of the gold tree") for one such
+    sentence; they now fit on the others and say how many were left out."""
+    from spacy_treexp.calibration.fit import fittable
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "test_pruning_scores.v1"}})
+    nlp.to_disk(tmp_path / "pruning")
+    gold = read_conllu(FIXTURE)
+    scores = component_scores(nlp, gold)
+    kept, _, left_out = fittable(gold, scores)
+    assert 0 < len(left_out) < len(gold) and len(kept) + len(left_out) == len(gold)
+    argv = ["calibrate", "--model", str(tmp_path / "pruning"), "--dev", str(FIXTURE), "--out", str(tmp_path / "out")]
+    assert main([*argv, "--kind", "temperature", "--held-out-fraction", "0.1"]) == 0
+    assert "fitted sentences left out: the scores forbid (-inf) an arc of their gold tree" in capsys.readouterr().err
+    argv = ["evaluate", "--model", str(tmp_path / "pruning"), "--conllu", str(FIXTURE), "--dev", str(FIXTURE)]
+    assert main([*argv, "--out", str(tmp_path / "eval"), "--no-timing", "--no-samples", "--reject-draws", "0"]) == 0
+    assert f"{len(left_out)} dev sentences left out of the fits" in capsys.readouterr().err
+
+
 SCORE_SOURCE = """
 import numpy, spacy
 
