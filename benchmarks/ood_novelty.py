@@ -29,12 +29,19 @@ sentence per Doc.
         [--reference-from spacy_treexp/models/en_treexp_ewt/biaffine_parser/treexp_calibration.json] \
         [--write-map spacy_treexp/models/en_treexp_ewt/biaffine_parser/treexp_calibration.json]
 
+The domain model also reads the sentence's mean token vector (``fit_domain``'s vector term, ridge
+``--vector-l2``, by default ``DEFAULT_VECTOR_L2``; 0 leaves the term out): ``--select``'s candidates
+fix the other settings without it, and the term is added in the final fit. The shipped model is
+``fit_domain``'s defaults (the settings ``--select`` chose, all 18 features, 5 knots, ridge 1, and
+the vector term with ridge 10, chosen by leave-one-fit-set-out cross-validation), written with
+``--reference-from MAP --write-map MAP``.
+
 The token vectors are ``doc.tensor`` once the whole pipeline has run (what
 ``tree_expectations`` reads for ``sent._.novelty``; in the shipped pipeline the tagger's
 tok2vec writes it last), or with ``--encoder NAME`` that component's output (novelty only).
 ``--write-map`` stores the reference with its domain model in a calibration map file (the
-shipped one: ``sent._.novelty`` and ``sent._.out_of_domain``); the shipped model was chosen
-and written with ``--reference-from MAP --select --write-map MAP`` (no ``--test``).
+shipped one: ``sent._.novelty`` and ``sent._.out_of_domain``); the shipped model's settings were
+chosen with ``--reference-from MAP --select`` (no ``--test``).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from spacy_treexp.calibration.domain import (
     DEFAULT_FEATURES,
     DEFAULT_KNOTS,
     DEFAULT_L2,
+    DEFAULT_VECTOR_L2,
     FEATURES,
     SentenceSignals,
     fit_domain,
@@ -143,8 +151,8 @@ def cost(reference: NoveltyReference, done: SentenceSignals, repeats: int = 3) -
         ),
         "out_of_domain_s": best(
             lambda: [
-                domain.sentence_probability(w, p, 0.1, e) if domain else None
-                for w, p, e in zip(done.words, done.pos, done.entropy_per_word)
+                domain.sentence_probability(w, p, 0.1, e, v) if domain else None
+                for w, p, e, v in zip(done.words, done.pos, done.entropy_per_word, done.vectors)
             ]
         ),
     }
@@ -236,16 +244,22 @@ def rounded(table: Dict[str, Dict[str, float]]) -> Dict[str, Dict[str, float]]:
     return {k: {m: round(v, 4) for m, v in row.items()} for k, row in table.items()}
 
 
-def per_style_table(domain, novelty, features, texts, styles) -> Dict[str, Dict[str, float]]:
+def probabilities(domain, features: Sequence, means: Sequence) -> numpy.ndarray:
+    """The domain model's probability of each sentence (its features and mean vector), NaN for none."""
+    values = [domain.probability(f, m) for f, m in zip(features, means)]
+    return numpy.array([numpy.nan if p is None else p for p in values])
+
+
+def per_style_table(domain, novelty, features, means, texts, styles) -> Dict[str, Dict[str, float]]:
     """Per style of the evaluation set, the AUROC of novelty and out_of_domain against --test."""
     per_style: Dict[str, Dict[str, float]] = {}
     test_scores = {
         "novelty": novelty["test"],
-        "out_of_domain": numpy.array([domain.probability(f) for f in features["test"]]),
+        "out_of_domain": probabilities(domain, features["test"], means["test"]),
     }
     ood_scores = {
         "novelty": novelty["ood"],
-        "out_of_domain": numpy.array([domain.probability(f) for f in features["ood"]]),
+        "out_of_domain": probabilities(domain, features["ood"], means["ood"]),
     }
     for style in sorted(set(styles)):
         chosen = numpy.array([s == style for s in styles])
@@ -299,6 +313,13 @@ def main() -> int:
     )
     parser.add_argument("--write-map", default=None, help="add the reference to the calibration map in this JSON file")
     parser.add_argument(
+        "--vector-l2",
+        type=float,
+        default=DEFAULT_VECTOR_L2,
+        help="ridge of the domain model's term on the sentence's mean token vector (default: the shipped "
+        "model's; 0: no such term, the model before it)",
+    )
+    parser.add_argument(
         "--select",
         action="store_true",
         help="choose the domain model's features, knots and ridge by leave-one-style-out AUROC on "
@@ -351,6 +372,7 @@ def main() -> int:
     )
     features: Dict[str, list] = {}
     novelty: Dict[str, numpy.ndarray] = {}
+    means = {name: done.mean_vectors() for name, done in runs.items()}
     for name, done in runs.items():
         novelty[name] = numpy.array([reference.sentence_novelty(v) for v in done.vectors])
         features[name] = [
@@ -369,11 +391,29 @@ def main() -> int:
             language_model,
         )
         report["select (leave one style out, dev halves vs ood_dev)"] = table
-    inside_rows = [row for row in features["dev"] if row is not None]
-    outside_rows = [row for row in features["ood_dev"] if row is not None]
+    vector_l2 = args.vector_l2 or None
+
+    def fitted_rows(name: str) -> Tuple[List[Dict[str, float]], List[numpy.ndarray]]:
+        kept = [
+            (f, m) for f, m in zip(features[name], means[name]) if f is not None and (m is not None or not vector_l2)
+        ]
+        return [f for f, _ in kept], [m for _, m in kept]
+
+    (inside_rows, inside_means), (outside_rows, outside_means) = fitted_rows("dev"), fitted_rows("ood_dev")
     reads_surprisal = "word_surprisal" in chosen[0]
     domain = fit_domain(
-        inside_rows, outside_rows, lexicon, chosen[1], chosen[2], chosen[0], language_model if reads_surprisal else None
+        inside_rows,
+        outside_rows,
+        lexicon,
+        chosen[1],
+        chosen[2],
+        chosen[0],
+        language_model if reads_surprisal else None,
+        **(
+            {"inside_vectors": inside_means, "outside_vectors": outside_means, "vector_l2": vector_l2}
+            if vector_l2
+            else {}
+        ),
     )
     reference = NoveltyReference(reference.centre, reference.rows, domain)
     report["domain"] = {
@@ -382,6 +422,7 @@ def main() -> int:
         "features": list(domain.features),
         "knots": chosen[1],
         "l2": chosen[2],
+        "vector_l2": vector_l2,
         "bias": round(domain.bias, 4),
     }
     evaluations = {"fit (dev vs ood_dev)": ("dev", "ood_dev")}
@@ -394,13 +435,13 @@ def main() -> int:
             "entropy_per_word": numpy.array(
                 [numpy.nan if e is None else e for e in runs[inside].entropy_per_word + runs[outside].entropy_per_word]
             ),
-            "out_of_domain": numpy.array(
-                [numpy.nan if f is None else domain.probability(f) for f in features[inside] + features[outside]]
+            "out_of_domain": probabilities(
+                domain, features[inside] + features[outside], means[inside] + means[outside]
             ),
         }
         report[label] = rounded(auroc_table(scores, y))
     if args.test:
-        report["eval per style"] = per_style_table(domain, novelty, features, texts, styles)
+        report["eval per style"] = per_style_table(domain, novelty, features, means, texts, styles)
     report["cost"] = cost(reference, runs["test" if args.test else "dev"])
     report["cpu_seconds"] = round(time.process_time() - start, 1)
     if args.write_map:
@@ -420,18 +461,32 @@ def main() -> int:
             + f"; fitted on {Path(args.dev).name} "
             f"({len(texts['dev'])} sentences, text) vs {' + '.join(Path(p).name for p in args.ood_dev)} "
             f"({len(texts['ood_dev'])}, {len(set(dev_styles))} styles)",
-            "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV "
-            "[--reference-from MAP] --select --write-map MAP",
+            "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV [--reference-from MAP] "
+            + ("--select " if args.select else "")
+            + (f"--vector-l2 {args.vector_l2:g} " if args.vector_l2 != DEFAULT_VECTOR_L2 else "")
+            + "--write-map MAP",
             "features": list(domain.features),
             "knots": chosen[1],
             "l2": chosen[2],
+            **(
+                {
+                    "vector_l2": vector_l2,
+                    "vector": "the sentence's mean doc.tensor row (the vectors novelty reads); its ridge "
+                    "chosen by leave-one-fit-set-out cross-validation (spacy_treexp.calibration.domain.DEFAULT_VECTOR_L2)",
+                }
+                if vector_l2
+                else {}
+            ),
             **(
                 {
                     "chosen by": "--select: leave-one-style-out AUROC on the dev halves vs ood_dev, mean over "
                     f"styles {next(v['mean'] for v in table.values() if v.get('chosen'))}"
                 }
                 if args.select
-                else {}
+                else {
+                    "chosen by": "fit_domain's defaults (what --select chose on these sets: all 18 features, "
+                    "5 knots, ridge 1)"
+                }
             ),
         }
         dataclasses.replace(calibration, novelty=reference, fit=fit).to_disk(args.write_map)

@@ -83,8 +83,10 @@ DIRECTIONS = ("root", "head_before", "head_after")
 HEAD_DIRECTIONS = DIRECTIONS[1:]
 #: Version 2 added ``dependent_features`` / ``feature_scale``, ``relation_bias``,
 #: ``relation_direction_scale``, ``head_relation_scale`` and ``head_relation_bias``; version 1 maps read as before.
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+#: Version 3 added the out-of-domain model's vector term (``novelty.domain.vector_weights``), which
+#: a reader of version 2 would silently drop; version 1 and 2 maps read as before.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class CalibrationError(ValueError):

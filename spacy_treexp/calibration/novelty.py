@@ -57,6 +57,11 @@ class NoveltyReference:
             )
         if not (numpy.isfinite(centre).all() and numpy.isfinite(rows).all()):
             raise CalibrationError("novelty reference: centre and rows must be finite")
+        if self.domain is not None and self.domain.vector_width not in (None, centre.shape[0]):
+            raise CalibrationError(
+                f"novelty reference: its domain model reads mean vectors of width {self.domain.vector_width}, "
+                f"the reference's are {centre.shape[0]}"
+            )
         object.__setattr__(self, "centre", centre)
         object.__setattr__(self, "rows", rows)
 
@@ -145,8 +150,8 @@ def fit_reference(
     directions) and, given in-domain sentences ``inside`` (held out from the training data)
     and out-of-domain ones ``outside``, the out-of-domain model that reads it
     (:func:`~spacy_treexp.calibration.domain.fit_domain`; its lexicon and its word trigram
-    model: ``train``'s words). Sentences whose features cannot be formed (no words, no
-    entropy) are left out of that fit."""
+    model: ``train``'s words; its vector term: the sentences' mean token vectors). Sentences
+    whose features cannot be formed (no words, no entropy, no vectors) are left out of that fit."""
     vectors = [v for v in train.vectors if len(v)]
     if not vectors:
         raise CalibrationError("fit_reference: the training sentences have no token vectors")
@@ -156,11 +161,24 @@ def fit_reference(
     lexicon = lexicon_counts(train.words)
     language_model = WordLanguageModel.fit(train.words)
 
-    def rows(signals: SentenceSignals) -> List[Dict[str, float]]:
+    def rows(signals: SentenceSignals) -> Tuple[List[Dict[str, float]], List[Any]]:
         novelty = [reference.sentence_novelty(v) if len(v) else None for v in signals.vectors]
-        return [row for row in signals.features(novelty, lexicon, language_model) if row is not None]
+        kept = [
+            (row, mean)
+            for row, mean in zip(signals.features(novelty, lexicon, language_model), signals.mean_vectors())
+            if row is not None and mean is not None
+        ]
+        return [row for row, _ in kept], [mean for _, mean in kept]
 
-    domain = fit_domain(rows(inside), rows(outside), lexicon, language_model=language_model)
+    (inside_rows, inside_means), (outside_rows, outside_means) = rows(inside), rows(outside)
+    domain = fit_domain(
+        inside_rows,
+        outside_rows,
+        lexicon,
+        language_model=language_model,
+        inside_vectors=inside_means,
+        outside_vectors=outside_means,
+    )
     return NoveltyReference(reference.centre, reference.rows, domain)
 
 

@@ -397,10 +397,14 @@ class TreeExpectations(Pipe):
             for record, value in zip(annotations, spans_novelty(novelty, spans)):
                 record.novelty = value
             if novelty.domain is not None:  # sent._.out_of_domain: the domain model on the sentence
-                for doc, record in zip(docs_of, annotations):
+                for doc, record, (tensor, start, end) in zip(docs_of, annotations, spans):
                     words = doc[record.start : record.end]
                     record.out_of_domain = novelty.domain.sentence_probability(
-                        [t.text for t in words], [t.pos_ for t in words], record.novelty, record.entropy_per_word
+                        [t.text for t in words],
+                        [t.pos_ for t in words],
+                        record.novelty,
+                        record.entropy_per_word,
+                        tensor[start:end] if record.novelty is not None else None,
                     )
         offset = 0
         for doc, doc_scores in zip(docs, per_doc):

@@ -301,3 +301,173 @@ def test_component_gives_out_of_domain_from_the_sentence_and_batches_like_one_do
             assert sent._.out_of_domain == pytest.approx(expected, abs=1e-6)
             assert sent._.novelty == pytest.approx(same._.novelty, abs=1e-6)
             assert sent._.out_of_domain == pytest.approx(same._.out_of_domain, abs=1e-9)
+
+
+def with_vectors(rows, seed, width=6, shift=0.0):
+    """One sentence's token vectors per row ``(n, width)``: n from 1 to 5, the first two columns
+    shifted by ``shift`` (what tells the classes apart beside the features)."""
+    rng = numpy.random.default_rng(seed)
+    out = []
+    for _ in rows:
+        tokens = rng.normal(0, 1, (int(rng.integers(1, 6)), width))
+        tokens[:, :2] += shift
+        out.append(tokens)
+    return out
+
+
+def vector_loss(model, inside, outside, l2, vector_l2, means, scale):
+    """What fit_domain minimises with the vector term: the penalty on the weights of the
+    standardised mean vector, w = u * scale."""
+    u = numpy.asarray(model.vector_weights)
+    rows = list(inside) + list(outside)
+    y = numpy.r_[numpy.zeros(len(inside)), numpy.ones(len(outside))]
+    w = numpy.where(y > 0, len(y) / (2 * len(outside)), len(y) / (2 * len(inside)))
+    logits = numpy.array([model.logit(row, mean) for row, mean in zip(rows, means)])
+    nll = numpy.logaddexp(0, logits) - y * logits
+    spline = sum(v**2 for values in model.values for v in values)
+    return float((w * nll).sum() + 0.5 * l2 * spline + 0.5 * vector_l2 * ((u * scale) ** 2).sum())
+
+
+def test_vector_term_reads_the_mean_token_vector_and_is_a_minimum_of_its_objective():
+    inside, outside = synthetic(11, 120, 40)
+    inside_tokens, outside_tokens = with_vectors(inside, 1), with_vectors(outside, 2, shift=1.0)
+    means = [tokens.mean(axis=0) for tokens in inside_tokens + outside_tokens]
+    subset = ("novelty", "unseen", "lower_start")
+    model = fit_domain(
+        inside, outside, {"the": 3}, knots=3, l2=1.0, features=subset,
+        inside_vectors=means[: len(inside)], outside_vectors=means[len(inside) :], vector_l2=5.0,
+    )  # fmt: skip
+    assert model.vector_width == 6 and model.vector_weights is not None
+    # the first two columns carry the signal: their weights are positive and the largest
+    u = numpy.asarray(model.vector_weights)
+    assert (u[:2] > 0).all() and numpy.abs(u[:2]).min() > numpy.abs(u[2:]).max()
+    # the logit and probability against a direct computation: b + Σ interp + u · mean of the rows
+    words, pos = ["The", "dog", "barks", "."], ["DET", "NOUN", "VERB", "PUNCT"]
+    tokens = numpy.random.default_rng(5).normal(0, 1, (4, 6)).astype(numpy.float32)
+    features = sentence_features(words, pos, 0.4, 0.3, model.lexicon)
+    direct = model.bias + sum(numpy.interp(features[n], k, v) for n, k, v in zip(subset, model.knots, model.values))
+    direct += float(numpy.dot(u, tokens.astype(numpy.float64).sum(axis=0) / 4))
+    assert model.logit(features, tokens.astype(numpy.float64).mean(axis=0)) == pytest.approx(direct, abs=1e-10)
+    expected = 1.0 / (1.0 + math.exp(-direct))
+    assert model.sentence_probability(words, pos, 0.4, 0.3, tokens) == pytest.approx(expected, abs=1e-10)
+    # no vectors, none of its width, no rows: no probability (never one without the term)
+    assert model.sentence_probability(words, pos, 0.4, 0.3) is None
+    assert model.sentence_probability(words, pos, 0.4, 0.3, tokens[:, :5]) is None
+    assert model.sentence_probability(words, pos, 0.4, 0.3, numpy.zeros((0, 6))) is None
+    with pytest.raises(CalibrationError, match="width 6"):
+        model.logit(features, tokens[0, :5])
+    # a minimum of its objective (ridge 1 on the values, 5 on the standardised vector's weights)
+    scale = numpy.asarray(means).std(axis=0)
+    best = vector_loss(model, inside, outside, 1.0, 5.0, means, scale)
+    rng = numpy.random.default_rng(6)
+    for _ in range(10):
+        moved = DomainModel(
+            model.lexicon, model.knots, model.values, model.bias + 1e-3 * rng.normal(), subset,
+            vector_weights=tuple(u + 1e-3 * rng.normal(size=6) / scale),
+        )  # fmt: skip
+        assert vector_loss(moved, inside, outside, 1.0, 5.0, means, scale) >= best - 1e-9
+    # a stronger ridge on the vector shrinks its weights, and leaves the model without it alone
+    stiff = fit_domain(
+        inside, outside, {"the": 3}, knots=3, l2=1.0, features=subset,
+        inside_vectors=means[: len(inside)], outside_vectors=means[len(inside) :], vector_l2=500.0,
+    )  # fmt: skip
+    assert (numpy.asarray(stiff.vector_weights) ** 2).sum() < (u**2).sum()
+    assert fit_domain(inside, outside, {"the": 3}, knots=3, l2=1.0, features=subset).vector_weights is None
+    # the dict form, alone and in a novelty reference of the same width
+    back = DomainModel.from_dict(json.loads(json.dumps(model.to_dict())))
+    assert back == model and back.sentence_probability(words, pos, 0.4, 0.3, tokens) == pytest.approx(expected)
+    reference = NoveltyReference(numpy.zeros(6), numpy.eye(6), model)
+    assert NoveltyReference.from_dict(json.loads(json.dumps(reference.to_dict()))).domain == model
+    with pytest.raises(CalibrationError, match="width 6"):
+        NoveltyReference(numpy.zeros(5), numpy.eye(5), model)
+    # a model stored before the term reads without it
+    older = model.to_dict()
+    del older["vector_weights"]
+    assert DomainModel.from_dict(older).vector_weights is None
+
+
+def test_fit_with_vectors_needs_one_finite_vector_per_sentence():
+    inside, outside = synthetic(12, 20, 5)
+    means_in, means_out = [numpy.ones(3)] * 20, [numpy.zeros(3)] * 5
+    with pytest.raises(CalibrationError, match="one per sentence"):
+        fit_domain(inside, outside, {}, features=BASE_FEATURES, inside_vectors=means_in)
+    with pytest.raises(CalibrationError, match="one per sentence"):
+        fit_domain(inside, outside, {}, features=BASE_FEATURES, inside_vectors=means_in[:-1], outside_vectors=means_out)
+    with pytest.raises(CalibrationError, match="one width"):
+        fit_domain(
+            inside, outside, {}, features=BASE_FEATURES, inside_vectors=means_in, outside_vectors=[numpy.zeros(2)] * 5
+        )
+    with pytest.raises(CalibrationError, match="finite"):
+        fit_domain(
+            inside,
+            outside,
+            {},
+            features=BASE_FEATURES,
+            inside_vectors=means_in,
+            outside_vectors=[numpy.full(3, numpy.nan)] * 5,
+        )
+    with pytest.raises(CalibrationError, match="vector_l2"):
+        fit_domain(
+            inside,
+            outside,
+            {},
+            features=BASE_FEATURES,
+            inside_vectors=means_in,
+            outside_vectors=means_out,
+            vector_l2=0.0,
+        )
+    with pytest.raises(CalibrationError, match="vector_weights"):
+        DomainModel({}, ((0.0, 1.0),), ((0.0, 1.0),), 0.0, ("novelty",), vector_weights=(1.0, float("inf")))
+
+
+def test_component_adds_the_vector_term_of_each_sentences_own_rows():
+    """Two sentences in one Doc, two Docs in one batch: each sentence's out_of_domain reads
+    the mean of its own rows of doc.tensor (checked against a direct computation)."""
+    import spacy
+    from helpers.scorer import score_doc
+    from spacy.tokens import Doc
+
+    from spacy_treexp.calibration import CalibrationMap, fit_novelty
+
+    width = 5
+    inside, outside = synthetic(13, 60, 15)
+    model = fit_domain(
+        inside, outside, {"the": 3}, language_model=LANGUAGE_MODEL,
+        inside_vectors=[t.mean(0) for t in with_vectors(inside, 3, width)],
+        outside_vectors=[t.mean(0) for t in with_vectors(outside, 4, width, shift=1.5)],
+    )  # fmt: skip
+    reference = fit_novelty(numpy.random.default_rng(7).normal(size=(40, width)), size=4)
+    reference = NoveltyReference(reference.centre, reference.rows, model)
+    config = CalibrationMap.identity().to_dict() | {"novelty": reference.to_dict()}
+    nlp = spacy.blank("en")
+    component = nlp.add_pipe("tree_expectations", config={"calibration": config})
+    stored = CalibrationMap.from_dict(json.loads(json.dumps(config))).novelty
+    assert stored.domain == model
+
+    def doc_of(words, starts, seed):
+        doc = Doc(nlp.vocab, words=words, sent_starts=starts)
+        for token, tag in zip(doc, ["DET", "NOUN", "VERB", "PUNCT", "DET", "NOUN", "VERB", "ADV"]):
+            token.pos_ = tag
+        score_doc(doc)
+        doc.tensor = numpy.random.default_rng(seed).normal(0, 2, (len(words), width)).astype(numpy.float32)
+        return doc
+
+    words = "The dog barks . a cat sleeps here".split()
+    starts = [True, False, False, False, True, False, False, False]
+    docs = list(component.pipe([doc_of(words, starts, 1), doc_of(words[:4], starts[:4], 2)], batch_size=8))
+    u = numpy.asarray(model.vector_weights)
+    seen = 0
+    for doc in docs:
+        for sent in doc.sents:
+            rows = doc.tensor[sent.start : sent.end].astype(numpy.float64)
+            features = sentence_features(
+                [t.text for t in sent], [t.pos_ for t in sent], stored.sentence_novelty(rows),
+                sent._.entropy_per_word, model.lexicon, LANGUAGE_MODEL,
+            )  # fmt: skip
+            direct = model.bias + sum(
+                numpy.interp(features[n], k, v) for n, k, v in zip(model.features, model.knots, model.values)
+            )
+            direct += float(u @ rows.mean(axis=0))
+            assert sent._.out_of_domain == pytest.approx(1.0 / (1.0 + math.exp(-direct)), abs=1e-6)
+            seen += 1
+    assert seen == 3

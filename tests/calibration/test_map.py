@@ -356,7 +356,7 @@ def test_relation_fit_recovers_label_factors():
 
 def test_format_1_maps_still_read():
     """A map written before format 2 (no dependent features, no relation biases) reads as
-    the same map, applies the same scores, and is written back as format 2."""
+    the same map, applies the same scores, and is written back in the current format (3)."""
     old = {key: value for key, value in rich_map().to_dict().items()}
     for key in ("dependent_features", "feature_scale", "relation_bias", "relation_direction_scale"):
         del old[key]
@@ -370,7 +370,7 @@ def test_format_1_maps_still_read():
     relations = RELATIONS[:5]
     expected = reference_map(arc, calibration, relations)
     numpy.testing.assert_allclose(calibration.apply_arc(arc, relations)[:, 1:], expected[:, 1:], atol=1e-12)
-    assert calibration.to_dict()["version"] == 2
+    assert calibration.to_dict()["version"] == 3
     assert CalibrationMap.from_dict(calibration.to_dict()) == calibration
 
 
