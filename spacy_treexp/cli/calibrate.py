@@ -191,6 +191,7 @@ def calibrate(
         warn(
             f"risk temperature {risk['risk_temperature']:.2f} (sentence error probability, log-loss on the fitted "
             f"part {risk['log_loss_at_1']:.4f} at 1 -> {risk['log_loss']:.4f})"
+            + (": the end of the range searched, the best may lie beyond it" if risk["at_edge"] else "")
         )
         own = None if nlp is None else nlp.get_pipe(_annotator(nlp)).options.risk_temperature
         if own is not None:

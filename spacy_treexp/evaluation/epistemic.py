@@ -170,8 +170,10 @@ def fit_risk_temperature(
     """The ``risk_temperature`` T whose error probability 1 − p_T(parse) best predicts which
     parses have an attachment error: the maximum of the Bernoulli log-likelihood over
     ``grid`` (held-out sentences: arc scores as annotated, the parse's heads, whether it has
-    an error). Returns T, the mean log-loss at T and at 1, and the predicted and observed
-    error rates at T."""
+    an error). Among equal log-losses the T nearest 1 (scores that do not tell the parses
+    apart, or parses all right or all wrong and certain, give no reason to move it). Returns T,
+    the mean log-loss at T and at 1, the predicted and observed error rates at T, and
+    ``at_edge``: whether T is an end of ``grid`` (the best T may lie beyond it)."""
     y = numpy.asarray(has_error, dtype=bool)
 
     def loss(temperature: float) -> Tuple[float, float]:
@@ -179,9 +181,12 @@ def fit_risk_temperature(
         return float(-numpy.mean(numpy.where(y, numpy.log(p_error), numpy.log1p(-p_error)))), float(p_error.mean())
 
     losses = {float(t): loss(float(t)) for t in grid}
-    best = min(losses, key=lambda t: losses[t][0])
+    lowest = min(value[0] for value in losses.values())
+    tied = [t for t in losses if losses[t][0] <= lowest + 1e-12 * max(1.0, abs(lowest))]
+    best = min(tied, key=lambda t: abs(t - 1.0))
     return {
         "risk_temperature": best,
+        "at_edge": best in (min(losses), max(losses)) and len(tied) == 1,
         "log_loss": losses[best][0],
         "log_loss_at_1": loss(1.0)[0],
         "predicted_error_rate": losses[best][1],

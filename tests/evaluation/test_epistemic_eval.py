@@ -40,6 +40,23 @@ def test_fit_recovers_the_temperature_that_generated_the_errors():
     fit = fit_risk_temperature(arcs, heads, numpy.array(wrong), grid=numpy.round(numpy.arange(0.2, 1.41, 0.1), 2))
     assert abs(fit["risk_temperature"] - 0.5) <= 0.15
     assert fit["log_loss"] < fit["log_loss_at_1"]
+    assert not fit["at_edge"]
+
+
+def test_a_flat_log_loss_keeps_the_risk_temperature_at_1_and_an_edge_is_flagged():
+    """Scores that cannot tell parses apart (all equal) give the same log-loss at every T: the
+    fit returned the grid's first T, 0.3, which a map then carried to every later sentence
+    (one dev sentence parsed right gave 0.30 too). Errors beyond the grid's reach are flagged."""
+    ties = [numpy.zeros((4, 4)) for _ in range(20)]
+    heads = [numpy.array([0, 1, 1]) for _ in ties]
+    flat = fit_risk_temperature(ties, heads, numpy.array([True, False] * 10))
+    assert flat["risk_temperature"] == 1.0 and not flat["at_edge"]
+    arcs = random_sentences(200, 2)
+    scores, lengths = pad_scores(arcs)
+    parse = TreeDistribution(scores, lengths).mode
+    heads = [parse[b, 1 : n + 1].numpy() for b, n in enumerate(lengths.tolist())]
+    always_wrong = fit_risk_temperature(arcs, heads, numpy.ones(len(arcs), dtype=bool))
+    assert always_wrong["risk_temperature"] == 1.5 and always_wrong["at_edge"]
 
 
 def test_local_scores_are_a_per_word_softmax():
@@ -81,6 +98,7 @@ def test_the_maps_risk_temperature_is_fitted_on_top_of_the_map(map_temperature):
     fit = fit_map_risk_temperature(calibration, gold, [SentenceScores(arc=a) for a in arcs])
     assert abs(fit["risk_temperature"] - 0.5) <= 0.15
     assert fit["log_loss"] < fit["log_loss_at_1"]
+    assert not fit["at_edge"]
 
 
 def test_the_annotation_core_takes_the_maps_risk_temperature_unless_one_is_set():
