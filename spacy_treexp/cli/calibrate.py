@@ -474,17 +474,17 @@ def _table(
             )
             nll[name, label] = f["gold_head_nll"]
     before, now, after = (nll.get(("held-out", label)) for label in ("before", "current", "after"))
-    remedy = "fit on more of them" + (
+    remedy = "fit on more dev sentences" + (
         ", or a --kind temperature map (one scale)," if calibration.kind != "temperature" else ""
     )
     if before is not None and after is not None and after > before:
         warn(
-            f"the map makes the held-out gold-head NLL worse ({before:.4f} -> {after:.4f}): it over-fits its "
-            f"dev sentences; {remedy} before using it"
+            f"the map makes the held-out gold-head NLL worse ({before:.4f} -> {after:.4f}): it over-fits the "
+            f"sentences it was fitted on; {remedy} before using it"
         )
     elif now is not None and after is not None and after > now:
         warn(
-            f"the new map gives a worse held-out gold-head NLL than the map it replaces ({now:.4f} -> {after:.4f}); "
-            f"{remedy} before using it"
+            f"the new map gives a worse held-out gold-head NLL than the map it replaces ({now:.4f} -> {after:.4f}): "
+            f"keep that one, or {remedy} before using the new one"
         )
     return "\n".join(lines)
