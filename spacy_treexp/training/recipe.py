@@ -708,4 +708,13 @@ def _write_summary(out: Path, summary: Dict[str, Any]) -> None:
 
 
 def _one_line(error: Any) -> str:
+    """``error`` in one line; a config error as its settings and what is wrong with them
+    (confection's own text also prints the whole section it resolved, the reprs of its
+    functions and objects included: a page of it for ``--set training.dropout=abc``)."""
+    from thinc.api import ConfigValidationError
+
+    if isinstance(error, ConfigValidationError) and error.errors:
+        parent = f"{error.parent} -> " if error.parent else ""
+        found = [f"{parent}{' -> '.join(str(part) for part in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors]
+        return " ".join(f"{error.title or 'config error'}: {'; '.join(found)}".split())
     return " ".join(str(error).split())

@@ -249,6 +249,11 @@ def test_train_on_a_local_transformer(run_cli, tmp_path):
             "--set training.nonsense: the parser.cfg template has no such",
         ),
         ([str(TOY), str(TOY), "--set", "training.max_steps=[1"], "--set: "),
+        # the setting and what is wrong with it, not the resolved section's reprs
+        (
+            [str(TOY), str(TOY), "--set", "training.dropout=abc"],
+            "--set: Config validation error: dropout: Input should",
+        ),
         ([str(TOY), str(TOY), "--set", "dropout"], "--set dropout: expected SECTION.KEY=VALUE"),
         ([str(TOY), str(TOY), "--set", "nlp.lang=qq"], "--set nlp.lang: give the language as --lang"),
         ([str(TOY), str(TOY), "--max-seconds", "0"], "--max-seconds 0: expected a positive number"),
