@@ -361,11 +361,12 @@ def separation_warning(calibration: CalibrationMap) -> Optional[str]:
     after, before = fit.get("tree_nll_per_word_after"), fit.get("tree_nll_per_word_before")
     if not isinstance(after, (int, float)) or not after < SEPARATED_NLL:
         return None
-    was = f"{before:.3g} -> " if isinstance(before, (int, float)) else ""
+    if not isinstance(before, (int, float)) or before < SEPARATED_NLL:  # certain already: no map did it
+        return None
     scale = max(calibration.log_scale, default=0.0)
     return (
         f"the {calibration.kind} map makes the parser certain of the {fit.get('n_sentences', '?')} fitted sentences' "
-        f"gold trees (NLL per word {was}{after:.2g}, scores multiplied by up to e^{scale:.1f}): "
+        f"gold trees (NLL per word {before:.3g} -> {after:.2g}, scores multiplied by up to e^{scale:.1f}): "
         "it learnt them by heart, and gives every word's head a probability of about 0 or 1, even on other "
         "sentences; fit it on more sentences, ones the parser gets wrong at times"
     )

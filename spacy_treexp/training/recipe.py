@@ -623,6 +623,12 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     lang = check_options(options)
     train_gold, dev_gold = read_treebank(options.train), read_treebank(options.dev)
     test_gold = read_treebank(options.test) if options.test is not None else None
+    # TRAIN: else the parser's initialize fails, with a traceback; DEV: a map fitted on it is the identity
+    for what, path, gold, use in (("TRAIN", options.train, train_gold, "learn"), ("DEV", options.dev, dev_gold, "fit")):
+        if not any(sentence.n > 1 for sentence in gold):
+            raise TrainingError(
+                f"{what} {path}: every sentence is one word long, so there is no dependency arc to {use} from"
+            )
     out = Path(options.out)
     corpus = out / "corpus"
     config = build_config(options, lang, corpus, has_tags(train_gold))

@@ -442,3 +442,6 @@ def test_a_map_that_learns_its_gold_trees_by_heart_is_named(kind):
     # trees drawn from the distribution itself: an honest map, no warning
     assert separation_warning(fit_calibration(*_sample_corpus(CalibrationMap.temperature(1.0), 40, 5), kind)) is None
     assert separation_warning(CalibrationMap.temperature(1.0)) is None  # a map with no fit record
+    # one-word sentences: certain before any map, nothing was learnt
+    one = dataclasses.replace(fitted, fit={**fitted.fit, "tree_nll_per_word_before": 0.0})
+    assert separation_warning(one) is None

@@ -433,3 +433,12 @@ def test_a_map_fitted_to_certainty_on_dev_is_warned_of(monkeypatch):
     calibration = recipe.calibrate(None, scores, [Gold(s.arc) for s in scores], "temperature", logged.append)
     assert stored == [calibration]
     assert len(logged) == 1 and logged[0].startswith("warning: the temperature map makes the parser certain")
+
+
+def test_a_treebank_of_one_word_sentences_is_refused_before_any_work(user_error, tmp_path):
+    one = tmp_path / "one.conllu"
+    one.write_text("1\tHallo\thallo\tINTJ\t_\t_\t0\troot\t_\t_\n\n" * 3, encoding="utf8")
+    out = tmp_path / "out"
+    assert "every sentence is one word long" in user_error("train", str(one), str(TOY), "-o", str(out))
+    assert f"DEV {one}: every sentence is one word long" in user_error("train", str(TOY), str(one), "-o", str(out))
+    assert not out.exists()
