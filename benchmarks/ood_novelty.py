@@ -36,6 +36,13 @@ fix the other settings without it, and the term is added in the final fit. The s
 the vector term with ridge 10, chosen by leave-one-fit-set-out cross-validation), written with
 ``--reference-from MAP --write-map MAP``.
 
+``--sentence-encoder DIR`` also fits the opt-in model of ``tree_expectations``'s
+``sentence_encoder`` (``novelty.encoder_domain``): the same features and settings, its vector
+the mean token vector followed by the encoder's embedding of the sentence's text (ridge
+``--encoder-l2``, by default ``DEFAULT_ENCODER_L2``); the shipped map's was written with
+``--reference-from MAP --sentence-encoder all-MiniLM-L6-v2 --write-map MAP`` (without it,
+``--write-map`` writes no such model).
+
 The token vectors are ``doc.tensor`` once the whole pipeline has run (what
 ``tree_expectations`` reads for ``sent._.novelty``; in the shipped pipeline the tagger's
 tok2vec writes it last), or with ``--encoder NAME`` that component's output (novelty only).
@@ -60,6 +67,7 @@ import torch
 from spacy_treexp.calibration import CalibrationMap
 from spacy_treexp.calibration.domain import (
     BASE_FEATURES,
+    DEFAULT_ENCODER_L2,
     DEFAULT_FEATURES,
     DEFAULT_KNOTS,
     DEFAULT_L2,
@@ -72,6 +80,7 @@ from spacy_treexp.calibration.domain import (
 )
 from spacy_treexp.calibration.language_model import WordLanguageModel
 from spacy_treexp.calibration.novelty import NoveltyReference, fit_novelty, span_novelty, spans_novelty
+from spacy_treexp.calibration.sentence_encoder import SentenceEncoder
 from spacy_treexp.evaluation.epistemic import auroc_table
 from spacy_treexp.evaluation.metrics import auroc
 from spacy_treexp.evaluation.scores import sentence_signals, text_docs
@@ -320,6 +329,18 @@ def main() -> int:
         "model's; 0: no such term, the model before it)",
     )
     parser.add_argument(
+        "--sentence-encoder",
+        default=None,
+        help="a local sentence encoder directory (all-MiniLM-L6-v2 for the shipped map): also fit the opt-in "
+        "out-of-domain model that reads its embedding (novelty.encoder_domain; tree_expectations' sentence_encoder)",
+    )
+    parser.add_argument(
+        "--encoder-l2",
+        type=float,
+        default=DEFAULT_ENCODER_L2,
+        help="ridge of the opt-in model's vector term (the mean vector and the embedding, standardised)",
+    )
+    parser.add_argument(
         "--select",
         action="store_true",
         help="choose the domain model's features, knots and ridge by leave-one-style-out AUROC on "
@@ -415,7 +436,40 @@ def main() -> int:
             else {}
         ),
     )
-    reference = NoveltyReference(reference.centre, reference.rows, domain)
+    encoder_domain, joint = None, {}
+    if args.sentence_encoder:  # the opt-in model: the same fit, its vector the mean vector + the embedding
+        encoder = SentenceEncoder(args.sentence_encoder)
+        embedded = {}
+        for name, values in texts.items():
+            started = time.process_time()
+            embedded[name] = encoder.embed(values)
+            report.setdefault("encoder_cpu_s_per_1000", {})[name] = round(
+                1000 * (time.process_time() - started) / max(len(values), 1), 3
+            )
+        joint = {
+            name: [None if m is None else numpy.r_[m, e] for m, e in zip(means[name], embedded[name])] for name in texts
+        }
+        kept_in = [(f, v) for f, v in zip(features["dev"], joint["dev"]) if f is not None and v is not None]
+        kept_out = [(f, v) for f, v in zip(features["ood_dev"], joint["ood_dev"]) if f is not None and v is not None]
+        encoder_domain = fit_domain(
+            [f for f, _ in kept_in],
+            [f for f, _ in kept_out],
+            lexicon,
+            chosen[1],
+            chosen[2],
+            chosen[0],
+            language_model if reads_surprisal else None,
+            inside_vectors=[v for _, v in kept_in],
+            outside_vectors=[v for _, v in kept_out],
+            vector_l2=args.encoder_l2,
+            embedding_width=encoder.width,
+        )
+        report["encoder_domain"] = {
+            "encoder": Path(args.sentence_encoder).name,
+            "embedding_width": encoder.width,
+            "vector_l2": args.encoder_l2,
+        }
+    reference = NoveltyReference(reference.centre, reference.rows, domain, encoder_domain)
     report["domain"] = {
         "lexicon_words": len(lexicon),
         **({"language_model_ngrams": len(language_model.counts)} if reads_surprisal else {}),
@@ -439,6 +493,10 @@ def main() -> int:
                 domain, features[inside] + features[outside], means[inside] + means[outside]
             ),
         }
+        if encoder_domain is not None:
+            scores["out_of_domain with the sentence encoder"] = probabilities(
+                encoder_domain, features[inside] + features[outside], joint[inside] + joint[outside]
+            )
         report[label] = rounded(auroc_table(scores, y))
     if args.test:
         report["eval per style"] = per_style_table(domain, novelty, features, means, texts, styles)
@@ -489,6 +547,16 @@ def main() -> int:
                 }
             ),
         }
+        if encoder_domain is not None:
+            fit["novelty"]["encoder_domain"] = {
+                "data": fit["novelty"]["domain"]["data"],
+                "encoder": f"{Path(args.sentence_encoder).name}: its mean-pooled, unit-length embedding of each "
+                "sentence's text (spacy_treexp.calibration.sentence_encoder)",
+                "command": "python benchmarks/ood_novelty.py --train TRAIN --dev DEV [--reference-from MAP] "
+                "--sentence-encoder DIR --write-map MAP",
+                "vector_l2": args.encoder_l2,
+                "embedding_width": encoder_domain.embedding_width,
+            }
         dataclasses.replace(calibration, novelty=reference, fit=fit).to_disk(args.write_map)
         report["wrote"] = args.write_map
     print(json.dumps(report, indent=1))

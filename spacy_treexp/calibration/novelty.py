@@ -41,11 +41,14 @@ class NoveltyReference:
     """Centre x̄ ``(width,)`` and reference directions ``(R, width)`` (unit rows), float32;
     ``domain``, the out-of-domain model that reads this novelty with other features of the
     sentence (:class:`~spacy_treexp.calibration.domain.DomainModel`, ``sent._.out_of_domain``),
-    or None."""
+    or None; ``encoder_domain``, the opt-in one that also reads a sentence encoder's embedding
+    (:mod:`~spacy_treexp.calibration.sentence_encoder`; ``tree_expectations``'s
+    ``sentence_encoder``), or None."""
 
     centre: numpy.ndarray
     rows: numpy.ndarray
     domain: Optional[DomainModel] = field(default=None, compare=False)
+    encoder_domain: Optional[DomainModel] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # own, writable copies: torch warns on read-only arrays (e.g. a reference read from bytes)
@@ -57,11 +60,14 @@ class NoveltyReference:
             )
         if not (numpy.isfinite(centre).all() and numpy.isfinite(rows).all()):
             raise CalibrationError("novelty reference: centre and rows must be finite")
-        if self.domain is not None and self.domain.vector_width not in (None, centre.shape[0]):
-            raise CalibrationError(
-                f"novelty reference: its domain model reads mean vectors of width {self.domain.vector_width}, "
-                f"the reference's are {centre.shape[0]}"
-            )
+        for what, model in (("domain model", self.domain), ("encoder domain model", self.encoder_domain)):
+            if model is not None and model.token_width not in (None, 0, centre.shape[0]):
+                raise CalibrationError(
+                    f"novelty reference: its {what} reads mean vectors of width {model.token_width}, "
+                    f"the reference's are {centre.shape[0]}"
+                )
+        if self.encoder_domain is not None and not self.encoder_domain.embedding_width:
+            raise CalibrationError("novelty reference: its encoder domain model reads no sentence embedding")
         object.__setattr__(self, "centre", centre)
         object.__setattr__(self, "rows", rows)
 
@@ -94,6 +100,7 @@ class NoveltyReference:
             "centre": [float(v) for v in self.centre],
             "rows_float16_base64": base64.b64encode(rows.tobytes()).decode("ascii"),
             **({} if self.domain is None else {"domain": self.domain.to_dict()}),
+            **({} if self.encoder_domain is None else {"encoder_domain": self.encoder_domain.to_dict()}),
         }
 
     @classmethod
@@ -109,7 +116,9 @@ class NoveltyReference:
             raise CalibrationError(f"novelty reference: {rows.size} numbers for {size} rows of width {width}")
         rows = rows.reshape(size, width)  # unit again after float16 rounding: d stays a cosine distance
         domain = None if data.get("domain") is None else DomainModel.from_dict(data["domain"])
-        return cls(centre, rows / numpy.maximum(numpy.linalg.norm(rows, axis=1, keepdims=True), 1e-12), domain)
+        encoder = None if data.get("encoder_domain") is None else DomainModel.from_dict(data["encoder_domain"])
+        unit = rows / numpy.maximum(numpy.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        return cls(centre, unit, domain, encoder)
 
 
 def fit_novelty(vectors: Any, size: int = 4096, iterations: int = 10, seed: int = 0) -> NoveltyReference:

@@ -171,6 +171,15 @@ class Errors:
         "[TXE026] {name}: these scores were written by {writer!r}, but its calibration map is the one of "
         "{fitted!r}, fitted on that parser's scores. {hint}"
     )
+    TXE027 = (
+        "[TXE027] {name}: sentence_encoder is set ({path}), but the calibration map for these scores carries "
+        "no out-of-domain model that reads a sentence embedding (novelty.encoder_domain); fit one with "
+        "benchmarks/ood_novelty.py --sentence-encoder DIR --write-map MAP, or unset sentence_encoder."
+    )
+    TXE028 = (
+        "[TXE028] {name}: the sentence encoder in {path} gives embeddings of width {got}, but the map's "
+        "out-of-domain model was fitted on ones of width {expected} (another encoder)."
+    )
 
 
 class ScoreSourceError(ValueError):

@@ -19,6 +19,9 @@ used, and ``to_disk`` / ``to_bytes`` carry it in the component's own data. Set
 identity) to use the parser's scores as they are. A map that carries a novelty reference
 also gives ``sent._.novelty``, read from ``doc.tensor`` (the vectors of the pipeline's last
 encoder), and, where the reference has a domain model, ``sent._.out_of_domain``. ``Doc._.parser_scores`` stays the parser's own.
+``sentence_encoder`` (default null), the directory of a local sentence encoder (the shipped map's
+opt-in model reads all-MiniLM-L6-v2), makes ``sent._.out_of_domain`` the map's model that also
+reads each sentence's embedding (``novelty.encoder_domain``; :mod:`spacy_treexp.calibration.sentence_encoder`).
 
 After annotating a Doc the component drops the parser's raw scores (``Doc._.parser_scores
 = None``) unless ``keep_scores`` is set: they take tens of times the memory of the
@@ -44,8 +47,10 @@ from spacy.util import minibatch
 from thinc.api import to_numpy
 
 from spacy_treexp.annotate import DEFAULTS, AnnotateOptions, SentenceScores, annotate_sentences, install_fork_hook
+from spacy_treexp.calibration.domain import DomainModel
 from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, CalibrationMap, read_map
 from spacy_treexp.calibration.novelty import spans_novelty
+from spacy_treexp.calibration.sentence_encoder import SentenceEncoder
 from spacy_treexp.engine.native import native_requested
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.extensions import LIVE_WRITERS, PARSER_SCORES, score_writers
@@ -59,7 +64,13 @@ from spacy_treexp.pipeline.score_sources import (
     source_name,
 )
 
-DEFAULT_CONFIG = {"scores": {"@misc": PARSER_SCORES_SOURCE}, **DEFAULTS, "keep_scores": False, "calibration": None}
+DEFAULT_CONFIG = {
+    "scores": {"@misc": PARSER_SCORES_SOURCE},
+    **DEFAULTS,
+    "keep_scores": False,
+    "calibration": None,
+    "sentence_encoder": None,
+}
 
 
 @Language.factory(
@@ -86,6 +97,7 @@ def make_tree_expectations(
     risk_temperature: Optional[float],
     keep_scores: bool,
     calibration: Optional[Dict[str, Any]],
+    sentence_encoder: Optional[str],
 ) -> TreeExpectations:
     """Create the ``tree_expectations`` component (see :class:`TreeExpectations`)."""
     return TreeExpectations(
@@ -106,6 +118,7 @@ def make_tree_expectations(
         risk_temperature=risk_temperature,
         keep_scores=keep_scores,
         calibration=calibration,
+        sentence_encoder=sentence_encoder,
         parser_calibration=None if calibration is not None else parser_calibration(nlp),
         # by the name the parser has when this component is added (records carry its token too)
         writers={getattr(nlp.get_pipe(name), "name", name): nlp.get_pipe(name) for name in score_writers(nlp)},
@@ -215,6 +228,7 @@ class TreeExpectations(Pipe):
         scores: Optional[ScoreSource] = None,
         keep_scores: bool = False,
         calibration: Any = None,
+        sentence_encoder: Optional[Union[str, Path]] = None,
         parser_calibration: Union[CalibrationMap, Path, None] = None,
         writers: Optional[Dict[str, Any]] = None,
         **options: Any,
@@ -237,6 +251,15 @@ class TreeExpectations(Pipe):
             raise ValueError(str(e)) from e
         #: Whether the map is part of the config (else ``to_disk`` carries it).
         self.calibration_in_config = calibration is not None
+        #: The opt-in sentence encoder (``sentence_encoder``: its directory), or None.
+        self.sentence_encoder: Optional[SentenceEncoder] = None
+        if sentence_encoder is not None:
+            try:
+                self.sentence_encoder = SentenceEncoder(sentence_encoder)
+            except CalibrationError as e:
+                raise ValueError(f"{name}: {e}") from e
+            if self.calibration is not None:
+                self._encoder_domain(self.calibration)  # a map without the encoder's model: said now
         #: The pipeline's score writers when the component was added, by name (records name
         #: their ``writer``); ``calibration`` is the map for the scores of the last of them.
         self._writers = dict(writers or {})
@@ -396,15 +419,22 @@ class TreeExpectations(Pipe):
             spans = [(tensors[id(doc)], record.start, record.end) for doc, record in zip(docs_of, annotations)]
             for record, value in zip(annotations, spans_novelty(novelty, spans)):
                 record.novelty = value
-            if novelty.domain is not None:  # sent._.out_of_domain: the domain model on the sentence
-                for doc, record, (tensor, start, end) in zip(docs_of, annotations, spans):
+            domain = novelty.domain
+            embeddings: List[Any] = [None] * len(annotations)
+            if self.sentence_encoder is not None:  # the opt-in model, on each sentence's embedding
+                domain = self._encoder_domain(calibration)
+                texts = [doc[record.start : record.end].text for doc, record in zip(docs_of, annotations)]
+                embeddings = list(self.sentence_encoder.embed(texts))
+            if domain is not None:  # sent._.out_of_domain: the domain model on the sentence
+                for doc, record, (tensor, start, end), embedding in zip(docs_of, annotations, spans, embeddings):
                     words = doc[record.start : record.end]
-                    record.out_of_domain = novelty.domain.sentence_probability(
+                    record.out_of_domain = domain.sentence_probability(
                         [t.text for t in words],
                         [t.pos_ for t in words],
                         record.novelty,
                         record.entropy_per_word,
                         tensor[start:end] if record.novelty is not None else None,
+                        embedding,
                     )
         offset = 0
         for doc, doc_scores in zip(docs, per_doc):
@@ -414,6 +444,23 @@ class TreeExpectations(Pipe):
             offset += len(doc_scores)
             if not self.keep_scores:
                 doc._.set(PARSER_SCORES, None)
+
+    def _encoder_domain(self, calibration: Optional[CalibrationMap]) -> DomainModel:
+        """The map's out-of-domain model that reads the sentence encoder's embeddings; a
+        ValueError where the map has none or it was fitted on embeddings of another width."""
+        assert self.sentence_encoder is not None
+        novelty = None if calibration is None else calibration.novelty
+        domain = None if novelty is None else novelty.encoder_domain
+        path = self.sentence_encoder.path
+        if domain is None:
+            raise ValueError(Errors.TXE027.format(name=self.name, path=path))
+        if domain.embedding_width != self.sentence_encoder.width:
+            raise ValueError(
+                Errors.TXE028.format(
+                    name=self.name, path=path, got=self.sentence_encoder.width, expected=domain.embedding_width
+                )
+            )
+        return domain
 
     def sentence_scores(self, doc: Doc, *, native: Optional[bool] = None) -> List[SentenceScores]:
         """The core's records of ``doc``'s sentences from the score source, checked

@@ -1,0 +1,190 @@
+"""The opt-in out-of-domain model (issue 21, part 4): the sentence encoder's embedding against a
+direct computation on a tiny random BERT built here (no network), and the component's
+``sentence_encoder`` switch, which makes ``sent._.out_of_domain`` the map's encoder model."""
+
+import json
+import math
+
+import numpy
+import pytest
+import torch
+
+from spacy_treexp.calibration import CalibrationError, CalibrationMap
+from spacy_treexp.calibration.domain import BASE_FEATURES, fit_domain, sentence_features
+from spacy_treexp.calibration.novelty import NoveltyReference, fit_novelty
+from spacy_treexp.calibration.sentence_encoder import SentenceEncoder
+
+transformers = pytest.importorskip("transformers")
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "barks", ".", "a", "cat", "sleeps", "here"]
+TOKEN_WIDTH = 5
+
+
+def tiny_encoder(path, hidden=8):
+    """A randomly initialised one-layer BERT and its word-piece tokenizer, saved in ``path``."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
+    tokenizer = transformers.BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True)
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=len(WORDS),
+        hidden_size=hidden,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=64,
+    )
+    model = transformers.BertModel(config).eval()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return model, tokenizer
+
+
+def direct_embedding(model, tokenizer, text):
+    """The mean of the text's last hidden states (alone: no padding), scaled to length 1."""
+    with torch.no_grad():
+        hidden = model(**tokenizer(text, return_tensors="pt")).last_hidden_state[0].double()
+    mean = hidden.mean(0).numpy()
+    return mean / numpy.linalg.norm(mean)
+
+
+def test_embedding_is_the_unit_mean_of_the_last_hidden_states(tmp_path):
+    model, tokenizer = tiny_encoder(tmp_path / "bert")
+    encoder = SentenceEncoder(tmp_path / "bert")
+    texts = ["The dog barks .", "a cat", "the cat sleeps here .", "zebra"]  # lengths differ: padded batches
+    got = encoder.embed(texts)
+    assert got.shape == (4, 8) and encoder.width == 8 and got.dtype == numpy.float64
+    for text, row in zip(texts, got):
+        numpy.testing.assert_allclose(row, direct_embedding(model, tokenizer, text), atol=1e-6)
+    assert encoder.embed([]).shape == (0, 8)
+    with pytest.raises(CalibrationError, match="not a directory"):
+        SentenceEncoder(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CalibrationError, match="cannot read"):
+        SentenceEncoder(tmp_path / "empty")
+
+
+def rows_and_vectors(seed, n, shift, embedding_width):
+    """Feature rows and (token vectors, embedding) per sentence; out of domain: shifted."""
+    rng = numpy.random.default_rng(seed)
+    rows, vectors = [], []
+    for _ in range(n):
+        rows.append({name: float(rng.uniform(0, 1) + shift * (name == "novelty")) for name in BASE_FEATURES})
+        tokens = rng.normal(shift, 1, (int(rng.integers(1, 5)), TOKEN_WIDTH))
+        embedding = rng.normal(shift, 1, embedding_width)
+        vectors.append(numpy.r_[tokens.mean(0), embedding / numpy.linalg.norm(embedding)])
+    return rows, vectors
+
+
+def annotated(tmp_path, sentence_encoder, encoder_model=True, hidden=8):
+    """Two Docs through ``tree_expectations`` with a map holding both out-of-domain models."""
+    import spacy
+    from helpers.scorer import score_doc
+    from spacy.tokens import Doc
+
+    model, tokenizer = tiny_encoder(tmp_path / "bert", hidden)
+    inside, inside_vectors = rows_and_vectors(1, 60, 0.0, 8)
+    outside, outside_vectors = rows_and_vectors(2, 20, 0.8, 8)
+    plain = fit_domain(
+        inside, outside, {"the": 3}, features=BASE_FEATURES,
+        inside_vectors=[v[:TOKEN_WIDTH] for v in inside_vectors],
+        outside_vectors=[v[:TOKEN_WIDTH] for v in outside_vectors],
+    )  # fmt: skip
+    joint = fit_domain(
+        inside, outside, {"the": 3}, features=BASE_FEATURES, inside_vectors=inside_vectors,
+        outside_vectors=outside_vectors, vector_l2=100.0, embedding_width=8,
+    )  # fmt: skip
+    reference = fit_novelty(numpy.random.default_rng(7).normal(size=(40, TOKEN_WIDTH)), size=4)
+    reference = NoveltyReference(reference.centre, reference.rows, plain, joint if encoder_model else None)
+    config = CalibrationMap.identity().to_dict() | {"novelty": json.loads(json.dumps(reference.to_dict()))}
+    nlp = spacy.blank("en")
+    settings = {"calibration": config}
+    if sentence_encoder:
+        settings["sentence_encoder"] = str(tmp_path / "bert")
+    component = nlp.add_pipe("tree_expectations", config=settings)
+
+    def doc_of(words, starts, seed):
+        doc = Doc(nlp.vocab, words=words, sent_starts=starts)
+        for token, tag in zip(doc, ["DET", "NOUN", "VERB", "PUNCT", "DET", "NOUN", "VERB", "ADV"]):
+            token.pos_ = tag
+        score_doc(doc)
+        doc.tensor = numpy.random.default_rng(seed).normal(0, 1, (len(words), TOKEN_WIDTH)).astype(numpy.float32)
+        return doc
+
+    words = "The dog barks . a cat sleeps here".split()
+    starts = [True, False, False, False, True, False, False, False]
+    docs = list(component.pipe([doc_of(words, starts, 1), doc_of(words[:4], starts[:4], 2)], batch_size=8))
+    return docs, plain, joint, model, tokenizer, CalibrationMap.from_dict(config).novelty
+
+
+def expected(domain, sent, reference, embedding=None):
+    """σ(b + Σ interp + u·v) from the sentence's own rows (and embedding), computed here."""
+    rows = sent.doc.tensor[sent.start : sent.end].astype(numpy.float64)
+    features = sentence_features(
+        [t.text for t in sent], [t.pos_ for t in sent], reference.sentence_novelty(rows),
+        sent._.entropy_per_word, domain.lexicon,
+    )  # fmt: skip
+    vector = rows.mean(0) if embedding is None else numpy.r_[rows.mean(0), embedding]
+    z = domain.bias + sum(
+        numpy.interp(features[n], k, v) for n, k, v in zip(domain.features, domain.knots, domain.values)
+    )
+    z += float(numpy.dot(domain.vector_weights, vector))
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def test_component_with_a_sentence_encoder_reads_each_sentences_embedding(tmp_path):
+    docs, plain, joint, model, tokenizer, reference = annotated(tmp_path, sentence_encoder=True)
+    assert joint.embedding_width == 8 and joint.token_width == TOKEN_WIDTH
+    seen = 0
+    for doc in docs:
+        for sent in doc.sents:
+            embedding = direct_embedding(model, tokenizer, sent.text)
+            assert sent._.out_of_domain == pytest.approx(expected(joint, sent, reference, embedding), abs=1e-6)
+            seen += 1
+    assert seen == 3
+    # without the switch: the default model, on the mean token vector alone
+    docs, plain, *_ = annotated(tmp_path / "off", sentence_encoder=False)
+    for doc in docs:
+        for sent in doc.sents:
+            assert sent._.out_of_domain == pytest.approx(expected(plain, sent, reference), abs=1e-6)
+
+
+def test_a_sentence_encoder_needs_the_maps_model_of_its_width(tmp_path):
+    with pytest.raises(ValueError, match="TXE027"):
+        annotated(tmp_path / "a", sentence_encoder=True, encoder_model=False)
+    with pytest.raises(ValueError, match="TXE028.*width 6.*width 8"):
+        annotated(tmp_path / "b", sentence_encoder=True, hidden=6)
+    with pytest.raises(ValueError, match="not a directory"):
+        import spacy
+
+        spacy.blank("en").add_pipe("tree_expectations", config={"sentence_encoder": str(tmp_path / "none")})
+
+
+def test_the_encoder_model_and_its_widths_round_trip_and_are_checked():
+    inside, inside_vectors = rows_and_vectors(3, 30, 0.0, 4)
+    outside, outside_vectors = rows_and_vectors(4, 10, 0.8, 4)
+    joint = fit_domain(
+        inside, outside, {}, features=BASE_FEATURES, inside_vectors=inside_vectors,
+        outside_vectors=outside_vectors, embedding_width=4,
+    )  # fmt: skip
+    assert joint.vector_width == TOKEN_WIDTH + 4 and joint.to_dict()["embedding_width"] == 4
+    reference = NoveltyReference(numpy.zeros(TOKEN_WIDTH), numpy.eye(TOKEN_WIDTH), None, joint)
+    back = NoveltyReference.from_dict(json.loads(json.dumps(reference.to_dict())))
+    assert back.encoder_domain == joint and back.domain is None
+    words, pos = ["the", "dog"], ["DET", "NOUN"]
+    tokens = numpy.ones((2, TOKEN_WIDTH))
+    assert joint.sentence_probability(words, pos, 0.1, 0.2, tokens) is None  # no embedding
+    assert joint.sentence_probability(words, pos, 0.1, 0.2, tokens, numpy.ones(3)) is None  # another width
+    assert joint.sentence_probability(words, pos, 0.1, 0.2, tokens, numpy.ones(4)) is not None
+    with pytest.raises(CalibrationError, match="reads no sentence embedding"):
+        NoveltyReference(numpy.zeros(TOKEN_WIDTH), numpy.eye(TOKEN_WIDTH), None, fit_domain(
+            inside, outside, {}, features=BASE_FEATURES, inside_vectors=[v[:TOKEN_WIDTH] for v in inside_vectors],
+            outside_vectors=[v[:TOKEN_WIDTH] for v in outside_vectors],
+        ))  # fmt: skip
+    with pytest.raises(CalibrationError, match="width 5"):
+        NoveltyReference(numpy.zeros(3), numpy.eye(3), None, joint)
+    with pytest.raises(CalibrationError, match="embedding_width needs"):
+        fit_domain(inside, outside, {}, features=BASE_FEATURES, embedding_width=4)
+    with pytest.raises(CalibrationError, match="embedding_width 20"):
+        type(joint)(joint.lexicon, joint.knots, joint.values, joint.bias, joint.features,
+                    vector_weights=joint.vector_weights, embedding_width=20)  # fmt: skip
