@@ -180,6 +180,10 @@ class Errors:
         "[TXE028] {name}: the sentence encoder in {path} gives embeddings of width {got}, but the map's "
         "out-of-domain model was fitted on ones of width {expected} (another encoder)."
     )
+    TXE029 = (
+        "[TXE029] {where}: the record gives 'member_weights' but no 'members'; give the members' arc scores "
+        "with them, or leave the weights out."
+    )
 
 
 class ScoreSourceError(ValueError):
@@ -327,6 +331,8 @@ def _sentence(sent: Span, record: Any, where: Where, single_root: bool, scan: bo
         scores.members = _numbers(record["members"], "member arc scores", where)
         if record.get("member_weights") is not None:
             scores.member_weights = _numbers(record["member_weights"], "member weights", where)
+    elif record.get("member_weights") is not None:  # weights of nothing: a source that lost its members
+        raise ScoreSourceError(Errors.TXE029.format(where=where))
     # the usual case in one pass (annotate/scan.py); whatever it does not clear is checked below
     as_given = record.get("rel_normalised") is True  # the source normalised them itself
     dense = rel if isinstance(rel, numpy.ndarray) else None

@@ -229,6 +229,15 @@ def test_non_finite_arc_scores_are_refused_before_the_engine(value, monkeypatch)
     assert "-inf for a forbidden arc" in message
 
 
+def test_member_weights_without_members_are_refused():
+    """Weights of no members are a source that lost its members: named, not ignored."""
+    arc, _ = random_scores(3, 0)
+    doc = doc_with(arc)
+    doc._.parser_scores[0]["member_weights"] = [0.5, 0.5]
+    with pytest.raises(ScoreSourceError, match=r"\[TXE029\] .*'member_weights' but no 'members'"):
+        component()(doc)
+
+
 def test_forbidden_arcs_get_no_probability():
     arc, _ = random_scores(4, 0)
     arc[0, 2] = arc[3, 1] = -numpy.inf
