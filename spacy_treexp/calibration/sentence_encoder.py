@@ -20,12 +20,15 @@ from spacy_treexp.calibration.map import CalibrationError
 #: Word pieces read of each sentence (all-MiniLM-L6-v2's own limit), and texts per forward pass.
 MAX_LENGTH = 256
 BATCH_SIZE = 64
+#: Texts of two lengths embedded once when the encoder is read (a padded batch).
+PROBE = ("a", "a sentence")
 
 
 class SentenceEncoder:
     """The encoder in ``path`` (a directory with its config, weights and tokenizer) and its
     :meth:`embed`; :class:`~spacy_treexp.calibration.map.CalibrationError` where it cannot be
-    read or ``transformers`` is missing."""
+    read, cannot embed a padded batch (not an encoder of the BERT kind) or ``transformers`` is
+    missing."""
 
     def __init__(self, path: Union[str, Path]) -> None:
         try:
@@ -42,6 +45,13 @@ class SentenceEncoder:
             self.model: Any = AutoModel.from_pretrained(str(self.path), local_files_only=True).eval()
         except (OSError, ValueError) as e:
             raise CalibrationError(f"sentence encoder: cannot read the model in {self.path} ({e})") from e
+        try:  # a model this pooling cannot run (no padding token, a decoder's inputs): said now, not at a Doc
+            self.embed(PROBE)
+        except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as e:
+            raise CalibrationError(
+                f"sentence encoder: the model in {self.path} cannot embed a batch of texts as an encoder of the "
+                f"BERT kind (all-MiniLM-L6-v2's) does: {type(e).__name__}: {e}"
+            ) from e
 
     @property
     def width(self) -> int:

@@ -64,6 +64,23 @@ def test_embedding_is_the_unit_mean_of_the_last_hidden_states(tmp_path):
         SentenceEncoder(tmp_path / "empty")
 
 
+def test_a_model_that_cannot_embed_a_padded_batch_is_refused_when_read(tmp_path):
+    """A GPT-2 (no padding token) was read without a word, then failed at the first Doc with
+    transformers' own ValueError."""
+    path = tmp_path / "gpt2"
+    path.mkdir()
+    vocab = {w: i for i, w in enumerate(["<|endoftext|>", "a", "Ġsentence", *"abcdefghijklmnopqrstuvwxyzĠ"])}
+    (path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (path / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
+    transformers.GPT2TokenizerFast(
+        vocab_file=str(path / "vocab.json"), merges_file=str(path / "merges.txt")
+    ).save_pretrained(path)
+    config = transformers.GPT2Config(vocab_size=len(vocab), n_embd=8, n_layer=1, n_head=2, n_positions=32)
+    transformers.GPT2Model(config).save_pretrained(path)
+    with pytest.raises(CalibrationError, match="cannot embed a batch of texts.*pad"):
+        SentenceEncoder(path)
+
+
 def rows_and_vectors(seed, n, shift, embedding_width):
     """Feature rows and (token vectors, embedding) per sentence; out of domain: shifted."""
     rng = numpy.random.default_rng(seed)
