@@ -175,6 +175,14 @@ def calibrate(
                     + ": the new map has none, so sent._.novelty and sent._.out_of_domain will be None; give "
                     "--novelty-text (with --ood-dev for out_of_domain) to fit them for the new map"
                 )
+            encoder = nlp.get_pipe(_annotator(nlp)).sentence_encoder
+            if encoder is not None:
+                warn(
+                    f"{_annotator(nlp)}'s sentence_encoder ({encoder.path}) is unset in the stored pipeline: calibrate "
+                    "fits no out-of-domain model that reads its embeddings, so sent._.out_of_domain will be the new "
+                    "map's own (given --novelty-text and --ood-dev); fit one with benchmarks/ood_novelty.py "
+                    "--sentence-encoder DIR --write-map MAP, then set sentence_encoder again"
+                )
         fit_gold, fit_scores = _leave_out_forbidden(fit_gold, fit_scores)
         warn(f"fitting a {kind.value} map on {len(fit_gold)} sentences ({sum(g.n for g in fit_gold)} words)")
         _warn_if_few_errors(fit_gold, fit_scores)

@@ -188,10 +188,14 @@ def store_calibration(nlp: Language, calibration: CalibrationMap, name: str = "t
     ``tree_expectations``; ``nlp.to_disk`` keeps it) and, when that component reads the
     parser's own ``Doc._.parser_scores``, beside the parser that writes them last
     (``biaffine_parser.calibration_map``): the map then goes with the parser when it is
-    sourced into another pipeline (:func:`parser_calibration`)."""
+    sourced into another pipeline (:func:`parser_calibration`). A ``sentence_encoder`` the map
+    has no model for (``novelty.encoder_domain``) is unset, as the component would refuse the
+    map (TXE027)."""
     config = dict(nlp.get_pipe_config(name))
     config.pop("factory", None)
     config["calibration"] = calibration.to_dict()
+    if calibration.novelty is None or calibration.novelty.encoder_domain is None:
+        config["sentence_encoder"] = None
     nlp.replace_pipe(name, "tree_expectations", config=config)
     if config.get("scores", DEFAULT_CONFIG["scores"]) != DEFAULT_CONFIG["scores"]:
         return

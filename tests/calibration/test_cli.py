@@ -238,6 +238,24 @@ def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tm
     assert spacy.load(tmp_path / "again").get_pipe("tree_expectations").calibration.novelty is None
 
 
+def test_a_pipeline_with_a_sentence_encoder_is_stored_with_it_unset_and_said(pipeline_dir, tmp_path, capsys):
+    """calibrate fits no model that reads a sentence encoder's embeddings: storing the new map in
+    a tree_expectations with sentence_encoder set ended in TXE027's traceback after the fit."""
+    pytest.importorskip("transformers")
+    from helpers.sentence_encoder import tiny_encoder
+
+    tiny_encoder(tmp_path / "bert")
+    nlp = spacy.load(pipeline_dir)
+    nlp.add_pipe("tree_expectations", config={"sentence_encoder": str(tmp_path / "bert")})
+    nlp.to_disk(tmp_path / "with_encoder")
+    out = tmp_path / "calibrated"
+    argv = ["calibrate", "--model", str(tmp_path / "with_encoder"), "--dev", str(FIXTURE), "--out", str(out)]
+    assert main([*argv, "--kind", "temperature"]) == 0
+    assert "sentence_encoder (" in capsys.readouterr().err
+    component = spacy.load(out).get_pipe("tree_expectations")
+    assert component.sentence_encoder is None and component.calibration.kind == "temperature"
+
+
 def test_map_beside_the_parser_is_used_and_carried(pipeline_dir, tmp_path):
     folder = tmp_path / "pipeline"
     shutil.copytree(pipeline_dir, folder)

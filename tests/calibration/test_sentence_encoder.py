@@ -8,6 +8,7 @@ import math
 import numpy
 import pytest
 import torch
+from helpers.sentence_encoder import tiny_encoder
 
 from spacy_treexp.calibration import CalibrationError, CalibrationMap
 from spacy_treexp.calibration.domain import BASE_FEATURES, fit_domain, sentence_features
@@ -16,28 +17,7 @@ from spacy_treexp.calibration.sentence_encoder import SentenceEncoder
 
 transformers = pytest.importorskip("transformers")
 
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "barks", ".", "a", "cat", "sleeps", "here"]
 TOKEN_WIDTH = 5
-
-
-def tiny_encoder(path, hidden=8):
-    """A randomly initialised one-layer BERT and its word-piece tokenizer, saved in ``path``."""
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
-    tokenizer = transformers.BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True)
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=len(WORDS),
-        hidden_size=hidden,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=16,
-        max_position_embeddings=64,
-    )
-    model = transformers.BertModel(config).eval()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return model, tokenizer
 
 
 def direct_embedding(model, tokenizer, text):
