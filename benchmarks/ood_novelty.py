@@ -557,6 +557,8 @@ def main() -> int:
                 "vector_l2": args.encoder_l2,
                 "embedding_width": encoder_domain.embedding_width,
             }
+        else:  # --reference-from's record of a model this map no longer carries
+            fit["novelty"].pop("encoder_domain", None)
         dataclasses.replace(calibration, novelty=reference, fit=fit).to_disk(args.write_map)
         report["wrote"] = args.write_map
     print(json.dumps(report, indent=1))
