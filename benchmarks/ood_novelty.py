@@ -73,6 +73,7 @@ from spacy_treexp.calibration.domain import (
     DEFAULT_L2,
     DEFAULT_VECTOR_L2,
     FEATURES,
+    DomainModel,
     SentenceSignals,
     fit_domain,
     lexicon_counts,
@@ -253,13 +254,22 @@ def rounded(table: Dict[str, Dict[str, float]]) -> Dict[str, Dict[str, float]]:
     return {k: {m: round(v, 4) for m, v in row.items()} for k, row in table.items()}
 
 
-def probabilities(domain, features: Sequence, means: Sequence) -> numpy.ndarray:
+def probabilities(
+    domain: DomainModel, features: Sequence[Optional[Dict[str, float]]], means: Sequence[Optional[numpy.ndarray]]
+) -> numpy.ndarray:
     """The domain model's probability of each sentence (its features and mean vector), NaN for none."""
     values = [domain.probability(f, m) for f, m in zip(features, means)]
     return numpy.array([numpy.nan if p is None else p for p in values])
 
 
-def per_style_table(domain, novelty, features, means, texts, styles) -> Dict[str, Dict[str, float]]:
+def per_style_table(
+    domain: DomainModel,
+    novelty: Dict[str, numpy.ndarray],
+    features: Dict[str, List[Optional[Dict[str, float]]]],
+    means: Dict[str, List[Optional[numpy.ndarray]]],
+    texts: Dict[str, List[str]],
+    styles: Sequence[str],
+) -> Dict[str, Dict[str, float]]:
     """Per style of the evaluation set, the AUROC of novelty and out_of_domain against --test."""
     per_style: Dict[str, Dict[str, float]] = {}
     test_scores = {
@@ -464,6 +474,8 @@ def main() -> int:
             vector_l2=args.encoder_l2,
             embedding_width=encoder.width,
         )
+        # the encoder's fingerprint: the component refuses another encoder of the same width (TXE030)
+        encoder_domain = dataclasses.replace(encoder_domain, embedding_fingerprint=tuple(encoder.fingerprint))
         report["encoder_domain"] = {
             "encoder": Path(args.sentence_encoder).name,
             "embedding_width": encoder.width,

@@ -259,7 +259,8 @@ class DomainModel:
     before the subset existed), the language model ``word_surprisal`` needs, and the weights u
     of the vector term u·v̄ on the sentence's mean token vector (None: no such term, as models
     stored before it existed), of which the last ``embedding_width`` read the sentence's
-    embedding by a sentence encoder (0: none)."""
+    embedding by a sentence encoder (0: none), and that encoder's fingerprint (its embedding of
+    a fixed text, ``sentence_encoder.PROBE[-1]``; None: not stored, as before it existed)."""
 
     lexicon: Mapping[str, int]
     knots: Tuple[Tuple[float, ...], ...]
@@ -269,6 +270,7 @@ class DomainModel:
     language_model: Optional[WordLanguageModel] = None
     vector_weights: Optional[Tuple[float, ...]] = None
     embedding_width: int = 0
+    embedding_fingerprint: Optional[Tuple[float, ...]] = None
     # the weights as an array for the dot product (one per model, not per sentence)
     _weights: Optional[numpy.ndarray] = field(default=None, init=False, repr=False, compare=False)
 
@@ -286,6 +288,13 @@ class DomainModel:
                 f"domain model: embedding_width {self.embedding_width} must be within its {self.vector_width or 0} "
                 "vector weights"
             )
+        if self.embedding_fingerprint is not None:
+            fingerprint = tuple(float(v) for v in self.embedding_fingerprint)
+            if len(fingerprint) != self.embedding_width or not all(math.isfinite(v) for v in fingerprint):
+                raise CalibrationError(
+                    f"domain model: embedding_fingerprint must be {self.embedding_width} finite numbers (the embedding's width)"
+                )
+            object.__setattr__(self, "embedding_fingerprint", fingerprint)
         check_features(self.features, "domain model")
         if "word_surprisal" in self.features and self.language_model is None:
             raise CalibrationError("domain model: the feature word_surprisal needs its language_model")
@@ -382,6 +391,11 @@ class DomainModel:
             **({} if self.language_model is None else {"language_model": self.language_model.to_dict()}),
             **({} if self.vector_weights is None else {"vector_weights": list(self.vector_weights)}),
             **({"embedding_width": self.embedding_width} if self.embedding_width else {}),
+            **(
+                {}
+                if self.embedding_fingerprint is None
+                else {"embedding_fingerprint": list(self.embedding_fingerprint)}
+            ),
         }
 
     @classmethod
@@ -406,6 +420,11 @@ class DomainModel:
                     tuple(float(v) for v in data["vector_weights"]) if data.get("vector_weights") is not None else None
                 ),
                 embedding_width=int(data.get("embedding_width", 0)),
+                embedding_fingerprint=(
+                    tuple(float(v) for v in data["embedding_fingerprint"])
+                    if data.get("embedding_fingerprint") is not None
+                    else None
+                ),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, CalibrationError):

@@ -20,8 +20,12 @@ from spacy_treexp.calibration.map import CalibrationError
 #: Word pieces read of each sentence (all-MiniLM-L6-v2's own limit), and texts per forward pass.
 MAX_LENGTH = 256
 BATCH_SIZE = 64
-#: Texts of two lengths embedded once when the encoder is read (a padded batch).
+#: Texts of two lengths embedded once when the encoder is read (a padded batch); the embedding of
+#: the last is the encoder's fingerprint (:attr:`SentenceEncoder.fingerprint`).
 PROBE = ("a", "a sentence")
+#: Least cosine between a fingerprint and the one a model was fitted with for the same encoder
+#: (float rounding across machines moves it by ~1e-6; another encoder's is far lower).
+SAME_ENCODER_COSINE = 0.999
 
 
 class SentenceEncoder:
@@ -46,12 +50,24 @@ class SentenceEncoder:
         except (OSError, ValueError) as e:
             raise CalibrationError(f"sentence encoder: cannot read the model in {self.path} ({e})") from e
         try:  # a model this pooling cannot run (no padding token, a decoder's inputs): said now, not at a Doc
-            self.embed(PROBE)
+            probe = self.embed(PROBE)
         except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as e:
             raise CalibrationError(
                 f"sentence encoder: the model in {self.path} cannot embed a batch of texts as an encoder of the "
                 f"BERT kind (all-MiniLM-L6-v2's) does: {type(e).__name__}: {e}"
             ) from e
+        #: The embedding of ``PROBE[-1]``: which encoder this is (a model fitted on another
+        #: encoder's embeddings of the same width would read this one's wrongly).
+        self.fingerprint: numpy.ndarray = probe[-1]
+
+    def is_fitted_encoder(self, fingerprint: Sequence[float]) -> bool:
+        """Whether ``fingerprint`` (stored with a model fitted on an encoder's embeddings) is
+        this encoder's, up to float rounding (cosine ≥ :data:`SAME_ENCODER_COSINE`)."""
+        stored = numpy.asarray(fingerprint, dtype=numpy.float64)
+        if stored.shape != self.fingerprint.shape:
+            return False
+        norm = float(numpy.linalg.norm(stored)) * float(numpy.linalg.norm(self.fingerprint))
+        return norm > 0 and float(stored @ self.fingerprint) / norm >= SAME_ENCODER_COSINE
 
     @property
     def width(self) -> int:

@@ -184,6 +184,12 @@ class Errors:
         "[TXE029] {where}: the record gives 'member_weights' but no 'members'; give the members' arc scores "
         "with them, or leave the weights out."
     )
+    TXE030 = (
+        "[TXE030] {name}: the sentence encoder in {path} is not the one the map's out-of-domain model was "
+        "fitted with (its embedding of a fixed text differs from the one stored with the model): another "
+        "encoder's embeddings, even of the same width, would give wrong out_of_domain values. Use that "
+        "encoder, or fit a model on this one (benchmarks/ood_novelty.py --sentence-encoder DIR --write-map MAP)."
+    )
 
 
 class ScoreSourceError(ValueError):

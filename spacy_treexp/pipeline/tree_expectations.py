@@ -464,6 +464,9 @@ class TreeExpectations(Pipe):
                     name=self.name, path=path, got=self.sentence_encoder.width, expected=domain.embedding_width
                 )
             )
+        fingerprint = domain.embedding_fingerprint
+        if fingerprint is not None and not self.sentence_encoder.is_fitted_encoder(fingerprint):
+            raise ValueError(Errors.TXE030.format(name=self.name, path=path))
         return domain
 
     def sentence_scores(self, doc: Doc, *, native: Optional[bool] = None) -> List[SentenceScores]:

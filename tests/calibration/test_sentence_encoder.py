@@ -2,6 +2,7 @@
 direct computation on a tiny random BERT built here (no network), and the component's
 ``sentence_encoder`` switch, which makes ``sent._.out_of_domain`` the map's encoder model."""
 
+import dataclasses
 import json
 import math
 
@@ -73,8 +74,9 @@ def rows_and_vectors(seed, n, shift, embedding_width):
     return rows, vectors
 
 
-def annotated(tmp_path, sentence_encoder, encoder_model=True, hidden=8):
-    """Two Docs through ``tree_expectations`` with a map holding both out-of-domain models."""
+def annotated(tmp_path, sentence_encoder, encoder_model=True, hidden=8, fingerprint_seed=None):
+    """Two Docs through ``tree_expectations`` with a map holding both out-of-domain models (the
+    encoder model with the fingerprint of the tiny encoder of ``fingerprint_seed``, if given)."""
     import spacy
     from helpers.scorer import score_doc
     from spacy.tokens import Doc
@@ -91,6 +93,10 @@ def annotated(tmp_path, sentence_encoder, encoder_model=True, hidden=8):
         inside, outside, {"the": 3}, features=BASE_FEATURES, inside_vectors=inside_vectors,
         outside_vectors=outside_vectors, vector_l2=100.0, embedding_width=8,
     )  # fmt: skip
+    if fingerprint_seed is not None:
+        tiny_encoder(tmp_path / "fitted_bert", hidden, seed=fingerprint_seed)
+        fitted = SentenceEncoder(tmp_path / "fitted_bert").fingerprint
+        joint = dataclasses.replace(joint, embedding_fingerprint=tuple(fitted))
     reference = fit_novelty(numpy.random.default_rng(7).normal(size=(40, TOKEN_WIDTH)), size=4)
     reference = NoveltyReference(reference.centre, reference.rows, plain, joint if encoder_model else None)
     config = CalibrationMap.identity().to_dict() | {"novelty": json.loads(json.dumps(reference.to_dict()))}
@@ -157,6 +163,19 @@ def test_a_sentence_encoder_needs_the_maps_model_of_its_width(tmp_path):
         spacy.blank("en").add_pipe("tree_expectations", config={"sentence_encoder": str(tmp_path / "none")})
 
 
+def test_the_encoder_the_model_was_fitted_with_is_told_from_another_of_its_width(tmp_path):
+    """The map's encoder model keeps the fitted encoder's fingerprint: the same encoder reads
+    it (the values of a model without one), another of the same width is refused (TXE030)."""
+    docs, _, joint, model, tokenizer, reference = annotated(tmp_path / "same", True, fingerprint_seed=0)
+    assert reference.encoder_domain.embedding_fingerprint == joint.embedding_fingerprint
+    for doc in docs:
+        for sent in doc.sents:
+            embedding = direct_embedding(model, tokenizer, sent.text)
+            assert sent._.out_of_domain == pytest.approx(expected(joint, sent, reference, embedding), abs=1e-6)
+    with pytest.raises(ValueError, match="TXE030.*not the one the map's out-of-domain model was fitted with"):
+        annotated(tmp_path / "other", True, fingerprint_seed=1)
+
+
 def test_the_encoder_model_and_its_widths_round_trip_and_are_checked():
     inside, inside_vectors = rows_and_vectors(3, 30, 0.0, 4)
     outside, outside_vectors = rows_and_vectors(4, 10, 0.8, 4)
@@ -168,6 +187,10 @@ def test_the_encoder_model_and_its_widths_round_trip_and_are_checked():
     reference = NoveltyReference(numpy.zeros(TOKEN_WIDTH), numpy.eye(TOKEN_WIDTH), None, joint)
     back = NoveltyReference.from_dict(json.loads(json.dumps(reference.to_dict())))
     assert back.encoder_domain == joint and back.domain is None
+    stamped = dataclasses.replace(joint, embedding_fingerprint=(0.5, 0.5, 0.5, 0.5))
+    assert type(joint).from_dict(json.loads(json.dumps(stamped.to_dict()))).embedding_fingerprint == (0.5,) * 4
+    with pytest.raises(CalibrationError, match="embedding_fingerprint must be 4 finite numbers"):
+        dataclasses.replace(joint, embedding_fingerprint=(0.5, 0.5))
     words, pos = ["the", "dog"], ["DET", "NOUN"]
     tokens = numpy.ones((2, TOKEN_WIDTH))
     assert joint.sentence_probability(words, pos, 0.1, 0.2, tokens) is None  # no embedding
