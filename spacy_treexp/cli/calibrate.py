@@ -207,10 +207,12 @@ def calibrate(
                 f"{_annotator(nlp)}'s own risk_temperature = {own} overrides the map's: sent._.error_probability "
                 "will be read at that temperature; set it to null to use the map's"
             )
+        report_gold, report_scores = _leave_out_forbidden(report_gold, report_scores, "held-out")
+        held_out_part = [("held-out", report_gold, report_scores)] if report_gold else []
         typer.echo(
             _table(
                 calibration,
-                [("fitted", fit_gold, fit_scores), ("held-out", report_gold, report_scores)],
+                [("fitted", fit_gold, fit_scores), *held_out_part],
                 seed,
                 current,
             )
@@ -419,19 +421,24 @@ def _annotator(nlp: Any) -> str:
     return name
 
 
-def _leave_out_forbidden(gold: Sequence[Any], scores: Sequence[Any]) -> Tuple[List[Any], List[Any]]:
-    """The fitted part without the sentences whose gold tree the scores forbid (a parser that
-    prunes arcs), said with how many and which; none left is a user error."""
+def _leave_out_forbidden(
+    gold: Sequence[Any], scores: Sequence[Any], part: str = "fitted"
+) -> Tuple[List[Any], List[Any]]:
+    """The ``part`` ("fitted" or "held-out") without the sentences whose gold tree the scores
+    forbid (a parser that prunes arcs: no map gives that tree a probability, and its gold-head
+    NLL would be infinite), said with how many and which; no fitted sentence left is a user
+    error (no held-out one: no held-out rows)."""
     from spacy_treexp.calibration.fit import fittable
 
     kept_gold, kept_scores, left_out = fittable(gold, scores)
     if left_out:
         named = ", ".join(gold[i].sent_id for i in left_out[:3]) + (", ..." if len(left_out) > 3 else "")
-        if not kept_gold:
+        if not kept_gold and part == "fitted":
             raise UserError(f"--dev: the scores forbid (-inf) an arc of every fitted sentence's gold tree ({named})")
+        what = "the fit" if part == "fitted" else "the held-out figures"
         warn(
-            f"{len(left_out)} of {len(gold)} fitted sentences left out: the scores forbid (-inf) an arc of their "
-            f"gold tree, so no map can give it a probability ({named})"
+            f"{len(left_out)} of {len(gold)} {part} sentences left out of {what}: the scores forbid (-inf) an arc "
+            f"of their gold tree, so no map can give it a probability ({named})"
         )
     return kept_gold, kept_scores
 

@@ -258,7 +258,14 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
                 "auroc_one_minus_head_prob": block["error_detection"]["auroc_one_minus_head_prob"],
             }
         meta["temperature_seconds"] = time.perf_counter() - t0
-        report.temperature = {"dev": meta["dev"], "arc": arc, "rel": rel, "dev_metrics": on_dev}
+        # dev_metrics are of the fitted sentences: those whose gold tree the scores forbid are left out
+        report.temperature = {
+            "dev": meta["dev"],
+            "arc": arc,
+            "rel": rel,
+            "dev_metrics": on_dev,
+            "dev_left_out": len(left_out),
+        }
         log(
             f"temperatures fitted on dev in {meta['temperature_seconds']:.1f} s: arc T = {arc['temperature']:.3f}"
             + (f", relation T = {rel['temperature']:.3f}" if rel else "")

@@ -340,10 +340,21 @@ def test_sentences_whose_gold_tree_the_scores_forbid_are_left_out_of_the_fit(tmp
     assert 0 < len(left_out) < len(gold) and len(kept) + len(left_out) == len(gold)
     argv = ["calibrate", "--model", str(tmp_path / "pruning"), "--dev", str(FIXTURE), "--out", str(tmp_path / "out")]
     assert main([*argv, "--kind", "temperature", "--held-out-fraction", "0.1"]) == 0
-    assert "fitted sentences left out: the scores forbid (-inf) an arc of their gold tree" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "fitted sentences left out of the fit: the scores forbid (-inf) an arc of their gold tree" in err
+    # a held-out file with such sentences: its gold-head NLL would be infinite (it read 139), so they are left
+    # out of the held-out figures too, and said
+    held = ["--held-out", str(FIXTURE), "--out", str(tmp_path / "out2")]
+    assert main([*argv[:-2], *held, "--kind", "temperature"]) == 0
+    out, err = capsys.readouterr()
+    assert f"{len(left_out)} of {len(gold)} held-out sentences left out of the held-out figures" in err
+    held_rows = [line.split() for line in out.splitlines() if line.startswith("held-out")]
+    assert held_rows and all(numpy.isfinite(float(row[-1])) and float(row[-1]) < 20 for row in held_rows)
     argv = ["evaluate", "--model", str(tmp_path / "pruning"), "--conllu", str(FIXTURE), "--dev", str(FIXTURE)]
     assert main([*argv, "--out", str(tmp_path / "eval"), "--no-timing", "--no-samples", "--reject-draws", "0"]) == 0
     assert f"{len(left_out)} dev sentences left out of the fits" in capsys.readouterr().err
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert report["temperature"]["dev_left_out"] == len(left_out)
 
 
 SCORE_SOURCE = """
