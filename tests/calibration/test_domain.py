@@ -256,8 +256,7 @@ def test_a_stored_model_of_all_17_features_still_reads():
 
 def test_component_gives_out_of_domain_from_the_sentence_and_batches_like_one_doc():
     import spacy
-    from helpers.scorer import score_doc
-    from spacy.tokens import Doc
+    from helpers.scorer import tagged_doc
 
     from spacy_treexp.calibration import CalibrationMap, fit_novelty
 
@@ -272,18 +271,11 @@ def test_component_gives_out_of_domain_from_the_sentence_and_batches_like_one_do
     component = nlp.add_pipe("tree_expectations", config={"calibration": config})
     stored = CalibrationMap.from_dict(json.loads(json.dumps(config))).novelty
 
-    def doc_of(words, starts, seed):
-        doc = Doc(nlp.vocab, words=words, sent_starts=starts)
-        for token, tag in zip(doc, ["DET", "NOUN", "VERB", "PUNCT", "DET", "NOUN", "VERB", "ADV"]):
-            token.pos_ = tag
-        score_doc(doc)
-        doc.tensor = numpy.random.default_rng(seed).normal(0, 2, (len(words), width)).astype(numpy.float32)
-        return doc
+    def doc_of(n_words, seed):
+        return tagged_doc(nlp.vocab, n_words, seed, width, 2.0)
 
-    words = "The dog barks . a cat sleeps here".split()
-    starts = [True, False, False, False, True, False, False, False]
-    docs = [doc_of(words, starts, 1), doc_of(words[:4], starts[:4], 2)]
-    one_by_one = [component(doc_of(words, starts, 1)), component(doc_of(words[:4], starts[:4], 2))]
+    docs = [doc_of(8, 1), doc_of(4, 2)]
+    one_by_one = [component(doc_of(8, 1)), component(doc_of(4, 2))]
     batched = list(component.pipe(docs, batch_size=8))
     for doc, single in zip(batched, one_by_one):
         for sent, same in zip(doc.sents, single.sents):
@@ -424,8 +416,7 @@ def test_component_adds_the_vector_term_of_each_sentences_own_rows():
     """Two sentences in one Doc, two Docs in one batch: each sentence's out_of_domain reads
     the mean of its own rows of doc.tensor (checked against a direct computation)."""
     import spacy
-    from helpers.scorer import score_doc
-    from spacy.tokens import Doc
+    from helpers.scorer import tagged_doc
 
     from spacy_treexp.calibration import CalibrationMap, fit_novelty
 
@@ -444,17 +435,10 @@ def test_component_adds_the_vector_term_of_each_sentences_own_rows():
     stored = CalibrationMap.from_dict(json.loads(json.dumps(config))).novelty
     assert stored.domain == model
 
-    def doc_of(words, starts, seed):
-        doc = Doc(nlp.vocab, words=words, sent_starts=starts)
-        for token, tag in zip(doc, ["DET", "NOUN", "VERB", "PUNCT", "DET", "NOUN", "VERB", "ADV"]):
-            token.pos_ = tag
-        score_doc(doc)
-        doc.tensor = numpy.random.default_rng(seed).normal(0, 2, (len(words), width)).astype(numpy.float32)
-        return doc
+    def doc_of(n_words, seed):
+        return tagged_doc(nlp.vocab, n_words, seed, width, 2.0)
 
-    words = "The dog barks . a cat sleeps here".split()
-    starts = [True, False, False, False, True, False, False, False]
-    docs = list(component.pipe([doc_of(words, starts, 1), doc_of(words[:4], starts[:4], 2)], batch_size=8))
+    docs = list(component.pipe([doc_of(8, 1), doc_of(4, 2)], batch_size=8))
     u = numpy.asarray(model.vector_weights)
     seen = 0
     for doc in docs:

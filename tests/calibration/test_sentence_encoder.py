@@ -78,8 +78,7 @@ def annotated(tmp_path, sentence_encoder, encoder_model=True, hidden=8, fingerpr
     """Two Docs through ``tree_expectations`` with a map holding both out-of-domain models (the
     encoder model with the fingerprint of the tiny encoder of ``fingerprint_seed``, if given)."""
     import spacy
-    from helpers.scorer import score_doc
-    from spacy.tokens import Doc
+    from helpers.scorer import tagged_doc
 
     model, tokenizer = tiny_encoder(tmp_path / "bert", hidden)
     inside, inside_vectors = rows_and_vectors(1, 60, 0.0, 8)
@@ -106,17 +105,10 @@ def annotated(tmp_path, sentence_encoder, encoder_model=True, hidden=8, fingerpr
         settings["sentence_encoder"] = str(tmp_path / "bert")
     component = nlp.add_pipe("tree_expectations", config=settings)
 
-    def doc_of(words, starts, seed):
-        doc = Doc(nlp.vocab, words=words, sent_starts=starts)
-        for token, tag in zip(doc, ["DET", "NOUN", "VERB", "PUNCT", "DET", "NOUN", "VERB", "ADV"]):
-            token.pos_ = tag
-        score_doc(doc)
-        doc.tensor = numpy.random.default_rng(seed).normal(0, 1, (len(words), TOKEN_WIDTH)).astype(numpy.float32)
-        return doc
+    def doc_of(n_words, seed):
+        return tagged_doc(nlp.vocab, n_words, seed, TOKEN_WIDTH, 1.0)
 
-    words = "The dog barks . a cat sleeps here".split()
-    starts = [True, False, False, False, True, False, False, False]
-    docs = list(component.pipe([doc_of(words, starts, 1), doc_of(words[:4], starts[:4], 2)], batch_size=8))
+    docs = list(component.pipe([doc_of(8, 1), doc_of(4, 2)], batch_size=8))
     return docs, plain, joint, model, tokenizer, CalibrationMap.from_dict(config).novelty
 
 

@@ -122,3 +122,21 @@ def enumerate_trees(n: int, single_root: bool = True) -> List[numpy.ndarray]:
         if ok:
             trees.append(numpy.array(heads))
     return trees
+
+
+#: Two sentences with parts of speech: the out-of-domain tests' Docs (:func:`tagged_doc`).
+TAGGED_WORDS = "The dog barks . a cat sleeps here".split()
+TAGGED_STARTS = [True, False, False, False, True, False, False, False]
+TAGGED_POS = ["DET", "NOUN", "VERB", "PUNCT", "DET", "NOUN", "VERB", "ADV"]
+
+
+def tagged_doc(vocab, n_words: int, seed: int, width: int, scale: float) -> Doc:
+    """The first ``n_words`` of :data:`TAGGED_WORDS` with their parts of speech, random arc scores
+    (:func:`score_doc`) and a random ``doc.tensor`` ``(n_words, width)`` (normal, ``scale``, seeded):
+    what the out-of-domain model reads."""
+    doc = Doc(vocab, words=TAGGED_WORDS[:n_words], sent_starts=TAGGED_STARTS[:n_words])
+    for token, tag in zip(doc, TAGGED_POS):
+        token.pos_ = tag
+    score_doc(doc)
+    doc.tensor = numpy.random.default_rng(seed).normal(0, scale, (n_words, width)).astype(numpy.float32)
+    return doc
