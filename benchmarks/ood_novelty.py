@@ -424,13 +424,18 @@ def main() -> int:
         report["select (leave one style out, dev halves vs ood_dev)"] = table
     vector_l2 = args.vector_l2 or None
 
-    def fitted_rows(name: str) -> Tuple[List[Dict[str, float]], List[numpy.ndarray]]:
+    def fitted_rows(
+        name: str, vectors: Dict[str, List[Optional[numpy.ndarray]]], needed: bool
+    ) -> Tuple[List[Dict[str, float]], List[Optional[numpy.ndarray]]]:
+        """Set ``name``'s feature rows and ``vectors`` of the sentences a fit can use: with
+        features, and with a vector where the model reads one (``needed``)."""
         kept = [
-            (f, m) for f, m in zip(features[name], means[name]) if f is not None and (m is not None or not vector_l2)
+            (f, v) for f, v in zip(features[name], vectors[name]) if f is not None and (v is not None or not needed)
         ]
-        return [f for f, _ in kept], [m for _, m in kept]
+        return [f for f, _ in kept], [v for _, v in kept]
 
-    (inside_rows, inside_means), (outside_rows, outside_means) = fitted_rows("dev"), fitted_rows("ood_dev")
+    inside_rows, inside_means = fitted_rows("dev", means, bool(vector_l2))
+    outside_rows, outside_means = fitted_rows("ood_dev", means, bool(vector_l2))
     reads_surprisal = "word_surprisal" in chosen[0]
     domain = fit_domain(
         inside_rows,
@@ -459,18 +464,18 @@ def main() -> int:
         joint = {
             name: [None if m is None else numpy.r_[m, e] for m, e in zip(means[name], embedded[name])] for name in texts
         }
-        kept_in = [(f, v) for f, v in zip(features["dev"], joint["dev"]) if f is not None and v is not None]
-        kept_out = [(f, v) for f, v in zip(features["ood_dev"], joint["ood_dev"]) if f is not None and v is not None]
+        joint_inside, joint_inside_vectors = fitted_rows("dev", joint, True)
+        joint_outside, joint_outside_vectors = fitted_rows("ood_dev", joint, True)
         encoder_domain = fit_domain(
-            [f for f, _ in kept_in],
-            [f for f, _ in kept_out],
+            joint_inside,
+            joint_outside,
             lexicon,
             chosen[1],
             chosen[2],
             chosen[0],
             language_model if reads_surprisal else None,
-            inside_vectors=[v for _, v in kept_in],
-            outside_vectors=[v for _, v in kept_out],
+            inside_vectors=joint_inside_vectors,
+            outside_vectors=joint_outside_vectors,
             vector_l2=args.encoder_l2,
             embedding_width=encoder.width,
         )
