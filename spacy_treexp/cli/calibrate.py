@@ -175,7 +175,8 @@ def calibrate(
                     + ": the new map has none, so sent._.novelty and sent._.out_of_domain will be None; give "
                     "--novelty-text (with --ood-dev for out_of_domain) to fit them for the new map"
                 )
-            encoder = nlp.get_pipe(_annotator(nlp)).sentence_encoder
+            annotator = nlp.get_pipe(_annotator(nlp))
+            encoder, annotator.sentence_encoder = annotator.sentence_encoder, None  # not run: nothing reads it
             if encoder is not None:
                 warn(
                     f"{_annotator(nlp)}'s sentence_encoder ({encoder.path}) is unset in the stored pipeline: calibrate "

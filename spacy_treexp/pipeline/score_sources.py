@@ -172,8 +172,8 @@ class Errors:
         "{fitted!r}, fitted on that parser's scores. {hint}"
     )
     TXE027 = (
-        "[TXE027] {name}: sentence_encoder is set ({path}), but the calibration map for these scores carries "
-        "no out-of-domain model that reads a sentence embedding (novelty.encoder_domain); fit one with "
+        "[TXE027] {name}: sentence_encoder is set ({path}), but these scores have no calibration map, or one that "
+        "carries no out-of-domain model that reads a sentence embedding (novelty.encoder_domain); fit one with "
         "benchmarks/ood_novelty.py --sentence-encoder DIR --write-map MAP, or unset sentence_encoder."
     )
     TXE028 = (

@@ -417,6 +417,8 @@ class TreeExpectations(Pipe):
         # sentence_scores held every record to the contract (SentenceScores.check included)
         annotations = annotate_sentences(sentences, self.options, calibration, checked=True)
         novelty = None if calibration is None else calibration.novelty
+        if self.sentence_encoder is not None:  # refused here, not a silent None, where the map has no such model
+            self._encoder_domain(calibration)
         if novelty is not None:  # sent._.novelty: the map's reference against doc.tensor, one product per batch
             docs_of = [doc for doc, doc_scores in zip(docs, per_doc) for _ in doc_scores]
             tensors = {id(doc): to_numpy(doc.tensor) for doc in docs}  # a CuPy array on a GPU

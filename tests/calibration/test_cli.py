@@ -238,20 +238,35 @@ def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tm
     assert spacy.load(tmp_path / "again").get_pipe("tree_expectations").calibration.novelty is None
 
 
-def test_a_pipeline_with_a_sentence_encoder_is_stored_with_it_unset_and_said(pipeline_dir, tmp_path, capsys):
+def test_a_pipeline_with_a_sentence_encoder_is_stored_with_it_unset_and_said(
+    pipeline_dir, tmp_path, capsys, monkeypatch
+):
     """calibrate fits no model that reads a sentence encoder's embeddings: storing the new map in
-    a tree_expectations with sentence_encoder set ended in TXE027's traceback after the fit."""
+    a tree_expectations with sentence_encoder set ended in TXE027's traceback after the fit. The
+    encoder is not run either (it embedded sentences whose embeddings nothing read), also while
+    the novelty reference is fitted under the new map."""
     pytest.importorskip("transformers")
     from helpers.sentence_encoder import tiny_encoder
+
+    from spacy_treexp.calibration.sentence_encoder import PROBE, SentenceEncoder
+
+    embedded = []
+    embed = SentenceEncoder.embed
+
+    def counted(self, texts):
+        embedded.extend(texts)
+        return embed(self, texts)
 
     tiny_encoder(tmp_path / "bert")
     nlp = spacy.load(pipeline_dir)
     nlp.add_pipe("tree_expectations", config={"sentence_encoder": str(tmp_path / "bert")})
     nlp.to_disk(tmp_path / "with_encoder")
+    monkeypatch.setattr(SentenceEncoder, "embed", counted)
     out = tmp_path / "calibrated"
     argv = ["calibrate", "--model", str(tmp_path / "with_encoder"), "--dev", str(FIXTURE), "--out", str(out)]
-    assert main([*argv, "--kind", "temperature"]) == 0
+    assert main([*argv, "--kind", "temperature", "--novelty-text", str(FIXTURE), "--novelty-size", "16"]) == 0
     assert "sentence_encoder (" in capsys.readouterr().err
+    assert set(embedded) <= set(PROBE)  # only its check when the pipeline was read
     component = spacy.load(out).get_pipe("tree_expectations")
     assert component.sentence_encoder is None and component.calibration.kind == "temperature"
 

@@ -155,6 +155,26 @@ def test_a_sentence_encoder_needs_the_maps_model_of_its_width(tmp_path):
         spacy.blank("en").add_pipe("tree_expectations", config={"sentence_encoder": str(tmp_path / "none")})
 
 
+def test_a_sentence_encoder_with_no_map_is_refused_at_the_first_doc(tmp_path):
+    """With no calibration map (none in the config, none from a parser) sent._.out_of_domain was
+    None without a word although the switch asked for the encoder's model; a map without the
+    model is refused when the component is made (test above)."""
+    import spacy
+    from helpers.scorer import tagged_doc
+
+    tiny_encoder(tmp_path / "bert")
+    nlp = spacy.blank("en")
+    component = nlp.add_pipe("tree_expectations", config={"sentence_encoder": str(tmp_path / "bert")})
+    with pytest.raises(ValueError, match="TXE027.*no calibration map, or one that carries no out-of-domain"):
+        component(tagged_doc(nlp.vocab, 5, 1, TOKEN_WIDTH, 1.0))
+    with pytest.raises(ValueError, match="TXE027"):
+        nlp.add_pipe(
+            "tree_expectations",
+            name="te2",
+            config={"sentence_encoder": str(tmp_path / "bert"), "calibration": CalibrationMap.identity().to_dict()},
+        )
+
+
 def test_the_encoder_the_model_was_fitted_with_is_told_from_another_of_its_width(tmp_path):
     """The map's encoder model keeps the fitted encoder's fingerprint: the same encoder reads
     it (the values of a model without one), another of the same width is refused (TXE030)."""
