@@ -7,7 +7,7 @@
 #   2. the out-of-domain model on top of the shipped pipeline's novelty reference (the
 #      ensemble leaves the same doc.tensor), refitted because its features read the
 #      ensemble's tree entropy (benchmarks/ood_novelty.py --select, on EWT dev against the
-#      eighteen out-of-domain sets the shipped model is fitted on; evaluated on blind7),
+#      twenty-four out-of-domain sets the shipped model is fitted on; evaluated on blind8),
 #   3. parsing scores with gold tokens and sentences (configs/evaluate_en_ewt.py:
 #      docs/eval_ewt/ensemble/attachment.json), speed and tags against the shipped pipeline
 #      (benchmarks/bench_shipped_pipeline.py: docs/eval_ewt/ensemble/pipeline.json) and
