@@ -65,7 +65,9 @@ def parse(
 def risk_line(sent: Span) -> str:
     """The sentence's risk and epistemic values that it has, in one line ('' if none):
     P(the parse has a wrong head), the members' mixture's, the mutual information between
-    tree and member, and P(out of domain)."""
+    tree and member, and P(out of domain), labelled as the domain model gives it: under even
+    prior odds of in and out of domain (its classes are weighted equally), so an ordinary
+    sentence may read above 50%."""
     parts = []
     if sent._.error_probability is not None:
         parts.append(f"P(a wrong head) {100 * sent._.error_probability:.1f}%")
@@ -74,7 +76,7 @@ def risk_line(sent: Span) -> str:
     if sent._.mutual_information is not None:
         parts.append(f"mutual information {sent._.mutual_information:.3f} nats")
     if sent._.out_of_domain is not None:
-        parts.append(f"P(out of domain) {100 * sent._.out_of_domain:.1f}%")
+        parts.append(f"P(out of domain, even prior odds) {100 * sent._.out_of_domain:.1f}%")
     return "; ".join(parts)
 
 

@@ -158,3 +158,17 @@ def test_the_table_gives_each_sentences_risk_and_members_values(model, members_m
     plain = load_pipeline(model, n_samples=0)(text)
     lines = [line.strip() for line in out.splitlines() if line.strip().startswith("P(a wrong head)")]
     assert lines == [f"P(a wrong head) {100 * s._.error_probability:.1f}%" for s in plain.sents]
+
+
+def test_the_risk_line_says_the_out_of_domain_probability_is_under_even_odds():
+    """The domain model weighs both classes equally: its 64% for an ordinary sentence is a
+    probability under even prior odds, and the line says so rather than a bare P(out of domain)."""
+    from types import SimpleNamespace
+
+    from spacy_treexp.cli.parse import risk_line
+
+    values = {"error_probability": 0.036, "mixture_error_probability": None, "mutual_information": None}
+    sent = SimpleNamespace(_=SimpleNamespace(out_of_domain=0.646, **values))
+    assert risk_line(sent) == "P(a wrong head) 3.6%; P(out of domain, even prior odds) 64.6%"
+    sent = SimpleNamespace(_=SimpleNamespace(out_of_domain=None, **values))
+    assert risk_line(sent) == "P(a wrong head) 3.6%"
