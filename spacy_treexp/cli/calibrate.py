@@ -175,11 +175,12 @@ def calibrate(
                     + ": the new map has none, so sent._.novelty and sent._.out_of_domain will be None; give "
                     "--novelty-text (with --ood-dev for out_of_domain) to fit them for the new map"
                 )
-            annotator = nlp.get_pipe(_annotator(nlp))
+            name = _annotator(nlp)
+            annotator = nlp.get_pipe(name)
             encoder, annotator.sentence_encoder = annotator.sentence_encoder, None  # not run: nothing reads it
             if encoder is not None:
                 warn(
-                    f"{_annotator(nlp)}'s sentence_encoder ({encoder.path}) is unset in the stored pipeline: calibrate "
+                    f"{name}'s sentence_encoder ({encoder.path}) is unset in the stored pipeline: calibrate "
                     "fits no out-of-domain model that reads its embeddings, so sent._.out_of_domain will be the new "
                     "map's own (given --novelty-text and --ood-dev); fit one with benchmarks/ood_novelty.py "
                     "--sentence-encoder DIR --write-map MAP, then set sentence_encoder again"

@@ -417,8 +417,8 @@ class TreeExpectations(Pipe):
         # sentence_scores held every record to the contract (SentenceScores.check included)
         annotations = annotate_sentences(sentences, self.options, calibration, checked=True)
         novelty = None if calibration is None else calibration.novelty
-        if self.sentence_encoder is not None:  # refused here, not a silent None, where the map has no such model
-            self._encoder_domain(calibration)
+        # the opt-in model, checked once per group: refused here, not a silent None, where the map has none
+        encoder_domain = None if self.sentence_encoder is None else self._encoder_domain(calibration)
         if novelty is not None:  # sent._.novelty: the map's reference against doc.tensor, one product per batch
             docs_of = [doc for doc, doc_scores in zip(docs, per_doc) for _ in doc_scores]
             tensors = {id(doc): to_numpy(doc.tensor) for doc in docs}  # a CuPy array on a GPU
@@ -428,7 +428,7 @@ class TreeExpectations(Pipe):
             domain = novelty.domain
             embeddings: List[Any] = [None] * len(annotations)
             if self.sentence_encoder is not None:  # the opt-in model, on each sentence's embedding
-                domain = self._encoder_domain(calibration)
+                domain = encoder_domain
                 texts = [doc[record.start : record.end].text for doc, record in zip(docs_of, annotations)]
                 embeddings = list(self.sentence_encoder.embed(texts))
             if domain is not None:  # sent._.out_of_domain: the domain model on the sentence
