@@ -43,6 +43,11 @@ where v̄ may also end with the sentence's embedding by a sentence encoder
 fitted (:func:`fit_domain`) by ridge-penalised log-likelihood (the vector term's ridge on the
 standardised vector's weights) with the two classes weighted equally: the probability under even prior odds of in-domain and out-of-domain text. Fit it
 on held-out in-domain sentences against out-of-domain ones that no evaluation uses.
+
+Where out-of-domain text is rarer (or commoner) than in-domain text in a user's stream, Bayes'
+rule moves the probability to that prior π by adding the log prior odds to the logit,
+p_π = σ(z + log(π / (1 − π))) (``prior``; 0.5 leaves it as fitted). The ranking of sentences,
+and so every AUROC, is the same for every π.
 """
 
 from __future__ import annotations
@@ -207,6 +212,22 @@ def check_features(features: Sequence[str], what: str) -> None:
         )
 
 
+def check_prior(prior: Any, what: str) -> float:
+    """``prior`` as a float strictly between 0 and 1, or a CalibrationError naming ``what``."""
+    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not 0.0 < float(prior) < 1.0:
+        raise CalibrationError(
+            f"{what} must be a probability strictly between 0 and 1 (the share of out-of-domain text you expect; "
+            f"0.5: even odds, as the model was fitted), got {prior!r}"
+        )
+    return float(prior)
+
+
+def prior_log_odds(prior: float) -> float:
+    """log(π / (1 − π)): what Bayes' rule adds to a logit fitted under even odds to put it under prior π."""
+    prior = check_prior(prior, "the out-of-domain prior")
+    return math.log(prior) - math.log1p(-prior)
+
+
 def hat_basis(x: numpy.ndarray, knots: numpy.ndarray) -> numpy.ndarray:
     """``(len(x), len(knots))``: row i holds the weights with which Σ_k v_k B_ik linearly
     interpolates the values v at ``knots`` (increasing) at x_i, constant beyond them."""
@@ -337,13 +358,14 @@ class DomainModel:
         return total
 
     def probability(
-        self, features: Optional[Mapping[str, float]], mean_vector: Optional[Any] = None
+        self, features: Optional[Mapping[str, float]], mean_vector: Optional[Any] = None, prior: float = 0.5
     ) -> Optional[float]:
-        """p(out of domain | features, mean vector) (module doc); None for None (features, or
-        the mean vector where the model reads one)."""
+        """p(out of domain | features, mean vector) under the prior probability ``prior`` of out-of-domain
+        text (module doc); None for None (features, or the mean vector where the model reads one)."""
         if features is None or (self.vector_weights is not None and mean_vector is None):
             return None
-        z = self.logit(features, mean_vector)  # σ in the form that cannot overflow (exp of a logit below −709 does)
+        z = self.logit(features, mean_vector) + prior_log_odds(prior)
+        # σ in the form that cannot overflow (exp of a logit below −709 does)
         return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
     def sentence_probability(
@@ -354,9 +376,10 @@ class DomainModel:
         entropy_per_word: Optional[float],
         vectors: Optional[Any] = None,
         embedding: Optional[Any] = None,
+        prior: float = 0.5,
     ) -> Optional[float]:
-        """:meth:`probability` of :func:`sentence_features` and the :func:`mean_vector` of the
-        sentence's token vectors ``vectors`` ``(n, width)``, followed by its sentence encoder
+        """:meth:`probability` (under ``prior``) of :func:`sentence_features` and the :func:`mean_vector`
+        of the sentence's token vectors ``vectors`` ``(n, width)``, followed by its sentence encoder
         ``embedding`` where the model reads one (read only by a model with a vector term; None
         there where they are missing or not of its widths)."""
         mean = None
@@ -373,7 +396,7 @@ class DomainModel:
                 parts.append(numpy.asarray(embedding, dtype=numpy.float64))
             mean = numpy.concatenate(parts)
         return self.probability(
-            sentence_features(words, pos, novelty, entropy_per_word, self.lexicon, self.language_model), mean
+            sentence_features(words, pos, novelty, entropy_per_word, self.lexicon, self.language_model), mean, prior
         )
 
     def to_dict(self) -> Dict[str, Any]:

@@ -20,6 +20,16 @@ def parse(
         str, typer.Argument(metavar="TEXT", help="The text to parse ('-': read it from stdin).", show_default=False)
     ],
     samples: Annotated[int, typer.Option("--samples", min=0, help="Alternative parses to sample per sentence.")] = 0,
+    ood_prior: Annotated[
+        float,
+        typer.Option(
+            "--ood-prior",
+            help=(
+                "The share of out-of-domain text you expect, strictly between 0 and 1: P(out of domain) is given "
+                "under it (0.5: even odds, the domain model as fitted)."
+            ),
+        ),
+    ] = 0.5,
     model: Model = None,
     code: Code = None,
     stanza: Stanza = None,
@@ -44,6 +54,9 @@ def parse(
         except UnicodeEncodeError as e:  # bytes the locale could not decode, kept as surrogates
             raise UserError("TEXT: not valid UTF-8 text") from e
 
+    if not 0.0 < ood_prior < 1.0:
+        raise UserError(f"--ood-prior {ood_prior}: must be strictly between 0 and 1")
+
     def fail(context: dict[str, Any], e: Exception) -> None:
         raise UserError(f"{type(e).__name__}: {e}")
 
@@ -56,18 +69,19 @@ def parse(
         gold_sentences=False,
         n_process=1,
         on_error=fail,
+        settings={"out_of_domain_prior": ood_prior},
     )
     for doc, _ in run([(text, {"line": 1})]):
-        write_table(doc, sys.stdout)
+        write_table(doc, sys.stdout, ood_prior=ood_prior)
     return 0
 
 
-def risk_line(sent: Span) -> str:
+def risk_line(sent: Span, ood_prior: float = 0.5) -> str:
     """The sentence's risk and epistemic values that it has, in one line ('' if none):
     P(the parse has a wrong head), the members' mixture's, the mutual information between
-    tree and member, and P(out of domain), labelled as the domain model gives it: under even
-    prior odds of in and out of domain (its classes are weighted equally), so an ordinary
-    sentence may read above 50%."""
+    tree and member, and P(out of domain), labelled with the prior ``ood_prior`` it is under
+    (the domain model is fitted under even prior odds of in and out of domain, so there an
+    ordinary sentence may read above 50%)."""
     parts = []
     if sent._.error_probability is not None:
         parts.append(f"P(a wrong head) {100 * sent._.error_probability:.1f}%")
@@ -76,20 +90,22 @@ def risk_line(sent: Span) -> str:
     if sent._.mutual_information is not None:
         parts.append(f"mutual information {sent._.mutual_information:.3f} nats")
     if sent._.out_of_domain is not None:
-        parts.append(f"P(out of domain, even prior odds) {100 * sent._.out_of_domain:.1f}%")
+        prior = "even prior odds" if ood_prior == 0.5 else f"prior {100 * ood_prior:g}%"
+        parts.append(f"P(out of domain, {prior}) {100 * sent._.out_of_domain:.1f}%")
     return "; ".join(parts)
 
 
-def write_table(doc: Doc, out: TextIO) -> None:
+def write_table(doc: Doc, out: TextIO, ood_prior: float = 0.5) -> None:
     """The uncertainty table of each sentence of an annotated Doc, and its samples
-    (heads in CoNLL-U numbering, with how many differ from the predicted tree)."""
+    (heads in CoNLL-U numbering, with how many differ from the predicted tree); the
+    out-of-domain probability is labelled with the prior ``ood_prior`` it was given under."""
     for k, sent in enumerate(doc.sents, start=1):
         out.write(
             f"Sentence {k}: tree entropy {sent._.tree_entropy:.3f} nats "
             f"({sent._.entropy_per_word:.3f} per word), expected attachment "
             f"{100 * sent._.expected_attachment:.1f}%, log Z {sent._.log_partition:.2f}\n"
         )
-        risk = risk_line(sent)
+        risk = risk_line(sent, ood_prior)
         if risk:
             out.write(f"  {risk}\n")
         shown = {t.i: escape_spaces(t.text) if t.is_space else t.text for t in sent}  # "\n" visible

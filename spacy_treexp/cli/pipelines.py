@@ -75,8 +75,11 @@ def check_source(model: Optional[str], stanza: Optional[Path]) -> None:
         check_model(model)
 
 
-def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> Language:
-    """The spaCy pipeline to run, with a ``tree_expectations`` drawing ``n_samples`` samples."""
+def load_pipeline(
+    model: Optional[str], n_samples: int = 0, gpu: int = -1, settings: Optional[dict[str, Any]] = None
+) -> Language:
+    """The spaCy pipeline to run, with a ``tree_expectations`` drawing ``n_samples`` samples
+    (and given the other ``settings`` of its config)."""
     if n_samples > _MAX_SAMPLES:  # spaCy's config cannot hold it (E961) and no tensor could
         raise UserError(f"--samples {n_samples}: too large (at most {_MAX_SAMPLES})")
     if gpu >= 0:
@@ -87,8 +90,7 @@ def load_pipeline(model: Optional[str], n_samples: int = 0, gpu: int = -1) -> La
                 f"--gpu {gpu}: {e} (spaCy on GPU needs CUDA and cupy, e.g. pip install cupy-cuda12x)"
             ) from e
     nlp = load_model(model)
-    settings: dict[str, Any] = {"n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"}
-    ensure_annotator(nlp, settings)
+    ensure_annotator(nlp, {**(settings or {}), "n_samples": n_samples, "device": "cuda" if gpu >= 0 else "cpu"})
     return nlp
 
 
@@ -317,16 +319,18 @@ def make_runner(
     gold_sentences: bool,
     n_process: int,
     on_error: OnError,
+    settings: Optional[dict[str, Any]] = None,
 ) -> Runner:
     """A function from ``(item, context)`` pairs to ``(Doc, context)`` pairs, in input
-    order, running the spaCy pipeline (``--model``) or a Stanza one (``--stanza``)."""
+    order, running the spaCy pipeline (``--model``; its ``tree_expectations`` given the
+    ``settings``) or a Stanza one (``--stanza``)."""
     check_source(model, stanza)
     if stanza is not None:
         if n_process > 1:
             raise UserError("--n-process works with spaCy pipelines only, not with --stanza")
         pipeline = load_stanza(stanza, gpu, pretokenized=gold_sentences)
         return partial(stanza_stream, pipeline, n_samples=n_samples, on_error=on_error)
-    nlp = load_pipeline(model, n_samples=n_samples, gpu=gpu)
+    nlp = load_pipeline(model, n_samples=n_samples, gpu=gpu, settings=settings)
     return partial(
         annotate_stream,
         nlp,

@@ -22,6 +22,9 @@ encoder), and, where the reference has a domain model, ``sent._.out_of_domain``.
 ``sentence_encoder`` (default null), the directory of a local sentence encoder (the shipped map's
 opt-in model reads all-MiniLM-L6-v2), makes ``sent._.out_of_domain`` the map's model that also
 reads each sentence's embedding (``novelty.encoder_domain``; :mod:`spacy_treexp.calibration.sentence_encoder`).
+``out_of_domain_prior`` (default 0.5) is the share of out-of-domain text the user expects:
+``sent._.out_of_domain`` is the domain model's probability under that prior (Bayes' rule on its
+logit, :mod:`spacy_treexp.calibration.domain`); 0.5, even odds, is the probability as fitted.
 
 After annotating a Doc the component drops the parser's raw scores (``Doc._.parser_scores
 = None``) unless ``keep_scores`` is set: they take tens of times the memory of the
@@ -47,7 +50,7 @@ from spacy.util import minibatch
 from thinc.api import to_numpy
 
 from spacy_treexp.annotate import DEFAULTS, AnnotateOptions, SentenceScores, annotate_sentences, install_fork_hook
-from spacy_treexp.calibration.domain import DomainModel
+from spacy_treexp.calibration.domain import DomainModel, check_prior
 from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, CalibrationMap, read_map
 from spacy_treexp.calibration.novelty import spans_novelty
 from spacy_treexp.calibration.sentence_encoder import SentenceEncoder
@@ -70,6 +73,7 @@ DEFAULT_CONFIG = {
     "keep_scores": False,
     "calibration": None,
     "sentence_encoder": None,
+    "out_of_domain_prior": 0.5,
 }
 
 
@@ -98,6 +102,7 @@ def make_tree_expectations(
     keep_scores: bool,
     calibration: Optional[Dict[str, Any]],
     sentence_encoder: Optional[str],
+    out_of_domain_prior: float,
 ) -> TreeExpectations:
     """Create the ``tree_expectations`` component (see :class:`TreeExpectations`)."""
     return TreeExpectations(
@@ -119,6 +124,7 @@ def make_tree_expectations(
         keep_scores=keep_scores,
         calibration=calibration,
         sentence_encoder=sentence_encoder,
+        out_of_domain_prior=out_of_domain_prior,
         parser_calibration=None if calibration is not None else parser_calibration(nlp),
         # by the name the parser has when this component is added (records carry its token too)
         writers={getattr(nlp.get_pipe(name), "name", name): nlp.get_pipe(name) for name in score_writers(nlp)},
@@ -233,6 +239,7 @@ class TreeExpectations(Pipe):
         keep_scores: bool = False,
         calibration: Any = None,
         sentence_encoder: Optional[Union[str, Path]] = None,
+        out_of_domain_prior: float = 0.5,
         parser_calibration: Union[CalibrationMap, Path, None] = None,
         writers: Optional[Dict[str, Any]] = None,
         **options: Any,
@@ -255,6 +262,11 @@ class TreeExpectations(Pipe):
             raise ValueError(str(e)) from e
         #: Whether the map is part of the config (else ``to_disk`` carries it).
         self.calibration_in_config = calibration is not None
+        try:
+            #: The prior probability of out-of-domain text that ``sent._.out_of_domain`` is under.
+            self.out_of_domain_prior = check_prior(out_of_domain_prior, f"{name}: out_of_domain_prior")
+        except CalibrationError as e:
+            raise ValueError(str(e)) from e
         #: The opt-in sentence encoder (``sentence_encoder``: its directory), or None.
         self.sentence_encoder: Optional[SentenceEncoder] = None
         if sentence_encoder is not None:
@@ -441,6 +453,7 @@ class TreeExpectations(Pipe):
                         record.entropy_per_word,
                         tensor[start:end] if record.novelty is not None else None,
                         embedding,
+                        self.out_of_domain_prior,
                     )
         offset = 0
         for doc, doc_scores in zip(docs, per_doc):

@@ -455,3 +455,46 @@ def test_component_adds_the_vector_term_of_each_sentences_own_rows():
             assert sent._.out_of_domain == pytest.approx(1.0 / (1.0 + math.exp(-direct)), abs=1e-6)
             seen += 1
     assert seen == 3
+
+
+def test_a_prior_moves_the_probability_by_bayes_rule_and_keeps_the_ranking():
+    """Under prior π the odds are the fitted (even-odds) odds times π / (1 − π), computed
+    here from the fitted probabilities; the order of sentences does not change."""
+    inside, outside = synthetic(11, 40, 10)
+    model = fit_domain(inside, outside, {}, knots=3, l2=1.0, features=BASE_FEATURES)
+    fitted = [model.probability(x) for x in inside + outside]
+    for prior in (0.01, 0.2, 0.5, 0.9):
+        moved = [model.probability(x, prior=prior) for x in inside + outside]
+        for p, q in zip(fitted, moved):
+            odds = p / (1.0 - p) * prior / (1.0 - prior)
+            assert q == pytest.approx(odds / (1.0 + odds), rel=1e-9)
+        assert numpy.array_equal(numpy.argsort(moved, kind="stable"), numpy.argsort(fitted, kind="stable"))
+    for bad in (0.0, 1.0, -0.1, 1.5, float("nan"), True, "0.1"):
+        with pytest.raises(CalibrationError, match="strictly between 0 and 1"):
+            model.probability(inside[0], prior=bad)
+
+
+def test_the_component_gives_out_of_domain_under_its_prior_and_refuses_a_bad_one():
+    import spacy
+    from helpers.scorer import tagged_doc
+
+    from spacy_treexp.calibration import CalibrationMap, fit_novelty
+
+    width = 5
+    inside, outside = synthetic(8, 60, 15)
+    model = fit_domain(inside, outside, {"the": 3}, language_model=LANGUAGE_MODEL)
+    reference = fit_novelty(numpy.random.default_rng(3).normal(size=(40, width)), size=4)
+    config = CalibrationMap.identity().to_dict() | {
+        "novelty": NoveltyReference(reference.centre, reference.rows, model).to_dict()
+    }
+    values = {}
+    for prior in (0.5, 0.05):
+        nlp = spacy.blank("en")
+        component = nlp.add_pipe("tree_expectations", config={"calibration": config, "out_of_domain_prior": prior})
+        doc = component(tagged_doc(nlp.vocab, 7, 4, width, 2.0))
+        values[prior] = [sent._.out_of_domain for sent in doc.sents]
+    for even, low in zip(values[0.5], values[0.05]):
+        odds = even / (1.0 - even) * 0.05 / 0.95
+        assert low == pytest.approx(odds / (1.0 + odds), rel=1e-9) and low < even
+    with pytest.raises(ValueError, match="out_of_domain_prior must be a probability strictly between 0 and 1"):
+        spacy.blank("en").add_pipe("tree_expectations", config={"out_of_domain_prior": 1.0})

@@ -170,5 +170,26 @@ def test_the_risk_line_says_the_out_of_domain_probability_is_under_even_odds():
     values = {"error_probability": 0.036, "mixture_error_probability": None, "mutual_information": None}
     sent = SimpleNamespace(_=SimpleNamespace(out_of_domain=0.646, **values))
     assert risk_line(sent) == "P(a wrong head) 3.6%; P(out of domain, even prior odds) 64.6%"
+    assert risk_line(sent, 0.1) == "P(a wrong head) 3.6%; P(out of domain, prior 10%) 64.6%"
     sent = SimpleNamespace(_=SimpleNamespace(out_of_domain=None, **values))
     assert risk_line(sent) == "P(a wrong head) 3.6%"
+
+
+def test_ood_prior_puts_the_shipped_models_out_of_domain_probability_under_it(run_cli, user_error):
+    """--ood-prior P: the line gives P(out of domain) under that prior, as the component's
+    out_of_domain_prior does, and says which prior; a prior outside (0, 1) is one line."""
+    import spacy_treexp
+
+    text = "The old man saw the dog with the telescope."
+    nlp = spacy_treexp.load()
+    nlp.add_pipe("tree_expectations", config={"out_of_domain_prior": 0.2})
+    expected = next(nlp(text).sents)._.out_of_domain
+    status, out, _ = run_cli("parse", text, "--ood-prior", "0.2")
+    assert status == 0
+    assert f"P(out of domain, prior 20%) {100 * expected:.1f}%" in out
+    status, out, _ = run_cli("parse", text)
+    even = float(out.split("P(out of domain, even prior odds) ")[1].split("%")[0]) / 100
+    odds = even / (1 - even) * 0.25
+    assert abs(odds / (1 + odds) - expected) < 1e-3
+    assert "--ood-prior" in user_error("parse", text, "--ood-prior", "0")
+    assert "--ood-prior" in user_error("parse", text, "--ood-prior", "1.5")
