@@ -35,7 +35,7 @@ Every chunk is labelled ``NP``. In a pipeline, :func:`install_ud_noun_chunks` (t
 after ours has replaced its tree) is chunked by the language's own iterator instead.
 """
 
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, Union
 
 from spacy.errors import Errors
 from spacy.language import Language
@@ -55,6 +55,14 @@ RIGHT_MODIFIERS = frozenset({"flat", "fixed", "goeswith"})
 NOMINAL_UPOS = frozenset({"NOUN", "PROPN", "PRON"})
 NOMINAL_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS", "PRP", "WP"})
 LABEL = "NP"
+
+
+class _Vocabulary(Protocol):
+    @property
+    def vocab(self) -> Any: ...
+
+
+_HasVocab = TypeVar("_HasVocab", bound=_Vocabulary)
 #: Relations that only Universal Dependencies uses: a parser with them writes UD trees.
 UD_RELATIONS = frozenset({"obj", "obl", "case", "nmod"})
 #: Relations that only ClearNLP's scheme (spaCy's English parsers) uses: a tree with them and
@@ -183,12 +191,23 @@ def _language_iterator(doc: Doc) -> Optional[Callable[[Union[Doc, Span]], Iterat
     return defaults.syntax_iterators.get("noun_chunks")
 
 
-def install_ud_noun_chunks(nlp: Language) -> Language:
-    """Make :func:`ud_noun_chunks` the noun-chunk iterator of ``nlp``'s vocabulary (and so
-    of every Doc it makes from now on). spaCy types the attribute as yielding Spans;
-    syntax iterators yield ``(start, end, label)``, hence the ignore."""
+def install_ud_noun_chunks(nlp: _HasVocab) -> _HasVocab:
+    """Make :func:`ud_noun_chunks` the noun-chunk iterator of ``nlp``'s vocabulary (a pipeline's,
+    or a Doc's), and so of every Doc it makes from now on. spaCy types the attribute as yielding
+    Spans; syntax iterators yield ``(start, end, label)``, hence the ignore."""
     nlp.vocab.get_noun_chunks = ud_noun_chunks  # type: ignore[assignment]
     return nlp
+
+
+def install_for_ud_writers(nlp: Language, writers: Sequence[Any]) -> None:
+    """:func:`install_ud_noun_chunks` on ``nlp`` when one of its score ``writers`` puts a UD tree
+    on ``token.head`` / ``dep_`` (a ``biaffine_parser`` with ``overwrite`` and UD labels,
+    :attr:`~spacy_treexp.pipeline.biaffine_parser.BiaffineParser.writes_ud_tree`): a parser sourced
+    by hand into a stock pipeline then gives the host's vocabulary the UD iterator before any
+    Doc is parsed, so Docs parsed in worker processes (``nlp.pipe(n_process=2)``) and read back
+    into it are chunked on their UD tree too."""
+    if any(getattr(writer, "writes_ud_tree", False) for writer in writers):
+        install_ud_noun_chunks(nlp)
 
 
 @registry.callbacks("spacy_treexp.ud_noun_chunks.v1")

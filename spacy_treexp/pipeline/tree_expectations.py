@@ -57,6 +57,7 @@ from spacy_treexp.calibration.sentence_encoder import SentenceEncoder
 from spacy_treexp.engine.native import native_requested
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.extensions import LIVE_WRITERS, PARSER_SCORES, score_writers
+from spacy_treexp.pipeline.noun_chunks import install_for_ud_writers
 from spacy_treexp.pipeline.score_sources import (
     PARSER_SCORES_SOURCE,
     Errors,
@@ -104,7 +105,10 @@ def make_tree_expectations(
     sentence_encoder: Optional[str],
     out_of_domain_prior: float,
 ) -> TreeExpectations:
-    """Create the ``tree_expectations`` component (see :class:`TreeExpectations`)."""
+    """Create the ``tree_expectations`` component (see :class:`TreeExpectations`); a pipeline
+    whose parser puts a UD tree on ``token.head`` gets the UD noun-chunk iterator
+    (:func:`~spacy_treexp.pipeline.noun_chunks.install_for_ud_writers`)."""
+    install_for_ud_writers(nlp, [nlp.get_pipe(name) for name in score_writers(nlp)])
     return TreeExpectations(
         nlp.vocab,
         name=name,

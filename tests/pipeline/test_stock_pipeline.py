@@ -132,6 +132,32 @@ def test_noun_chunks_follow_the_ud_tree(docs):
         assert all(c.root.dep_ not in ("dobj", "pobj") for c in doc.noun_chunks)
 
 
+def test_docs_rebuilt_in_the_hosts_vocabulary_keep_their_ud_chunks(obvious, home, kept):
+    """By hand, only each parsed Doc had the UD iterator: a Doc rebuilt from bytes in the host's
+    vocabulary (what nlp.pipe(n_process=2) does with the workers' Docs), a pickle, a copy or
+    Doc.from_docs got spaCy's English one and lost 2 of the 3 chunks of this sentence."""
+    import pickle
+
+    from spacy.tokens import Doc
+
+    from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
+
+    text = "The big red dog barked at two cats in the old garden."
+    chunks = ["The big red dog", "two cats", "the old garden"]
+    assert obvious.vocab.get_noun_chunks is ud_noun_chunks  # from tree_expectations' creation, before any Doc
+    doc = obvious(text)
+    for rebuilt in (Doc(obvious.vocab).from_bytes(doc.to_bytes()), pickle.loads(pickle.dumps(doc)), doc.copy()):
+        assert [c.text for c in rebuilt.noun_chunks] == chunks
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # W101: the Doc extensions are not merged
+        assert [c.text for c in Doc.from_docs([doc, doc]).noun_chunks] == chunks + chunks
+    parser_only = spacy.load(STOCK)  # the parser alone: its host vocabulary gets the iterator at the first Doc
+    parser_only.add_pipe("biaffine_parser", source=home)
+    assert [c.text for c in parser_only(text).copy().noun_chunks] == chunks
+    kept(text)  # overwrite=False: the stock tree stays on dep_, and the stock iterator with it
+    assert kept.vocab.get_noun_chunks is not ud_noun_chunks
+
+
 def test_overwrite_false_keeps_the_stock_tree_and_puts_the_ud_tree_beside_it(stock_docs, docs, kept):
     for stock_doc, doc, kept_doc in zip(stock_docs, docs, kept.pipe(TEXTS)):
         assert tree(kept_doc) == tree(stock_doc)
