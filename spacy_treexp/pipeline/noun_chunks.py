@@ -193,9 +193,9 @@ def _language_iterator(doc: Doc) -> Optional[Callable[[Union[Doc, Span]], Iterat
 
 def install_ud_noun_chunks(nlp: _HasVocab) -> _HasVocab:
     """Make :func:`ud_noun_chunks` the noun-chunk iterator of ``nlp``'s vocabulary (a pipeline's,
-    or a Doc's), and so of every Doc it makes from now on. spaCy types the attribute as yielding
-    Spans; syntax iterators yield ``(start, end, label)``, hence the ignore."""
-    nlp.vocab.get_noun_chunks = ud_noun_chunks  # type: ignore[assignment]
+    or a Doc's), and so of every Doc it makes from now on (syntax iterators yield
+    ``(start, end, label)``)."""
+    nlp.vocab.get_noun_chunks = ud_noun_chunks
     return nlp
 
 
