@@ -604,11 +604,15 @@ class CalibrationMap:
         return cls.from_json(text)
 
     def to_disk(self, path: Union[str, Path]) -> None:
-        """Write the JSON form atomically (a temporary file renamed into place)."""
+        """Write the JSON form atomically (a temporary file renamed into place; removed if that fails)."""
         path = Path(path)
         partial = path.with_name(path.name + ".partial")
-        partial.write_bytes(self.to_bytes())
-        partial.replace(path)
+        try:
+            partial.write_bytes(self.to_bytes())
+            partial.replace(path)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
 
     @classmethod
     def from_disk(cls, path: Union[str, Path]) -> CalibrationMap:

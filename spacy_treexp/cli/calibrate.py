@@ -46,6 +46,7 @@ from spacy_treexp.cli.common import (
     check_not_holding,
     check_not_inside,
     check_output_path,
+    same_file,
     warn,
 )
 from spacy_treexp.cli.partial import replace_folder
@@ -144,12 +145,20 @@ def calibrate(
             ],
         )
         check_not_inside(target, _model_folder(model), "--model")
+    if held_out is not None and same_file(held_out, dev):
+        raise UserError(
+            f"--held-out {held_out} is the --dev file: its rows would be the fitted sentences again, not held out; "
+            "give other sentences, or leave --held-out out (a part of --dev is held out then)"
+        )
     try:
+        dev_gold = read_conllu(dev)
         fit_gold, report_gold = _split(
-            read_conllu(dev), None if held_out is None else read_conllu(held_out), held_out_fraction, seed
+            dev_gold, None if held_out is None else read_conllu(held_out), held_out_fraction, seed
         )
     except ConlluError as e:
         raise UserError(str(e)) from e
+    if not any(sentence.n > 1 for sentence in dev_gold):  # a map fitted on it is the identity, and would replace one
+        raise UserError(f"--dev {dev}: every sentence is one word long, so there is no attachment to fit a map on")
     with torch_threads(threads):
         if stanza is not None:
             from spacy_treexp.evaluation.scores import stanza_scores
@@ -221,8 +230,14 @@ def calibrate(
         )
         if nlp is not None and novelty_text is not None:
             calibration = _with_reference(nlp, calibration, novelty_text, novelty_size, fit_gold, ood_dev)
+    try:  # a disk that fills up, a folder made read-only meanwhile
+        if nlp is None:
+            calibration.to_disk(target)
+        else:
+            _store_spacy(nlp, calibration, target)
+    except OSError as e:
+        raise UserError(f"--out {target}: cannot write there ({e.strerror or e}); nothing was written") from e
     if nlp is None:
-        calibration.to_disk(target)
         if stanza_map is not None and target.resolve() == stanza_map.resolve():
             typer.echo(f"stored the map in {target} (read by the Stanza tree_expectations processor)")
         else:
@@ -231,9 +246,12 @@ def calibrate(
                 f"tree_expectations_calibration_path='{target}' (it reads {stanza_map})"
             )
     else:
-        _store_spacy(nlp, calibration, target)
         typer.echo(f"stored the calibrated pipeline in {target} (spacy.load it; its tree_expectations applies the map)")
     return 0
+
+
+#: Fewer sentences of a class than this, and the out-of-domain fit is warned about.
+MIN_DOMAIN_SENTENCES = 100
 
 
 def _with_reference(
@@ -260,9 +278,21 @@ def _with_reference(
     tokens = sum(len(v) for v in train.vectors)
     record: Dict[str, Any] = {"data": f"{len(train.words)} sentences of {text.name}", "tokens": tokens, "size": size}
     warn(f"novelty reference: {len(reference.rows)} directions of width {reference.width} from {tokens} tokens")
+    if len(reference.rows) < size:
+        warn(
+            f"--novelty-text {text}: {tokens} tokens give {len(reference.rows)} of the {size} directions asked for; "
+            f"novelty then measures distance to few directions: give more in-domain text (the shipped reference: "
+            "12,544 sentences)"
+        )
     if ood_dev is not None and inside is not None and outside is not None:
         record["domain"] = f"{len(inside.words)} dev sentences vs {len(outside.words)} of {ood_dev.name}"
         warn(f"out-of-domain model fitted on {record['domain']}")
+        if min(len(inside.words), len(outside.words)) < MIN_DOMAIN_SENTENCES:
+            warn(
+                f"the out-of-domain model has fewer than {MIN_DOMAIN_SENTENCES} sentences of a class to learn from "
+                f"({record['domain']}): its probabilities can be far off; give more (the shipped model: 2,001 dev "
+                "sentences vs 3,010 out of domain in 288 styles)"
+            )
     return dataclasses.replace(calibration, novelty=reference, fit={**calibration.fit, "novelty": record})
 
 

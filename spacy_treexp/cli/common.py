@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -174,6 +175,11 @@ def check_output_path(path: Path, sources: Iterable[Path], what: str = "--output
     for folder_written in (parent, path) if folder and path.is_dir() else (parent,):
         if not os.access(folder_written, os.W_OK | os.X_OK):
             raise UserError(f"{what} {path}: folder {folder_written} is not writable")
+        try:  # os.access says yes to root on /proc, /sys or a root-squashed share: a file made there says
+            with tempfile.TemporaryFile(dir=folder_written):
+                pass
+        except OSError as e:
+            raise UserError(f"{what} {path}: cannot write in folder {folder_written} ({e.strerror or e})") from e
 
 
 def check_not_holding(folder: Path, sources: Iterable[tuple[str, Optional[Path]]], what: str = "--out") -> None:

@@ -214,7 +214,10 @@ def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tm
     out = tmp_path / "calibrated"
     argv = ["calibrate", "--model", str(pipeline_dir), "--dev", str(FIXTURE), "--out", str(out)]
     argv += ["--kind", "temperature", "--novelty-text", str(FIXTURE), "--novelty-size", "16", "--ood-dev", str(ood)]
+    capsys.readouterr()
     assert main(argv) == 0
+    err = capsys.readouterr().err  # 4 out-of-domain sentences: said, not fitted in silence
+    assert "fewer than 100 sentences of a class to learn from" in err and "directions asked for" not in err
     nlp = spacy.load(out)
     calibration = nlp.get_pipe("tree_expectations").calibration
     reference = calibration.novelty
@@ -236,6 +239,10 @@ def test_novelty_reference_and_domain_model_are_fitted_and_read(pipeline_dir, tm
     assert main([*again, "--kind", "temperature"]) == 0
     assert "sent._.novelty and sent._.out_of_domain will be None" in capsys.readouterr().err
     assert spacy.load(tmp_path / "again").get_pipe("tree_expectations").calibration.novelty is None
+    few = ["calibrate", "--model", str(pipeline_dir), "--dev", str(FIXTURE), "--out", str(tmp_path / "few")]
+    assert main([*few, "--kind", "temperature", "--novelty-text", str(FIXTURE), "--novelty-size", "100000"]) == 0
+    tokens = sum(g.n for g in read_conllu(FIXTURE))
+    assert f"{tokens} tokens give {tokens} of the 100000 directions asked for" in capsys.readouterr().err
 
 
 def test_a_pipeline_with_a_sentence_encoder_is_stored_with_it_unset_and_said(
@@ -359,7 +366,9 @@ def test_sentences_whose_gold_tree_the_scores_forbid_are_left_out_of_the_fit(tmp
     assert "fitted sentences left out of the fit: the scores forbid (-inf) an arc of their gold tree" in err
     # a held-out file with such sentences: its gold-head NLL would be infinite (it read 139), so they are left
     # out of the held-out figures too, and said
-    held = ["--held-out", str(FIXTURE), "--out", str(tmp_path / "out2")]
+    copy = tmp_path / "held_out.conllu"  # the same sentences (--held-out may not be the --dev file itself)
+    copy.write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
+    held = ["--held-out", str(copy), "--out", str(tmp_path / "out2")]
     assert main([*argv[:-2], *held, "--kind", "temperature"]) == 0
     out, err = capsys.readouterr()
     assert f"{len(left_out)} of {len(gold)} held-out sentences left out of the held-out figures" in err

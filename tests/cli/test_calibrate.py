@@ -37,3 +37,65 @@ def test_model_and_stanza_together_are_named_before_the_input_files(tmp_path, us
         "calibrate", "--dev", missing, "--out", str(tmp_path / "o"), *both
     )
     assert "missing.conllu: no such file" in user_error("calibrate", "--dev", missing, "--model", "m")
+
+
+def _scorer_pipeline(tmp_path):
+    folder = tmp_path / "pipeline"
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("treexp_test_scorer")
+    nlp.to_disk(folder)
+    dev = tmp_path / "dev.conllu"
+    dev.write_text("".join(GOLD.format(k=k) for k in range(10)), encoding="utf-8")
+    return folder, dev
+
+
+def test_an_out_folder_that_takes_no_file_is_one_line_before_the_fit(tmp_path, user_error, monkeypatch):
+    """os.access said yes to root on /proc (and on a root-squashed share): the fit ran, then the
+    write ended in a traceback. A file made in the folder says it first."""
+    import tempfile
+
+    folder, dev = _scorer_pipeline(tmp_path)
+    out = tmp_path / "calibrated"
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    line = user_error("calibrate", "--dev", str(dev), "--model", str(folder), "--out", str(out))
+    assert f"cannot write in folder {tmp_path} (Permission denied)" in line and not out.exists()
+
+
+def test_a_write_that_fails_at_the_end_is_one_line_and_leaves_nothing(tmp_path, run_cli, monkeypatch):
+    """A disk that fills up while the pipeline is written: one line, no half-written folder."""
+    from spacy_treexp.cli import calibrate
+
+    folder, dev = _scorer_pipeline(tmp_path)
+    out = tmp_path / "calibrated"
+
+    def full(nlp, calibration, target):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(calibrate, "_store_spacy", full)
+    status, _, err = run_cli("calibrate", "--dev", str(dev), "--model", str(folder), "--out", str(out))
+    line = err.strip().splitlines()[-1]  # after the fit's warnings on this tiny dev set
+    assert status == 2 and "Traceback" not in err
+    assert (
+        line.startswith("spacy-treexp: --out") and "No space left on device" in line and "nothing was written" in line
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.conllu", "pipeline"]
+
+
+def test_a_dev_without_attachments_or_a_held_out_that_is_dev_is_refused(tmp_path, user_error):
+    """One-word sentences gave "AUROC nan" and an identity map that replaced the pipeline's; a
+    --held-out that is --dev printed in-sample figures as held out."""
+    folder, dev = _scorer_pipeline(tmp_path)
+    one_word = tmp_path / "one_word.conllu"
+    one_word.write_text("".join(f"# sent_id = w{k}\n1\tYes\tyes\tINTJ\tUH\t_\t0\troot\t_\t_\n\n" for k in range(10)))
+    line = user_error("calibrate", "--dev", str(one_word), "--model", str(folder), "--out", str(tmp_path / "a"))
+    assert "every sentence is one word long, so there is no attachment to fit a map on" in line
+    line = user_error(
+        "calibrate", "--dev", str(dev), "--held-out", str(dev), "--model", str(folder), "--out", str(tmp_path / "b")
+    )
+    assert f"--held-out {dev} is the --dev file" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.conllu", "one_word.conllu", "pipeline"]
