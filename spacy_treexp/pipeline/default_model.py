@@ -97,11 +97,12 @@ def check_listeners(nlp: Language) -> None:
     """Refuse a pipeline in which an enabled component listens to a component that was
     excluded, and warn where it listens to a disabled one.
 
-    In prediction spaCy's listeners read ``doc.tensor`` and give zeros where it is empty:
-    ``tagger_tok2vec`` without ``tok2vec`` gives the tagger and the lemmatizer zeros (wrong tags
-    and lemmas, silently), and ``tagger``/``lemmatizer`` without ``tagger_tok2vec`` read the
-    shared tok2vec's narrower vectors (a numpy shape error). A ``biaffine_parser`` checks its
-    own inputs (it may read its home pipeline's copy)."""
+    In prediction spaCy's listeners read ``doc.tensor``: the vectors of the encoder that ran last
+    before them, or zeros where none did. ``tagger_tok2vec`` without ``tok2vec`` gives the tagger
+    and the lemmatizer zeros (wrong tags and lemmas, silently: warned of, as it may be enabled
+    again), and ``tagger``/``lemmatizer`` without ``tagger_tok2vec`` read the shared tok2vec's
+    narrower vectors (a numpy shape error at the first Doc: refused). A ``biaffine_parser``
+    checks its own inputs (it may read its home pipeline's copy)."""
     enabled, disabled = set(nlp.pipe_names), set(nlp.disabled)
     missing: Dict[str, List[str]] = {}
     for name, component in nlp.pipeline:
@@ -115,12 +116,18 @@ def check_listeners(nlp: Language) -> None:
     for upstream, names in missing.items():
         state = "disabled" if upstream in disabled else "not in the pipeline (excluded)"
         verb = "reads" if len(names) == 1 else "read"
+        first = nlp.pipe_names.index(names[0])
+        encoders = [n for n in nlp.pipe_names[:first] if nlp.get_pipe_meta(n).factory in ("tok2vec", "transformer")]
+        instead = (
+            f"they would read the vectors of {encoders[-1]!r} in its place, and fail"
+            if encoders
+            else "they predict from zeros"
+        )
         message = (
             f"{', '.join(map(repr, names))} {verb} the token vectors of {upstream!r}, which is {state}: "
-            f"without it they predict from zeros, or fail. Disable or exclude "
-            f"{', '.join(map(repr, names))} too, or keep {upstream!r}"
+            f"without it {instead}. Disable or exclude {', '.join(map(repr, names))} too, or keep {upstream!r}"
         )
-        if upstream not in disabled:
+        if upstream not in disabled or encoders:
             raise ValueError(f"spacy_treexp.load: {message}")
         warnings.warn(message, stacklevel=2)
 

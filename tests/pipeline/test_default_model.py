@@ -16,6 +16,15 @@ def test_excluding_the_tok2vec_the_tagger_reads_is_refused_by_name():
         spacy_treexp.load(exclude=["tagger_tok2vec"])
 
 
+def test_disabling_the_tok2vec_the_tagger_reads_is_refused_as_it_would_fail():
+    """Disabled (not excluded), ``tagger_tok2vec`` was warned of ("predict from zeros, or fail"),
+    then the first Doc raised numpy's "shapes (5,128) and (192,49) not aligned" naming no
+    component: the tagger reads the shared tok2vec's vectors in its place, always."""
+    with pytest.raises(ValueError, match=r"'tagger', 'lemmatizer' read .*'tagger_tok2vec', which is disabled: .*"
+                       r"read the vectors of 'tok2vec' in its place, and fail"):  # fmt: skip
+        spacy_treexp.load(disable=["tagger_tok2vec"])
+
+
 def test_the_tagger_alone_warns_that_its_vectors_would_be_zeros():
     """``tagger_tok2vec`` listens to ``tok2vec``: enabled alone it gave the tagger zeros, and
     wrong tags without a word of warning."""
