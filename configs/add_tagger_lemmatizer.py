@@ -33,6 +33,7 @@ from thinc.api import Config
 
 ADDED = {"tagger_tok2vec": "tagger_tok2vec", "tagger": "tagger", "trainable_lemmatizer": "lemmatizer"}
 TABLE = "lemma_table"
+LAST = "space_tags"  # whitespace tokens' tags, over the tagger's and lemmatizer's
 NOUN_CHUNKS = "spacy_treexp.ud_noun_chunks.v1"
 
 
@@ -56,7 +57,7 @@ def main(model_dir: Path, trained_dir: Path, train_corpus: Path) -> None:
         sys.exit(f"{trained_dir} lacks the component(s) {missing}")
     if trained.vocab.vectors.shape != nlp.vocab.vectors.shape:
         sys.exit(f"{trained_dir} was trained with other vectors than {model_dir}")
-    new = [*ADDED.values(), TABLE]
+    new = [*ADDED.values(), TABLE, LAST]
     for name in new:
         if name in nlp.pipe_names:
             nlp.remove_pipe(name)
@@ -65,6 +66,7 @@ def main(model_dir: Path, trained_dir: Path, train_corpus: Path) -> None:
         nlp.add_pipe(source_name, name=name, source=trained)
     references = DocBin().from_disk(train_corpus)
     nlp.add_pipe(TABLE).initialize(lambda: (Example(doc, doc) for doc in references.get_docs(nlp.vocab)))
+    nlp.add_pipe(LAST)
 
     tmp = model_dir.with_name(model_dir.name + ".partial")
     old = model_dir.with_name(model_dir.name + ".old")
@@ -73,7 +75,8 @@ def main(model_dir: Path, trained_dir: Path, train_corpus: Path) -> None:
     shutil.copytree(model_dir, tmp)
     for name in new:
         shutil.rmtree(tmp / name, ignore_errors=True)
-        nlp.get_pipe(name).to_disk(tmp / name, exclude=["vocab"])
+        if hasattr(nlp.get_pipe(name), "to_disk"):  # space_tags has no data
+            nlp.get_pipe(name).to_disk(tmp / name, exclude=["vocab"])
     # the lemmatizer's edit trees refer to strings by hash: the string store gains them
     nlp.vocab.strings.to_disk(tmp / "vocab" / "strings.json")
 

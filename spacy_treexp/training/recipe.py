@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -291,6 +292,36 @@ def convert(gold: Sequence[Any], lang: str, path: Path) -> None:
 def has_tags(gold: Sequence[Any]) -> bool:
     """Whether the treebank has UPOS or features for the morphologizer to learn."""
     return any(t not in ("", "_") for s in gold for t in list(s.upos) + list(s.feats))
+
+
+def dev_warnings(train: Path, dev: Path, train_gold: Sequence[Any], dev_gold: Sequence[Any]) -> List[str]:
+    """What a newcomer should hear about DEV before hours of training: that most of its
+    sentences are in TRAIN (the same file, or a copy: the checkpoint is chosen, and the map
+    fitted, on sentences the parser learnt, so both are over-confident), and which of its
+    relations TRAIN never has (the parser cannot predict them: every such word counts as wrong
+    in LAS)."""
+    out = []
+    seen = {tuple(sentence.words) for sentence in train_gold}
+    shared = sum(tuple(sentence.words) in seen for sentence in dev_gold)
+    if 2 * shared > len(dev_gold):
+        what = (
+            "is the TRAIN file"
+            if os.path.samefile(train, dev)
+            else f"shares {shared} of its {len(dev_gold)} sentences with TRAIN"
+        )
+        out.append(
+            f"DEV {dev} {what}: the checkpoint is chosen and the calibration map fitted on sentences the "
+            "parser was trained on, so both are over-confident; give held-out sentences"
+        )
+    known = {label for sentence in train_gold for label in sentence.deprels}
+    unseen = Counter(label for sentence in dev_gold for label in sentence.deprels if label not in known)
+    if unseen:
+        named = ", ".join(f"{label!r} ({count})" for label, count in unseen.most_common(5))
+        out.append(
+            f"DEV {dev} has {sum(unseen.values())} word(s) with relations TRAIN never has, e.g. {named}: the "
+            "parser cannot predict them, and they count as wrong in LAS"
+        )
+    return out
 
 
 def has_relations(gold: Sequence[Any]) -> bool:
@@ -572,10 +603,33 @@ def evaluate(nlp: Any, gold: Sequence[Any], calibration: Any) -> Dict[str, Any]:
     return result
 
 
+def spacy_performance(nlp: Any, config: Any) -> Dict[str, Any]:
+    """spaCy's own scores of ``nlp`` (the chosen checkpoint) on the config's dev corpus, for every
+    metric of ``[training] score_weights``, as ``spacy train`` puts them in a checkpoint's meta:
+    the meta of ``model-last`` holds the scores of spaCy's last evaluation, which a time budget or
+    a step count can end long before the weights it saved (and ``model-best``'s, for a run that
+    never evaluated after step 0, those of the untrained model)."""
+    from spacy.util import resolve_dot_names
+
+    training = config["training"]
+    (dev_corpus,) = resolve_dot_names(config.interpolate(), [training["dev_corpus"]])
+    annotators = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "tree_expectations"]
+    with nlp.select_pipes(disable=annotators):
+        scores = nlp.evaluate(list(dev_corpus(nlp)))
+    return {metric: scores.get(metric, 0.0) for metric in training["score_weights"]}
+
+
 def write_meta(
-    model_dir: Path, options: TrainOptions, lang: str, evaluation: Dict[str, Any], evaluated_on: str
+    model_dir: Path,
+    options: TrainOptions,
+    lang: str,
+    evaluation: Dict[str, Any],
+    evaluated_on: str,
+    performance: Optional[Dict[str, Any]] = None,
 ) -> None:
-    """Name, version, sources, accuracy and requirements in the pipeline's meta.json."""
+    """Name, version, sources, accuracy and requirements in the pipeline's meta.json; spaCy's
+    ``performance`` scores replaced by ``performance`` (:func:`spacy_performance`) where given, and
+    then without the training losses of the checkpoint spaCy evaluated last."""
     from spacy.util import get_minor_version_range
 
     from spacy_treexp import __version__
@@ -595,6 +649,8 @@ def write_meta(
         sources=[{"name": Path(p).name} for p in (options.train, options.dev)],
         requirements=sorted(set(meta.get("requirements", [])) | set(requirements)),
     )
+    if performance is not None:
+        meta["performance"] = dict(performance)
     meta.setdefault("performance", {}).update(
         {
             "treexp_evaluated_on": evaluated_on,
@@ -632,6 +688,8 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     out = Path(options.out)
     corpus = out / "corpus"
     config = build_config(options, lang, corpus, has_tags(train_gold))
+    for warning in dev_warnings(options.train, options.dev, train_gold, dev_gold):
+        log(f"warning: {warning}")
     if not has_relations(train_gold):
         log(
             f"warning: {options.train} has no relations (DEPREL is '_' on every word): the parser learns heads "
@@ -667,7 +725,7 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     staging = out / f".model.{uuid.uuid4().hex}"
     staging.mkdir()  # with the umask's permissions (mkdtemp's are 0700: a model folder is read by others)
     nlp.to_disk(staging)
-    write_meta(staging, options, lang, evaluation, evaluated_on)
+    write_meta(staging, options, lang, evaluation, evaluated_on, spacy_performance(nlp, config))
     staging.rename(out / "model")
     summary: Dict[str, Any] = {
         "model": str(out / "model"),

@@ -98,7 +98,7 @@ def test_train_calibrate_evaluate_package(run_cli, tmp_path, monkeypatch):
     os.umask(mask)
     assert stat.S_IMODE((out / "model").stat().st_mode) == 0o777 & ~mask
     nlp = spacy.load(out / "model")
-    assert nlp.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
+    assert nlp.pipe_names[-3:] == ["biaffine_parser", "space_tags", "tree_expectations"]
     calibration = nlp.get_pipe_config("tree_expectations")["calibration"]
     assert calibration["kind"] == "distance"
     assert calibration["risk_temperature"] > 0  # the sentence risk's, fitted with the map
@@ -131,6 +131,28 @@ def test_train_calibrate_evaluate_package(run_cli, tmp_path, monkeypatch):
     check_parses(installed_nlp)
 
 
+def test_the_meta_scores_are_those_of_the_weights_it_ships(run_cli, tmp_path):
+    """spaCy evaluates every eval_frequency steps and put its last evaluation in model-last's
+    meta: stopped at step 15, the packaged meta gave the scores of step 10 (a helper's run: those
+    of the untrained model, dep_uas 28.27 for a model at 40.30). They are now spaCy's own scores
+    of the chosen checkpoint on the dev corpus."""
+    from spacy_treexp.training.recipe import spacy_performance
+
+    out = tmp_path / "out"
+    data = write_slice(tmp_path / "toy.conllu")
+    status, _, err = run_cli(
+        "train", str(data), str(data), "-o", str(out), "--lang", "en", *TINY[2:], "--max-steps", "15"
+    )
+    assert status == 0, err
+    meta = json.loads((out / "model" / "meta.json").read_text(encoding="utf8"))
+    config = spacy.util.load_config(out / "config.cfg", interpolate=False)
+    assert config["training"]["max_steps"] == 15 and config["training"]["eval_frequency"] == 10
+    expected = spacy_performance(spacy.load(out / "model"), config)
+    assert set(expected) == set(config["training"]["score_weights"])
+    assert {key: meta["performance"][key] for key in expected} == expected
+    assert not any(key.endswith("_loss") for key in meta["performance"])
+
+
 def ewt_slice(folder: Path, split: str, count: int) -> Path:
     """The first ``count`` sentences of UD English-EWT's ``split``, written under ``folder``
     with the UD file name (which gives the language); skips without the shared data."""
@@ -156,7 +178,7 @@ def test_train_on_an_ewt_slice(run_cli, tmp_path):
     assert list((out / "package").glob("*/dist/en_treexp_parser-*.tar.gz"))
     nlp = spacy.load(out / "model")
     assert nlp.lang == "en" and "morphologizer" in nlp.pipe_names  # EWT has UPOS and features
-    assert nlp.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
+    assert nlp.pipe_names[-3:] == ["biaffine_parser", "space_tags", "tree_expectations"]
     calibration = nlp.get_pipe_config("tree_expectations")["calibration"]
     assert calibration["kind"] == "distance" and calibration["risk_temperature"] > 0
     assert nlp.get_pipe("biaffine_parser").calibration_map.to_dict() == calibration
@@ -227,6 +249,7 @@ def test_train_on_a_local_transformer(run_cli, tmp_path):
         "senter",
         "morphologizer",
         "biaffine_parser",
+        "space_tags",
         "tree_expectations",
     ]
     parser = nlp.get_pipe("biaffine_parser").model

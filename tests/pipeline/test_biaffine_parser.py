@@ -326,7 +326,7 @@ def test_pipe_with_two_processes(trained):
 def test_training_config_assembles():
     config = spacy.util.load_config(REPO / "configs" / "en_ewt.cfg")
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
-    assert nlp.pipe_names == ["paragraph_breaks", "tok2vec", "senter", "morphologizer", "biaffine_parser"]
+    assert nlp.pipe_names == ["paragraph_breaks", "tok2vec", "senter", "morphologizer", "biaffine_parser", "space_tags"]
 
 
 @pytest.mark.skipif(not (MODEL_PATH / "config.cfg").exists(), reason="shipped model files absent")

@@ -19,6 +19,7 @@ from spacy_treexp.training.recipe import (
     TrainOptions,
     build_config,
     convert,
+    dev_warnings,
     infer_lang,
     parse_override,
     template_text,
@@ -412,3 +413,24 @@ def test_train_reports_the_figures_evaluate_gives_for_the_pipelines_map(monkeypa
     for name, variant in (("before", "tree, raw"), ("after", "tree, the pipeline's own map (temperature)")):
         overall = {key: value for key, value in test[variant]["overall"].items() if key != "bins"}
         assert summary[name] == pytest.approx(overall), name
+
+
+def test_dev_that_is_train_or_has_relations_train_lacks_is_warned_about(tmp_path):
+    """Both ran to the end without a word: a map fitted on training sentences is over-confident,
+    and a relation the parser never saw counts as wrong in LAS."""
+    train = tmp_path / "train.conllu"
+    train.write_text(MWT, encoding="utf-8")
+    copy = tmp_path / "dev.conllu"
+    copy.write_text(MWT, encoding="utf-8")
+    gold = read_conllu(train)
+    (same,) = dev_warnings(train, train, gold, gold)
+    assert f"DEV {train} is the TRAIN file" in same and "over-confident" in same
+    (copied,) = dev_warnings(train, copy, gold, read_conllu(copy))
+    assert "shares 2 of its 2 sentences with TRAIN" in copied
+    other = tmp_path / "other.conllu"
+    other.write_text(MWT.replace("Hello", "Hi").replace("Yes", "No").replace("discourse", "weirdrel"), encoding="utf-8")
+    (unseen,) = dev_warnings(train, other, gold, read_conllu(other))
+    assert "1 word(s) with relations TRAIN never has, e.g. 'weirdrel' (1)" in unseen
+    held_out = tmp_path / "held_out.conllu"
+    held_out.write_text(MWT.replace("Hello", "Hi").replace("Yes", "No"), encoding="utf-8")
+    assert dev_warnings(train, held_out, gold, read_conllu(held_out)) == []
