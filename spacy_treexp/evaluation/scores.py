@@ -214,7 +214,8 @@ def sentence_signals(nlp: Any, docs: Iterable[Any], batch_size: int = 128) -> Se
     sentence) once the whole pipeline but its sentence splitters has run: ``doc.tensor`` (what
     ``tree_expectations`` reads for ``sent._.novelty``; an empty ``(0, 0)`` array where the
     pipeline wrote no vectors for every word), the first sentence's tree entropy per word
-    (None without ``tree_expectations``), the words and their UPOS tags."""
+    (None without ``tree_expectations``), the words and their UPOS tags; whitespace tokens are
+    no words, as in ``tree_expectations``."""
     senters = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory in ("senter", "sentencizer")]
     out = SentenceSignals()
     with nlp.select_pipes(disable=senters):
@@ -222,10 +223,12 @@ def sentence_signals(nlp: Any, docs: Iterable[Any], batch_size: int = 128) -> Se
             tensor = numpy.asarray(to_numpy(doc.tensor), dtype=numpy.float32)  # CuPy on a GPU
             whole = tensor.ndim == 2 and tensor.shape[0] == len(doc) and tensor.shape[1] > 0
             annotations = doc._.get("tree_expectations") if doc.has_extension("tree_expectations") else None
-            out.vectors.append(tensor if whole else numpy.zeros((0, 0), dtype=numpy.float32))
-            out.entropy_per_word.append(annotations[0].entropy_per_word if annotations else None)
-            out.words.append([token.text for token in doc])
-            out.pos.append([token.pos_ for token in doc])
+            words = [token for token in doc if not token.is_space]
+            out.vectors.append(tensor[[t.i for t in words]] if whole else numpy.zeros((0, 0), dtype=numpy.float32))
+            entropy = annotations[0].entropy if annotations else None  # whitespace heads are pinned: none of it
+            out.entropy_per_word.append(None if entropy is None or not words else entropy / len(words))
+            out.words.append([token.text for token in words])
+            out.pos.append([token.pos_ for token in words])
     return out
 
 

@@ -41,8 +41,9 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+import numpy
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc
@@ -133,6 +134,18 @@ def make_tree_expectations(
         # by the name the parser has when this component is added (records carry its token too)
         writers={getattr(nlp.get_pipe(name), "name", name): nlp.get_pipe(name) for name in score_writers(nlp)},
     )
+
+
+def word_rows(tensor: Any, record: Any, words: Sequence[Any]) -> Tuple[Any, int, int]:
+    """``(tensor, start, end)``: the rows of the sentence ``record`` of a Doc whose token vectors
+    are ``tensor``, for :func:`~spacy_treexp.calibration.novelty.spans_novelty` and the domain model;
+    where ``words`` (its tokens less whitespace) are fewer than its tokens, a copy of their rows
+    (none where ``tensor`` has no row for each token, as when no encoder ran)."""
+    if len(words) == record.end - record.start:
+        return tensor, record.start, record.end
+    if numpy.ndim(tensor) != 2 or numpy.shape(tensor)[0] < record.end:
+        return tensor, record.start, record.start  # no rows: novelty None
+    return tensor[[t.i for t in words]], 0, len(words)
 
 
 def parser_calibration(nlp: Language) -> Union[CalibrationMap, Path, None]:
@@ -438,7 +451,11 @@ class TreeExpectations(Pipe):
         if novelty is not None:  # sent._.novelty: the map's reference against doc.tensor, one product per batch
             docs_of = [doc for doc, doc_scores in zip(docs, per_doc) for _ in doc_scores]
             tensors = {id(doc): to_numpy(doc.tensor) for doc in docs}  # a CuPy array on a GPU
-            spans = [(tensors[id(doc)], record.start, record.end) for doc, record in zip(docs_of, annotations)]
+            # whitespace tokens (line breaks, runs of spaces) are no words of the sentence: left out
+            words_of = [[t for t in doc[r.start : r.end] if not t.is_space] for doc, r in zip(docs_of, annotations)]
+            spans = [
+                word_rows(tensors[id(doc)], record, words) for doc, record, words in zip(docs_of, annotations, words_of)
+            ]
             for record, value in zip(annotations, spans_novelty(novelty, spans)):
                 record.novelty = value
             domain = novelty.domain
@@ -447,14 +464,14 @@ class TreeExpectations(Pipe):
                 domain = encoder_domain
                 texts = [doc[record.start : record.end].text for doc, record in zip(docs_of, annotations)]
                 embeddings = list(self.sentence_encoder.embed(texts))
-            if domain is not None:  # sent._.out_of_domain: the domain model on the sentence
-                for doc, record, (tensor, start, end), embedding in zip(docs_of, annotations, spans, embeddings):
-                    words = doc[record.start : record.end]
+            if domain is not None:  # sent._.out_of_domain: the domain model on the sentence's words
+                for record, words, (tensor, start, end), embedding in zip(annotations, words_of, spans, embeddings):
+                    entropy = record.entropy  # a whitespace token's head is pinned: it adds none
                     record.out_of_domain = domain.sentence_probability(
                         [t.text for t in words],
                         [t.pos_ for t in words],
                         record.novelty,
-                        record.entropy_per_word,
+                        None if entropy is None or not words else entropy / len(words),
                         tensor[start:end] if record.novelty is not None else None,
                         embedding,
                         self.out_of_domain_prior,

@@ -498,3 +498,46 @@ def test_the_component_gives_out_of_domain_under_its_prior_and_refuses_a_bad_one
         assert low == pytest.approx(odds / (1.0 + odds), rel=1e-9) and low < even
     with pytest.raises(ValueError, match="out_of_domain_prior must be a probability strictly between 0 and 1"):
         spacy.blank("en").add_pipe("tree_expectations", config={"out_of_domain_prior": 1.0})
+
+
+def test_whitespace_tokens_are_no_words_of_the_sentence_for_novelty_and_out_of_domain():
+    """A paragraph break stays at the end of the sentence before it: its token (random UPOS, no
+    final punctuation after it, a vector of its own) raised out_of_domain from 0.15 to 0.58 for
+    "I will call you tomorrow." The features, the novelty and the entropy per word now read the
+    sentence's words only."""
+    import spacy
+    from helpers.scorer import score_doc
+    from spacy.tokens import Doc
+
+    from spacy_treexp.calibration import CalibrationMap, fit_novelty
+
+    width = 5
+    inside, outside = synthetic(8, 60, 15)
+    model = fit_domain(inside, outside, {"the": 3, "dog": 1}, language_model=LANGUAGE_MODEL)
+    reference = fit_novelty(numpy.random.default_rng(5).normal(size=(40, width)), size=4)
+    config = CalibrationMap.identity().to_dict() | {
+        "novelty": NoveltyReference(reference.centre, reference.rows, model).to_dict()
+    }
+    nlp = spacy.blank("en")
+    component = nlp.add_pipe("tree_expectations", config={"calibration": config})
+    stored = CalibrationMap.from_dict(json.loads(json.dumps(config))).novelty
+    words = ["The", "dog", "barks", ".", "\n\n", "a", "cat", "sleeps", "here"]
+    spaces = [True, True, False, False, False, True, True, True, False]
+    doc = Doc(nlp.vocab, words=words, spaces=spaces, sent_starts=[i in (0, 5) for i in range(len(words))])
+    for token, pos in zip(doc, ["DET", "NOUN", "VERB", "PUNCT", "NOUN", "DET", "NOUN", "VERB", "ADV"]):
+        token.pos_ = pos  # the break's: a tagger's guess, as before space_tags
+    score_doc(doc)
+    doc.tensor = numpy.random.default_rng(2).normal(0, 2.0, (len(doc), width)).astype(numpy.float32)
+    component(doc)
+    first = list(doc.sents)[0]
+    assert first[-1].is_space and len(first) == 5
+    kept = [t for t in first if not t.is_space]
+    novelty = stored.sentence_novelty(doc.tensor[[t.i for t in kept]])
+    assert first._.novelty == pytest.approx(novelty, abs=1e-6)
+    features = sentence_features(
+        [t.text for t in kept], [t.pos_ for t in kept], novelty, first._.tree_entropy / 4, model.lexicon, LANGUAGE_MODEL
+    )
+    assert features["final_punct"] == 1.0
+    assert first._.out_of_domain == pytest.approx(1.0 / (1.0 + math.exp(-model.logit(features))), abs=1e-6)
+    whole = stored.sentence_novelty(doc.tensor[first.start : first.end])
+    assert abs(whole - novelty) > 1e-3  # the whitespace row would have changed it
