@@ -89,9 +89,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except click_exceptions.ClickException as e:
         return _fail(e.format_message(), e.exit_code)
     except typer.Abort:
-        return 130
-    except StopRun as e:
+        return _fail("interrupted", 130)
+    except StopRun as e:  # a command that has said why it stops (annotate, audit, select: what they kept)
         return e.code
+    if status == 130:  # typer's status for Ctrl-C (or SIGTERM) in a command that says nothing of it
+        return _fail("interrupted", 130)
     return status if isinstance(status, int) else 0
 
 

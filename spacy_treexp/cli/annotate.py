@@ -230,7 +230,7 @@ def annotate(
         writer.close()
         how = "" if is_stdio(output) else "; run the same command with --resume to finish it"
         warn(f"interrupted: {writer.docs} documents written to {writer.where}{how}")
-        return 130
+        raise StopRun(130)  # said: main adds no line of its own
     except StopRun:
         progress.close()
         writer.close()

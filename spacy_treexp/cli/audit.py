@@ -31,6 +31,7 @@ from spacy_treexp.cli.common import (
     Stanza,
     StanzaTags,
     StanzaTagsOption,
+    StopRun,
     UserError,
     check_input_file,
     check_output_path,
@@ -150,7 +151,7 @@ def audit(
     except KeyboardInterrupt:
         progress.close()
         warn("interrupted: nothing written")
-        return 130
+        raise StopRun(130)  # said: main adds no line of its own
     except (ValueError, RuntimeError, OSError) as e:
         progress.close()
         warn(f"spacy-treexp: audit: {' '.join(str(e).split())}")

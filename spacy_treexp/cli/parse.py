@@ -110,16 +110,17 @@ def write_table(doc: Doc, out: TextIO, ood_prior: float = 0.5) -> None:
             out.write(f"  {risk}\n")
         shown = {t.i: escape_spaces(t.text) if t.is_space else t.text for t in sent}  # "\n" visible
         width = max(4, max(len(text) for text in shown.values()))
+        heads, deps = described_tree(sent)
+        dep_width = max([10, *(len(dep) for dep in deps)])  # obl:unmarked, nmod:unmarked...
         out.write(
             f"  {'#':>3}  {'word':<{width}}  {'head':>4}  {'head word':<{width + 5}}  "
-            f"{'dep':<10}  {'P(head)':>7}  {'H(head)':>7}\n"
+            f"{'dep':<{dep_width}}  {'P(head)':>7}  {'H(head)':>7}\n"
         )
-        heads, deps = described_tree(sent)
         for m, (token, head, dep) in enumerate(zip(sent, heads, deps), start=1):
             head_word = "ROOT" if head == 0 else shown[sent.start + head - 1]
             out.write(
                 f"  {m:>3}  {shown[token.i]:<{width}}  {head:>4}  {head_word:<{width + 5}}  "
-                f"{dep:<10}  {token._.head_prob:>7.3f}  {token._.head_entropy:>7.3f}\n"
+                f"{dep:<{dep_width}}  {token._.head_prob:>7.3f}  {token._.head_entropy:>7.3f}\n"
             )
         predicted = numpy.array(heads)
         for s, (row, lp) in enumerate(zip(sent._.sampled_heads, sent._.sample_log_probs), start=1):

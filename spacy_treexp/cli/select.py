@@ -31,6 +31,7 @@ from spacy_treexp.cli.common import (
     Quiet,
     Skipped,
     Stanza,
+    StopRun,
     UserError,
     check_output_path,
     is_stdio,
@@ -136,7 +137,7 @@ def select(
     except KeyboardInterrupt:
         progress.close()
         warn("interrupted: nothing written")
-        return 130
+        raise StopRun(130)  # said: main adds no line of its own
     finally:
         progress.close()
     if skip.nothing_parsed(parsed):

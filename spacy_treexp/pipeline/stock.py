@@ -190,6 +190,10 @@ def add_uncertainty(
         for attr, value in saved.items():
             setattr(shared, attr, value)
         raise
+    # what the parser was trained on goes with the pipeline's meta (its package README, spacy.info)
+    sources = list(nlp.meta.get("sources") or [])
+    sources += [entry for entry in source.meta.get("sources") or [] if entry not in sources]
+    nlp.meta["sources"] = sources
     if overwrite:
         nlp.vocab.get_noun_chunks = ud_noun_chunks  # type: ignore[assignment]  # yields (start, end, label)
         # and so does the pipeline spacy.load makes of nlp.to_disk (its Docs, and those read back with its vocab)

@@ -664,13 +664,16 @@ def write_meta(
 
 
 def package(model_dir: Path, out: Path) -> Path:
-    """``spacy package`` of the pipeline folder into ``out`` (an sdist)."""
+    """``spacy package`` of the pipeline folder into ``out``; returns the sdist it built
+    (``out/<lang>_<name>-<version>/dist/<lang>_<name>-<version>.tar.gz``, what ``pip install`` takes)."""
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "spacy", "package", str(model_dir), str(out), "--build", "sdist", "--force"]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise TrainingError(f"spacy package failed: {_one_line(result.stderr or result.stdout)[-300:]}")
-    return out
+    meta = json.loads((model_dir / "meta.json").read_text(encoding="utf8"))
+    name = f"{meta['lang']}_{meta['name']}-{meta['version']}"
+    return out / name / "dist" / f"{name}.tar.gz"
 
 
 def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) -> Dict[str, Any]:
@@ -741,6 +744,8 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
         summary["package"] = str(package(out / "model", out / "package"))
         _write_summary(out, summary)
     before, after = evaluation["before"], evaluation["after"]
+    if options.package:
+        log(f"package: {summary['package']} (pip install it, then spacy.load its name)")
     log(
         f"5/5 packaged {out / 'model'}: UAS {100 * after['uas']:.2f}, LAS {100 * after.get('las', float('nan')):.2f}, "
         f"arc ECE {before['arc_ece']:.4f} -> {after['arc_ece']:.4f} on {evaluated_on}"

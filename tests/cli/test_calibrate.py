@@ -99,3 +99,18 @@ def test_a_dev_without_attachments_or_a_held_out_that_is_dev_is_refused(tmp_path
     )
     assert f"--held-out {dev} is the --dev file" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.conllu", "one_word.conllu", "pipeline"]
+
+
+def test_ctrl_c_says_it_stopped_and_leaves_nothing(tmp_path, run_cli, monkeypatch):
+    """Ctrl-C exited 130 without a word."""
+    from spacy_treexp.cli import calibrate
+
+    folder, dev = _scorer_pipeline(tmp_path)
+
+    def interrupted(nlp, calibration, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(calibrate, "_store_spacy", interrupted)
+    status, out, err = run_cli("calibrate", "--dev", str(dev), "--model", str(folder), "--out", str(tmp_path / "c"))
+    assert status == 130 and err.rstrip().endswith("spacy-treexp: interrupted") and "Traceback" not in err
+    assert not (tmp_path / "c").exists()

@@ -118,6 +118,7 @@ def test_train_calibrate_evaluate_package(run_cli, tmp_path, monkeypatch):
     assert config["nlp"]["lang"] == "en"
     # what a user does next with --package: pip install the archive, spacy.load it by name
     (sdist,) = (out / "package").glob("*/dist/en_tiny-1.2.3.tar.gz")
+    assert f"package: {sdist} (pip install it" in err  # said where it is
     if not _builds_wheels_offline():
         pytest.skip("installing the sdist offline needs setuptools>=70.1 or wheel (the test extra has wheel)")
     target = tmp_path / "site"

@@ -469,3 +469,11 @@ def test_render_labels_the_kept_parsers_arcs_with_its_own_relations(kept):
     page = render(doc, page=False, heatmap=False)
     drawn = re.findall(r'class="treexp-label"[^>]*>(\S+) [0-9.]+</text>', page)
     assert Counter(drawn) == Counter(t._.ud_dep for t in doc)
+
+
+def test_the_parsers_training_data_joins_the_hosts_meta(kept, stock):
+    """A pipeline saved after add_uncertainty listed only the stock sources: not the treebank
+    (CC BY-SA 4.0) its UD parser was trained on."""
+    names = [entry["name"] for entry in kept.meta["sources"]]
+    assert names[: len(stock.meta["sources"])] == [entry["name"] for entry in stock.meta["sources"]]
+    assert any("UD_English-EWT" in name for name in names) and len(names) == len(set(names))
