@@ -199,7 +199,9 @@ def calibration_lines(section: Dict[str, Any]) -> List[str]:
         f"Confidence in the parser's own head of each word; ECE over {section['n_bins']} equal-width bins, "
         "shown as `ECE [band]` where the band is the 95th percentile of the ECE a perfectly calibrated "
         "model with the same confidences shows by chance (correctness ~ Bernoulli(confidence)); "
-        "bootstrap 95 % intervals resample sentences.",
+        "bootstrap 95 % intervals resample sentences (percentile intervals; ECE is biased upward by sampling "
+        "noise, more so in a resample that repeats sentences, so the interval of a small ECE can lie above it: "
+        "whether an ECE can be told from perfect calibration is what its band says).",
         "",
         "| variant | UAS (%) | arc ECE [band] | 95 % interval | labelled ECE [band] | AUROC | 95 % interval | gold-head NLL |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",

@@ -166,6 +166,10 @@ def _score(config: EvalConfig, gold: Sequence[GoldSentence], nlp: Any) -> List[S
     return spacy_scores(nlp, gold, batch_size=config.batch_size)
 
 
+#: A dev UAS under this share of the test UAS, and ``evaluate`` warns that --dev may not suit the parser.
+DEV_UAS_SHARE = 0.5
+
+
 def _annotator_risk_temperature(nlp: Any) -> Optional[float]:
     """The ``risk_temperature`` the pipeline's last ``tree_expectations`` sets (None: the map's
     own, as where it has none)."""
@@ -270,6 +274,15 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
             f"temperatures fitted on dev in {meta['temperature_seconds']:.1f} s: arc T = {arc['temperature']:.3f}"
             + (f", relation T = {rel['temperature']:.3f}" if rel else "")
         )
+        dev_uas, test_uas = on_dev["raw"]["uas_map"], report.raw["attachment"]["uas_map"]
+        if (
+            dev_uas < DEV_UAS_SHARE * test_uas
+        ):  # another treebank's scheme or language: its temperature fits nothing here
+            log(
+                f"warning: the parser attaches only {100 * dev_uas:.1f}% of --dev's words to their gold head, against "
+                f"{100 * test_uas:.1f}% of --conllu's: is --dev from the same language and annotation scheme? A "
+                f"temperature fitted on it (T = {arc['temperature']:.3f}) says how unsure the parser is there, not on --conllu"
+            )
         report.calibrated = evaluate(
             gold, test_scores, arc_temperature=arc["temperature"], rel_temperature=rel_t, options=options
         )
