@@ -35,7 +35,7 @@ class SentenceScores:
         start: where the sentence starts in its document (spaCy: the token index of its
             first word; Stanza: its position among the document's sentences).
         text: the sentence's identity within the document for seeding its samples
-            (spaCy: ``sent.text``; Stanza: its words joined by ``"\\x01"``). An adapter
+            (``sent.text``; Stanza: the same text of the Doc ``to_spacy`` makes). An adapter
             may leave it to be built when first read (:func:`set_text_source`).
         heads: the parser's own tree, ``(n,)`` with 0 = ROOT, to which ``head_prob``,
             ``dep_prob`` and ``expected_attachment`` refer; None: the MAP tree of ``arc``.

@@ -20,6 +20,7 @@ import numpy
 from stanza.models.common.doc import Document
 
 from spacy_treexp.calibration.map import CalibrationMap
+from spacy_treexp.pipeline.noun_chunks import install_ud_noun_chunks, ud_noun_chunks
 from spacy_treexp.stanza.capture import captured_scores
 from spacy_treexp.stanza.export import check_document
 from spacy_treexp.stanza.processor import SETTINGS_ATTR, map_beside
@@ -119,6 +120,10 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
         settings = getattr(stanza_doc, SETTINGS_ATTR, None)
         used = {} if settings is None else {**dataclasses.asdict(settings[0]), "calibration": settings[1]}
         TreeExpectations(vocab, **{**used, **component_options})(doc)
+    # Stanza's relations are UD's: spaCy's English noun chunks read ClearNLP ones (the UD iterator
+    # chunks a ClearNLP tree with the language's own), on this Doc and those its vocabulary makes
+    setattr(doc, "noun_chunks_iterator", ud_noun_chunks)
+    install_ud_noun_chunks(doc)
     return doc
 
 

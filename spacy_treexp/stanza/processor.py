@@ -14,7 +14,7 @@ al. 2021, §5), the expected attachment score of Stanza's tree, the MBR tree (co
 when first read), and optionally unbiased samples with their exact log-probabilities
 (Stanojević 2022). The values come from the annotation core (:mod:`spacy_treexp.annotate`):
 one :class:`~spacy_treexp.annotate.SentenceAnnotation` per sentence (``start`` is the
-sentence's position in its document), read through ``Sentence`` and ``Word`` properties
+number of words before it in its document), read through ``Sentence`` and ``Word`` properties
 registered once (:data:`SENTENCE_PROPERTIES`, :data:`WORD_PROPERTIES`).
 
 Options (``tree_expectations_<name>=...`` in ``stanza.Pipeline``), as in the spaCy
@@ -23,7 +23,8 @@ component: ``single_root`` (True), ``n_samples`` (0), ``sampler`` (None: ``colbo
 ``top_k_heads`` (3), ``mixture_marginals`` (False) and ``mixture_samples`` (0): the arc
 marginals of an ensemble's members' mixture and trees drawn from it, ``device`` (``cpu`` |
 ``cuda`` | ``auto``), ``batch_size`` (256 sentences per engine call) and ``seed`` (0; samples of a sentence come from a generator
-seeded by the seed, the sentence's position in its document and its words, so they do not
+seeded by the seed, the sentence's word offset in its document and its text (as the spaCy
+component seeds the same sentence of the Doc ``to_spacy`` makes: both draw the same trees), so they do not
 depend on batching; None: fresh samples every call). ``calibration_path``: a calibration
 map's JSON file applied to depparse's scores first, by the core. Without it, a
 ``treexp_calibration.json`` beside the depparse model (where ``spacy-treexp calibrate
@@ -131,7 +132,7 @@ def annotate_documents(
     """Compute and attach the annotation of every sentence of ``docs`` (``calibration``
     applied first by the core)."""
     sentences = [sentence for doc in docs for sentence in doc.sentences]
-    scores = [sentence_scores(position, sentence) for doc in docs for position, sentence in enumerate(doc.sentences)]
+    scores = [sentence_scores(start, sentence) for doc in docs for start, sentence in word_offsets(doc)]
     annotations = (
         annotate_sentences(scores, options) if calibration is None else annotate_sentences(scores, options, calibration)
     )
@@ -141,10 +142,34 @@ def annotate_documents(
         setattr(doc, SETTINGS_ATTR, (options, calibration))
 
 
-def sentence_scores(position: int, sentence: Sentence) -> SentenceScores:
+def word_offsets(doc: Document) -> List[Tuple[int, Sentence]]:
+    """Each sentence of ``doc`` with the number of words before it (its first word's position
+    in the spaCy Doc :func:`~spacy_treexp.stanza.convert.to_spacy` makes of ``doc``)."""
+    out, start = [], 0
+    for sentence in doc.sentences:
+        out.append((start, sentence))
+        start += len(sentence.words)
+    return out
+
+
+def spacy_text(sentence: Sentence) -> str:
+    """The sentence's text as spaCy spells the sentence Span of the Doc ``to_spacy`` makes: its
+    words, a space after the last word of each token followed by one, none after the last."""
+    parts = []
+    for token in sentence.tokens:
+        for k, word in enumerate(token.words):
+            space = k == len(token.words) - 1 and bool(token.spaces_after)
+            parts.append(word.text + (" " if space else ""))
+    text = "".join(parts)
+    return text[:-1] if text.endswith(" ") and sentence.tokens and bool(sentence.tokens[-1].spaces_after) else text
+
+
+def sentence_scores(start: int, sentence: Sentence) -> SentenceScores:
     """The core's record of a sentence: its captured depparse scores (the ensemble's members
     too) and Stanza's tree with its labels, as the processor annotates it and as
-    ``spacy-treexp calibrate`` / ``evaluate`` fit and score it."""
+    ``spacy-treexp calibrate`` / ``evaluate`` fit and score it. ``start`` (the words before it in
+    its document) and its :func:`spacy_text` seed its samples: the key the spaCy component gives
+    the same sentence of the Doc ``to_spacy`` makes, so both draw the same trees."""
     captured = captured_scores(sentence, NAME)
     words = [word.text for word in sentence.words]
     if captured is None:
@@ -165,8 +190,8 @@ def sentence_scores(position: int, sentence: Sentence) -> SentenceScores:
         arc=captured.arc,
         rel=captured.rel,
         labels=captured.labels,
-        start=position,
-        text="\x01".join(words),
+        start=start,
+        text=spacy_text(sentence),
         heads=heads,
         deprels=[word.deprel for word in sentence.words],
         members=captured.members,
