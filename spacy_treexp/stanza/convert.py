@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 import numpy
@@ -119,6 +120,15 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
 
         settings = getattr(stanza_doc, SETTINGS_ATTR, None)
         used = {} if settings is None else {**dataclasses.asdict(settings[0]), "calibration": settings[1]}
+        if settings is None and "calibration" not in component_options:
+            warnings.warn(
+                "to_spacy: this Document was not annotated by the tree_expectations processor in this process "
+                "(read back with from_dict?), so its options and calibration map are unknown: the spaCy Doc is "
+                "annotated with the component's defaults and the raw scores, which can differ from the values "
+                "the Document carries; pass the map (calibration='path/to/treexp_calibration.json') and the "
+                "options to match them",
+                stacklevel=2,
+            )
         TreeExpectations(vocab, **{**used, **component_options})(doc)
     # Stanza's relations are UD's: spaCy's English noun chunks read ClearNLP ones (the UD iterator
     # chunks a ClearNLP tree with the language's own), on this Doc and those its vocabulary makes

@@ -4,7 +4,8 @@ Stanza's own ``to_dict`` / CoNLL-U writers drop properties added with ``add_prop
 so these functions carry them:
 
 * :func:`to_dict` / :func:`from_dict`: lossless (with ``include_scores``, also the
-  captured scores, an ensemble's ``members`` included). One JSON-ready dict per sentence,
+  captured scores, an ensemble's ``members`` included), but for the processor's options and
+  map, which ``to_spacy`` then asks for (a warning). One JSON-ready dict per sentence,
   ``{"words": <Stanza's sentence.to_dict()>, "tree_expectations": <record>}``; arrays
   become nested lists and non-finite floats the strings ``"nan"``, ``"inf"``, ``"-inf"``
   (strict JSON has none). ``from_dict(json.loads(json.dumps(to_dict(doc))))`` gives a
