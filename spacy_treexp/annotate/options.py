@@ -7,6 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
+import numpy
+
 from spacy_treexp.engine.sampling import (
     DEFAULT_METHOD,
     DEFAULT_WITHOUT_REPLACEMENT,
@@ -91,8 +93,21 @@ class AnnotateOptions:
         unknown = sorted(set(config) - set(DEFAULTS))
         if unknown:
             raise ValueError(f"unknown tree_expectations option(s) {unknown}; known: {sorted(DEFAULTS)}.")
+        config = {name: _plain(value) for name, value in config.items()}
         check_fields({**DEFAULTS, **config}, prefix)
         return cls(**config)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number or bool it holds (``numpy.int64(2)`` was refused as
+    "not an integer"); anything else as it is."""
+    if isinstance(value, numpy.bool_):
+        return bool(value)
+    if isinstance(value, numpy.integer):
+        return int(value)
+    if isinstance(value, numpy.floating):
+        return float(value)
+    return value
 
 
 #: The default value of every option, by name.

@@ -85,14 +85,17 @@ class TreeExpectationsProcessor(Processor):
             raise ValueError(f"unknown tree_expectations option(s) {paths}; the one path option is calibration_path.")
         self.options = parse_options(options)
         given = pipeline.config.get(prefix + "calibration_path")
-        if given is not None and given is not False and not isinstance(given, (str, os.PathLike)):
+        if given is not None and given is not False and (not isinstance(given, (str, os.PathLike)) or not str(given)):
             raise ValueError(
                 f"{NAME}_calibration_path must be a map's JSON file, or False for none (not even the map "
                 f"beside the depparse model), got {given!r}"
             )
         calibration = None if given is False else given or beside_depparse(pipeline.config)
+        where = (
+            f"{NAME}_calibration_path" if given else f"the calibration map beside the depparse model ({calibration})"
+        )
         try:
-            self.calibration = read_map(calibration, NAME + "_calibration_path") if calibration else None
+            self.calibration = read_map(calibration, where) if calibration else None
         except CalibrationError as e:
             raise ValueError(str(e)) from e
         depparse = pipeline.processors.get("depparse")

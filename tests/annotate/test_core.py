@@ -181,6 +181,12 @@ def test_options_are_validated_with_the_option_name():
     ):
         with pytest.raises(ValueError, match=match):
             AnnotateOptions.from_config(bad, prefix="x_")
+    # numpy scalars are the numbers they hold ("must be an integer, got np.int64(2)" before)
+    options = AnnotateOptions.from_config(
+        {"n_samples": numpy.int64(2), "risk_temperature": numpy.float32(1.5), "single_root": numpy.bool_(False)}
+    )
+    assert (options.n_samples, options.risk_temperature, options.single_root) == (2, 1.5, False)
+    assert type(options.n_samples) is int and type(options.single_root) is bool
 
 
 def test_scores_that_do_not_fit_are_named():

@@ -530,3 +530,18 @@ def test_to_spacy_draws_the_processors_samples_and_chunks_the_ud_tree():
     expected = chunk_spans([t.head.i for t in doc], [t.dep_ for t in doc], [t.pos_ for t in doc], [t.tag_ for t in doc])
     assert [(c.start, c.end) for c in doc.noun_chunks] == expected
     assert [(c.start, c.end) for c in doc.copy().noun_chunks] == expected  # the vocabulary's iterator too
+
+
+def test_an_empty_calibration_path_or_a_broken_map_beside_the_model_is_named(tmp_path):
+    """calibration_path="" was taken as not given; a broken map beside the model was reported
+    under tree_expectations_calibration_path, an option the user never passed."""
+    import shutil
+
+    with pytest.raises(ValueError, match="calibration_path must be a map's JSON file"):
+        make_pipeline(calibration_path="")
+    folder = tmp_path / "broken"
+    shutil.copytree(MODEL_DIR, folder)
+    (folder / "treexp_calibration.json").write_text("{not json", encoding="utf8")
+    with pytest.raises(ValueError, match="the calibration map beside the depparse model") as error:
+        treexp_stanza.pipeline_from_dir(str(folder), depparse_resolve_head_constraints=False, logging_level="WARN")
+    assert "tree_expectations_calibration_path" not in str(error.value)
