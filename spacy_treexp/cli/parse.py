@@ -9,6 +9,8 @@ import numpy
 import typer
 from spacy.tokens import Doc, Span
 
+from spacy_treexp.calibration.domain import check_prior
+from spacy_treexp.calibration.map import CalibrationError
 from spacy_treexp.cli.common import STDIO, BatchSize, Code, Gpu, Model, Stanza, UserError
 from spacy_treexp.cli.outputs import escape_spaces
 from spacy_treexp.cli.pipelines import make_runner
@@ -54,8 +56,10 @@ def parse(
         except UnicodeEncodeError as e:  # bytes the locale could not decode, kept as surrogates
             raise UserError("TEXT: not valid UTF-8 text") from e
 
-    if not 0.0 < ood_prior < 1.0:
-        raise UserError(f"--ood-prior {ood_prior}: must be strictly between 0 and 1")
+    try:
+        check_prior(ood_prior, "--ood-prior")
+    except CalibrationError as e:
+        raise UserError(str(e)) from e
 
     def fail(context: dict[str, Any], e: Exception) -> None:
         raise UserError(f"{type(e).__name__}: {e}")

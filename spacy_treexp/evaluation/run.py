@@ -274,10 +274,9 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
             f"temperatures fitted on dev in {meta['temperature_seconds']:.1f} s: arc T = {arc['temperature']:.3f}"
             + (f", relation T = {rel['temperature']:.3f}" if rel else "")
         )
+        # a dev set of another scheme or language: the temperature fitted on it fits nothing here
         dev_uas, test_uas = on_dev["raw"]["uas_map"], report.raw["attachment"]["uas_map"]
-        if (
-            dev_uas < DEV_UAS_SHARE * test_uas
-        ):  # another treebank's scheme or language: its temperature fits nothing here
+        if dev_uas < DEV_UAS_SHARE * test_uas:
             log(
                 f"warning: the parser attaches only {100 * dev_uas:.1f}% of --dev's words to their gold head, against "
                 f"{100 * test_uas:.1f}% of --conllu's: is --dev from the same language and annotation scheme? A "

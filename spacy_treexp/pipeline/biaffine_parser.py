@@ -111,7 +111,7 @@ from spacy_treexp.pipeline.blas import blas_threads, numpy_blas
 from spacy_treexp.pipeline.config_checks import missing_sentence_source
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, new_writer_token, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
-from spacy_treexp.pipeline.noun_chunks import install_ud_noun_chunks, is_ud_label_set, ud_noun_chunks
+from spacy_treexp.pipeline.noun_chunks import is_ud_label_set, use_ud_noun_chunks
 from spacy_treexp.pipeline.stock import UD_DEPS, UD_HEADS, register_ud_extensions, set_ud_tree
 
 #: The folder beside a sourced parser's data that holds its home pipeline's tokenizer,
@@ -1241,10 +1241,8 @@ class BiaffineParser(TrainablePipe):
                 set_ud_tree(doc, numpy.arange(len(doc)) + offsets, deps)
             elif len(doc):
                 doc.from_array([HEAD, DEP], cast(Ints2d, annotation))  # thinc's Ints2d: the numpy array spaCy takes
-                if ud:  # spaCy's English noun chunks read ClearNLP relations (a public cdef attribute)
-                    setattr(doc, "noun_chunks_iterator", ud_noun_chunks)
-                    if doc.vocab.get_noun_chunks is not ud_noun_chunks:  # and so do the vocabulary's Docs
-                        install_ud_noun_chunks(doc)  # (copies, pickles, DocBins, Doc.from_docs)
+                if ud:  # spaCy's English noun chunks read ClearNLP relations
+                    use_ud_noun_chunks(doc)
             doc._.set(PARSER_SCORES, records)
 
     def _set_joined(self, docs: Iterable[Doc], joined: List[Dict[str, Any]]) -> None:

@@ -56,6 +56,12 @@ NOMINAL_UPOS = frozenset({"NOUN", "PROPN", "PRON"})
 NOMINAL_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS", "PRP", "WP"})
 LABEL = "NP"
 
+#: Relations that only Universal Dependencies uses: a parser with them writes UD trees.
+UD_RELATIONS = frozenset({"obj", "obl", "case", "nmod"})
+#: Relations that only ClearNLP's scheme (spaCy's English parsers) uses: a tree with them and
+#: none of :data:`UD_RELATIONS` is chunked by the language's own iterator instead.
+CLEAR_RELATIONS = frozenset({"dobj", "pobj", "prep", "nsubjpass", "attr", "pcomp", "dative", "poss", "npadvmod"})
+
 
 class _Vocabulary(Protocol):
     @property
@@ -63,11 +69,6 @@ class _Vocabulary(Protocol):
 
 
 _HasVocab = TypeVar("_HasVocab", bound=_Vocabulary)
-#: Relations that only Universal Dependencies uses: a parser with them writes UD trees.
-UD_RELATIONS = frozenset({"obj", "obl", "case", "nmod"})
-#: Relations that only ClearNLP's scheme (spaCy's English parsers) uses: a tree with them and
-#: none of :data:`UD_RELATIONS` is chunked by the language's own iterator instead.
-CLEAR_RELATIONS = frozenset({"dobj", "pobj", "prep", "nsubjpass", "attr", "pcomp", "dative", "poss", "npadvmod"})
 
 
 def is_ud_label_set(labels: Sequence[str]) -> bool:
@@ -197,6 +198,14 @@ def install_ud_noun_chunks(nlp: _HasVocab) -> _HasVocab:
     ``(start, end, label)``)."""
     nlp.vocab.get_noun_chunks = ud_noun_chunks
     return nlp
+
+
+def use_ud_noun_chunks(doc: Doc) -> None:
+    """Chunk ``doc`` (a Doc with a UD tree) with :func:`ud_noun_chunks`, and every Doc its vocabulary
+    makes from now on: its copies, pickles, ``Doc.from_docs`` and the ``DocBin`` Docs read back into it."""
+    setattr(doc, "noun_chunks_iterator", ud_noun_chunks)  # a public cdef attribute
+    if doc.vocab.get_noun_chunks is not ud_noun_chunks:
+        install_ud_noun_chunks(doc)
 
 
 def install_for_ud_writers(nlp: Language, writers: Sequence[Any]) -> None:

@@ -155,7 +155,7 @@ def add_uncertainty(
     sets sentence boundaries (``spacy.blank("en")``) first gets spaCy's rule-based
     ``sentencizer``, as the parser parses sentence by sentence.
     """
-    from spacy_treexp.pipeline.noun_chunks import ud_noun_chunks
+    from spacy_treexp.pipeline.noun_chunks import install_ud_noun_chunks
 
     if not isinstance(overwrite, bool):
         raise ValueError(f"add_uncertainty: overwrite must be True or False, got {overwrite!r}")
@@ -195,7 +195,7 @@ def add_uncertainty(
     sources += [entry for entry in source.meta.get("sources") or [] if entry not in sources]
     nlp.meta["sources"] = sources
     if overwrite:
-        nlp.vocab.get_noun_chunks = ud_noun_chunks  # type: ignore[assignment]  # yields (start, end, label)
+        install_ud_noun_chunks(nlp)
         # and so does the pipeline spacy.load makes of nlp.to_disk (its Docs, and those read back with its vocab)
         if nlp.config["nlp"].get("after_creation") is None:
             nlp.config["nlp"]["after_creation"] = {"@callbacks": "spacy_treexp.ud_noun_chunks.v1"}

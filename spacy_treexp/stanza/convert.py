@@ -21,10 +21,10 @@ import numpy
 from stanza.models.common.doc import Document
 
 from spacy_treexp.calibration.map import CalibrationMap
-from spacy_treexp.pipeline.noun_chunks import install_ud_noun_chunks, ud_noun_chunks
+from spacy_treexp.pipeline.noun_chunks import use_ud_noun_chunks
 from spacy_treexp.stanza.capture import captured_scores
 from spacy_treexp.stanza.export import check_document
-from spacy_treexp.stanza.processor import SETTINGS_ATTR, map_beside
+from spacy_treexp.stanza.processor import SETTINGS_ATTR, map_beside, word_spaces
 
 if TYPE_CHECKING:  # spaCy is imported only when converting
     from spacy.tokens import Doc
@@ -80,19 +80,17 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
     for sentence in stanza_doc.sentences:
         start = len(words)
         n = len(sentence.words)
-        for token in sentence.tokens:
-            for k, word in enumerate(token.words):
-                last = k == len(token.words) - 1
-                words.append(word.text)
-                spaces.append(bool(token.spaces_after) if last else False)
-                if word.head is None:
-                    raise ValueError("to_spacy needs a parsed Document (a word has no head).")
-                heads.append(start + word.head - 1 if word.head > 0 else start + word.id - 1)
-                deps.append(word.deprel or "dep")
-                tags.append(word.xpos or "")
-                pos.append(word.upos or "X")
-                lemmas.append(word.lemma or word.text)
-                sent_starts.append(word.id == 1)
+        for word, space in word_spaces(sentence):
+            words.append(word.text)
+            spaces.append(space)
+            if word.head is None:
+                raise ValueError("to_spacy needs a parsed Document (a word has no head).")
+            heads.append(start + word.head - 1 if word.head > 0 else start + word.id - 1)
+            deps.append(word.deprel or "dep")
+            tags.append(word.xpos or "")
+            pos.append(word.upos or "X")
+            lemmas.append(word.lemma or word.text)
+            sent_starts.append(word.id == 1)
         records.append({"start": start, "end": start + n, **_sentence_scores(sentence)})
     if not words:
         doc = Doc(vocab, words=[])
@@ -131,9 +129,8 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
             )
         TreeExpectations(vocab, **{**used, **component_options})(doc)
     # Stanza's relations are UD's: spaCy's English noun chunks read ClearNLP ones (the UD iterator
-    # chunks a ClearNLP tree with the language's own), on this Doc and those its vocabulary makes
-    setattr(doc, "noun_chunks_iterator", ud_noun_chunks)
-    install_ud_noun_chunks(doc)
+    # chunks a ClearNLP tree with the language's own)
+    use_ud_noun_chunks(doc)
     return doc
 
 

@@ -155,16 +155,21 @@ def word_offsets(doc: Document) -> List[Tuple[int, Sentence]]:
     return out
 
 
+def word_spaces(sentence: Sentence) -> List[Tuple[Word, bool]]:
+    """Each word of the sentence with whether a space follows it in the Doc ``to_spacy`` makes:
+    after the last word of a token that has space after it (one space, however much it has)."""
+    return [
+        (word, k == len(token.words) - 1 and bool(token.spaces_after))
+        for token in sentence.tokens
+        for k, word in enumerate(token.words)
+    ]
+
+
 def spacy_text(sentence: Sentence) -> str:
     """The sentence's text as spaCy spells the sentence Span of the Doc ``to_spacy`` makes: its
-    words, a space after the last word of each token followed by one, none after the last."""
-    parts = []
-    for token in sentence.tokens:
-        for k, word in enumerate(token.words):
-            space = k == len(token.words) - 1 and bool(token.spaces_after)
-            parts.append(word.text + (" " if space else ""))
-    text = "".join(parts)
-    return text[:-1] if text.endswith(" ") and sentence.tokens and bool(sentence.tokens[-1].spaces_after) else text
+    words, each followed by its :func:`word_spaces` space but the last."""
+    pairs = word_spaces(sentence)
+    return "".join(word.text + (" " if space and i < len(pairs) - 1 else "") for i, (word, space) in enumerate(pairs))
 
 
 def sentence_scores(start: int, sentence: Sentence) -> SentenceScores:
