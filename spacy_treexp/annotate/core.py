@@ -46,6 +46,7 @@ def annotate_sentences(
     calibration: Optional[CalibrationMap] = None,
     *,
     checked: bool = False,
+    names: Optional[Callable[[int], str]] = None,
 ) -> List[SentenceAnnotation]:
     """The annotation of every sentence, in input order (see the module doc).
 
@@ -55,16 +56,20 @@ def annotate_sentences(
     :class:`~spacy_treexp.calibration.CalibrationMap` applied to every sentence's scores
     first (the one place a map is applied, whatever the adapter). ``checked``: the adapter
     has already run :meth:`SentenceScores.check` on every record (the spaCy component's
-    score-source contract does), so it is not run twice."""
+    score-source contract does), so it is not run twice. ``names``: how a message names
+    sentence i (default: "sentence i" and the start of its text; the Stanza processor names
+    the document too)."""
     options = options or AnnotateOptions()
     for i, sentence in enumerate(sentences):
+
+        def where(i: int = i, sentence: SentenceScores = sentence) -> str:
+            return names(i) if names is not None else f"sentence {i} ({_shown(sentence.text)!r})"
+
         if not checked:
-            sentence.check(f"sentence {i} ({_shown(sentence.text)!r})")
-        check_length(sentence.n, options.max_sentence_length, lambda: f"sentence {i} ({_shown(sentence.text)!r})")
+            sentence.check(where())
+        check_length(sentence.n, options.max_sentence_length, where)
         for option in ("n_samples", "mixture_samples"):
-            check_sample_size(
-                sentence.n, getattr(options, option), lambda: f"sentence {i} ({_shown(sentence.text)!r})", option
-            )
+            check_sample_size(sentence.n, getattr(options, option), where, option)
     if calibration is not None:
         from spacy_treexp.calibration.map import calibrate_sentences  # the map's package imports this one
 

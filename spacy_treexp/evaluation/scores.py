@@ -75,7 +75,10 @@ def component_scores(
     out: List[SentenceScores] = []
     with nlp.select_pipes(disable=skipped):
         for sentence, doc in zip(gold, nlp.pipe(gold_docs(nlp, gold), batch_size=batch_size)):
-            records = component.sentence_scores(doc)
+            try:
+                records = component.sentence_scores(doc)
+            except ValueError as error:  # its message counts sentences in the Doc: always "sentence 0" here
+                raise ValueError(f"gold sentence {sentence.sent_id} (line {sentence.line}): {error}") from error
             if len(records) != 1 or records[0].n != sentence.n:
                 raise ValueError(f"sentence {sentence.sent_id}: the pipeline changed the gold sentence boundaries")
             out.append(records[0])

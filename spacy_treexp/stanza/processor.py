@@ -136,9 +136,14 @@ def annotate_documents(
     applied first by the core)."""
     sentences = [sentence for doc in docs for sentence in doc.sentences]
     scores = [sentence_scores(start, sentence) for doc in docs for start, sentence in word_offsets(doc)]
-    annotations = (
-        annotate_sentences(scores, options) if calibration is None else annotate_sentences(scores, options, calibration)
-    )
+    places = [(d, s) for d, doc in enumerate(docs) for s in range(len(doc.sentences))]
+
+    def names(i: int) -> str:  # a message names the document of a batch, and the sentence in it
+        d, s = places[i]
+        text = " ".join(word.text for word in sentences[i].words)[:40]
+        return (f"document {d}, " if len(docs) > 1 else "") + f"sentence {s} ({text!r})"
+
+    annotations = annotate_sentences(scores, options, calibration, names=names)
     for sentence, annotation in zip(sentences, annotations):
         setattr(sentence, RECORD_ATTR, annotation)
     for doc in docs:

@@ -66,3 +66,29 @@ def test_a_parsers_members_reach_the_evaluation(tmp_path):
     nlp.to_disk(tmp_path / "pipeline")
     risk = run(quick_config(tmp_path), log=lambda _: None).risk["all"]["auroc"]
     assert {"mutual_information", "mixture_error_probability", "error_probability"} <= set(risk)
+
+
+@spacy.registry.misc("treexp_test_broken_source.v1")
+def make_broken_source():
+    def get_scores(doc):  # a NaN in the fourth gold sentence only
+        n = len(doc)
+        arc = _arc(n) if n != 4 else numpy.full((n + 1, n + 1), numpy.nan)
+        return [{"start": 0, "end": n, "arc": arc, "rel": None, "labels": None}]
+
+    return get_scores
+
+
+def test_a_score_source_error_names_the_gold_sentence():
+    """Every gold sentence is its own Doc, so the source's own message says "sentence 0":
+    the evaluation and calibrate add the gold sentence's id and line."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "treexp_test_broken_source.v1"}})
+    gold = read_conllu(FIXTURES / "eval_20.conllu")
+    bad = next(g for g in gold if g.n == 4)
+    try:
+        spacy_scores(nlp, gold)
+    except ValueError as error:
+        assert str(error).startswith(f"gold sentence {bad.sent_id} (line {bad.line}): ")
+        assert "NaN" in str(error) or "nan" in str(error)
+    else:
+        raise AssertionError("a NaN score was accepted")

@@ -160,6 +160,17 @@ def test_same_numbers_alone_and_in_bulk(nlp):
             assert sentence.tree_entropy is not None
 
 
+def test_a_too_long_sentence_in_bulk_is_named_by_its_document():
+    """bulk_process refuses a sentence over max_sentence_length naming its document and its
+    place there, not its position among every document's sentences."""
+    short = make_pipeline(max_sentence_length=5)
+    docs = [stanza.Document([], text=t) for t in ["A b c.\nD e f.", "G h i.\n" + LONGER[0]]]
+    with pytest.raises(ValueError, match=r"document 1, sentence 1 \('" + LONGER[0].split()[0]):
+        short.bulk_process(docs)
+    with pytest.raises(ValueError, match=r"^sentence 1 \("):  # one document: no document number
+        short(docs[1].text)
+
+
 def test_reversed_model_scores_map_back(nlp):
     depparse = nlp.processors["depparse"]
     try:
