@@ -114,6 +114,29 @@ def test_first_and_second_order_expectations(n, single_root):
     assert torch.allclose(dist.covariance(r[..., 0], s[..., 0])[0], covariance[0, 0], atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("scale,root_only_to_first", [(10.0, True), (30.0, False), (100.0, True), (300.0, False)])
+@pytest.mark.parametrize("single_root", [True, False])
+def test_second_order_on_the_stable_path(scale, root_only_to_first, single_root):
+    """Peaked scores (and ROOT allowed to head word 1 only) send a sentence to the stable path,
+    where L̂ is too badly conditioned for its inverse (a variance of −0.23 against 0.015, or
+    a LinAlgError): the covariance and T2 still equal enumeration."""
+    n = 4
+    for seed in range(6):
+        gen = torch.Generator().manual_seed(seed)
+        scores = torch.randn(n + 1, n + 1, generator=gen, dtype=torch.float64) * scale
+        if root_only_to_first:
+            scores[0, 2:] = float("-inf")
+        r = torch.randn(1, n + 1, n + 1, 2, generator=gen, dtype=torch.float64)
+        trees, _, p, _, _, _ = _brute(scores, n, single_root)
+        r_tree = r[0][trees[:, 1:], torch.arange(1, n + 1)].sum(1)  # (T, 2)
+        mean = (p[:, None] * r_tree).sum(0)
+        second = (p[:, None, None] * r_tree[:, :, None] * r_tree[:, None, :]).sum(0)
+        covariance = second - mean[:, None] * mean[None, :]
+        dist = TreeDistribution(scores.unsqueeze(0), single_root=single_root)
+        assert torch.allclose(dist.covariance(r, r)[0], covariance, atol=1e-9, rtol=1e-6), seed
+        assert torch.allclose(dist.second_order(r, r)[0], second, atol=1e-9, rtol=1e-6), seed
+
+
 @pytest.mark.parametrize("single_root", [True, False])
 def test_labeled_scores(single_root):
     n, n_labels = 4, 3
