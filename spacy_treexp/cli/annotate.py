@@ -159,6 +159,7 @@ def annotate(
             workers=workers,
             worker_cpus=worker_cpus,
             worker_gpus=worker_gpus,
+            code=code,
         )
     for name, given in (("--ray-address", ray_address), ("--workers", workers)):
         if given is not None:
@@ -267,9 +268,10 @@ def _annotate_ray(
     workers: Optional[int],
     worker_cpus: float,
     worker_gpus: float,
+    code: Optional[Path] = None,
 ) -> int:
     """``--backend ray``: the sharded run of :mod:`spacy_treexp.scale.backend`."""
-    from spacy_treexp.scale.backend import FORMATS, annotate_sharded, import_ray, ray_executor
+    from spacy_treexp.scale.backend import FORMATS, annotate_sharded, check_ray_target, import_ray, ray_executor
 
     if is_stdio(input) or is_stdio(output):
         raise UserError("--backend ray reads files and writes a folder of shards, not '-'")
@@ -282,6 +284,7 @@ def _annotate_ray(
     suffix = output.suffix.lower().lstrip(".")
     fmt = output_format.value if output_format is not None else (suffix if suffix in FORMATS else "parquet")
     import_ray()
+    check_ray_target(ray_address, workers, worker_cpus, worker_gpus)
     executor = ray_executor(
         model=model,
         samples=samples,
@@ -292,6 +295,7 @@ def _annotate_ray(
         worker_cpus=worker_cpus,
         worker_gpus=worker_gpus,
         quiet=quiet,
+        code=None if code is None else str(code),
     )
     return annotate_sharded(
         input=str(input),

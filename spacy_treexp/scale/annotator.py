@@ -32,16 +32,25 @@ class TreexpAnnotator:
 
     ``model``: a spaCy pipeline name or folder whose parser writes arc scores (None: the
     shipped model); ``samples``: sampled trees per sentence; ``text_column``: the column
-    holding each document's text; ``batch_size``: documents per ``nlp.pipe`` batch. In a
-    Ray actor, torch runs on as many threads as the actor's ``num_cpus`` and on its GPU
-    when it has one (``num_gpus``)."""
+    holding each document's text; ``batch_size``: documents per ``nlp.pipe`` batch;
+    ``code``: a Python file to import in the actor first (the registered functions a
+    pipeline's config names, as ``--code``: an actor is a process of its own). In a Ray
+    actor, torch runs on as many threads as the actor's ``num_cpus`` and on its GPU when it
+    has one (``num_gpus``)."""
 
     def __init__(
-        self, model: Optional[str] = None, *, samples: int = 0, text_column: str = "text", batch_size: int = 64
+        self,
+        model: Optional[str] = None,
+        *,
+        samples: int = 0,
+        text_column: str = "text",
+        batch_size: int = 64,
+        code: Optional[str] = None,
     ) -> None:
         from spacy_treexp.cli.pipelines import load_pipeline
-        from spacy_treexp.scale.worker import worker_setup
+        from spacy_treexp.scale.worker import import_user_code, worker_setup
 
+        import_user_code(code)
         self.nlp = load_pipeline(model, n_samples=samples, gpu=worker_setup())
         self.text_column = text_column
         self.batch_size = batch_size

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import socket
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -64,6 +66,12 @@ def annotate_sharded(
     check_output_path(output, [path for path, _ in files], folder=True)
     if Path(input).is_dir() and Path(input).resolve() in output.resolve().parents:
         raise UserError(f"--output {output} is inside the input folder {input}; write it elsewhere")
+    # a glob INPUT may match the output's own files (its shards, the manifest of the run under
+    # way): they are not inputs, or a --resume would see other inputs than the run it resumes
+    own = (output.resolve(), manifest.Paths.of(output).partial.resolve())
+    files = [(path, kind) for path, kind in files if not any(folder in path.resolve().parents for folder in own)]
+    if not files:
+        raise UserError(f"INPUT {input} matches only files of --output {output}")
     paths = manifest.Paths.of(output)
     if resume and manifest.is_complete(paths):
         warn(f"--output {output} is complete (no {paths.partial} to resume); nothing to do")
@@ -76,8 +84,14 @@ def annotate_sharded(
         check_model(model)
     head = manifest.header(fmt=fmt, inputs=files, shard_size=shard_size, model=model, samples=samples)
     run = manifest.Manifest(paths, head, resume)
+    fresh = not resume
     try:
         return _run(run, files, shard_size, executor, strict=strict, quiet=quiet)
+    except UserError:  # refused before any shard (a cluster without the resources asked): leave nothing
+        if fresh and not run.committed:
+            run.close()
+            shutil.rmtree(paths.partial, ignore_errors=True)
+        raise
     finally:
         run.close()
 
@@ -164,8 +178,10 @@ def ray_executor(
     worker_cpus: float,
     worker_gpus: float,
     quiet: bool,
+    code: Optional[str] = None,
 ) -> Executor:
-    """Shards run by a pool of Ray Data actors (see the module doc)."""
+    """Shards run by a pool of Ray Data actors (see the module doc); ``code``: a Python file
+    each actor imports before it loads the pipeline (``--code``)."""
 
     def execute(shards: list[Shard], folder: Path) -> Iterator[dict[str, Any]]:
         if not shards:
@@ -177,6 +193,7 @@ def ray_executor(
 
         started = start_ray(ray, address, workers, worker_cpus, quiet)
         try:
+            check_cluster(ray.cluster_resources(), worker_cpus, worker_gpus)
             size = workers or max(1, int(ray.cluster_resources().get("CPU", 1) // max(worker_cpus, 1e-9)))
             context = DataContext.get_current()
             context.enable_progress_bars = False
@@ -198,6 +215,7 @@ def ray_executor(
                     "batch_size": batch_size,
                     "fmt": fmt,
                     "folder": str(folder.resolve()),
+                    "code": None if code is None else str(Path(code).resolve()),
                 },
                 batch_size=1,
                 compute=ActorPoolStrategy(size=min(size, len(rows))),
@@ -211,6 +229,45 @@ def ray_executor(
                 ray.shutdown()
 
     return execute
+
+
+def check_cluster(resources: dict[str, float], worker_cpus: float, worker_gpus: float) -> None:
+    """Refuse a per-actor request no node of a cluster with ``resources`` (its totals) could
+    meet: Ray would wait for it forever."""
+    for option, asked, kind in [("--worker-cpus", worker_cpus, "CPU"), ("--worker-gpus", worker_gpus, "GPU")]:
+        have = float(resources.get(kind, 0))
+        if asked > have:
+            raise UserError(
+                f"{option} {asked:g}: the Ray cluster has {have:g} {kind}s in all, so no actor could start; "
+                f"give at most {have:g}"
+            )
+
+
+def check_ray_target(address: Optional[str], workers: Optional[int], worker_cpus: float, worker_gpus: float) -> None:
+    """Before a run writes anything: a cluster address that answers (a TCP probe of
+    host:port, 5 s; Ray itself retries for minutes), or, for the instance started on this
+    machine, a per-actor request it can meet (its CPUs, unless ``--workers`` sizes it, and
+    the GPUs torch sees)."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None and address not in ("auto", "local"):
+        host, _, port = address.split("://")[-1].rpartition(":")
+        if not host or not port.isdigit():
+            raise UserError(f"--ray-address {address}: expected HOST:PORT (or ray://HOST:PORT)")
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as e:
+            raise UserError(f"--ray-address {address}: cannot connect to a Ray cluster ({e.strerror or e})") from None
+        return
+    if address is None:
+        cpus = os.cpu_count() or 1
+        if workers:
+            cpus = max(cpus, int(workers * max(worker_cpus, 1)))
+        gpus = 0
+        if worker_gpus > 0:
+            import torch
+
+            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        check_cluster({"CPU": float(cpus), "GPU": float(gpus)}, worker_cpus, worker_gpus)
 
 
 def import_ray() -> Any:
@@ -233,6 +290,8 @@ def start_ray(ray: Any, address: Optional[str], workers: Optional[int], worker_c
     if quiet:
         logging.getLogger("ray").setLevel(logging.WARNING)
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": not quiet}
+    if quiet:  # Ray's own INFO lines, not only the Python logger's
+        options["logging_level"] = logging.ERROR
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:
         cpus = os.cpu_count() or 1

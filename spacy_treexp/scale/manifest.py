@@ -116,6 +116,15 @@ class Manifest:
         start_over = f"delete {paths.partial} to start over"
         if paths.partial.is_dir():
             if not resume:
+                if paths.manifest.is_file():  # a live run holds the lock: say so, not "delete it"
+                    with paths.manifest.open("rb") as probe:
+                        try:
+                            fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        except OSError:
+                            raise UserError(
+                                f"--output {paths.target}: another run is writing {paths.partial}"
+                            ) from None
+                        fcntl.flock(probe.fileno(), fcntl.LOCK_UN)
                 raise UserError(
                     f"--output {paths.target}: {paths.partial} holds an interrupted run; add --resume to finish "
                     f"it, or {start_over}"

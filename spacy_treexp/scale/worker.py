@@ -106,6 +106,15 @@ def annotate_shard(nlp: Any, shard: Shard, fmt: str, folder: Path, batch_size: i
     }
 
 
+def import_user_code(code: Optional[str]) -> None:
+    """Import ``--code`` (registered functions the pipeline's config names) in a process of
+    its own, as the command line does in the driver."""
+    if code is not None:
+        from spacy.util import import_file
+
+        import_file("python_code", code)
+
+
 def worker_setup() -> int:
     """In a Ray worker: torch threads set to the CPUs Ray gave it (no oversubscription),
     and the GPU to run on, 0 when Ray gave it one (Ray sets ``CUDA_VISIBLE_DEVICES``),
@@ -127,9 +136,12 @@ class ShardWorker:
     as JSON in the column ``shard``) annotates and writes that shard; returns each shard's
     manifest line as JSON in the column ``result``."""
 
-    def __init__(self, *, model: Optional[str], samples: int, batch_size: int, fmt: str, folder: str) -> None:
+    def __init__(
+        self, *, model: Optional[str], samples: int, batch_size: int, fmt: str, folder: str, code: Optional[str] = None
+    ) -> None:
         from spacy_treexp.cli.pipelines import load_pipeline
 
+        import_user_code(code)
         self.nlp = load_pipeline(model, n_samples=samples, gpu=worker_setup())
         self.batch_size, self.fmt, self.folder = batch_size, fmt, Path(folder)
 

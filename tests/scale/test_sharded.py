@@ -175,3 +175,86 @@ def test_a_run_whose_every_input_is_bad_fails_as_locally(toy_model, tmp_path: Pa
     err = capsys.readouterr().err
     assert "2 bad input(s) skipped; 0 documents written" in err and "no input could be annotated" in err
     assert manifest.is_complete(manifest.Paths.of(tmp_path / "out"))  # the run itself is complete
+
+
+def test_a_glob_that_matches_the_output_resumes(toy_model, tmp_path: Path) -> None:
+    """A glob such as ROOT/**/*.jsonl with the output under ROOT matched, on --resume, the
+    run's own shards and manifest: every resume was refused as "made with other inputs"."""
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.jsonl").write_text(
+        "".join(json.dumps({"text": f"Word {i} here."}) + "\n" for i in range(6))
+    )
+
+    def interrupted(shards, folder):  # commits the first shard, then Ctrl-C
+        first = inline_executor(model=toy_model, fmt="jsonl", **OPTIONS)(shards[:1], folder)
+        yield from first
+        raise KeyboardInterrupt
+
+    source, out = tmp_path / "**" / "*.jsonl", tmp_path / "annotated"
+    assert run(source, out, toy_model, shard_size=2, executor=interrupted) == 130
+    assert run(source, out, toy_model, resume=True, shard_size=2) == 0
+    assert len(joined(out).splitlines()) == 6  # every input document once, nothing of the output read as input
+
+
+def test_a_refusal_before_any_shard_leaves_no_partial_folder(toy_model, reference, tmp_path: Path) -> None:
+    """A cluster that cannot meet the request is refused once Ray is up, after the manifest
+    is made: the corrected command must not then be told to --resume or delete it."""
+    source, _ = reference
+
+    def refused(shards, folder):
+        raise UserError("--worker-cpus 8: the Ray cluster has 2 CPUs in all")
+        yield  # a generator, as the Ray executor
+
+    with pytest.raises(UserError, match="--worker-cpus 8"):
+        run(source, tmp_path / "out", toy_model, executor=refused)
+    assert not manifest.Paths.of(tmp_path / "out").partial.exists()
+    assert run(source, tmp_path / "out", toy_model) == 0
+
+
+def test_a_live_run_is_named_not_offered_for_deletion(tmp_path: Path) -> None:
+    paths = manifest.Paths.of(tmp_path / "out")
+    head = {"treexp_shards": 1}
+    live = manifest.Manifest(paths, head, resume=False)
+    with pytest.raises(UserError, match="another run is writing"):
+        manifest.Manifest(paths, head, resume=False)  # was: "holds an interrupted run ... delete it"
+    live.close()
+    with pytest.raises(UserError, match="holds an interrupted run"):
+        manifest.Manifest(paths, head, resume=False)
+
+
+def test_ray_requests_that_cannot_be_met_are_refused_before_the_run(monkeypatch) -> None:
+    """Ray waits forever for an actor no node can hold, and retries an address for minutes."""
+    import os
+
+    import torch
+
+    from spacy_treexp.scale.backend import check_cluster, check_ray_target
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cpus = os.cpu_count() or 1
+    with pytest.raises(UserError, match=f"--worker-cpus {cpus + 1}"):
+        check_ray_target(None, None, cpus + 1, 0)
+    check_ray_target(None, 1, cpus + 1, 0)  # --workers sizes the local instance
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="--worker-gpus 1: .* 0 GPUs"):
+            check_ray_target(None, None, 1, 1)
+    with pytest.raises(UserError, match="cannot connect"):
+        check_ray_target("127.0.0.1:1", None, 1, 0)
+    with pytest.raises(UserError, match="expected HOST:PORT"):
+        check_ray_target("a-cluster", None, 1, 0)
+    with pytest.raises(UserError, match="--worker-gpus 0.5: the Ray cluster has 0 GPUs"):
+        check_cluster({"CPU": 64.0}, 1, 0.5)
+    check_cluster({"CPU": 64.0, "GPU": 1.0}, 4, 0.5)
+
+
+def test_code_is_imported_where_the_pipeline_loads(tmp_path: Path) -> None:
+    """--code reaches Ray's actors (ShardWorker, TreexpAnnotator), processes of their own."""
+    import spacy
+
+    from spacy_treexp.scale.worker import import_user_code
+
+    name = "treexp_test_code_in_worker.v1"
+    code = tmp_path / "mine.py"
+    code.write_text(f"import spacy\n\n@spacy.registry.misc({name!r})\ndef make():\n    return 1\n")
+    import_user_code(str(code))
+    assert spacy.registry.misc.get(name)() == 1
