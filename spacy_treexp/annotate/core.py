@@ -12,6 +12,7 @@ unbiased samples with their exact log-probabilities (Stanojević 2022).
 from __future__ import annotations
 
 import dataclasses
+import re
 import functools
 import hashlib
 import math
@@ -82,14 +83,41 @@ def annotate_sentences(
     with torch.no_grad(), threads_for(device):
         for index in length_buckets([s.n for s in sentences], options.batch_size):
             bucket = [sentences[i] for i in index]
-            dist = batch_distribution([s.arc for s in bucket], options.single_root, device)
-            annotations = _infer(bucket, dist, options)
-            _epistemic(bucket, annotations, options, device)
-            if options.n_samples > 0:
-                _sample(bucket, dist, annotations, options)
+            try:
+                dist = batch_distribution([s.arc for s in bucket], options.single_root, device)
+                annotations = _infer(bucket, dist, options)
+                _epistemic(bucket, annotations, options, device)
+                if options.n_samples > 0:
+                    _sample(bucket, dist, annotations, options)
+            except ValueError as error:  # the engine names a sentence by its place in the batch
+                raise _named(
+                    error, index, lambda i: names(i) if names is not None else _default_name(sentences, i)
+                ) from error
             for i, annotation in zip(index, annotations):
                 out[i] = annotation
     return [annotation for annotation in out if annotation is not None]
+
+
+def _default_name(sentences: Sequence[SentenceScores], i: int) -> str:
+    return f"sentence {i} ({_shown(sentences[i].text)!r})"
+
+
+#: How the engine names a sentence of its batch in a message: "sentence 3", "sentence 3 (member 1)".
+_BATCH_SENTENCE = re.compile(r"\bsentence (\d+)\b")
+
+
+def _named(error: ValueError, index: Sequence[int], name: Callable[[int], str]) -> ValueError:
+    """``error`` (an engine message about sentence k of a length bucket) naming the input
+    sentence ``index[k]`` instead, of the same type where it can be rebuilt."""
+    message = str(error)
+    found = _BATCH_SENTENCE.search(message)
+    if found is None or int(found.group(1)) >= len(index):
+        return error
+    renamed = message[: found.start()] + name(index[int(found.group(1))]) + message[found.end() :]
+    try:
+        return type(error)(renamed)
+    except Exception:  # an exception type with another signature
+        return ValueError(renamed)
 
 
 def check_length(n: int, limit: int, where: Callable[[], str]) -> None:
@@ -141,9 +169,16 @@ def _infer(
     log_partition = dist.log_partition.cpu().numpy()
     risk = dist
     if options.risk_temperature not in (None, 1.0):  # the sentence risk's own scale (AnnotateOptions)
-        risk = TreeDistribution(
-            dist.scores / float(options.risk_temperature), dist.lengths, single_root=dist.single_root
-        )
+        scaled = dist.scores / float(options.risk_temperature)
+        overflow = torch.isinf(scaled) & torch.isfinite(dist.scores)
+        if bool(overflow.any()):
+            b = int(overflow.nonzero()[0, 0])
+            raise ValueError(
+                f"sentence {b}: its scores divided by risk_temperature = {options.risk_temperature:g} overflow "
+                f"{dist.scores.dtype} (|score| up to {float(dist.scores[b][torch.isfinite(dist.scores[b])].abs().max()):.3g}); "
+                "give a larger risk_temperature"
+            )
+        risk = TreeDistribution(scaled, dist.lengths, single_root=dist.single_root)
     parse_log_prob = risk.log_prob(torch.from_numpy(padded).to(marginals.device)).double().cpu().numpy()
     entropy = dist.entropy().cpu().numpy()
     annotations = []

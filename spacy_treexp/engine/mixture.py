@@ -57,7 +57,9 @@ class TreeMixture:
         scores: ``(B, K, N+1, N+1)`` (or ``(K, N+1, N+1)`` for one sentence) arc
             log-potentials of the K members, in :class:`TreeDistribution`'s convention.
         weights: ``(K,)`` or ``(B, K)`` non-negative weights (normalised here), or None for
-            equal weights.
+            equal weights. A member of weight 0 is no part of the mixture: its scores are not
+            read (they may admit no tree), and its own ``member_*`` values are those of
+            uniform scores.
         lengths: ``(B,)`` words per sentence (default: N for all).
         single_root: as for :class:`TreeDistribution`.
 
@@ -87,13 +89,16 @@ class TreeMixture:
         if lengths.shape != (batch,):
             raise ValueError(f"{tuple(lengths.shape)} lengths for {batch} sentences")
         self.lengths = lengths
+        self.weights = _normalised(weights, batch, k, scores.device)
+        absent = self.weights == 0
+        if bool(absent.any()):  # not part of the mixture: never read, so never refused (no tree, NaN)
+            scores = torch.where(absent[:, :, None, None], torch.zeros_like(scores), scores)
         #: the K B members as one batch, member k of sentence b at index b K + k
         with _naming_members(k):
             self.members = TreeDistribution(
                 scores.reshape(batch * k, n1, n1), lengths.repeat_interleave(k), single_root=single_root
             )
         self.single_root = single_root
-        self.weights = _normalised(weights, batch, k, scores.device)
         self._member_entropy: Optional[Tensor] = None
 
     # ---------------------------------------------------------------- helpers

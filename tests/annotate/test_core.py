@@ -285,3 +285,16 @@ def test_a_batch_whose_draws_pass_the_memory_bound_is_drawn_in_parts_with_the_sa
     for a, b in zip(whole, parts):
         numpy.testing.assert_array_equal(a.sampled_heads, b.sampled_heads)
         numpy.testing.assert_allclose(a.sample_log_probs, b.sample_log_probs, rtol=1e-12)
+
+
+def test_engine_errors_name_the_input_sentence_not_its_place_in_a_batch():
+    """The engine counts sentences inside a length bucket: its "sentence 0" was input sentence 3."""
+    rng = numpy.random.default_rng(0)
+    fine = [SentenceScores(arc=rng.normal(size=(6, 6)), text=f"fine sentence {i}") for i in range(3)]
+    no_tree = rng.normal(size=(3, 3))
+    no_tree[0, :] = -numpy.inf
+    with pytest.raises(ValueError, match=r"^sentence 3 \('this one has no tree'\): no arc from ROOT"):
+        annotate_sentences(fine + [SentenceScores(arc=no_tree, text="this one has no tree")])
+    huge = SentenceScores(arc=rng.normal(size=(5, 5)) * 1e300, text="huge")  # finite, but not once divided by T
+    with pytest.raises(ValueError, match=r"^sentence 3 \('huge'\): .*risk_temperature = 1e-10 overflow"):
+        annotate_sentences(fine + [huge], AnnotateOptions(risk_temperature=1e-10))

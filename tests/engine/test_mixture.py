@@ -283,3 +283,19 @@ def test_draws_in_parts_are_the_same_trees_and_fit_the_mixture(monkeypatch):
     for b, n in enumerate(lengths.tolist()):
         trees, _, mix = enumerate_mixture(scores[b, :, : n + 1, : n + 1], w, n, True)
         assert chi_square_p(codes(shared[:, b], n), codes(trees, n), mix.exp()) > ALPHA
+
+
+def test_a_member_of_weight_zero_is_not_read():
+    """A member outside the mixture (weight 0) that admits no tree made every mixture quantity
+    raise; the mixture is then its other members' (checked against enumeration)."""
+    n = 3
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, n + 1, n + 1, generator=gen, dtype=torch.float64)
+    scores[1, 0, :] = float("-inf")  # member 1: no arc from ROOT
+    mix = TreeMixture(scores, torch.tensor([1.0, 0.0]))
+    alone = TreeMixture(scores[:1])
+    assert torch.allclose(mix.marginals, alone.marginals, atol=1e-12)
+    assert torch.allclose(mix.expected_entropy(), alone.expected_entropy(), atol=1e-12)
+    trees, log_p = tree_log_probs(scores[0], n, True)
+    assert torch.allclose(mix.log_prob(trees), log_p, atol=1e-10)
+    assert bool((mix.sample(5) >= -1).all())
