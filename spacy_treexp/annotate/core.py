@@ -12,10 +12,10 @@ unbiased samples with their exact log-probabilities (Stanojević 2022).
 from __future__ import annotations
 
 import dataclasses
-import re
 import functools
 import hashlib
 import math
+import re
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
