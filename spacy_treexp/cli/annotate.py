@@ -225,6 +225,11 @@ def annotate(
             writer.write(doc, context)
             written += 1
             progress.update(1)
+        if skipped.failed(written) and writer.docs == 0 and not is_stdio(output):
+            # every input was bad: nothing to put in place, so OUTPUT (an earlier run's) stays as it was
+            writer.close()
+            partial.discard_partial(output)
+            return skipped.annotate_status(0, f"{output} (left as it was)", 0)
         writer.finish()
     except KeyboardInterrupt:
         progress.close()

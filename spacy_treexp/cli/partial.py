@@ -334,6 +334,17 @@ class PartialFile:
             self.docs = kept.docs
 
 
+def discard_partial(output: Path) -> None:
+    """Remove OUTPUT's partial (file or folder of shards) and its manifest: a run that
+    wrote no document leaves nothing."""
+    paths = OutputPaths.of(output)
+    if paths.partial.is_dir():
+        shutil.rmtree(paths.partial, ignore_errors=True)
+    else:
+        paths.partial.unlink(missing_ok=True)
+    paths.manifest.unlink(missing_ok=True)
+
+
 def clear_unlisted_shards(partial: Path, kept: Kept) -> None:
     """Remove the shard files of a partial directory its manifest does not list (written
     or half written when the run was killed): they are made again."""

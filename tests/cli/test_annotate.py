@@ -42,6 +42,22 @@ def test_a_run_whose_every_input_is_bad_fails(model, tmp_path, run_cli):
     status, _, err = run_cli("annotate", str(source), "-o", str(target), "--model", model)
     assert status == 1
     assert "2 bad input(s) skipped" in err and "no input could be annotated" in err
+    assert not target.exists() and not list(tmp_path.glob("out.jsonl.*"))  # nothing made
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "conllu"])  # an existing .spacy folder is refused before the run
+def test_a_failed_run_leaves_an_existing_output_as_it_was(model, tmp_path, run_cli, suffix):
+    """Every input bad (exit 1): OUTPUT was replaced by an empty file, or an empty .spacy."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"This will FAIL.\n")
+    target = tmp_path / f"out.{suffix}"
+    target.write_bytes(b"an earlier run's output\n")
+    status, _, err = run_cli("annotate", str(source), "-o", str(target), "--model", model)
+    assert status == 1 and "left as it was" in err
+    assert target.read_bytes() == b"an earlier run's output\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", f"out.{suffix}"]
+    status, _, err = run_cli("annotate", str(source), "-o", str(tmp_path / "new.spacy"), "--model", model)
+    assert status == 1 and not list(tmp_path.glob("new.spacy*"))  # no empty folder of shards either
 
 
 def test_strict_stops_at_the_first_bad_line_keeping_finished_documents(model, tmp_path, run_cli):
