@@ -195,3 +195,34 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(fmt, model, uninterrupted, 
     resumed = run(args + ["--resume"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert contents(target, fmt) == expected
+
+
+def test_a_signal_to_the_parent_alone_ends_a_run_with_workers(model, tmp_path):
+    """A service manager signals the parent only, with many batches queued for the workers:
+    the run printed "interrupted" and never exited (the queues' feeder threads, blocked on a
+    pipe no one read, held the exit-time join)."""
+    source = tmp_path / "in.txt"
+    words = " ".join(f"w{k}" for k in range(60))  # long lines: batches of them fill the pipes to the workers
+    source.write_text("".join(f"Line {i} {words} .\n" for i in range(3000)))
+    target = tmp_path / "out.jsonl"
+    manifest = tmp_path / "out.jsonl.partial.manifest"
+    args = command(source, target, model, "jsonl") + ["--n-process", "2", "--batch-size", "64"]
+    process = subprocess.Popen(args, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    try:
+        while not (manifest.exists() and manifest.read_bytes().count(b"\n") > 5):
+            assert process.poll() is None, f"the run ended before it was stopped: {process.communicate()[1][-2000:]}"
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.005)
+        process.send_signal(signal.SIGTERM)  # Ctrl-C takes the same handler
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            for worker in subprocess.run(
+                ["pgrep", "-P", str(process.pid)], capture_output=True, text=True
+            ).stdout.split():
+                os.kill(int(worker), signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, err[-2000:]
+    assert "interrupted:" in err and "Traceback" not in err
