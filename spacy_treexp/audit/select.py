@@ -17,7 +17,9 @@ sentences) greedily: a sentence that no longer fits is passed over for shorter o
 it. A near-duplicate of a sentence already chosen is skipped: the same normalised text
 (lower case, digits as 0, punctuation and spacing dropped), or a Jaccard similarity of
 their word sets of at least ``dedup_threshold``, found exactly by prefix filtering
-(:class:`DuplicateGuard`).
+(:class:`DuplicateGuard`). A sentence without a letter or a digit (a rule of ``*****``, a
+row of ``=``, lone punctuation) is never chosen: it has nothing to annotate, yet each of its
+symbols is a word to the parser, so such rows topped the ranking and took the budget.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ STRATEGIES = ("expected_errors", "entropy", "mutual_information", "random")
 UNITS = ("words", "sentences")
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+#: A letter or a digit (``\w`` without the underscore).
+_ALPHANUMERIC = re.compile(r"[^\W_]", re.UNICODE)
 
 
 @dataclass
@@ -175,6 +179,7 @@ class Selection:
     duplicates: int
     too_long: int
     candidates: int
+    wordless: int = 0
 
 
 def select(
@@ -199,9 +204,12 @@ def select(
     order = sorted(range(len(items)), key=lambda i: (-items[i].score, i))
     guard = DuplicateGuard(dedup_threshold) if dedup_threshold is not None else None
     chosen: List[Candidate] = []
-    spent = words = duplicates = too_long = 0
+    spent = words = duplicates = too_long = wordless = 0
     for i in order:
         item = items[i]
+        if not _ALPHANUMERIC.search(item.text):
+            wordless += 1
+            continue
         cost = item.words if unit == "words" else 1
         if spent + cost > budget:
             too_long += 1
@@ -216,7 +224,7 @@ def select(
         words += item.words
         if spent >= budget:
             break
-    return Selection(chosen, words, duplicates, too_long, len(items))
+    return Selection(chosen, words, duplicates, too_long, len(items), wordless)
 
 
 def finite(value: Optional[float]) -> Optional[float]:

@@ -161,6 +161,7 @@ def select(
         f"selected {len(selection.chosen)} of {selection.candidates} sentences, {selection.words} words "
         f"(budget {budget} {unit.value}, strategy {strategy.value}); {selection.duplicates} near-duplicate(s) skipped, "
         f"{selection.too_long} passed over for not fitting the rest of the budget"
+        + (f", {selection.wordless} without a letter or digit left out" if selection.wordless else "")
     )
     return 0
 

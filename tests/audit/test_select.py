@@ -111,3 +111,15 @@ def test_sentences_without_words_are_duplicates_only_of_the_same_text():
     guard.add("!!")
     assert not guard.is_duplicate("?") and not guard.is_duplicate("...")
     assert guard.is_duplicate(" !! ")
+
+
+def test_rows_without_a_letter_or_digit_are_never_chosen():
+    """Separator rows ("*****", "_____") count each symbol as a word the parser is unsure of:
+    they topped the ranking and took the budget, with nothing in them to annotate."""
+    rows = [candidate(text, 30, expected_attachment=0.1, entropy=20.0) for text in ("*" * 30, "_" * 30, "= " * 15)]
+    texts = ["The cat sat .", "Dogs bark loudly .", "She reads old books .", "Rain fell all night ."]
+    real = [candidate(text, 5, expected_attachment=0.8, entropy=2.0) for text in texts]
+    chosen = select(rows + real, "expected_errors", 100)
+    assert [item.text for item in chosen.chosen] == [item.text for item in real]
+    assert chosen.wordless == 3
+    assert [item.text for item in select([candidate("Room 101", 2, 0.5, 1.0)], "entropy", 10).chosen] == ["Room 101"]
