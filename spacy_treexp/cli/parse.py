@@ -55,6 +55,8 @@ def parse(
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # bytes the locale could not decode, kept as surrogates
             raise UserError("TEXT: not valid UTF-8 text") from e
+    if not text.strip():
+        raise UserError("TEXT is empty (or only whitespace): nothing to parse")
 
     try:
         check_prior(ood_prior, "--ood-prior")

@@ -50,6 +50,8 @@ def check_model(model: str) -> None:
     ``en_treexp_ewt_mixture`` with it as a mixture member."""
     if not model.strip():  # Path("") is the current folder
         raise UserError("--model is empty: give a pipeline package name or folder")
+    if Path(model).is_file():
+        raise UserError(f"--model {model}: is a file; give a pipeline folder (one with config.cfg) or package name")
     if (
         model in (ENSEMBLE_NAME, MIXTURE_NAME, STOCK_HEAD_NAME)
         or model.startswith("blank:")

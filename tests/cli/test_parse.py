@@ -40,6 +40,13 @@ def test_bad_options_are_one_line(model, user_error):
     assert "--stanza" in user_error("parse", "Hi.", "--stanza", "/no/such/folder")
 
 
+def test_empty_text_and_a_file_for_a_model_are_named(model, user_error, tmp_path):
+    """``parse ""`` printed nothing with exit 0; a --model that is a file got spaCy's E053."""
+    assert "TEXT is empty" in user_error("parse", "  ", "--model", model)
+    (tmp_path / "model.bin").write_bytes(b"x")
+    assert "is a file" in user_error("parse", "Hi.", "--model", str(tmp_path / "model.bin"))
+
+
 def test_a_stanza_folder_with_a_missing_or_broken_model_is_one_line(tmp_path, user_error):
     """parse and annotate load --stanza as calibrate and evaluate do: a downloaded folder
     without its tokenizer, or a depparse.pt cut short, was a traceback."""
