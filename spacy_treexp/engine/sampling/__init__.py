@@ -270,7 +270,10 @@ def sample_without_replacement(
     so a tree whose probability is below about e^-745 (the smallest float64) counts as absent:
     a sentence whose other trees are all that improbable (scores peaked by hundreds of nats,
     far beyond a calibrated parser's) gets padding rows although it has more trees. Cost
-    O(k n^3).
+    O(k n^3) where the conditioned L-hat stays well conditioned; a beam whose L-hat does not
+    (peaked scores with near ties, as a sentence of one word repeated gives) takes exact
+    O(n^3) log-space conditionals at each word, so the worst case is O(k n^4), flat in the
+    score magnitude (README, "Cost", the samplers: measured cases).
     """
     k = _check_k(k)
     dist = dist.batched()
