@@ -39,7 +39,7 @@ def render(
         Path,
         typer.Argument(
             metavar="INPUT",
-            help="A .txt, .jsonl or .conllu file ('-': stdin), or a .spacy written by annotate.",
+            help="A .txt, .jsonl or .conllu file ('-': stdin), or a .spacy written by annotate (or a folder of its shards).",
             show_default=False,
         ),
     ],
@@ -63,7 +63,8 @@ def render(
     """
     if not is_stdio(output):
         check_output_path(output, [input])
-    if input.suffix.lower() == ".spacy" and input_format is None:
+    shards = input.is_dir() and any(input.glob("*.spacy"))  # --backend ray's folder, under any name
+    if (input.suffix.lower() == ".spacy" or shards) and input_format is None:
         if not input.exists():
             raise UserError(f"INPUT {input}: no such file or folder")
         try:

@@ -21,6 +21,9 @@ def test_renders_annotated_docbin_to_stdout(model, tmp_path, run_cli):
     status, out, _ = run_cli("render", str(shards), "-o", "-")
     assert status == 0
     assert out.startswith("<!DOCTYPE html>") and out.count('class="treexp-sentence"') == 3
+    renamed = shards.rename(tmp_path / "annotated")  # as --backend ray names its folder: no .spacy suffix
+    status, again, _ = run_cli("render", str(renamed), "-o", "-")
+    assert status == 0 and again == out
 
 
 def test_user_errors(model, tmp_path, user_error):
