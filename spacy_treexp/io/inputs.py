@@ -77,7 +77,7 @@ class Reader:
             return None
         with self.path.open("rb") as handle:
             if self.format != "conllu":
-                return sum(1 for line in handle if line.strip())
+                return sum(1 for number, line in enumerate(handle) if not empty_line(line, number == 0))
             total, inside = 0, False
             for line in handle:
                 blank = not line.strip()
@@ -116,6 +116,22 @@ def _after(handle: Iterable[bytes], start_after: int) -> Iterator[bytes]:
     numbers stay; a skipped line is neither decoded nor parsed)."""
     for number, raw in enumerate(handle, start=1):
         yield raw if number > start_after else b""
+
+
+def empty_line(raw: bytes, first: bool = False) -> bool:
+    """Whether :func:`_lines` skips this raw line of a .txt or .jsonl file as empty: nothing
+    but Unicode whitespace (a no-break space too), or a first line's BOM. A line that is not
+    UTF-8 is not empty: it is an input, reported as bad. Counters of documents use this, so
+    that their totals are the reader's."""
+    if not raw.strip():
+        return True
+    if raw.isascii():
+        return False
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not (text.removeprefix("\ufeff") if first else text).strip()
 
 
 def _lines(handle: Iterable[bytes], on_bad: OnBad) -> Iterator[tuple[int, str]]:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from spacy_treexp.io.inputs import SUFFIXES, Context, Item, OnBad, Reader
+from spacy_treexp.io.inputs import SUFFIXES, Context, Item, OnBad, Reader, empty_line
 
 
 class PlanError(ValueError):
@@ -98,7 +98,7 @@ def _cut(path: Path, fmt: str, shard_size: int) -> Iterator[tuple[int, int, int,
                     inside = True
                 ends_doc = blank and docs == shard_size
             else:
-                docs += not blank
+                docs += not empty_line(raw, number == 1)  # the reader's empty lines: Unicode spaces too
                 ends_doc = docs == shard_size
             position += len(raw)
             if ends_doc:

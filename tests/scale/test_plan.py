@@ -100,3 +100,13 @@ def test_inputs_refused_by_name(tmp_path: Path, pattern: str, message: str) -> N
     (tmp_path / "notes.md").write_text("x\n")
     with pytest.raises(PlanError, match=message):
         expand_inputs(str(tmp_path / pattern))
+
+
+def test_lines_of_unicode_spaces_are_no_documents_to_the_planner_or_the_counter(tmp_path: Path) -> None:
+    """The reader skips a line of no-break spaces (Unicode whitespace); the planner and the
+    progress counter counted it as a document, so totals and shard sizes were off."""
+    path = tmp_path / "in.txt"
+    path.write_bytes("\ufeff\n".encode() + "One.\n\u00a0\u00a0\n\u2003\nTwo.\n".encode() + b"\xff bad\n")
+    shards = list(plan_shards([(path, "txt")], 10))
+    assert sum(shard.docs for shard in shards) == 3  # One., Two. and the bad line (an input, reported)
+    assert Reader(path, lambda line, message: None).count() == 3
