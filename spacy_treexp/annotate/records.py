@@ -91,7 +91,9 @@ class SentenceScores:
         both, docs/CONTRACTS.md). ``values_scanned``: the caller has already found no NaN or
         +inf in the cells of ``arc`` and ``rel`` that count (:func:`.scan.scan_sentence`), so
         only the shapes, dtypes and the other fields are checked here."""
-        arc = numpy.asarray(self.arc)
+        if not isinstance(self.arc, numpy.ndarray):  # a list, a tensor: the core indexes numpy arrays
+            raise ValueError(f"{where}: arc scores must be a numpy array, got {type(self.arc).__name__}")
+        arc = self.arc
         if arc.ndim != 2 or arc.shape[0] != arc.shape[1] or arc.shape[0] < 2:
             raise ValueError(f"{where}: arc scores must be an (n+1, n+1) matrix with n >= 1, got shape {arc.shape}")
         if arc.dtype.kind not in "fiu":

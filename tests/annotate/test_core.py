@@ -298,3 +298,8 @@ def test_engine_errors_name_the_input_sentence_not_its_place_in_a_batch():
     huge = SentenceScores(arc=rng.normal(size=(5, 5)) * 1e300, text="huge")  # finite, but not once divided by T
     with pytest.raises(ValueError, match=r"^sentence 3 \('huge'\): .*risk_temperature = 1e-10 overflow"):
         annotate_sentences(fine + [huge], AnnotateOptions(risk_temperature=1e-10))
+
+
+def test_arc_scores_that_are_no_numpy_array_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"^sentence 0 \(''\): arc scores must be a numpy array, got list"):
+        annotate_sentences([SentenceScores(arc=[[0.0, 0.0], [0.0, 0.0]])])
