@@ -424,7 +424,19 @@ def _split(gold: List[Any], held_out: Optional[List[Any]], fraction: float, seed
     if held_out is not None:
         if not held_out:
             raise UserError("--held-out has no sentences")
-        return gold, held_out
+        fitted = {tuple(sentence.words) for sentence in gold}
+        apart = [sentence for sentence in held_out if tuple(sentence.words) not in fitted]
+        if not apart:
+            raise UserError(
+                "--held-out: every one of its sentences is in --dev, so none is held out; give other sentences, or "
+                "leave --held-out out (a part of --dev is held out then)"
+            )
+        if len(apart) < len(held_out):  # rows of fitted sentences would flatter the map
+            warn(
+                f"--held-out: {len(held_out) - len(apart)} of its {len(held_out)} sentences are also in --dev; they "
+                "are left out of the held-out rows"
+            )
+        return gold, apart
     order = numpy.random.default_rng(seed).permutation(len(gold))
     cut = int(round(fraction * len(gold)))
     if cut < 1 or cut >= len(gold):
