@@ -100,7 +100,8 @@ def audit_html(
     note: str = "",
 ) -> str:
     """The standalone report of the flagged sentences (see the module doc)."""
-    flagged = flagged_sentences(sentences, ranked, threshold, limit)
+    every = flagged_sentences(sentences, ranked, threshold, len(sentences))
+    flagged = every[:limit]  # the same sentences and arcs as flagged_sentences(..., limit)
     parts = [_sentence_html(s, arcs, threshold) for s, arcs in flagged]
     invalid = sum(s.tree_problem is not None for s in sentences)
     legend = (
@@ -109,7 +110,8 @@ def audit_html(
         '<span style="color:#e67e22">orange</span> outline: a word that makes the gold tree invalid; '
         '<span style="color:#1e7b45">green, dashed, below</span>: the head the model prefers for a flagged '
         f"word, with its marginal. {len(sentences)} sentences, {sum(s.n for s in sentences)} words, "
-        f"{invalid} invalid gold tree(s); {len(flagged)} sentence(s) shown."
+        f"{invalid} invalid gold tree(s); {len(flagged)} of {len(every)} flagged sentence(s) shown"
+        f"{' (the limit)' if len(flagged) < len(every) else ''}."
         f"{(' ' + html.escape(note)) if note else ''}</div>"
     )
     return (

@@ -202,7 +202,11 @@ def test_html_shows_flagged_sentences_with_the_arc_highlighted():
     for arc in red:  # drawn in red; a gold arc that is not flagged is grey
         assert f'data-head="{arc.head}" data-dep="{arc.id}" stroke="rgb(192,57,43)"' in page
     assert 'stroke="rgb(120,120,120)"' in page
-    assert audit_html(result.sentences, result.ranked, threshold=0.9, limit=1).count('class="audit-sentence"') == 1
+    cut = audit_html(result.sentences, result.ranked, threshold=0.9, limit=1)
+    assert cut.count('class="audit-sentence"') == 1
+    # the page says the limit left flagged sentences out (it said "1 sentence(s) shown")
+    assert f"1 of {len(flagged)} flagged sentence(s) shown (the limit)." in cut
+    assert f"{len(flagged)} of {len(flagged)} flagged sentence(s) shown." in page
 
 
 def test_spacy_trainer_converts_the_folds_and_runs_spacy_train(tmp_path, monkeypatch):
