@@ -143,6 +143,15 @@ def test_a_stopped_run_resumed_equals_an_uninterrupted_one(fmt, sig, model, unin
     assert len(refused) == 2, refused
 
 
+def wait_for_documents(process: subprocess.Popen, manifest: Path, count: int = 5) -> None:
+    """Until the run has listed more than ``count`` documents in its manifest (it must not end first)."""
+    deadline = time.monotonic() + 120
+    while not (manifest.exists() and manifest.read_bytes().count(b"\n") > count):
+        assert process.poll() is None, f"the run ended before it was stopped: {process.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.005)
+
+
 def test_ctrl_c_with_worker_processes_stops_them_cleanly_and_resumes(model, uninterrupted, tmp_path):
     """Ctrl-C reaches the whole process group: the workers print no traceback of their own
     (nor spaCy its W127), the run stops with 130 and no worker left behind, and the resumed
@@ -154,12 +163,8 @@ def test_ctrl_c_with_worker_processes_stops_them_cleanly_and_resumes(model, unin
     process = subprocess.Popen(
         args, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    deadline = time.monotonic() + 120
     try:
-        while not (manifest.exists() and manifest.read_bytes().count(b"\n") > 5):
-            assert process.poll() is None, f"the run ended before it was stopped: {process.communicate()[1][-2000:]}"
-            assert time.monotonic() < deadline, "no progress"
-            time.sleep(0.005)
+        wait_for_documents(process, manifest)
         os.killpg(process.pid, signal.SIGINT)
         _, err = process.communicate(timeout=60)
     finally:
@@ -208,12 +213,8 @@ def test_a_signal_to_the_parent_alone_ends_a_run_with_workers(model, tmp_path):
     manifest = tmp_path / "out.jsonl.partial.manifest"
     args = command(source, target, model, "jsonl") + ["--n-process", "2", "--batch-size", "64"]
     process = subprocess.Popen(args, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
     try:
-        while not (manifest.exists() and manifest.read_bytes().count(b"\n") > 5):
-            assert process.poll() is None, f"the run ended before it was stopped: {process.communicate()[1][-2000:]}"
-            assert time.monotonic() < deadline, "no progress"
-            time.sleep(0.005)
+        wait_for_documents(process, manifest)
         process.send_signal(signal.SIGTERM)  # Ctrl-C takes the same handler
         _, err = process.communicate(timeout=60)
     finally:
