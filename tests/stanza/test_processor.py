@@ -197,9 +197,9 @@ def test_registering_twice_runs_once(monkeypatch):
     calls = []
     original = processor_module.annotate_sentences
 
-    def counting(numbered, options, *rest):
+    def counting(numbered, options, *rest, **named):
         calls.append(len(numbered))
-        return original(numbered, options, *rest)
+        return original(numbered, options, *rest, **named)
 
     monkeypatch.setattr(processor_module, "annotate_sentences", counting)
     nlp = make_pipeline()
