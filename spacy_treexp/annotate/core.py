@@ -61,11 +61,9 @@ def annotate_sentences(
     sentence i (default: "sentence i" and the start of its text; the Stanza processor names
     the document too)."""
     options = options or AnnotateOptions()
+    name = names if names is not None else functools.partial(_default_name, sentences)
     for i, sentence in enumerate(sentences):
-
-        def where(i: int = i, sentence: SentenceScores = sentence) -> str:
-            return names(i) if names is not None else f"sentence {i} ({_shown(sentence.text)!r})"
-
+        where = functools.partial(name, i)
         if not checked:
             sentence.check(where())
         check_length(sentence.n, options.max_sentence_length, where)
@@ -90,9 +88,7 @@ def annotate_sentences(
                 if options.n_samples > 0:
                     _sample(bucket, dist, annotations, options)
             except ValueError as error:  # the engine names a sentence by its place in the batch
-                raise _named(
-                    error, index, lambda i: names(i) if names is not None else _default_name(sentences, i)
-                ) from error
+                raise _named(error, index, name) from error
             for i, annotation in zip(index, annotations):
                 out[i] = annotation
     return [annotation for annotation in out if annotation is not None]

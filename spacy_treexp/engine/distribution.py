@@ -406,9 +406,13 @@ class TreeDistribution(Distribution):
     @property
     def used_stable_path(self) -> Tensor:
         """Which sentences were computed on the subtraction-free path, ``(B,)`` bool."""
+        return self._out(self._stable_sentences())
+
+    def _stable_sentences(self) -> Tensor:
+        """:attr:`used_stable_path` with its batch axis."""
         self._inference()
         used = self._cache.get("used_stable")  # not set where the first fast pass settled every sentence
-        return self._out(torch.zeros_like(self.lengths, dtype=torch.bool) if used is None else used)
+        return torch.zeros_like(self.lengths, dtype=torch.bool) if used is None else used
 
     def _log_z_shifted(self) -> Tensor:
         """log Z' = log Z − Σ_m shift[m] in float64, ``(B,)``, differentiable (its gradient is μ).
@@ -755,9 +759,7 @@ class TreeDistribution(Distribution):
         r_hat = self._hat(weights, inverse, r_vec)
         s_hat = self._hat(weights, inverse, s_vec)
         value = diagonal - torch.einsum("bjkr,bkjs->brs", r_hat, s_hat)
-        self._inference()
-        used = self._cache.get("used_stable")
-        by_hessian = singular != 0 if used is None else used | (singular != 0)
+        by_hessian = self._stable_sentences() | (singular != 0)
         if bool(by_hessian.any()):
             index = by_hessian.nonzero().squeeze(-1)
             value = value.index_put((index,), self._covariance_by_hessian(index, r_vec, s_vec))

@@ -193,8 +193,9 @@ def ray_executor(
 
         started = start_ray(ray, address, workers, worker_cpus, quiet)
         try:
-            check_cluster(ray.cluster_resources(), worker_cpus, worker_gpus)
-            size = workers or max(1, int(ray.cluster_resources().get("CPU", 1) // max(worker_cpus, 1e-9)))
+            resources = ray.cluster_resources()
+            check_cluster(resources, worker_cpus, worker_gpus)
+            size = workers or max(1, int(resources.get("CPU", 1) // max(worker_cpus, 1e-9)))
             context = DataContext.get_current()
             context.enable_progress_bars = False
             context.preserve_order = False
@@ -248,7 +249,7 @@ def check_ray_target(address: Optional[str], workers: Optional[int], worker_cpus
     host:port, 5 s; Ray itself retries for minutes), or, for the instance started on this
     machine, a per-actor request it can meet (its CPUs, unless ``--workers`` sizes it, and
     the GPUs torch sees)."""
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    address = _cluster_address(address)
     if address is not None and address not in ("auto", "local"):
         host, _, port = address.split("://")[-1].rpartition(":")
         if not host or not port.isdigit():
@@ -259,15 +260,25 @@ def check_ray_target(address: Optional[str], workers: Optional[int], worker_cpus
             raise UserError(f"--ray-address {address}: cannot connect to a Ray cluster ({e.strerror or e})") from None
         return
     if address is None:
-        cpus = os.cpu_count() or 1
-        if workers:
-            cpus = max(cpus, int(workers * max(worker_cpus, 1)))
+        cpus = _local_cpus(workers, worker_cpus)
         gpus = 0
         if worker_gpus > 0:
             import torch
 
             gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         check_cluster({"CPU": float(cpus), "GPU": float(gpus)}, worker_cpus, worker_gpus)
+
+
+def _cluster_address(address: Optional[str]) -> Optional[str]:
+    """``--ray-address``, else ``RAY_ADDRESS``, else None (a Ray instance on this machine)."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def _local_cpus(workers: Optional[int], worker_cpus: float) -> int:
+    """CPUs of the Ray instance started on this machine: its own, or as many as ``workers``
+    actors of ``worker_cpus`` (at least one each) ask for."""
+    cpus = os.cpu_count() or 1
+    return max(cpus, int(workers * max(worker_cpus, 1))) if workers else cpus
 
 
 def import_ray() -> Any:
@@ -292,12 +303,9 @@ def start_ray(ray: Any, address: Optional[str], workers: Optional[int], worker_c
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": not quiet}
     if quiet:  # Ray's own INFO lines, not only the Python logger's
         options["logging_level"] = logging.ERROR
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    address = _cluster_address(address)
     if address is None:
-        cpus = os.cpu_count() or 1
-        if workers:
-            cpus = max(cpus, int(workers * max(worker_cpus, 1)))
-        options["num_cpus"] = cpus
+        options["num_cpus"] = _local_cpus(workers, worker_cpus)
         options["_node_ip_address"] = "127.0.0.1"  # a one-machine instance listens on loopback only
     try:
         ray.init(address=address, **options)

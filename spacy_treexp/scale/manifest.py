@@ -107,6 +107,11 @@ def read(path: Path) -> tuple[Optional[dict[str, Any]], list[dict[str, Any]], in
     return head, entries, end
 
 
+def _busy(paths: Paths) -> UserError:
+    """The refusal of an output folder whose manifest another live run holds locked."""
+    return UserError(f"--output {paths.target}: another run is writing {paths.partial}")
+
+
 class Manifest:
     """The manifest of the run under way, locked; ``commit`` appends and flushes a line."""
 
@@ -121,9 +126,7 @@ class Manifest:
                         try:
                             fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                         except OSError:
-                            raise UserError(
-                                f"--output {paths.target}: another run is writing {paths.partial}"
-                            ) from None
+                            raise _busy(paths) from None
                         fcntl.flock(probe.fileno(), fcntl.LOCK_UN)
                 raise UserError(
                     f"--output {paths.target}: {paths.partial} holds an interrupted run; add --resume to finish "
@@ -165,7 +168,7 @@ class Manifest:
             fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self.file.close()
-            raise UserError(f"--output {self.paths.target}: another run is writing {self.paths.partial}") from None
+            raise _busy(self.paths) from None
 
     def _clear_unlisted(self) -> None:
         keep = {MANIFEST} | {file for entry in self.committed.values() for file in entry.get("files", [])}

@@ -140,8 +140,7 @@ def annotate_documents(
 
     def names(i: int) -> str:  # a message names the document of a batch, and the sentence in it
         d, s = places[i]
-        text = " ".join(word.text for word in sentences[i].words)[:40]
-        return (f"document {d}, " if len(docs) > 1 else "") + f"sentence {s} ({text!r})"
+        return (f"document {d}, " if len(docs) > 1 else "") + f"sentence {s} ({scores[i].text[:40]!r})"
 
     annotations = annotate_sentences(scores, options, calibration, names=names)
     for sentence, annotation in zip(sentences, annotations):
