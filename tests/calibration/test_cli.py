@@ -10,6 +10,7 @@ import numpy
 import pytest
 import spacy
 from helpers.paths import FIXTURES
+from helpers.scorer import CODE_SCORE_SOURCE
 from helpers.trained_parser import train_tiny_parser
 from spacy.tokens import Doc
 
@@ -392,27 +393,6 @@ def test_sentences_whose_gold_tree_the_scores_forbid_are_left_out_of_the_fit(tmp
     assert report["temperature"]["dev_left_out"] == len(left_out)
 
 
-SCORE_SOURCE = """
-import numpy, spacy
-
-
-@spacy.registry.misc("test_code_scores.v1")
-def make_scores():
-    def get_scores(doc):
-        out = []
-        for sent in doc.sents:
-            n = len(sent)
-            distance = numpy.abs(numpy.arange(n + 1)[:, None] - numpy.arange(n + 1)[None, :])
-            arc = (-0.7 * distance).astype("float32")
-            arc[:, 0] = -numpy.inf
-            numpy.fill_diagonal(arc, -numpy.inf)
-            out.append({"start": sent.start, "end": sent.end, "arc": arc, "rel": None, "labels": None})
-        return out
-
-    return get_scores
-"""
-
-
 def test_code_imports_a_custom_score_source_before_the_pipeline_is_loaded(tmp_path):
     """A pipeline whose ``tree_expectations`` reads a score source registered in the user's own
     file is calibrated from the command line with ``--code FILE`` (as spaCy's own commands),
@@ -420,7 +400,7 @@ def test_code_imports_a_custom_score_source_before_the_pipeline_is_loaded(tmp_pa
     import subprocess
     import sys
 
-    (tmp_path / "source.py").write_text(SCORE_SOURCE, encoding="utf8")
+    (tmp_path / "source.py").write_text(CODE_SCORE_SOURCE, encoding="utf8")
     script = (
         "import sys, spacy; sys.path.insert(0, sys.argv[1]); import source\n"
         "import spacy_treexp.pipeline.attributes\n"

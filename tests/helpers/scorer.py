@@ -140,3 +140,26 @@ def tagged_doc(vocab, n_words: int, seed: int, width: int, scale: float) -> Doc:
     score_doc(doc)
     doc.tensor = numpy.random.default_rng(seed).normal(0, scale, (n_words, width)).astype(numpy.float32)
     return doc
+
+
+#: A Python file for ``--code`` (spaCy's and ours): it registers a score source,
+#: ``test_code_scores.v1``, that favours near heads, for a pipeline only that file makes loadable.
+CODE_SCORE_SOURCE = """
+import numpy, spacy
+
+
+@spacy.registry.misc("test_code_scores.v1")
+def make_scores():
+    def get_scores(doc):
+        out = []
+        for sent in doc.sents:
+            n = len(sent)
+            distance = numpy.abs(numpy.arange(n + 1)[:, None] - numpy.arange(n + 1)[None, :])
+            arc = (-0.7 * distance).astype("float32")
+            arc[:, 0] = -numpy.inf
+            numpy.fill_diagonal(arc, -numpy.inf)
+            out.append({"start": sent.start, "end": sent.end, "arc": arc, "rel": None, "labels": None})
+        return out
+
+    return get_scores
+"""

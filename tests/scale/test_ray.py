@@ -152,38 +152,21 @@ def test_annotator_on_a_ray_dataset(cluster, toy_model) -> None:
         assert {key: row[key] for key in ANNOTATION.names} == expected
 
 
-SOURCE_CODE = """import numpy, spacy
-
-
-@spacy.registry.misc("treexp_test_ray_code_source.v1")
-def make_source():
-    def get_scores(doc):
-        out = []
-        for sent in doc.sents:
-            n = len(sent)
-            arc = numpy.zeros((n + 1, n + 1))
-            arc[numpy.arange(n), numpy.arange(1, n + 1)] = 2.0
-            out.append({"start": sent.start, "end": sent.end, "arc": arc, "rel": None, "labels": None})
-        return out
-
-    return get_scores
-"""
-
-
 def test_code_reaches_the_workers(cluster, write_txt, tmp_path: Path) -> None:
     """A pipeline whose score source only --code registers: every actor died with E893
     ("could not find function") while the local backend ran."""
     import spacy
+    from helpers.scorer import CODE_SCORE_SOURCE
     from spacy.util import import_file
 
     from spacy_treexp.cli import main
 
     code = tmp_path / "source.py"
-    code.write_text(SOURCE_CODE)
+    code.write_text(CODE_SCORE_SOURCE)
     import_file("treexp_test_ray_code", str(code))
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "treexp_test_ray_code_source.v1"}})
+    nlp.add_pipe("tree_expectations", config={"scores": {"@misc": "test_code_scores.v1"}})
     nlp.to_disk(tmp_path / "pipeline")
     source = write_txt(tmp_path / "in.txt", 6)
     args = ["annotate", str(source), "--model", str(tmp_path / "pipeline"), "--code", str(code), "--quiet"]
