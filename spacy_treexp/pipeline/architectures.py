@@ -29,6 +29,7 @@ from typing import Any, Callable, List, Optional, Tuple, Union, cast
 
 import numpy
 import torch
+from spacy.pipeline.tok2vec import Tok2VecListener
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v2, torch2xp, xp2torch
@@ -121,7 +122,8 @@ def _forward(model: Model, inputs: ParserInput, is_train: bool) -> Tuple[ParserO
     if len(docs) != len(sentences):
         raise ValueError("biaffine parser: need one list of sentence spans per Doc")
     tok2vec, scorer = model.layers
-    upstream = getattr(tok2vec, "upstream_name", None)  # a spaCy Tok2VecListener
+    # a spaCy Tok2VecListener, alone or inside spacy_treexp.ConcatTok2Vec.v1
+    upstream = next((node.upstream_name for node in tok2vec.walk() if isinstance(node, Tok2VecListener)), None)
     if not is_train and upstream is not None and any(len(doc) > 0 and doc.tensor.size == 0 for doc in docs):
         # in prediction a listener reads doc.tensor, and gives zeros where it is empty
         raise ValueError(

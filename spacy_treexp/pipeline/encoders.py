@@ -17,9 +17,10 @@ prediction and in training.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple, cast
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import torch
+from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, noop, torch2xp, with_padded, xp2torch
 from thinc.layers.pytorchwrapper import PyTorchRNNWrapper, convert_rnn_outputs
@@ -74,3 +75,64 @@ def build_packed_bilstm_encoder(width: int, depth: int, dropout: float) -> Model
     lstm.set_dim("nO", width)
     lstm.set_dim("nI", width)
     return cast(Model[List[Floats2d], List[Floats2d]], with_padded(with_padded(lstm)))
+
+
+@registry.architectures("spacy_treexp.ConcatTok2Vec.v1")
+def build_concat_tok2vec(*tok2vecs: Model[List[Doc], List[Floats2d]]) -> Model[List[Doc], List[Floats2d]]:
+    """Several tok2vec layers side by side: each Doc's vectors are the columns of every
+    layer's vectors for it, in order (``nO`` is the sum of theirs).
+
+    Lets a ``biaffine_parser`` read its own pipeline's tok2vec (a listener) together with
+    another pipeline's frozen one (``spacy_treexp.FrozenTok2Vec.v1``)."""
+    if len(tok2vecs) < 2:
+        raise ValueError("spacy_treexp.ConcatTok2Vec.v1 needs at least two tok2vec layers")
+    widths = [layer.get_dim("nO") for layer in tok2vecs if layer.has_dim("nO") is True]
+    dims: Dict[str, Optional[int]] = {"nO": sum(widths) if len(widths) == len(tok2vecs) else None}
+    return Model("spacy_treexp.concat_tok2vec", _concat_forward, init=_concat_init, layers=list(tok2vecs), dims=dims)
+
+
+def _concat_init(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
+    for layer in model.layers:
+        layer.initialize(X=X)
+    if all(layer.has_dim("nO") is True for layer in model.layers):
+        model.set_dim("nO", sum(layer.get_dim("nO") for layer in model.layers), force=True)
+
+
+def _concat_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Any]:
+    outputs, backprops = zip(*(layer(docs, is_train) for layer in model.layers))
+    widths = [int(out[0].shape[1]) if len(out) else 0 for out in outputs]
+    joined = [model.ops.xp.hstack(columns) for columns in zip(*outputs)]
+
+    def backprop(d_joined: List[Floats2d]) -> List[Doc]:
+        start = 0
+        for width, layer_backprop in zip(widths, backprops):
+            layer_backprop([model.ops.as_contig(d[:, start : start + width]) for d in d_joined])
+            start += width
+        return []
+
+    return joined, backprop
+
+
+@registry.architectures("spacy_treexp.FrozenTok2Vec.v1")
+def build_frozen_tok2vec(tok2vec: Model[List[Doc], List[Floats2d]]) -> Model[List[Doc], List[Floats2d]]:
+    """``tok2vec`` with its weights held fixed: it predicts (no dropout) in training too and
+    passes no gradient back, so the optimizer never changes it.
+
+    Its weights are those saved with the pipeline; ``spacy_treexp.copy_tok2vec.v1`` copies a
+    stock pipeline's tok2vec into it when training starts."""
+    dims: Dict[str, Optional[int]] = {"nO": tok2vec.get_dim("nO") if tok2vec.has_dim("nO") is True else None}
+    return Model(FROZEN_TOK2VEC, _frozen_forward, init=_frozen_init, layers=[tok2vec], dims=dims)
+
+
+#: Name of the layers ``spacy_treexp.FrozenTok2Vec.v1`` builds.
+FROZEN_TOK2VEC = "spacy_treexp.frozen_tok2vec"
+
+
+def _frozen_init(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
+    model.layers[0].initialize(X=X)
+    if model.layers[0].has_dim("nO") is True:
+        model.set_dim("nO", model.layers[0].get_dim("nO"), force=True)
+
+
+def _frozen_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Any]:
+    return model.layers[0].predict(docs), lambda d_vectors: []

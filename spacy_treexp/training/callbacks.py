@@ -10,10 +10,13 @@
   that stops training once ``max_seconds`` of wall-clock time have passed since the first
   update, by raising :class:`TimeBudgetReached`. spaCy's training loop then saves
   ``model-last``; ``model-best`` holds the best evaluated checkpoint.
+* ``spacy_treexp.copy_tok2vec.v1`` (``@callbacks``): an ``[initialize.after_init]`` callback
+  that copies a stock pipeline's ``tok2vec`` weights into the parser's
+  ``spacy_treexp.FrozenTok2Vec.v1`` layer (``configs/en_ewt_dual.cfg``).
 """
 
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, cast
 
 from spacy.util import registry
 
@@ -45,3 +48,24 @@ def time_budget(max_seconds: float) -> Callable[[Any, Dict[str, Any]], None]:
             raise TimeBudgetReached(f"the training budget of {max_seconds:g} s is spent (step {info.get('step')})")
 
     return before_update
+
+
+@registry.callbacks("spacy_treexp.copy_tok2vec.v1")
+def copy_tok2vec(source: str, component: str = "biaffine_parser") -> Callable[[Any], Any]:
+    """An ``[initialize.after_init]`` callback: copy the weights of the ``tok2vec`` of the
+    pipeline ``source`` (a package name or path) into every ``spacy_treexp.FrozenTok2Vec.v1``
+    layer of ``component``, which must be built like it (same architecture and settings)."""
+    from spacy import load
+
+    from spacy_treexp.pipeline.encoders import FROZEN_TOK2VEC
+
+    def after_init(nlp: Any) -> Any:
+        weights = cast(Any, load(source).get_pipe("tok2vec")).model.to_bytes()
+        frozen = [node for node in nlp.get_pipe(component).model.walk() if node.name == FROZEN_TOK2VEC]
+        if not frozen:
+            raise ValueError(f"spacy_treexp.copy_tok2vec.v1: {component!r} has no spacy_treexp.FrozenTok2Vec.v1 layer")
+        for node in frozen:
+            node.layers[0].from_bytes(weights)
+        return nlp
+
+    return after_init
