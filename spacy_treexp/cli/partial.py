@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from spacy_treexp import __version__
-from spacy_treexp.cli.common import UserError, is_stdio
+from spacy_treexp.cli.common import UserError, is_stdio, warn
 
 LAYOUT = 1
 PARTIAL = ".partial"
@@ -133,7 +133,9 @@ def is_complete(paths: OutputPaths, folder: bool) -> bool:
 def prepare(paths: OutputPaths, header: dict[str, Any], *, resume: bool, folder: bool) -> Optional[Kept]:
     """What a run starts from, read (not written) before anything is: None for a new
     output, or what the partial keeps for ``--resume``. A partial without ``--resume``,
-    or one that does not match ``header``, is a UserError: nothing is overwritten."""
+    or one that does not match ``header``, is a UserError: nothing is overwritten. An empty
+    partial beside a manifest without a complete first line (a run killed before it wrote
+    anything) is removed with it, and the run starts over."""
     if not paths.partial.exists() and not paths.partial.is_symlink():
         return None
     kind = "directory" if folder else "file"
@@ -148,10 +150,23 @@ def prepare(paths: OutputPaths, header: dict[str, Any], *, resume: bool, folder:
     if not paths.manifest.is_file():
         raise UserError(f"--resume: {paths.partial} has no manifest {paths.manifest}; {start_over}")
     found, kept = read_manifest(paths, folder)
+    if found is None and _holds_nothing(paths):
+        # stopped between creating the two and writing the header: nothing was kept to resume
+        warn(f"--resume: {paths.partial} is empty and {paths.manifest} has no header; starting over")
+        paths.partial.rmdir() if paths.partial.is_dir() else paths.partial.unlink()
+        paths.manifest.unlink()
+        return None
     if found is None:
         raise UserError(f"--resume: {paths.manifest} is not a manifest this version can read; {start_over}")
     _check_header(found, header, paths.partial, start_over)
     return kept
+
+
+def _holds_nothing(paths: OutputPaths) -> bool:
+    """The partial is empty and the manifest has no complete line."""
+    if b"\n" in paths.manifest.read_bytes():
+        return False
+    return not any(paths.partial.iterdir()) if paths.partial.is_dir() else paths.partial.stat().st_size == 0
 
 
 def read_manifest(paths: OutputPaths, folder: bool) -> tuple[Optional[dict[str, Any]], Kept]:

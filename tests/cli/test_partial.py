@@ -222,3 +222,33 @@ def test_replace_folder_puts_a_whole_folder_in_place_or_leaves_the_old_one(tmp_p
     replace_folder(target, lambda folder: (folder / "new.txt").write_text("new"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     assert sorted(p.name for p in target.iterdir()) == ["new.txt"]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "spacy"])
+def test_resume_starts_over_after_a_kill_before_the_manifest_had_its_header(fmt, model, source, tmp_path, run_cli):
+    """A run killed between creating its partial and writing the manifest's first line leaves
+    both empty: nothing was kept, so --resume starts over (it said 'not a manifest this
+    version can read; delete ... to start over')."""
+    expected = tmp_path / f"expected.{fmt}"
+    assert run_cli("annotate", str(source), "-o", str(expected), "--model", model)[0] == 0
+    target = tmp_path / f"out.{fmt}"
+    partial = tmp_path / f"out.{fmt}.partial"
+    partial.mkdir() if fmt == "spacy" else partial.write_bytes(b"")
+    (tmp_path / f"out.{fmt}.partial.manifest").write_bytes(b'{"treexp_partial": 1, "form')  # torn header
+    status, _, err = run_cli("annotate", str(source), "-o", str(target), "--model", model, "--resume")
+    assert status == 0 and "is empty" in err and "starting over" in err
+    if fmt == "spacy":
+        assert docs_of(target) == docs_of(expected)
+    else:
+        assert target.read_bytes() == expected.read_bytes()
+    assert not partial.exists()
+
+
+def test_resume_still_refuses_an_unreadable_manifest_beside_kept_output(model, source, tmp_path, run_cli, user_error):
+    target = tmp_path / "out.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        stop_after(patch, 2)
+        assert run_cli("annotate", str(source), "-o", str(target), "--model", model)[0] == 130
+    (tmp_path / "out.jsonl.partial.manifest").write_bytes(b"")
+    message = user_error("annotate", str(source), "-o", str(target), "--model", model, "--resume")
+    assert "not a manifest this version can read" in message
