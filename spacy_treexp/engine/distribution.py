@@ -741,7 +741,10 @@ class TreeDistribution(Distribution):
         return self._second_moment(r, s, centred=False)
 
     def _second_moment(self, r: Tensor, s: Tensor, centred: bool) -> Tensor:
-        """Cov[r, s] (``centred``) or E[r sᵀ], with r and s vectorised internally."""
+        """Cov[r, s] (``centred``) or E[r sᵀ], with r and s vectorised internally. With s the
+        same tensor as r, the diagonal (variances, E[r_k²]) is at least 0: rounding left
+        values near zero at about −1e-15."""
+        same = r is s
         r = self._arc_values(r, "r")
         s = self._arc_values(s, "s")
         r_vec = r if r.dim() == 4 else r.unsqueeze(-1)
@@ -767,6 +770,8 @@ class TreeDistribution(Distribution):
             r_mean = torch.einsum("bhm,bhmr->br", marginals, r_vec)
             s_mean = torch.einsum("bhm,bhms->bs", marginals, s_vec)
             value = value + r_mean.unsqueeze(-1) * s_mean.unsqueeze(-2)
+        if same:
+            torch.diagonal(value, dim1=-2, dim2=-1).clamp_(min=0.0)
         value = value.to(self.scores.dtype)
         if r.dim() == 3:
             value = value.squeeze(-2)
