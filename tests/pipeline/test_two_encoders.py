@@ -13,6 +13,20 @@ from thinc.api import Adam, Config, Model, fix_random_seed, set_dropout_rate
 from spacy_treexp.pipeline.encoders import FROZEN_TOK2VEC, build_concat_tok2vec, build_frozen_tok2vec
 from spacy_treexp.training.callbacks import copy_tok2vec
 
+
+def _hash_cnn(width: int) -> str:
+    """A small spaCy tok2vec, as the body of a config section."""
+    return f"""@architectures = "spacy.HashEmbedCNN.v2"
+pretrained_vectors = null
+width = {width}
+depth = 1
+embed_size = 300
+window_size = 1
+maxout_pieces = 2
+subword_features = true
+"""
+
+
 # the parser listens to the pipeline's tok2vec (32 wide) and reads a frozen 16-wide one
 _FROZEN_STOCK = """
 [components.biaffine_parser.model.tok2vec]
@@ -27,15 +41,7 @@ upstream = "tok2vec"
 @architectures = "spacy_treexp.FrozenTok2Vec.v1"
 
 [components.biaffine_parser.model.tok2vec.*.stock.tok2vec]
-@architectures = "spacy.HashEmbedCNN.v2"
-pretrained_vectors = null
-width = 16
-depth = 1
-embed_size = 300
-window_size = 1
-maxout_pieces = 2
-subword_features = true
-"""
+""" + _hash_cnn(16)
 TWO_ENCODER_CONFIG = TINY_CONFIG.replace(
     '[components.biaffine_parser.model.tok2vec]\n@architectures = "spacy.Tok2VecListener.v1"\nwidth = 32\nupstream = "tok2vec"\n',
     _FROZEN_STOCK,
@@ -53,29 +59,13 @@ pipeline = ["tok2vec"]
 factory = "tok2vec"
 
 [components.tok2vec.model]
-@architectures = "spacy.HashEmbedCNN.v2"
-pretrained_vectors = null
-width = 16
-depth = 1
-embed_size = 300
-window_size = 1
-maxout_pieces = 2
-subword_features = true
-"""
+""" + _hash_cnn(16)
 
 
 def _tok2vec(width: int, seed: int) -> Model:
     fix_random_seed(seed)
     spacy.blank("en")  # registers spaCy's architectures
-    return registry.architectures.get("spacy.HashEmbedCNN.v2")(
-        width=width,
-        depth=1,
-        embed_size=300,
-        window_size=1,
-        maxout_pieces=2,
-        subword_features=True,
-        pretrained_vectors=None,
-    )
+    return registry.resolve(Config().from_str("[model]\n" + _hash_cnn(width)))["model"]
 
 
 @pytest.fixture
