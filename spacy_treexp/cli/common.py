@@ -238,6 +238,8 @@ def open_reader(path: Path, fmt: Optional[InputFormat], on_bad: OnBad) -> Reader
             raise UserError("INPUT -: reading stdin needs --input-format (txt, jsonl or conllu)")
         return Reader(sys.stdin.buffer, on_bad, fmt.value)
     name = fmt.value if fmt is not None else inputs.format_of(path)
+    if name is None and path.is_dir():
+        check_input_file(path, "INPUT")  # says it is a directory: no suffix would make it readable
     if name is None:
         raise UserError(f"INPUT {path}: expected a .txt, .jsonl or .conllu file (or give --input-format)")
     if path.exists() and not path.is_file() and not path.is_dir():

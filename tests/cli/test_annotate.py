@@ -287,6 +287,8 @@ def test_user_errors_are_one_line_and_clobber_nothing(model, tmp_path, user_erro
     assert "input must" not in user_error("annotate", str(tmp_path / "x.csv"), "-o", str(kept), *run)
     assert "x.csv" in user_error("annotate", str(tmp_path / "x.csv"), "-o", str(kept), *run)
     assert "no such file" in user_error("annotate", str(tmp_path / "missing.txt"), "-o", str(kept), *run)
+    (tmp_path / "texts").mkdir()  # a folder is named as one, not asked for a suffix
+    assert "texts: is a directory, not a file" in user_error("annotate", str(tmp_path / "texts"), "-o", str(kept), *run)
     assert "y.csv" in user_error("annotate", str(source), "-o", str(tmp_path / "y.csv"), *run)
     records = tmp_path / "records.jsonl"
     records.write_text('{"text": "Hi."}\n')
