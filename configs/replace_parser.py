@@ -7,15 +7,19 @@ sections are replaced; every other component's folder and config section, the vo
 the tokenizer are kept byte for byte. The old parser's calibration map
 (``treexp_calibration.json``) described the old parser's scores, so it is not carried over:
 fit the new one with ``benchmarks/calibration_ewt.py --write-map`` and
-``benchmarks/ood_novelty.py --write-map`` (``configs/train_en_ewt_dual.sh`` does). The
+``benchmarks/ood_novelty.py --reference-from OLD_MAP --write-map`` (keep a copy of the old map
+for its novelty reference, which describes the unchanged ``doc.tensor``). The
 post-hoc temperatures (``--arc-temperature``, ``--rel-temperature``) go into the parser's
-config section. The model folder is replaced atomically (a sibling folder renamed into place).
+config section. ``meta.json`` loses the old parser's scores (``dep_*``, ``noun_chunks_*``): score the pipeline
+again (``configs/evaluate_en_ewt.py``, ``configs/write_model_meta.py``). The model folder is
+replaced atomically (a sibling folder renamed into place).
 
     python configs/replace_parser.py spacy_treexp/models/en_treexp_ewt training_dual/model-best \\
         --arc-temperature 2.1 --rel-temperature 1.9
 """
 
 import argparse
+import json
 import re
 import shutil
 import sys
@@ -43,6 +47,8 @@ def main(model_dir: Path, trained_dir: Path, arc_temperature: float, rel_tempera
     trained = spacy.load(trained_dir)
     if PARSER not in trained.pipe_names:
         sys.exit(f"{trained_dir} has no {PARSER}")
+    if "tok2vec" not in trained.pipe_names:
+        sys.exit(f"{trained_dir} has no tok2vec: its {PARSER} was not trained on {model_dir}'s")
     if trained.get_pipe("tok2vec").model.to_bytes() != nlp.get_pipe("tok2vec").model.to_bytes():
         sys.exit(f"{trained_dir}'s tok2vec is not {model_dir}'s: the parser listens to it")
     if trained.vocab.vectors.shape != nlp.vocab.vectors.shape:
@@ -64,14 +70,25 @@ def main(model_dir: Path, trained_dir: Path, arc_temperature: float, rel_tempera
     text = _without_parser_sections((model_dir / "config.cfg").read_text(encoding="utf8"))
     (tmp / "config.cfg").write_text(text + "\n" + sections.rstrip("\n") + "\n", encoding="utf8")
 
+    meta = json.loads((model_dir / "meta.json").read_text(encoding="utf8"))
+    dropped = set()
+    for table in (value for key, value in meta.items() if key.startswith("performance")):
+        for key in [key for key in table if "dep_" in key or key.startswith("noun_chunks")]:
+            del table[key]  # they scored the old parser's trees
+            dropped.add(key)
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+
     loaded = spacy.load(tmp)  # refuse to ship what does not load or parses otherwise than trained
     probe = "The new parser reads two encoders side by side ."
     if [t.head.i for t in loaded(probe)] != [t.head.i for t in trained(probe)]:
-        sys.exit(f"{tmp} parses {probe!r} otherwise than {trained_dir}")
+        shutil.rmtree(tmp)
+        sys.exit(f"{model_dir}: not replaced, the result parses {probe!r} otherwise than {trained_dir}")
     model_dir.rename(old)
     tmp.rename(model_dir)
     shutil.rmtree(old)
     print(f"{model_dir}: {loaded.pipe_names}, {PARSER} from {trained_dir}")
+    if dropped:
+        print(f"meta.json: the old parser's {', '.join(sorted(dropped))} left out; score the pipeline again")
 
 
 if __name__ == "__main__":

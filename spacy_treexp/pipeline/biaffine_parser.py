@@ -386,6 +386,29 @@ def _width_setting(nlp: Language, name: str) -> Optional[str]:
     return f"components.{name}.model.width" if "width" in model else None
 
 
+def _listener_setting(nlp: Language, name: str, upstream: str) -> str:
+    """The config setting of the width of component ``name``'s listener to ``upstream``:
+    ``components.NAME.model.tok2vec.width``, or the path to it inside a layer that holds
+    several (``...tok2vec.*.own.width`` in ``spacy_treexp.ConcatTok2Vec.v1``)."""
+
+    def find(section: Any, path: str) -> Optional[str]:
+        if not isinstance(section, dict):
+            return None
+        if (
+            str(section.get("@architectures", "")).endswith("Tok2VecListener.v1")
+            and section.get("upstream") == upstream
+        ):
+            return path
+        for key, value in section.items():
+            found = find(value, f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+
+    tok2vec = nlp.config["components"].get(name, {}).get("model", {}).get("tok2vec")
+    return f"{find(tok2vec, f'components.{name}.model.tok2vec') or f'components.{name}.model.tok2vec'}.width"
+
+
 def _soft_targets(gold: Gold, shape: Tuple[int, ...]) -> Optional[numpy.ndarray]:
     """The batch's arc targets ``(B, N+1, N+1)``: a sentence's soft targets where it has
     them, else its gold tree one-hot; None when no sentence has soft targets."""
@@ -1370,15 +1393,20 @@ class BiaffineParser(TrainablePipe):
         d_rel[sent, dep, labels[sent, dep]] = -1.0
         return loss, (d_arc, d_rel)
 
-    def check_listener_width(self) -> None:
+    def check_listener_width(self, nlp: Optional[Language] = None) -> None:
         """A ValueError naming the setting when the config gives the parser's listener another
-        width than the component it reads (found at ``initialize``, before training)."""
+        width than the component it reads (found at ``initialize``, before training); ``nlp``
+        (the pipeline, whose config names the listener's own setting) makes it exact."""
         if self._width_mismatch is not None:
             upstream, expected, given, setting = self._width_mismatch
+            listener = (
+                f"components.{self.name}.model.tok2vec.width"
+                if nlp is None
+                else _listener_setting(nlp, self.name, upstream)
+            )
             raise ValueError(
                 f"biaffine_parser '{self.name}': its listener is {expected} wide but '{upstream}' gives "
-                f"{given} values per token: set components.{self.name}.model.tok2vec.width = {given}"
-                + (f" (or ${{{setting}}})" if setting else "")
+                f"{given} values per token: set {listener} = {given}" + (f" (or ${{{setting}}})" if setting else "")
             )
 
     def initialize(
@@ -1390,7 +1418,7 @@ class BiaffineParser(TrainablePipe):
     ) -> None:
         """Collect the relation labels (or take ``labels``) and initialise the model."""
         validate_get_examples(get_examples, "BiaffineParser.initialize")
-        self.check_listener_width()
+        self.check_listener_width(nlp)
         sample = list(islice(get_examples(), 10))
         if nlp is not None:
             self._check_sentence_source(nlp, sample)

@@ -17,7 +17,8 @@ prediction and in training.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple, cast
+import warnings
+from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 import torch
 from spacy.tokens import Doc
@@ -121,7 +122,9 @@ def build_frozen_tok2vec(tok2vec: Model[List[Doc], List[Floats2d]]) -> Model[Lis
     Its weights are those saved with the pipeline; ``spacy_treexp.copy_tok2vec.v1`` copies a
     stock pipeline's tok2vec into it when training starts."""
     dims: Dict[str, Optional[int]] = {"nO": tok2vec.get_dim("nO") if tok2vec.has_dim("nO") is True else None}
-    return Model(FROZEN_TOK2VEC, _frozen_forward, init=_frozen_init, layers=[tok2vec], dims=dims)
+    return Model(
+        FROZEN_TOK2VEC, _frozen_forward, init=_frozen_init, layers=[tok2vec], dims=dims, attrs={"copied_from": None}
+    )
 
 
 #: Name of the layers ``spacy_treexp.FrozenTok2Vec.v1`` builds.
@@ -134,5 +137,23 @@ def _frozen_init(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> 
         model.set_dim("nO", model.layers[0].get_dim("nO"), force=True)
 
 
+#: ids of the frozen layers warned about (once each)
+_WARNED: Set[int] = set()
+
+
+def mark_copied(model: Model, source: str) -> None:
+    """Record on a ``spacy_treexp.FrozenTok2Vec.v1`` layer that ``source``'s weights were
+    copied into it (saved with the layer)."""
+    model.attrs["copied_from"] = str(source)
+
+
 def _frozen_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Any]:
+    if model.attrs.get("copied_from") is None and model.id not in _WARNED:
+        _WARNED.add(model.id)
+        warnings.warn(
+            "spacy_treexp.FrozenTok2Vec.v1 holds weights no pipeline's tok2vec was copied into (its random "
+            "initial ones, never trained): add [initialize.after_init] with @callbacks = "
+            '"spacy_treexp.copy_tok2vec.v1" to the training config',
+            stacklevel=2,
+        )
     return model.layers[0].predict(docs), lambda d_vectors: []

@@ -54,18 +54,39 @@ def time_budget(max_seconds: float) -> Callable[[Any, Dict[str, Any]], None]:
 def copy_tok2vec(source: str, component: str = "biaffine_parser") -> Callable[[Any], Any]:
     """An ``[initialize.after_init]`` callback: copy the weights of the ``tok2vec`` of the
     pipeline ``source`` (a package name or path) into every ``spacy_treexp.FrozenTok2Vec.v1``
-    layer of ``component``, which must be built like it (same architecture and settings)."""
+    layer of ``component``, which must be built like it (the same architecture and settings as
+    the source's ``[components.tok2vec.model]``). A source tok2vec that reads static vectors is
+    refused: the copy would read the vectors of the pipeline it is copied into."""
     from spacy import load
 
-    from spacy_treexp.pipeline.encoders import FROZEN_TOK2VEC
+    from spacy_treexp.pipeline.encoders import FROZEN_TOK2VEC, mark_copied
 
     def after_init(nlp: Any) -> Any:
-        weights = cast(Any, load(source).get_pipe("tok2vec")).model.to_bytes()
+        name = "spacy_treexp.copy_tok2vec.v1"
+        stock = load(source)
+        if "tok2vec" not in stock.pipe_names:
+            raise ValueError(f"{name}: {source!r} has no 'tok2vec' component (it has {stock.pipe_names})")
+        model = cast(Any, stock.get_pipe("tok2vec")).model
+        if any(node.name == "static_vectors" for node in model.walk()):
+            raise ValueError(
+                f"{name}: the tok2vec of {source!r} reads static vectors, which a frozen copy would read from "
+                "this pipeline's vocabulary instead of its own; use a stock pipeline without vectors"
+            )
         frozen = [node for node in nlp.get_pipe(component).model.walk() if node.name == FROZEN_TOK2VEC]
         if not frozen:
-            raise ValueError(f"spacy_treexp.copy_tok2vec.v1: {component!r} has no spacy_treexp.FrozenTok2Vec.v1 layer")
+            raise ValueError(f"{name}: {component!r} has no spacy_treexp.FrozenTok2Vec.v1 layer")
+        weights = model.to_bytes()
         for node in frozen:
-            node.layers[0].from_bytes(weights)
+            try:
+                node.layers[0].from_bytes(weights)
+            except ValueError as e:
+                built = stock.config["components"]["tok2vec"]["model"]
+                raise ValueError(
+                    f"{name}: the spacy_treexp.FrozenTok2Vec.v1 layer of {component!r} is not built like the "
+                    f"tok2vec of {source!r} ({e}); give its tok2vec section the settings of that pipeline's "
+                    f"[components.tok2vec.model]: {dict(built)}"
+                ) from None
+            mark_copied(node, source)
         return nlp
 
     return after_init

@@ -404,7 +404,7 @@ def check_config(config: Any) -> None:
         registry.resolve(nlp.config.interpolate()["training"], schema=ConfigSchemaTraining)
         for _, component in nlp.pipeline:
             if isinstance(component, BiaffineParser):
-                component.check_listener_width()
+                component.check_listener_width(nlp)
     except (ConfigValidationError, ValueError, ImportError) as e:  # ImportError: nlp.lang=qq (E048)
         raise TrainingError(f"--set: {_one_line(e)}") from e
 

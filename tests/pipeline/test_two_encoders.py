@@ -129,7 +129,8 @@ def test_a_frozen_layer_predicts_in_training_and_passes_no_gradient(docs):
     frozen.initialize(X=docs)
     set_dropout_rate(frozen, 0.5)  # dropout would change the training outputs
     before = _params(inner)
-    outputs, backprop = frozen.begin_update(docs)
+    with pytest.warns(UserWarning, match="no pipeline's tok2vec was copied into"):
+        outputs, backprop = frozen.begin_update(docs)
     for got, expected in zip(outputs, inner.predict(docs)):
         numpy.testing.assert_array_equal(got, expected)
     assert backprop([numpy.ones_like(y) for y in outputs]) == []
@@ -193,3 +194,51 @@ def test_copying_into_a_parser_without_a_frozen_layer_is_refused(stock_path):
     nlp.initialize(lambda: toy_examples(nlp))
     with pytest.raises(ValueError, match="no spacy_treexp.FrozenTok2Vec.v1 layer"):
         copy_tok2vec(str(stock_path))(nlp)
+
+
+def test_a_layer_no_weights_were_copied_into_is_warned_about_once(stock_path, recwarn):
+    nlp = _two_encoder_pipeline()
+    nlp.initialize(lambda: toy_examples(nlp))
+    nlp("The cat sat .")
+    nlp("The dog sat .")
+    assert sum("no pipeline's tok2vec was copied into" in str(w.message) for w in recwarn) == 1
+    copy_tok2vec(str(stock_path))(nlp)
+    recwarn.clear()
+    nlp("The cat sat .")
+    assert not [w for w in recwarn if "copied into" in str(w.message)]
+
+
+def test_a_frozen_layer_built_otherwise_than_the_stock_tok2vec_is_named(tmp_path):
+    stock = spacy.util.load_model_from_config(
+        Config().from_str(_STOCK_CONFIG.replace("width = 16", "width = 24")), auto_fill=True
+    )
+    stock.initialize()
+    stock.to_disk(tmp_path / "wider")
+    nlp = _two_encoder_pipeline()
+    nlp.initialize(lambda: toy_examples(nlp))
+    with pytest.raises(ValueError, match=r"not built like the tok2vec of .*'width': 24"):
+        copy_tok2vec(str(tmp_path / "wider"))(nlp)
+
+
+def test_a_stock_tok2vec_with_static_vectors_is_refused(tmp_path):
+    from spacy.vectors import Vectors
+
+    fix_random_seed(0)
+    config = Config().from_str(_STOCK_CONFIG.replace("pretrained_vectors = null", "pretrained_vectors = true"))
+    stock = spacy.util.load_model_from_config(config, auto_fill=True)
+    stock.vocab.vectors = Vectors(strings=stock.vocab.strings, shape=(3, 4))
+    for row, word in enumerate(["cat", "dog", "mat"]):
+        stock.vocab.set_vector(word, numpy.full(4, row, dtype="f"))
+    stock.initialize()
+    stock.to_disk(tmp_path / "with_vectors")
+    nlp = _two_encoder_pipeline()
+    nlp.initialize(lambda: toy_examples(nlp))
+    with pytest.raises(ValueError, match="reads static vectors"):
+        copy_tok2vec(str(tmp_path / "with_vectors"))(nlp)
+
+
+def test_a_listener_of_the_wrong_width_is_named_by_its_own_setting():
+    config = Config().from_str(TWO_ENCODER_CONFIG.replace("width = 32\nupstream", "width = 30\nupstream"))
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    with pytest.raises(ValueError, match=r"set components\.biaffine_parser\.model\.tok2vec\.\*\.own\.width = 32"):
+        nlp.initialize(lambda: toy_examples(nlp))

@@ -35,6 +35,7 @@ def _retrained_parser(home_folder, folder, examples):
 
 def test_the_parser_is_replaced_and_nothing_else(tmp_path):
     home, examples, _ = train_toy(TINY_CONFIG, 3)
+    home.meta["performance"] = {"dep_uas": 0.9, "dep_las": 0.8, "noun_chunks_f": 0.7, "pos_acc": 0.6}
     home.to_disk(tmp_path / "shipped")
     home.to_disk(tmp_path / "before")
     trained = _retrained_parser(tmp_path / "shipped", tmp_path / "trained", examples)
@@ -46,6 +47,7 @@ def test_the_parser_is_replaced_and_nothing_else(tmp_path):
     assert (parser["arc_temperature"], parser["rel_temperature"]) == (1.5, 1.25)
     assert parser["model"]["arc_width"] == 32
     assert "members" not in parser  # left to the factory's default
+    assert loaded.meta["performance"] == {"pos_acc": pytest.approx(0.6)}  # the old parser's scores are left out
     for name in ("tok2vec", "sentencizer", "vocab", "tokenizer"):
         path = tmp_path / "before" / name
         if path.is_dir():
@@ -64,3 +66,8 @@ def test_a_parser_trained_on_another_tok2vec_is_refused(tmp_path):
     other.to_disk(tmp_path / "other")
     with pytest.raises(SystemExit, match="tok2vec is not"):
         replace.main(tmp_path / "shipped", tmp_path / "other", arc_temperature=1.0, rel_temperature=1.0)
+    other.remove_pipe("tok2vec")
+    other.to_disk(tmp_path / "own_encoder")
+    with pytest.raises(SystemExit, match="has no tok2vec"):
+        replace.main(tmp_path / "shipped", tmp_path / "own_encoder", arc_temperature=1.0, rel_temperature=1.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "own_encoder", "shipped"]
