@@ -161,12 +161,11 @@ def calibrate(
         raise UserError(f"--dev {dev}: every sentence is one word long, so there is no attachment to fit a map on")
     with torch_threads(threads):
         if stanza is not None:
-            from spacy_treexp.evaluation.scores import stanza_scores
+            from spacy_treexp.evaluation.scores import stanza_scorer
 
-            tags = stanza_tags.gold_tags
             try:
-                fit_scores = stanza_scores(str(stanza), fit_gold, gold_tags=tags)
-                report_scores = stanza_scores(str(stanza), report_gold, gold_tags=tags)
+                parse = stanza_scorer(str(stanza), gold_tags=stanza_tags.gold_tags)  # loaded once
+                fit_scores, report_scores = parse(fit_gold), parse(report_gold)
             except (ValueError, RuntimeError, OSError) as e:
                 raise UserError(f"--stanza {stanza}: {e}") from e
             nlp = None

@@ -12,6 +12,7 @@ to spaCy Docs with the same attributes.
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing
 import multiprocessing.queues
 import signal
@@ -290,6 +291,13 @@ def load_stanza(path: Path, gpu: int, pretokenized: bool) -> Any:
     if not path.is_dir():
         raise UserError(f"--stanza {path}: no such directory")
     options: dict[str, Any] = {"use_gpu": gpu >= 0, "logging_level": "WARN"}
+    if gpu >= 0:  # Stanza would run on the CPU without a word, and on cuda:0 whatever the id
+        import torch
+
+        if not torch.cuda.is_available() or gpu >= torch.cuda.device_count():
+            found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            raise UserError(f"--gpu {gpu}: no such CUDA device for Stanza (torch sees {found})")
+        options["device"] = f"cuda:{gpu}"
     if pretokenized:  # CoNLL-U: gold words, one sentence per document
         options["tokenize_pretokenized"] = True
     try:
@@ -304,19 +312,34 @@ def stanza_stream(
     *,
     n_samples: int,
     on_error: OnError,
+    batch_size: int = 1,
 ) -> Iterator[tuple[Doc, Context]]:
-    """Parse with Stanza, then convert to spaCy Docs carrying the same attributes."""
+    """Parse with Stanza, ``batch_size`` documents at a time (``bulk_process``: Stanza batches
+    their sentences together), then convert to spaCy Docs carrying the same attributes. A batch
+    that fails is parsed again one document at a time, so the error names its document."""
+    from stanza.models.common.doc import Document
+
     from spacy_treexp.stanza.convert import to_spacy
 
     vocab = spacy.blank(pipeline.lang).vocab
-    for item, context in items:
+
+    def text(item: Item) -> Any:
+        return item if isinstance(item, str) else [item[0]]  # pretokenized: one sentence's words
+
+    pairs = iter(items)
+    while batch := list(itertools.islice(pairs, max(batch_size, 1))):
         try:
-            parsed = pipeline(item if isinstance(item, str) else [item[0]])
-            doc = to_spacy(parsed, vocab, n_samples=n_samples)
-        except Exception as e:  # reported with its line number
-            on_error(context, e)
-            continue
-        yield doc, context
+            parsed = pipeline.bulk_process([Document([], text=text(item)) for item, _ in batch])
+        except Exception:  # parsed again one by one below, each error with its document
+            parsed = None
+        for k, (item, context) in enumerate(batch):
+            try:
+                stanza_doc = parsed[k] if parsed is not None else pipeline(text(item))
+                doc = to_spacy(stanza_doc, vocab, n_samples=n_samples)
+            except Exception as e:  # reported with its line number
+                on_error(context, e)
+                continue
+            yield doc, context
 
 
 def make_runner(
@@ -339,7 +362,7 @@ def make_runner(
         if n_process > 1:
             raise UserError("--n-process works with spaCy pipelines only, not with --stanza")
         pipeline = load_stanza(stanza, gpu, pretokenized=gold_sentences)
-        return partial(stanza_stream, pipeline, n_samples=n_samples, on_error=on_error)
+        return partial(stanza_stream, pipeline, n_samples=n_samples, on_error=on_error, batch_size=batch_size)
     nlp = load_pipeline(model, n_samples=n_samples, gpu=gpu, settings=settings)
     return partial(
         annotate_stream,

@@ -118,6 +118,8 @@ def stanza_scorer(
         raise RuntimeError(f"the Stanza adapter is not available: {error}") from error
 
     pipeline_dir = str(pipeline_dir)
+    # the scores are read raw: a map beside depparse.pt (even a broken one) is not loaded
+    options = {"tree_expectations_calibration_path": False, **options}
     depparse = os.path.join(pipeline_dir, "depparse.pt")
     gold_tags = stanza_uses_gold_tags(pipeline_dir, gold_tags)
     if gold_tags:

@@ -253,12 +253,13 @@ def load_folder_pipeline(path: str, lang: str, processors: str, **kwargs: Any) -
     naming the folder, with Stanza's own error as its cause (it was a traceback of
     ``torch.load`` or ``KeyError: 'config'``)."""
     import pickle
+    import struct
 
     import stanza
 
     try:
         return stanza.Pipeline(lang, processors=processors, **kwargs)
-    except (OSError, EOFError, KeyError, pickle.UnpicklingError) as e:
+    except (OSError, EOFError, KeyError, pickle.UnpicklingError, struct.error) as e:
         raise ValueError(
             f"{path!r}: Stanza could not load a model of this folder ({type(e).__name__}: {e}); is every "
             "model file there, whole, and of its kind (depparse.pt a depparse model, pos.pt a tagger)?"

@@ -103,6 +103,10 @@ class TreeExpectationsProcessor(Processor):
             raise ValueError("tree_expectations needs the depparse processor in the same pipeline.")
         self.capture = DepparseScoreCapture.attach(depparse)
 
+    def mark_inactive(self) -> None:
+        """Stanza calls this on every processor when one lacks what it requires, before it
+        raises its own "requires depparse" error; only its ``UDProcessor`` defines it."""
+
     def process(self, doc: Document) -> Document:
         """Annotate every sentence of one document."""
         annotate_documents([doc], self.options, self.calibration)

@@ -89,6 +89,29 @@ def test_stanza_folder_gets_a_map_the_processor_reads(tmp_path, capsys):
         assert abs(a.tree_entropy - b.tree_entropy) > 1e-4
 
 
+def test_a_broken_map_beside_the_stanza_parser_is_replaced_with_force(tmp_path, capsys):
+    """The scores are read raw, so a map that is not JSON beside depparse.pt does not stop the
+    command that replaces it (it did: 'calibration map: not JSON', exit 2)."""
+    pytest.importorskip("stanza")
+    folder = tmp_path / "tiny"
+    shutil.copytree(FIXTURES / "stanza" / "tiny", folder)
+    (folder / "treexp_calibration.json").write_text('{"kind": "bogus"')
+    dev = FIXTURES / "stanza" / "tiny_en.dev.conllu"
+    assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--kind", "temperature", "--force"]) == 0
+    assert CalibrationMap.from_disk(folder / "treexp_calibration.json").kind == "temperature"
+
+
+def test_a_cut_short_stanza_model_is_one_line(tmp_path, capsys):
+    pytest.importorskip("stanza")
+    folder = tmp_path / "tiny"
+    shutil.copytree(FIXTURES / "stanza" / "tiny", folder)
+    whole = (folder / "depparse.pt").read_bytes()
+    (folder / "depparse.pt").write_bytes(whole[:10000])
+    dev = FIXTURES / "stanza" / "tiny_en.dev.conllu"
+    assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--kind", "temperature"]) == 2
+    assert "Stanza could not load a model of this folder" in capsys.readouterr().err
+
+
 def _downloaded_layout(folder):
     """The tiny tagger and parser in the layout ``stanza.download`` makes: ``resources.json``
     naming a package, the models under ``en/<processor>/<package>.pt``."""

@@ -373,3 +373,44 @@ def test_outputs_carry_the_members_values_and_a_rerun_without_members_drops_them
     assert "HeadMI" not in rerun and "MixtureHeadProb" not in rerun
     assert "# mutual_information" not in rerun and "# mixture_error_probability" not in rerun
     assert rerun.count("# error_probability = ") == len(sents)
+
+
+@pytest.mark.skipif(not (STANZA_DIR / "depparse.pt").exists(), reason="tiny Stanza fixture missing")
+def test_stanza_documents_are_parsed_in_batches_and_a_bad_one_is_named(tmp_path):
+    """--batch-size reaches Stanza (bulk_process; it parsed one document per call); a batch
+    that fails is parsed again one by one, so only the bad document is reported."""
+    from spacy_treexp.cli.pipelines import stanza_stream
+    from spacy_treexp.stanza import pipeline_from_dir
+
+    real = pipeline_from_dir(str(STANZA_DIR), logging_level="WARN")
+    calls = {"bulk": 0}
+
+    class Refusing:
+        """The tiny pipeline, refusing any document that holds 'FAIL'."""
+
+        lang = real.lang
+
+        def bulk_process(self, docs):
+            calls["bulk"] += 1
+            if any("FAIL" in doc.text for doc in docs):
+                raise ValueError("refuses FAIL")
+            return real.bulk_process(docs)
+
+        def __call__(self, text):
+            if "FAIL" in text:
+                raise ValueError("refuses FAIL")
+            return real(text)
+
+    texts = ["The dog barked .", "A cat sat on the mat .", "FAIL here .", "Birds sing .", "We left early ."]
+    items = [(text, {"line": k + 1}) for k, text in enumerate(texts)]
+    errors = []
+    batched = list(
+        stanza_stream(Refusing(), items, n_samples=0, on_error=lambda c, e: errors.append((c, e)), batch_size=2)
+    )
+    assert calls["bulk"] == 3
+    assert [context["line"] for _, context in batched] == [1, 2, 4, 5]
+    assert [(context["line"], str(e)) for context, e in errors] == [(3, "refuses FAIL")]
+    alone = list(stanza_stream(Refusing(), items, n_samples=0, on_error=lambda c, e: None, batch_size=1))
+    for (a, _), (b, _) in zip(batched, alone):
+        assert [t.head.i for t in a] == [t.head.i for t in b]
+        assert all(abs(x._.head_prob - y._.head_prob) < 1e-5 for x, y in zip(a, b))

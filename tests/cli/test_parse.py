@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import spacy
+from helpers.paths import FIXTURES
 
 
 def test_prints_a_table_per_sentence(model, reference, run_cli):
@@ -72,6 +73,17 @@ def test_a_stanza_folder_with_a_missing_or_broken_model_is_one_line(tmp_path, us
 def test_gpu_without_cupy_is_a_clear_error(model, user_error):
     message = user_error("parse", "Hi there.", "--model", model, "--gpu", "0")
     assert "--gpu 0: " in message and "cupy" in message
+
+
+def test_a_gpu_stanza_cannot_have_is_a_clear_error(user_error):
+    """Stanza ran on the CPU without a word when no GPU was there, and on cuda:0 for any id."""
+    pytest.importorskip("stanza")
+    import torch
+
+    stanza_dir = str(FIXTURES / "stanza" / "tiny")
+    missing = torch.cuda.device_count() if torch.cuda.is_available() else 0  # the first id that is not there
+    message = user_error("parse", "Hi there .", "--stanza", stanza_dir, "--gpu", str(missing))
+    assert f"--gpu {missing}: no such CUDA device for Stanza" in message
 
 
 def test_pipeline_without_arc_scores_fails_at_once(tmp_path, user_error):

@@ -274,6 +274,25 @@ def test_a_misspelt_calibration_path_is_an_error_not_the_raw_scores(tmp_path):
         make_pipeline(calibraton_path=str(tmp_path / "map.json"))
 
 
+def test_a_pipeline_without_depparse_gets_stanzas_own_requirement_error():
+    """Stanza marks every processor inactive before it says what is missing; ours had no
+    ``mark_inactive`` (only Stanza's UDProcessor has one): an AttributeError instead."""
+    from stanza.pipeline.core import PipelineRequirementsException
+
+    model = TEST_FIXTURES / "stanza" / "tiny"
+    with pytest.raises(PipelineRequirementsException, match="depparse"):
+        stanza.Pipeline(
+            "en",
+            dir=str(model),
+            download_method=None,
+            processors="tokenize,pos,tree_expectations",
+            tokenize_pretokenized=True,
+            pos_model_path=str(model / "pos.pt"),
+            allow_unknown_language=True,
+            logging_level="WARN",
+        )
+
+
 def test_non_graph_parser_is_a_clear_error():
     class FakeTrainer:
         model = torch.nn.Linear(2, 2)
