@@ -70,12 +70,20 @@ def check_not_both(model: Optional[str], stanza: Optional[Path]) -> None:
         raise UserError("use either --model or --stanza, not both")
 
 
+def check_stanza_folder(path: Path) -> None:
+    """A ``--stanza`` value that is a folder, or a UserError saying what it is."""
+    if path.is_file():
+        raise UserError(f"--stanza {path}: is a file; give the folder that holds the Stanza models")
+    if not path.is_dir():
+        raise UserError(f"--stanza {path}: no such directory")
+
+
 def check_source(model: Optional[str], stanza: Optional[Path]) -> None:
     """``--model`` or ``--stanza`` (:func:`check_not_both`), each checked before any work: a
     loadable model name (:func:`check_model`), a Stanza folder that exists."""
     check_not_both(model, stanza)
-    if stanza is not None and not stanza.is_dir():
-        raise UserError(f"--stanza {stanza}: no such directory")
+    if stanza is not None:
+        check_stanza_folder(stanza)
     if model is not None:
         check_model(model)
 
@@ -288,8 +296,7 @@ def load_stanza(path: Path, gpu: int, pretokenized: bool) -> Any:
     """A Stanza pipeline directory (see ``spacy_treexp.stanza.convert.pipeline_from_dir``)."""
     from spacy_treexp.stanza.convert import pipeline_from_dir
 
-    if not path.is_dir():
-        raise UserError(f"--stanza {path}: no such directory")
+    check_stanza_folder(path)
     options: dict[str, Any] = {"use_gpu": gpu >= 0, "logging_level": "WARN"}
     if gpu >= 0:  # Stanza would run on the CPU without a word, and on cuda:0 whatever the id
         import torch

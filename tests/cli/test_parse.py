@@ -212,3 +212,9 @@ def test_ood_prior_puts_the_shipped_models_out_of_domain_probability_under_it(ru
     assert abs(odds / (1 + odds) - expected) < 1e-3
     assert "--ood-prior" in user_error("parse", text, "--ood-prior", "0")
     assert "--ood-prior" in user_error("parse", text, "--ood-prior", "1.5")
+
+
+def test_a_stanza_model_file_given_for_its_folder_is_named(user_error):
+    pytest.importorskip("stanza")
+    model_file = FIXTURES / "stanza" / "tiny" / "depparse.pt"
+    assert "is a file; give the folder" in user_error("parse", "Hi there .", "--stanza", str(model_file))
