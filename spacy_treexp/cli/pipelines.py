@@ -301,8 +301,8 @@ def load_stanza(path: Path, gpu: int, pretokenized: bool) -> Any:
     if gpu >= 0:  # Stanza would run on the CPU without a word, and on cuda:0 whatever the id
         import torch
 
-        if not torch.cuda.is_available() or gpu >= torch.cuda.device_count():
-            found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpu >= found:
             raise UserError(f"--gpu {gpu}: no such CUDA device for Stanza (torch sees {found})")
         options["device"] = f"cuda:{gpu}"
     if pretokenized:  # CoNLL-U: gold words, one sentence per document

@@ -386,10 +386,11 @@ def _width_setting(nlp: Language, name: str) -> Optional[str]:
     return f"components.{name}.model.width" if "width" in model else None
 
 
-def _listener_setting(nlp: Language, name: str, upstream: str) -> str:
+def _listener_setting(nlp: Optional[Language], name: str, upstream: str) -> str:
     """The config setting of the width of component ``name``'s listener to ``upstream``:
-    ``components.NAME.model.tok2vec.width``, or the path to it inside a layer that holds
-    several (``...tok2vec.*.own.width`` in ``spacy_treexp.ConcatTok2Vec.v1``)."""
+    ``components.NAME.model.tok2vec.width``, or, read from ``nlp``'s config, the path to it
+    inside a layer that holds several (``...tok2vec.*.own.width`` in
+    ``spacy_treexp.ConcatTok2Vec.v1``)."""
 
     def find(section: Any, path: str) -> Optional[str]:
         if not isinstance(section, dict):
@@ -405,8 +406,9 @@ def _listener_setting(nlp: Language, name: str, upstream: str) -> str:
                 return found
         return None
 
-    tok2vec = nlp.config["components"].get(name, {}).get("model", {}).get("tok2vec")
-    return f"{find(tok2vec, f'components.{name}.model.tok2vec') or f'components.{name}.model.tok2vec'}.width"
+    top = f"components.{name}.model.tok2vec"
+    tok2vec = None if nlp is None else nlp.config["components"].get(name, {}).get("model", {}).get("tok2vec")
+    return f"{find(tok2vec, top) or top}.width"
 
 
 def _soft_targets(gold: Gold, shape: Tuple[int, ...]) -> Optional[numpy.ndarray]:
@@ -1399,11 +1401,7 @@ class BiaffineParser(TrainablePipe):
         (the pipeline, whose config names the listener's own setting) makes it exact."""
         if self._width_mismatch is not None:
             upstream, expected, given, setting = self._width_mismatch
-            listener = (
-                f"components.{self.name}.model.tok2vec.width"
-                if nlp is None
-                else _listener_setting(nlp, self.name, upstream)
-            )
+            listener = _listener_setting(nlp, self.name, upstream)
             raise ValueError(
                 f"biaffine_parser '{self.name}': its listener is {expected} wide but '{upstream}' gives "
                 f"{given} values per token: set {listener} = {given}" + (f" (or ${{{setting}}})" if setting else "")
