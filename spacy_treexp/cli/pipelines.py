@@ -76,6 +76,22 @@ def check_stanza_folder(path: Path) -> None:
         raise UserError(f"--stanza {path}: is a file; give the folder that holds the Stanza models")
     if not path.is_dir():
         raise UserError(f"--stanza {path}: no such directory")
+    check_installed_stanza()
+
+
+def check_installed_stanza() -> None:
+    """The installed Stanza is one the capture supports, or a UserError naming both (read from
+    the package metadata, before Stanza is imported; the processor checks the same)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from spacy_treexp.stanza.capture import check_stanza_version
+
+    try:
+        check_stanza_version(version("stanza"))
+    except PackageNotFoundError:
+        raise UserError("--stanza needs Stanza: pip install 'stanza>=1.15,<1.16'") from None
+    except RuntimeError as e:
+        raise UserError(str(e)) from None
 
 
 def check_source(model: Optional[str], stanza: Optional[Path]) -> None:

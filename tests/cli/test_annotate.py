@@ -414,3 +414,27 @@ def test_stanza_documents_are_parsed_in_batches_and_a_bad_one_is_named(tmp_path)
     for (a, _), (b, _) in zip(batched, alone):
         assert [t.head.i for t in a] == [t.head.i for t in b]
         assert all(abs(x._.head_prob - y._.head_prob) < 1e-5 for x, y in zip(a, b))
+
+
+def test_every_stanza_command_refuses_an_unsupported_stanza_in_one_line(conllu_file, tmp_path, monkeypatch, user_error):
+    """The capture supports one Stanza minor version: each ``--stanza`` command says so
+    before any work, as a user error (exit 2), whether the command would reach the processor
+    inside its run (evaluate did, exit 1) or not."""
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.16.0" if name == "stanza" else real(name))
+    out = tmp_path / "out"
+    out.mkdir()
+    commands = {
+        "parse": ["Hi ."],
+        "annotate": [str(conllu_file), "-o", str(out / "a.jsonl")],
+        "calibrate": ["--dev", str(conllu_file), "--out", str(out / "c")],
+        "evaluate": ["--conllu", str(conllu_file), "--out", str(out / "e")],
+        "audit": [str(conllu_file), "-o", str(out / "a.jsonl")],
+        "select": [str(conllu_file), "--budget", "5", "-o", str(out / "s.jsonl")],
+    }
+    for command, args in commands.items():
+        message = user_error(command, *args, "--stanza", str(tmp_path))
+        assert "installed: stanza 1.16.0" in message and "pip install 'stanza>=1.15,<1.16'" in message, command
+    assert not any(out.iterdir())
