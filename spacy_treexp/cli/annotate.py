@@ -41,6 +41,7 @@ from spacy_treexp.cli.common import (
     Stanza,
     StopRun,
     UserError,
+    bounded_float,
     check_output_path,
     is_stdio,
     open_reader,
@@ -123,9 +124,11 @@ def annotate(
         ),
     ] = None,
     worker_cpus: Annotated[
-        float, typer.Option("--worker-cpus", min=0.01, help="CPUs per Ray actor (its torch threads).")
+        float, typer.Option("--worker-cpus", parser=bounded_float(0.01), help="CPUs per Ray actor (its torch threads).")
     ] = 1.0,
-    worker_gpus: Annotated[float, typer.Option("--worker-gpus", min=0, help="GPUs per Ray actor (0: CPU).")] = 0.0,
+    worker_gpus: Annotated[
+        float, typer.Option("--worker-gpus", parser=bounded_float(0.0), help="GPUs per Ray actor (0: CPU).")
+    ] = 0.0,
     model: Model = None,
     code: Code = None,
     stanza: Stanza = None,

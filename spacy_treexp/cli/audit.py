@@ -33,6 +33,7 @@ from spacy_treexp.cli.common import (
     StanzaTagsOption,
     StopRun,
     UserError,
+    bounded_float,
     check_input_file,
     check_output_path,
     is_stdio,
@@ -66,10 +67,17 @@ def audit(
     ] = None,
     train_seconds: Annotated[
         Optional[float],
-        typer.Option("--train-seconds", min=1.0, help="With --folds: wall-clock budget of each model's training."),
+        typer.Option(
+            "--train-seconds",
+            parser=bounded_float(1.0),
+            help="With --folds: wall-clock budget of each model's training.",
+        ),
     ] = None,
     threshold: Annotated[
-        float, typer.Option("--threshold", min=0.0, max=1.0, help="Flag arcs whose score is at least this (HTML).")
+        float,
+        typer.Option(
+            "--threshold", parser=bounded_float(0.0, 1.0), help="Flag arcs whose score is at least this (HTML)."
+        ),
     ] = 0.9,
     html_limit: Annotated[int, typer.Option("--html-limit", min=1, help="Most sentences in the HTML report.")] = 100,
     top: Annotated[int, typer.Option("--top", min=1, help="Arcs printed when neither -o nor --html is given.")] = 20,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -89,6 +90,24 @@ def _not_huge(value: int) -> int:
     if value > sys.maxsize:
         raise typer.BadParameter(f"{value}: too large (at most {sys.maxsize})")
     return value
+
+
+def bounded_float(low: float, high: Optional[float] = None) -> Callable[[str], float]:
+    """The parser of a float option: a finite number from ``low`` to ``high``, or a usage error
+    naming it (typer's own ``min`` / ``max`` check lets ``nan`` through to a message about the
+    bound, "should be less than or equal to 1")."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < low or (high is not None and value > high):
+            bound = f">= {low:g}" if high is None else f"from {low:g} to {high:g}"
+            raise typer.BadParameter(f"{text}: expected a finite number {bound}")
+        return value
+
+    return parse
 
 
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, callback=_not_huge, help="Documents per batch.")]

@@ -22,6 +22,7 @@ from spacy_treexp.cli.common import (
     Skipped,
     Stanza,
     UserError,
+    bounded_float,
     check_output_path,
     is_stdio,
     open_reader,
@@ -48,7 +49,9 @@ def render(
     limit: Annotated[int, typer.Option("--limit", min=1, help="Documents to render.")] = 20,
     alt_threshold: Annotated[
         float,
-        typer.Option("--alt-threshold", min=0.0, max=1.0, help="Show alternative heads from this marginal."),
+        typer.Option(
+            "--alt-threshold", parser=bounded_float(0.0, 1.0), help="Show alternative heads from this marginal."
+        ),
     ] = 0.1,
     model: Model = None,
     code: Code = None,

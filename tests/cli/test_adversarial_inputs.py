@@ -146,3 +146,19 @@ def test_a_code_file_that_does_not_import_is_one_line(model, tmp_path, user_erro
     assert f"--code: {broken}: cannot import it (SyntaxError" in user_error(
         "parse", "A text.", "--code", str(broken), "--model", model
     )
+
+
+def test_float_options_name_nan_and_out_of_range_values(conllu_file, tmp_path, user_error):
+    """typer's own bounds let nan through to "should be less than or equal to 1"; each bounded
+    float option says what the value is and what it takes."""
+    cases = [
+        (["audit", str(conllu_file), "--threshold"], "from 0 to 1"),
+        (["audit", str(conllu_file), "--train-seconds"], ">= 1"),
+        (["render", "Hi", "--alt-threshold"], "from 0 to 1"),
+        (["annotate", str(conllu_file), "-o", str(tmp_path / "o.jsonl"), "--worker-cpus"], ">= 0.01"),
+        (["annotate", str(conllu_file), "-o", str(tmp_path / "o.jsonl"), "--worker-gpus"], ">= 0"),
+    ]
+    for args, bound in cases:
+        for value in ("nan", "inf", "-2"):
+            assert f"{value}: expected a finite number {bound}" in user_error(*args, value), (args, value)
+        assert "'x' is not a number" in user_error(*args, "x")
