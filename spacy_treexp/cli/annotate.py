@@ -1,7 +1,7 @@
 """``spacy-treexp annotate INPUT -o OUTPUT``: stream a file through the pipeline.
 
 .txt (one document per line), .jsonl (``{"text": ...}``) or .conllu (gold tokens and
-sentences kept) in; .jsonl, .conllu (HeadProb and HeadEntropy in MISC, with members HeadMI
+sentences kept) in; .jsonl, .conllu (HeadProb, HeadEntropy and DepProb in MISC, with members HeadMI
 and MixtureHeadProb; sentence values as comments) or .spacy (a folder of DocBin shards) out; ``-`` for stdin or stdout. A bad line is reported with its line
 number and skipped (``--strict`` stops).
 

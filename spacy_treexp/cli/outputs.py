@@ -37,9 +37,6 @@ SHARD_SIZE = 1000
 #: Sentence comments the CoNLL-U writer adds, each a ``Span`` extension (a re-annotated file gets
 #: them replaced, and those the new run has no value for removed).
 SENTENCE_COMMENTS = tuple(CONLLU_COMMENTS)
-#: Word values the CoNLL-U writer adds to MISC, each a ``Token`` extension; the last two only
-#: where the sentence has members (the first two always).
-WORD_MISC = {key: CONLLU_MISC[key] for key in ("HeadProb", "HeadEntropy", "HeadMI", "MixtureHeadProb")}
 #: Sentence values of the JSONL output (and the Parquet columns) besides the tree's; None
 #: (null) where the pipeline gives none (no members, no novelty reference).
 SENTENCE_VALUES = (
@@ -224,7 +221,7 @@ def word_heads(heads: Sequence[int], space: Sequence[bool]) -> list[int]:
 
 
 class ConlluWriter(RecordWriter):
-    """CoNLL-U with HeadProb and HeadEntropy in MISC; sentence values in comments.
+    """CoNLL-U with HeadProb, HeadEntropy and DepProb in MISC; sentence values in comments.
 
     From CoNLL-U input, each sentence is the input's :class:`ConlluSentence` with only the
     predicted columns (HEAD, DEPREL, and LEMMA, UPOS, XPOS, FEATS when the pipeline sets
@@ -282,8 +279,10 @@ def _predicted_columns(token: Token, predicted: dict[str, bool]) -> dict[str, st
 
 
 def _uncertainty(token: Token) -> dict[str, Optional[str]]:
-    """The word's :data:`WORD_MISC` items (None, which removes an earlier run's, where it has no value)."""
-    values = {key: token._.get(name) for key, name in WORD_MISC.items()}
+    """The word's MISC items, :data:`CONLLU_MISC` (as the Stanza export's: HeadProb and HeadEntropy
+    always, DepProb where the scores carry relation scores, HeadMI and MixtureHeadProb where the
+    sentence has members; None, which removes an earlier run's, where it has no value)."""
+    values = {key: token._.get(name) for key, name in CONLLU_MISC.items()}
     return {key: None if value is None else f"{value:.4f}" for key, value in values.items()}
 
 

@@ -133,6 +133,7 @@ def test_conllu_keeps_gold_tokens_and_sentences(model, conllu_file, tmp_path, ru
     misc = [dict(kv.split("=") for kv in w[9].split("|")) for w in words]
     assert misc[4]["Gold"] == "yes"
     assert all(0.0 <= float(m["HeadProb"]) <= 1.0 and float(m["HeadEntropy"]) >= 0.0 for m in misc)
+    assert all(0.0 <= float(m["DepProb"]) <= 1.0 for m in misc)  # as the Stanza export's MISC
     assert any(line.startswith("# tree_entropy = ") for line in first)
 
 
@@ -153,22 +154,22 @@ ENHANCED = (
 
 
 # What the output must be, once HEAD and DEPREL (the pipeline's) read H and D and the
-# HeadProb and HeadEntropy values read X.
+# HeadProb, HeadEntropy and DepProb values read X.
 ENHANCED_OUT = (
-    "1\tThey\tthey\tPRON\tPRP\tCase=Nom\tH\tD\t2:nsubj|2.1:nsubj\tHeadProb=X|HeadEntropy=X\n"
-    "2\twent\tgo\tVERB\tVBD\tTense=Past\tH\tD\t0:root\tHeadProb=X|HeadEntropy=X\n"
+    "1\tThey\tthey\tPRON\tPRP\tCase=Nom\tH\tD\t2:nsubj|2.1:nsubj\tHeadProb=X|HeadEntropy=X|DepProb=X\n"
+    "2\twent\tgo\tVERB\tVBD\tTense=Past\tH\tD\t0:root\tHeadProb=X|HeadEntropy=X|DepProb=X\n"
     "2.1\twent\tgo\tVERB\tVBD\t_\t_\t_\t0:root\tCopyOf=2\n"
-    "3\tthere\tthere\tADV\tRB\t_\tH\tD\t2:advmod\tNote=a b|HeadProb=X|HeadEntropy=X\n"
+    "3\tthere\tthere\tADV\tRB\t_\tH\tD\t2:advmod\tNote=a b|HeadProb=X|HeadEntropy=X|DepProb=X\n"
     "4-5\tand_we\t_\t_\t_\t_\t_\t_\t_\tSpaceAfter=No\n"
-    "4\tand\tand\tCCONJ\tCC\t_\tH\tD\t6:cc\tHeadProb=X|HeadEntropy=X\n"
-    "5\twe\twe\tPRON\tPRP\t_\tH\tD\t6:nsubj\tHeadProb=X|Other=x|HeadEntropy=X\n"
-    "6\ttoo\ttoo\tADV\tRB\t_\tH\tD\t2:conj\tHeadProb=X|HeadEntropy=X\n"
+    "4\tand\tand\tCCONJ\tCC\t_\tH\tD\t6:cc\tHeadProb=X|HeadEntropy=X|DepProb=X\n"
+    "5\twe\twe\tPRON\tPRP\t_\tH\tD\t6:nsubj\tHeadProb=X|Other=x|HeadEntropy=X|DepProb=X\n"
+    "6\ttoo\ttoo\tADV\tRB\t_\tH\tD\t2:conj\tHeadProb=X|HeadEntropy=X|DepProb=X\n"
 )
 
 
 def test_conllu_comes_back_verbatim_but_for_the_parse_and_its_uncertainty(model, tmp_path, run_cli):
     """Comments, multiword tokens, empty nodes and unpredicted columns stay byte for byte;
-    HEAD and DEPREL are the pipeline's, MISC gains HeadProb and HeadEntropy (replaced in
+    HEAD and DEPREL are the pipeline's, MISC gains HeadProb, HeadEntropy and DepProb (replaced in
     place when the input had them) and the sentence gains its comments."""
     source = tmp_path / "enhanced.conllu"
     source.write_bytes(ENHANCED.encode("utf-8"))
@@ -187,7 +188,7 @@ def test_conllu_comes_back_verbatim_but_for_the_parse_and_its_uncertainty(model,
             if cols[0].isdigit():
                 assert 0 <= int(cols[6]) <= 6 and cols[7] not in ("", "_")
                 cols[6:8] = ["H", "D"]
-            rows.append(re.sub(r"(HeadProb|HeadEntropy)=[0-9.]+", r"\1=X", "\t".join(cols)) + "\n")
+            rows.append(re.sub(r"(HeadProb|HeadEntropy|DepProb)=[0-9.]+", r"\1=X", "\t".join(cols)) + "\n")
     assert "".join(rows) == ENHANCED_OUT
 
 
