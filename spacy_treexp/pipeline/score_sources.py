@@ -290,8 +290,10 @@ def sentence_scores(
     if len(records) != len(sents):
         raise ScoreSourceError(Errors.TXE004.format(where=_on(where, doc), got=len(records), sents=len(sents)))
     columns = doc.to_array([HEAD, DEP])  # both in one read
-    heads = _local_heads(doc, sents, where, columns[:, 0]) if doc.has_annotation("DEP") else None
-    deprels = _relation_names(doc, columns[:, 1])
+    parsed = doc.has_annotation("DEP")
+    heads = _local_heads(doc, sents, where, columns[:, 0]) if parsed else None
+    # no parse, no relations: "" for every word would be fitted as a relation of its own
+    deprels = _relation_names(doc, columns[:, 1]) if parsed else None
     doc_text = _DocText(doc)
     scan = native_requested() if native is None else native
     out = []
@@ -299,7 +301,7 @@ def sentence_scores(
         here = _SentenceName(where, k, sent)
         scores = _sentence(sent, record, here, single_root, scan)
         set_text_source(scores, doc_text.of(sent))
-        scores.deprels = deprels[sent.start : sent.end]
+        scores.deprels = None if deprels is None else deprels[sent.start : sent.end]
         scores.heads = None if heads is None else heads[sent.start : sent.end]
         if isinstance(record, Mapping) and record.get("heads") is not None:
             _own_tree(scores, record, len(sent), here)

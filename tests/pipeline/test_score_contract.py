@@ -285,9 +285,18 @@ def test_a_forest_is_enough_without_single_root():
 
 def test_arc_scores_as_lists_tuples_and_tensors():
     arc, rel = random_scores(3, 0)
-    reference = component()(doc_with(arc, rel, LABELS))._.tree_expectations[0]
+
+    def parsed(arc, rel, labels):  # a parse on the Doc, so that dep_prob reads the relation scores
+        doc = doc_with(arc, rel, labels)
+        record = doc._.parser_scores
+        doc = Doc(doc.vocab, words=[t.text for t in doc], heads=[1, 1, 1], deps=["nsubj", "ROOT", "obj"])
+        doc._.parser_scores = record
+        return doc
+
+    reference = component()(parsed(arc, rel, LABELS))._.tree_expectations[0]
+    assert numpy.isfinite(reference.dep_prob).all()
     for convert in (lambda a: a.tolist(), lambda a: tuple(map(tuple, a.tolist())), torch.from_numpy):
-        doc = component()(doc_with(convert(arc), convert(rel), tuple(LABELS)))
+        doc = component()(parsed(convert(arc), convert(rel), tuple(LABELS)))
         numpy.testing.assert_allclose(doc._.tree_expectations[0].marginals, reference.marginals, atol=1e-6)
         numpy.testing.assert_allclose(doc._.tree_expectations[0].dep_prob, reference.dep_prob, atol=1e-6)
 
