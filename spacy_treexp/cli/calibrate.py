@@ -28,6 +28,7 @@ tree entropy. Both are stored in the map. Stanza's processor has no token vector
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Optional, Sequence, Tuple
 
@@ -159,6 +160,7 @@ def calibrate(
         raise UserError(str(e)) from e
     if not any(sentence.n > 1 for sentence in dev_gold):  # a map fitted on it is the identity, and would replace one
         raise UserError(f"--dev {dev}: every sentence is one word long, so there is no attachment to fit a map on")
+    _check_attachments(fit_gold, "fitted", seed if held_out is None else None)
     with torch_threads(threads):
         if stanza is not None:
             from spacy_treexp.evaluation.scores import stanza_scorer
@@ -172,6 +174,11 @@ def calibrate(
             current = _stanza_map(stanza_map)
         else:
             nlp = _load(model)
+            name = _annotator(nlp)
+            annotator = nlp.get_pipe(name)
+            encoder, annotator.sentence_encoder = annotator.sentence_encoder, None  # not run: nothing reads it
+            if novelty_text is not None:
+                _check_token_vectors(nlp, novelty_text)
             fit_scores, report_scores = _spacy_scores(nlp, fit_gold), _spacy_scores(nlp, report_gold)
             from spacy_treexp.pipeline.tree_expectations import pipeline_calibration
 
@@ -183,9 +190,6 @@ def calibrate(
                     + ": the new map has none, so sent._.novelty and sent._.out_of_domain will be None; give "
                     "--novelty-text (with --ood-dev for out_of_domain) to fit them for the new map"
                 )
-            name = _annotator(nlp)
-            annotator = nlp.get_pipe(name)
-            encoder, annotator.sentence_encoder = annotator.sentence_encoder, None  # not run: nothing reads it
             if encoder is not None:
                 warn(
                     f"{name}'s sentence_encoder ({encoder.path}) is unset in the stored pipeline: calibrate "
@@ -194,6 +198,7 @@ def calibrate(
                     "--sentence-encoder DIR --write-map MAP, then set sentence_encoder again"
                 )
         fit_gold, fit_scores = _leave_out_forbidden(fit_gold, fit_scores)
+        _check_attachments(fit_gold, "fitted", seed if held_out is None else None)
         warn(f"fitting a {kind.value} map on {len(fit_gold)} sentences ({sum(g.n for g in fit_gold)} words)")
         _warn_if_few_errors(fit_gold, fit_scores)
         _warn_if_unknown_labels(fit_gold, fit_scores)
@@ -295,6 +300,20 @@ def _with_reference(
     return dataclasses.replace(calibration, novelty=reference, fit={**calibration.fit, "novelty": record})
 
 
+def _check_token_vectors(nlp: Any, text: Path) -> None:
+    """Refuse ``--novelty-text`` before the fit when the pipeline writes no token vectors
+    (``doc.tensor``) on the text's first line: the reference is made of them (it failed only
+    after scoring and fitting)."""
+    from spacy_treexp.evaluation.scores import sentence_signals
+
+    first = next(iter(_docs(nlp, text, "--novelty-text")), None)
+    if first is not None and not any(len(v) for v in sentence_signals(nlp, [first]).vectors):
+        raise UserError(
+            f"--novelty-text {text}: the pipeline writes no token vectors (doc.tensor; no tok2vec?) on its first "
+            "line, and the novelty reference is made of them; leave --novelty-text (and --ood-dev) out"
+        )
+
+
 def _docs(nlp: Any, path: Path, what: str) -> Any:
     """A CoNLL-U file's sentences (gold words), or a text file's lines, as one-sentence Docs."""
     from spacy_treexp.evaluation.conllu import ConlluError, read_conllu
@@ -380,6 +399,18 @@ def _model_folder(model: Optional[str]) -> Optional[Path]:
 
 #: Fewer wrongly attached words than this in the fitted part: the map is poorly determined.
 MIN_FIT_ERRORS = 30
+
+
+def _check_attachments(gold: Sequence[Any], part: str, seed: Optional[int]) -> None:
+    """Refuse a fitted part whose sentences are all one word long (none left, or all left out):
+    the arc map fitted on it is the identity and the relation temperature is fitted on ROOT
+    labels alone (a held-out labelled ECE went from 0.108 to 0.222 so, without a word)."""
+    if not any(sentence.n > 1 for sentence in gold):
+        split = "" if seed is None else f" (the part of --dev kept for fitting with --seed {seed})"
+        raise UserError(
+            f"the {part} sentences{split} are all one word long, or left out: there is no attachment to fit a map "
+            "on; give more sentences, another --seed, or the sentences to report on with --held-out"
+        )
 
 
 def _warn_if_few_errors(gold: Sequence[Any], scores: Sequence[Any]) -> None:
@@ -505,6 +536,12 @@ def _store_spacy(nlp: Any, calibration: Any, target: Path) -> None:
     replace_folder(target, nlp.to_disk)
 
 
+def _shown(value: Optional[float], width: int) -> str:
+    """A figure of the table, or ``-`` where there is none (no relation scores; AUROC of a part
+    without a wrong head or without a right one)."""
+    return f"{value:{width}.4f}" if value is not None and math.isfinite(value) else f"{'-':>{width}s}"
+
+
 def _table(
     calibration: Any, parts: Sequence[Tuple[str, Sequence[Any], Sequence[Any]]], seed: int, current: Any = None
 ) -> str:
@@ -527,7 +564,7 @@ def _table(
             f: Dict[str, Any] = figures(word_arrays(gold, scores, used), "tree", band_replicates=300, seed=seed)
             lines.append(
                 f"{name:9s} {label:7s} {f['n_words']:6d} {f['uas']:6.4f} {f['arc_ece']:8.4f} "
-                f"{f['arc_ece_chance_band']:7.4f} {f.get('labeled_ece', float('nan')):8.4f} {f['auroc']:6.4f} "
+                f"{f['arc_ece_chance_band']:7.4f} {_shown(f.get('labeled_ece'), 8)} {_shown(f['auroc'], 6)} "
                 f"{f['gold_head_nll']:6.4f}"
             )
             nll[name, label] = f["gold_head_nll"]

@@ -471,8 +471,11 @@ def test_a_map_that_makes_held_out_worse_is_warned_about(capsys):
     sharp = CalibrationMap.temperature(0.1, fit=fit)  # ten times sharper scores: over-confident
     _table(sharp, [("fitted", gold, scores), ("held-out", gold, scores)], seed=0)
     assert "makes the held-out gold-head NLL worse" in capsys.readouterr().err
-    _table(CalibrationMap.temperature(3.0, fit=fit), [("held-out", gold, scores)], seed=0)
+    table = _table(CalibrationMap.temperature(3.0, fit=fit), [("held-out", gold, scores)], seed=0)
     assert "worse" not in capsys.readouterr().err
+    # no relation scores: no labelled ECE, shown as "-" (it read "nan")
+    rows = [line.split() for line in table.splitlines()[1:]]
+    assert [row[6] for row in rows[-2:]] == ["-", "-"] and "nan" not in table
 
 
 def test_the_held_out_warning_compares_with_the_map_replaced_and_advises_what_is_left(capsys):

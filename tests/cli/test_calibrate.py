@@ -101,6 +101,38 @@ def test_a_dev_without_attachments_or_a_held_out_that_is_dev_is_refused(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.conllu", "one_word.conllu", "pipeline"]
 
 
+def test_a_fitted_part_without_attachments_is_refused(tmp_path, user_error):
+    """Five one-word sentences and one longer: when the split holds out the long one, the part
+    fitted on has no attachment (an identity arc map and a relation temperature fitted on ROOT
+    labels alone were stored, and the held-out labelled ECE doubled, without a word)."""
+    import numpy
+
+    folder, _ = _scorer_pipeline(tmp_path)
+    dev = tmp_path / "mostly_one_word.conllu"
+    one = "".join(f"# sent_id = w{k}\n1\tYes\tyes\tINTJ\tUH\t_\t0\troot\t_\t_\n\n" for k in range(5))
+    dev.write_text(one + OTHER.format(k=0))
+    # the seed whose split keeps the long sentence (index 5) out of the fit, as calibrate draws it
+    seed = next(s for s in range(100) if numpy.random.default_rng(s).permutation(6)[0] == 5)
+    args = ["calibrate", "--dev", str(dev), "--model", str(folder), "--out", str(tmp_path / "a"), "--seed", str(seed)]
+    line = user_error(*args, "--held-out-fraction", "0.2")
+    assert f"the fitted sentences (the part of --dev kept for fitting with --seed {seed}) are all one word" in line
+    assert not (tmp_path / "a").exists()
+
+
+def test_novelty_text_on_a_pipeline_without_token_vectors_is_refused_before_the_fit(tmp_path, user_error):
+    """It failed only after scoring and fitting ("fit_reference: the training sentences have no
+    token vectors")."""
+    folder, dev = _scorer_pipeline(tmp_path)
+    text = tmp_path / "novel.txt"
+    text.write_text("Some text in the domain.\nAnd more of it.\n")
+    out = tmp_path / "a"
+    line = user_error(
+        "calibrate", "--dev", str(dev), "--model", str(folder), "--novelty-text", str(text), "--out", str(out)
+    )
+    assert f"--novelty-text {text}: the pipeline writes no token vectors" in line
+    assert not out.exists()
+
+
 def test_ctrl_c_says_it_stopped_and_leaves_nothing(tmp_path, run_cli, monkeypatch):
     """Ctrl-C exited 130 without a word."""
     from spacy_treexp.cli import calibrate
