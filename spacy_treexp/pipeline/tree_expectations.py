@@ -443,8 +443,13 @@ class TreeExpectations(Pipe):
     ) -> None:
         """Annotate Docs whose scores take the same calibration map."""
         sentences = [s for doc_scores in per_doc for s in doc_scores]
+
+        def name(i: int) -> str:  # as the score contract's messages name a sentence: the component first
+            sentence = sentences[i]
+            return f"{self.where}, sentence (tokens {sentence.start}-{sentence.start + sentence.n}, {sentence.text[:40]!r})"
+
         # sentence_scores held every record to the contract (SentenceScores.check included)
-        annotations = annotate_sentences(sentences, self.options, calibration, checked=True)
+        annotations = annotate_sentences(sentences, self.options, calibration, checked=True, names=name)
         novelty = None if calibration is None else calibration.novelty
         # the opt-in model, checked once per group: refused here, not a silent None, where the map has none
         encoder_domain = None if self.sentence_encoder is None else self._encoder_domain(calibration)
