@@ -97,3 +97,24 @@ def test_writing_a_long_doc_checks_each_word_a_bounded_number_of_times(monkeypat
     doc_to_json(doc)
     ConlluWriter(StdoutSink()).sentences(doc, {"line": 1})
     assert sum(seen) <= 2 * len(doc)
+
+
+def test_a_relation_the_parser_does_not_score_has_no_depprob_in_misc():
+    """A word whose relation the parser has no label for has no dep_prob: CoNLL-U MISC leaves
+    DepProb out, as the JSONL writes null; the other words' DepProb are their dep_prob."""
+    import helpers.scorer  # noqa: F401  (LABELS)
+    from helpers.scorer import LABELS, random_scores
+    from spacy.tokens import Doc
+
+    from spacy_treexp.cli.outputs import _uncertainty
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tree_expectations")
+    arc, rel = random_scores(3, 0)
+    doc = Doc(nlp.vocab, words=["a", "b", "c"], heads=[1, 1, 1], deps=["xcomp", "ROOT", "obj"])
+    doc._.parser_scores = [{"start": 0, "end": 3, "arc": arc, "rel": rel, "labels": LABELS}]
+    doc = nlp.get_pipe("tree_expectations")(doc)
+    items = [_uncertainty(token) for token in doc]
+    assert doc[0]._.dep_prob is None and items[0]["DepProb"] is None
+    assert all(float(item["DepProb"]) == round(token._.dep_prob, 4) for item, token in zip(items[1:], doc[1:]))
+    assert doc_to_json(doc)["sentences"][0]["tokens"][0]["dep_prob"] is None
