@@ -569,6 +569,12 @@ class _DocText:
         return self.text
 
 
+def sentence_name(where: str, doc: Doc, k: int) -> str:
+    """How messages name sentence ``k`` of ``doc`` (the component and source ``where`` first),
+    as the score contract's own messages do."""
+    return str(_SentenceName(where, k, list(doc.sents)[k]))
+
+
 class _SentenceName:
     """How messages name sentence ``k`` of a Doc, built only when a message is."""
 

@@ -65,6 +65,7 @@ from spacy_treexp.pipeline.score_sources import (
     ScoreSource,
     call_source,
     make_parser_scores,
+    sentence_name,
     sentence_scores,
     source_name,
 )
@@ -444,9 +445,12 @@ class TreeExpectations(Pipe):
         """Annotate Docs whose scores take the same calibration map."""
         sentences = [s for doc_scores in per_doc for s in doc_scores]
 
-        def name(i: int) -> str:  # as the score contract's messages name a sentence: the component first
-            sentence = sentences[i]
-            return f"{self.where}, sentence (tokens {sentence.start}-{sentence.start + sentence.n}, {sentence.text[:40]!r})"
+        def name(i: int) -> str:  # sentence i of the group, named as the score contract names it
+            for doc, doc_scores in zip(docs, per_doc):
+                if i < len(doc_scores):
+                    return sentence_name(self.where, doc, i)
+                i -= len(doc_scores)
+            raise IndexError(i)
 
         # sentence_scores held every record to the contract (SentenceScores.check included)
         annotations = annotate_sentences(sentences, self.options, calibration, checked=True, names=name)

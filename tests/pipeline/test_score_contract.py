@@ -548,8 +548,13 @@ def test_the_size_limits_name_the_component_and_the_sentence():
     """max_sentence_length and the sample cap began "sentence 0 (...)": in a pipeline with a
     biaffine_parser, which has a length limit of its own, the message did not say who refused."""
     arc, _ = random_scores(6, 0)
-    with pytest.raises(ValueError, match=r"^tree_expectations: score source .*, sentence \(tokens 0-6, 'w1 w2") as info:
+    with pytest.raises(
+        ValueError, match=r"^tree_expectations: score source .*, sentence 0 \(tokens 0-6, 'w1 w2"
+    ) as info:
         component(max_sentence_length=5)(doc_with(arc))
     assert "has 6 words, more than max_sentence_length = 5" in str(info.value)
+    short, _ = random_scores(2, 1)
+    with pytest.raises(ValueError, match=r", sentence 0 \(tokens 0-6, 'w1 w2.* has 6 words"):  # the second Doc's
+        list(component(max_sentence_length=5).pipe([doc_with(short), doc_with(arc)]))
     with pytest.raises(ValueError, match=r"^tree_expectations: score source .*n_samples = 100000000 trees of its 6"):
         component(n_samples=10**8)(doc_with(arc))
