@@ -84,12 +84,12 @@ def check_installed_stanza() -> None:
     the package metadata, before Stanza is imported; the processor checks the same)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from spacy_treexp.stanza.capture import check_stanza_version
+    from spacy_treexp.stanza.capture import STANZA_REQUIREMENT, check_stanza_version
 
     try:
         check_stanza_version(version("stanza"))
     except PackageNotFoundError:
-        raise UserError("--stanza needs Stanza: pip install 'stanza>=1.15,<1.16'") from None
+        raise UserError(f"--stanza needs Stanza: pip install '{STANZA_REQUIREMENT}'") from None
     except RuntimeError as e:
         raise UserError(str(e)) from None
 

@@ -57,6 +57,8 @@ SCORES_ATTR = "_treexp_scores"
 
 #: The Stanza versions whose depparse internals the capture was tested against ([low, high)).
 SUPPORTED_STANZA = ((1, 15), (1, 16))
+#: The pip requirement of that range, for messages.
+STANZA_REQUIREMENT = f"stanza>={'.'.join(map(str, SUPPORTED_STANZA[0]))},<{'.'.join(map(str, SUPPORTED_STANZA[1]))}"
 
 
 def sentence_tree(sentence: Any) -> Tuple[List[int], List[Optional[str]]]:
@@ -97,7 +99,7 @@ def check_stanza_version(version: str) -> None:
         raise RuntimeError(
             f"spacy_treexp's Stanza processor supports stanza >= {'.'.join(map(str, low))}, < "
             f"{'.'.join(map(str, high))} (it captures depparse's scores from its internals); "
-            f"installed: stanza {version}. Install a supported version: pip install 'stanza>=1.15,<1.16'."
+            f"installed: stanza {version}. Install a supported version: pip install '{STANZA_REQUIREMENT}'."
         )
 
 
