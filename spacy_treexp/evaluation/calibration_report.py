@@ -210,27 +210,37 @@ def figures(words: Dict[str, numpy.ndarray], which: str, band_replicates: int = 
 
 
 def bootstrap(words: Dict[str, numpy.ndarray], which: str, replicates: int = 200, seed: int = 0) -> Dict[str, Any]:
-    """95 % percentile intervals of arc ECE, labelled ECE and AUROC, resampling sentences."""
+    """95 % percentile intervals of arc ECE, labelled ECE and AUROC, resampling sentences.
+
+    A resample whose words are all right (or all wrong) has no AUROC: it is left out of the
+    AUROC's interval, and ``auroc_draws`` says how many of the ``replicates`` had one. A group
+    of one sentence gets no intervals (each resample would be that sentence again)."""
     rng = numpy.random.default_rng(seed)
     sentence = words["sentence"]
     starts = numpy.flatnonzero(numpy.r_[True, sentence[1:] != sentence[:-1]])
     ends = numpy.r_[starts[1:], sentence.size]
+    if starts.size < 2:
+        return {}
     values: Dict[str, List[float]] = {"arc_ece": [], "labeled_ece": [], "auroc": []}
     for _ in range(replicates):
         chosen = rng.integers(0, starts.size, starts.size)
         index = numpy.concatenate([numpy.arange(starts[s], ends[s]) for s in chosen])
         confidence, correct = words[which][index], words["head_ok"][index]
         values["arc_ece"].append(metrics.equal_width_ece(confidence, correct, N_BINS))
-        values["auroc"].append(metrics.auroc(1.0 - confidence, ~correct))
+        auroc = metrics.auroc(1.0 - confidence, ~correct)
+        if not numpy.isnan(auroc):
+            values["auroc"].append(auroc)
         if "label_prob" in words:
             values["labeled_ece"].append(
                 metrics.equal_width_ece(
                     confidence * words["label_prob"][index], correct & words["label_ok"][index], N_BINS
                 )
             )
-    return {
+    intervals: Dict[str, Any] = {
         name: [float(numpy.percentile(v, 2.5)), float(numpy.percentile(v, 97.5))] for name, v in values.items() if v
     }
+    intervals["auroc_draws"] = len(values["auroc"])
+    return intervals
 
 
 def calibration_table(

@@ -201,7 +201,9 @@ def calibration_lines(section: Dict[str, Any]) -> List[str]:
         "model with the same confidences shows by chance (correctness ~ Bernoulli(confidence)); "
         "bootstrap 95 % intervals resample sentences (percentile intervals; ECE is biased upward by sampling "
         "noise, more so in a resample that repeats sentences, so the interval of a small ECE can lie above it: "
-        "whether an ECE can be told from perfect calibration is what its band says).",
+        "whether an ECE can be told from perfect calibration is what its band says); an AUROC interval "
+        "leaves out the resamples with no wrong head or no right one (the number of the others is `auroc_draws` in report.json), and a "
+        "group of one sentence has no intervals.",
         "",
         "| variant | UAS (%) | arc ECE [band] | 95 % interval | labelled ECE [band] | AUROC | 95 % interval | gold-head NLL |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -473,7 +475,8 @@ def write_plots(report: Dict[str, Any], out_dir: Path) -> List[str]:
 def reliability_by_genre(section: Dict[str, Any], out_dir: Path, plt: Any) -> str:
     """One reliability diagram (equal-width bins) per genre and overall, a line per variant."""
     test = section["test"]
-    genres = ["overall"] + sorted({g for table in test.values() for g in table["genres"]})
+    named = sorted({g for table in test.values() for g in table["genres"]})
+    genres = ["overall"] + (named if len(named) > 1 else [])  # one genre ("all") is the overall panel again
     columns = min(3, len(genres))
     rows = -(-len(genres) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 4.0 * rows), squeeze=False)
@@ -489,7 +492,7 @@ def reliability_by_genre(section: Dict[str, Any], out_dir: Path, plt: Any) -> st
             label = f"{name}: ECE {_f(block['arc_ece'], 3)} [{_f(block['arc_ece_chance_band'], 3)}]"
             ax.plot(xs, ys, style, marker=".", label=label)
         ax.set_title(f"{genre}: ECE [chance band]", fontsize=10)
-        ax.set_xlabel("head_prob (15 equal-width bins)")
+        ax.set_xlabel("confidence in the predicted head (15 equal-width bins)")
         ax.set_ylabel("accuracy")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)

@@ -183,3 +183,22 @@ def test_sentences_without_a_genre_beside_others_are_not_named_all():
     header = next(line for line in lines if line.startswith("| score"))
     columns = [cell.strip() for cell in header.strip("|").split("|")][1:]
     assert sorted(columns) == sorted(["all", "email", "weblog", NO_GENRE])
+
+
+def test_bootstrap_leaves_out_resamples_without_an_auroc():
+    """A genre whose wrong heads sit in one sentence: resamples without that sentence have no
+    AUROC and are left out of its interval (they made the whole interval nan)."""
+    from spacy_treexp.evaluation.calibration_report import bootstrap
+
+    rng = numpy.random.default_rng(0)
+    sentence = numpy.repeat(numpy.arange(10), 3)
+    head_ok = numpy.ones(30, dtype=bool)
+    head_ok[[0, 1]] = False  # both wrong heads in sentence 0
+    words = {"sentence": sentence, "head_prob": rng.uniform(0.3, 1.0, 30), "head_ok": head_ok}
+    intervals = bootstrap(words, "head_prob", replicates=200, seed=0)
+    low, high = intervals["auroc"]
+    assert numpy.isfinite([low, high]).all() and 0.0 <= low <= high <= 1.0
+    assert 0 < intervals["auroc_draws"] < 200  # (9/10)^10 of the resamples miss sentence 0
+    assert numpy.isfinite(intervals["arc_ece"]).all()
+    one = {key: value[sentence == 0] for key, value in words.items()}
+    assert bootstrap(one, "head_prob", replicates=50, seed=0) == {}  # one sentence: no interval
