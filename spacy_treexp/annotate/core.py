@@ -231,14 +231,17 @@ def _epistemic(
     for k, index in by_size.items():
         size = max(bucket[b].n for b in index) + 1
         # float32: the members' entropies and marginals to the engine's float32 accuracy
-        # (entropy within 1e-3 max(1, H), marginals 1e-4) at about half the cost
-        scores = numpy.zeros((len(index), k, size, size), dtype=numpy.float32)
+        # (entropy within 1e-3 max(1, H), marginals 1e-4) at about half the cost; the parse's
+        # log-probability from the float64 scores (1 - p(parse) of a confident parse is below
+        # float32's resolution of scores about 10 to 100)
+        exact = numpy.zeros((len(index), k, size, size), dtype=numpy.float64)
         weights = numpy.ones((len(index), k), dtype=numpy.float64)
         for i, b in enumerate(index):
             n = bucket[b].n
-            scores[i, :, : n + 1, : n + 1] = bucket[b].members
+            exact[i, :, : n + 1, : n + 1] = bucket[b].members
             if bucket[b].member_weights is not None:
                 weights[i] = bucket[b].member_weights
+        scores = exact.astype(numpy.float32)
         lengths = torch.tensor([bucket[b].n for b in index], dtype=torch.long, device=device)
         mixture = TreeMixture(
             torch.from_numpy(scores).to(device),
@@ -254,7 +257,13 @@ def _epistemic(
         parse = numpy.zeros((len(index), size), dtype=numpy.int64)
         for i, b in enumerate(index):
             parse[i, 1 : bucket[b].n + 1] = annotations[b].heads
-        parse_log_prob = mixture.log_prob(torch.from_numpy(parse).to(device)).cpu().numpy()
+        exact_mixture = TreeMixture(
+            torch.from_numpy(exact).to(device),
+            torch.from_numpy(weights).to(device),
+            lengths,
+            single_root=options.single_root,
+        )
+        parse_log_prob = exact_mixture.log_prob(torch.from_numpy(parse).to(device)).cpu().numpy()
         head_prob = torch.gather(all_marginals, -2, torch.from_numpy(parse).to(device).unsqueeze(-2)).squeeze(-2)
         head_prob_np = head_prob.float().cpu().numpy()
         marginals = all_marginals.float().cpu().numpy() if options.mixture_marginals else None

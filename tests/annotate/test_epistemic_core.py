@@ -5,6 +5,7 @@ I(tree; member) from the sentences' own seeded generators."""
 import math
 
 import numpy
+import pytest
 from helpers.mixture import mixture_by_enumeration
 
 from spacy_treexp.annotate import AnnotateOptions, SentenceScores, annotate_sentences
@@ -135,3 +136,28 @@ def test_mixture_risk_of_the_parse_against_enumeration():
         assert numpy.abs(record.mixture_head_prob - record.head_prob).max() > 0.02
     plain = annotate_sentences([SentenceScores(arc=scores[0], text="s")])[0]
     assert plain.mixture_head_prob is None and plain.mixture_error_probability is None
+
+
+def test_mixture_risk_of_a_confident_parse_keeps_its_digits():
+    """Two members that agree on a planted tree: 1 - p(parse) is about 1e-5 to 1e-8. Computed from
+    float32 scores it came out 0 or a power of two; the record's value matches float64
+    enumeration to 1e-6 relative."""
+    import torch
+    from helpers.enumerate_trees import tree_log_probs
+
+    n, weights = 5, numpy.array([0.6, 0.4])
+    rng = numpy.random.default_rng(33)
+    base, noise = rng.standard_normal((n + 1, n + 1)), rng.standard_normal((2, n + 1, n + 1))
+    for head, dependent in zip([0, 1, 1, 3, 3], range(1, n + 1)):
+        base[head, dependent] += 3.0
+    for scale in (5.0, 7.0, 9.0):
+        scores = scale * (base[None] + 0.2 * noise)
+        member_trees = [tree_log_probs(torch.from_numpy(s), n, True) for s in scores]
+        trees = member_trees[0][0].tolist()
+        mixture = sum(w * lp.exp() for w, (_, lp) in zip(weights, member_trees)).numpy()
+        sentence = SentenceScores(arc=scores[0], text="s", members=scores, member_weights=weights)
+        record = annotate_sentences([sentence], AnnotateOptions(seed=1))[0]
+        index = [i for i, t in enumerate(trees) if t[1:] == record.heads.tolist()][0]
+        expected = float(mixture[:index].sum() + mixture[index + 1 :].sum())  # 1 - p(parse), no cancellation
+        assert expected < 1e-4
+        assert record.mixture_error_probability == pytest.approx(expected, rel=1e-6)
