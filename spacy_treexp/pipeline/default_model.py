@@ -39,6 +39,9 @@ MIXTURE_NAME = "en_treexp_ewt_mixture"
 #: How ``load`` takes the second parser: ``ensemble`` True (or "product") or "mixture".
 ENSEMBLE_KINDS = ("product", "mixture")
 ENSEMBLE_PARSER = "second_parser"
+#: The settings of ``biaffine_parser`` that the ensemble's second parser takes (in the product it
+#: writes the tree, so a user's ``decoding`` or ``overwrite`` must reach it).
+INHERITED_SETTINGS = ("members", "member_kind", "encoder_precision", "decoding", "max_sentence_length", "overwrite")
 ENSEMBLE_CALIBRATION = MODEL_PATH.parent / "en_treexp_ewt_ensemble_calibration.json"
 
 
@@ -80,7 +83,7 @@ def load(*, ensemble: Union[bool, str] = False, **overrides: Any) -> Language:
     if kind and second:
         raise ValueError(
             f"spacy_treexp.load: {second} name the ensemble's {ENSEMBLE_PARSER!r}, which is added after the "
-            "pipeline is loaded and takes biaffine_parser's members, member_kind and encoder_precision: "
+            f"pipeline is loaded and takes biaffine_parser's {', '.join(INHERITED_SETTINGS)}: "
             'set those (e.g. {"components.biaffine_parser.members": 8}) or, for other settings, change '
             f"nlp.get_pipe({ENSEMBLE_PARSER!r}) after loading"
         )
@@ -161,9 +164,9 @@ def add_second_parser(nlp: Language, kind: str = "product") -> Language:
     ("Two parsers as mixture members"), both under the first parser's map (on EWT dev and
     test its map served both members better than each parser's own: sentence risk 0.935
     against 0.933, ``benchmarks/mixture_of_parsers.py``). The head takes the first parser's
-    ``members``, ``member_kind`` and ``encoder_precision``. A ``tree_expectations`` already
-    in ``nlp`` is added again, so that it takes the new map (unless its config holds a map
-    of its own). Returns ``nlp``."""
+    :data:`INHERITED_SETTINGS` (``decoding`` among them: in the product it writes the tree).
+    A ``tree_expectations`` already in ``nlp`` is added again, so that it takes the new map
+    (unless its config holds a map of its own). Returns ``nlp``."""
     if kind not in ENSEMBLE_KINDS:
         raise ValueError(f"add_second_parser: kind must be one of {ENSEMBLE_KINDS}, got {kind!r}")
     if "biaffine_parser" not in nlp.pipe_names:
@@ -172,9 +175,7 @@ def add_second_parser(nlp: Language, kind: str = "product") -> Language:
     settings = {
         "product": kind == "product",
         "mixture_member": kind == "mixture",
-        "members": first.members,
-        "member_kind": first.member_kind,
-        "encoder_precision": first.encoder_precision,
+        **{key: getattr(first, key) for key in INHERITED_SETTINGS},
     }
     with warnings.catch_warnings():  # the head's own map does not fit the product: replaced below
         warnings.filterwarnings("ignore", message=r".*the map saved beside it was fitted on its own scores")

@@ -275,11 +275,12 @@ def test_the_head_of_the_ensemble_takes_the_first_parsers_member_settings():
     import spacy_treexp
     from spacy_treexp.pipeline.default_model import ENSEMBLE_PARSER
 
-    settings = {"members": 3, "member_kind": "full"}
+    # decoding too: in the product the second parser writes the tree (it kept "map" under "mbr")
+    settings = {"members": 3, "member_kind": "full", "decoding": "mbr", "max_sentence_length": 40, "overwrite": False}
     nlp = spacy_treexp.load(ensemble=True, config={f"components.biaffine_parser.{k}": v for k, v in settings.items()})
     second = nlp.get_pipe(ENSEMBLE_PARSER)
-    assert (second.members, second.member_kind) == (3, "full")
-    assert nlp.config["components"][ENSEMBLE_PARSER]["members"] == 3  # saved with the pipeline
+    assert {key: getattr(second, key) for key in settings} == settings
+    assert nlp.config["components"][ENSEMBLE_PARSER]["decoding"] == "mbr"  # saved with the pipeline
     [record] = records_of(nlp("Dogs bark at night."))
     assert record["members"].shape[0] == 3
 
