@@ -14,6 +14,7 @@ import numpy
 from spacy_treexp.annotate import SentenceScores
 from spacy_treexp.io import ConlluSentence
 from spacy_treexp.io.conllu import sentence_id
+from spacy_treexp.pipeline.config_checks import PipelineError
 
 #: A function from gold sentences to the parser's scores of each (same order).
 Scorer = Callable[[Sequence[ConlluSentence]], List[SentenceScores]]
@@ -104,7 +105,7 @@ def scored(
                 raise ValueError(f"the scorer returned {len(results)} results for {len(chunk)} sentences")
             pairs = list(zip(chunk, results))
         except (ValueError, RuntimeError) as error:
-            if on_error is None:
+            if on_error is None or isinstance(error, PipelineError):  # the pipeline's fault: every sentence's
                 raise
             pairs = []
             for sentence in chunk if len(chunk) > 1 else []:

@@ -40,6 +40,7 @@ from spacy_treexp.cli.common import (
     warn,
     write_output,
 )
+from spacy_treexp.pipeline.config_checks import PipelineError
 
 
 def audit(
@@ -160,6 +161,8 @@ def audit(
         progress.close()
         warn("interrupted: nothing written")
         raise StopRun(130)  # said: main adds no line of its own
+    except PipelineError as e:
+        raise UserError(f"the pipeline cannot run: {e}") from e
     except (ValueError, RuntimeError, OSError) as e:
         progress.close()
         warn(f"spacy-treexp: audit: {' '.join(str(e).split())}")

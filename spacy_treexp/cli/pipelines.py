@@ -31,7 +31,7 @@ from spacy.util import raise_error
 from spacy_treexp.cli.common import UserError
 from spacy_treexp.io.inputs import Context, Item
 from spacy_treexp.pipeline import attributes  # noqa: F401  (registers the extensions)
-from spacy_treexp.pipeline.config_checks import check_pipeline_folder
+from spacy_treexp.pipeline.config_checks import PipelineError, check_pipeline_folder
 from spacy_treexp.pipeline.default_model import ENSEMBLE_NAME, MIXTURE_NAME, STOCK_HEAD_NAME, load_named
 from spacy_treexp.pipeline.extensions import score_writers
 from spacy_treexp.pipeline.stock import needs_our_parser
@@ -251,6 +251,8 @@ def annotate_stream(
         _set_error_handler(nlp, raise_error)
         try:
             doc = nlp(make_doc(nlp, item))
+        except PipelineError as e:  # not this document's fault: every one would fail alike
+            raise UserError(f"the pipeline cannot run: {e}") from e
         except Exception as e:  # reported with its line number
             on_error(context, e)
             return

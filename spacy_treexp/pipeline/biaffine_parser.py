@@ -108,7 +108,7 @@ from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationMap
 from spacy_treexp.engine import TreeDistribution
 from spacy_treexp.pipeline.architectures import ENCODER_PRECISIONS, get_scorer_module, set_n_labels
 from spacy_treexp.pipeline.blas import blas_threads, numpy_blas
-from spacy_treexp.pipeline.config_checks import missing_sentence_source
+from spacy_treexp.pipeline.config_checks import PipelineError, missing_sentence_source
 from spacy_treexp.pipeline.extensions import PARSER_SCORES, new_writer_token, register_extensions
 from spacy_treexp.pipeline.members import DEFAULT_MEMBERS, MEMBER_KINDS, ScorerCapture, arc_members, sentence_generator
 from spacy_treexp.pipeline.noun_chunks import is_ud_label_set, use_ud_noun_chunks
@@ -123,6 +123,11 @@ HOME_COMPONENTS = "treexp_home.json"
 HOME_DIGESTS = "treexp_home_sha256"
 
 Sentences = List[Tuple[int, int]]
+
+
+class JoinError(PipelineError, ProductError):
+    """Two parsers of the pipeline cannot join their scores (product or mixture): every Doc
+    would fail alike."""
 
 
 class Predictions(TypedDict):
@@ -937,7 +942,7 @@ class BiaffineParser(TrainablePipe):
                     if records is None
                     else "they are for other sentences: set no sentence boundaries between the two parsers"
                 )
-                raise ValueError(
+                raise PipelineError(
                     f"biaffine_parser '{self.name}' has {self.joining} = true, so it joins its scores with "
                     f"those an earlier parser stored in Doc._.parser_scores, but {problem}"
                 )
@@ -960,7 +965,7 @@ class BiaffineParser(TrainablePipe):
             if earlier.ndim == 2:
                 earlier = earlier[None]
             if earlier.shape[-1] != n + 1:
-                raise ValueError(
+                raise PipelineError(
                     f"biaffine_parser '{self.name}' has mixture_member = true, but the earlier parser's scores "
                     f"of a sentence of {n} words are {earlier.shape[-1]} x {earlier.shape[-1]}"
                 )
@@ -997,7 +1002,7 @@ class BiaffineParser(TrainablePipe):
         paired = []
         for b, record in enumerate(earlier_records):
             if int(record.get("member_parsers", 1)) > 1:  # its weights and parser count would be lost
-                raise ProductError(
+                raise JoinError(
                     f"biaffine_parser '{self.name}' has product = true, but the scores it would multiply carry "
                     f"the members of {int(record['member_parsers'])} parsers joined by mixture_member: a product "
                     "is of one parser's scores; put the product parser before the mixture members"
@@ -1011,7 +1016,7 @@ class BiaffineParser(TrainablePipe):
                 paired.append(product_members(own_members, own_arc, record.get("members"), earlier_arc))
             except ProductError as e:  # name both parsers: the product's own message cannot
                 earlier = record.get("writer") or "the earlier parser"
-                raise ProductError(
+                raise JoinError(
                     f"biaffine_parser '{self.name}' has product = true, so it multiplies its scores with those "
                     f"{earlier!r} stored in Doc._.parser_scores, but {e}"
                 ) from e
@@ -1022,7 +1027,7 @@ class BiaffineParser(TrainablePipe):
         if not present:
             return None
         if len(present) < len(paired) or len({len(m) for m in present}) > 1:
-            raise ValueError(f"biaffine_parser '{self.name}': the earlier parser's members differ between sentences")
+            raise PipelineError(f"biaffine_parser '{self.name}': the earlier parser's members differ between sentences")
         combined = numpy.zeros((len(present[0]),) + arc.shape, dtype="float32")
         for b, sentence_members in enumerate(present):
             size = sentence_members.shape[-1]
@@ -1126,7 +1131,7 @@ class BiaffineParser(TrainablePipe):
         for listener in model_listeners(self.model):
             upstream = self._upstream(listener)
             if upstream is None:
-                raise ValueError(
+                raise PipelineError(
                     f"biaffine_parser '{self.name}': the Docs come from another pipeline (another "
                     f"vocabulary) and the component its model reads, '{getattr(listener, 'upstream_name')}', is not "
                     f"known: create the parser in its own pipeline and source it from there."
@@ -1217,7 +1222,7 @@ class BiaffineParser(TrainablePipe):
         members = predictions.get("members")
         labels = list(self.labels)
         if not labels:
-            raise ValueError(f"biaffine_parser '{self.name}' has no labels: initialize or train it first")
+            raise PipelineError(f"biaffine_parser '{self.name}' has no labels: initialize or train it first")
         label_ids = numpy.array([self.vocab.strings.add(label) for label in labels], dtype="uint64")
         ud = is_ud_label_set(labels)
         b = 0

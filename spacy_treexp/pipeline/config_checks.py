@@ -5,7 +5,8 @@ Python object", raised in ``create_pipe`` before any factory runs, so the compon
 name the setting. :func:`check_finite_settings` names it; the package's loaders
 (:func:`spacy_treexp.load`, the CLI's ``--model``) run it first. :func:`missing_sentence_source`
 tells ``biaffine_parser.initialize`` that a pipeline leaves it without sentence boundaries, which
-spaCy itself only finds when the first Doc is parsed. This module does not import spaCy.
+spaCy itself only finds when the first Doc is parsed. :class:`PipelineError` is what a component
+raises when the pipeline around it, not the Doc, is wrong. This module does not import spaCy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any, Collection, Iterator, Mapping, Optional, Sequence, Tuple
+
+
+class PipelineError(ValueError):
+    """The pipeline's components do not fit together (a product parser with no parser before it,
+    parsers whose labels differ, ...): found at the first Doc, and every Doc would fail alike, so
+    a command stops with one message instead of reporting each document."""
 
 
 def non_finite_settings(config: Mapping[str, Any], where: str = "") -> Iterator[Tuple[str, float]]:
