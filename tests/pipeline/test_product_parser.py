@@ -254,7 +254,12 @@ def test_calibrate_fits_the_product_and_stores_the_map_with_the_second_parser(co
 
     from spacy_treexp.cli import main
 
-    first_map = temperature_map(0.3)
+    from dataclasses import replace
+
+    from spacy_treexp.calibration.novelty import NoveltyReference
+
+    # the first parser's map carries a novelty reference, which the product's new map will not
+    first_map = replace(temperature_map(0.3), novelty=NoveltyReference(numpy.zeros(3), numpy.eye(3)))
     combined.get_pipe("biaffine_parser").calibration_map = first_map
     try:
         combined.to_disk(tmp_path / "both")
@@ -262,7 +267,7 @@ def test_calibrate_fits_the_product_and_stores_the_map_with_the_second_parser(co
         combined.get_pipe("biaffine_parser").calibration_map = None
     argv = ["calibrate", "--model", str(tmp_path / "both"), "--dev", str(FIXTURES / "eval_20.conllu")]
     assert main(argv + ["--out", str(tmp_path / "calibrated"), "--kind", "temperature"]) == 0
-    capsys.readouterr()
+    assert "sent._.novelty and sent._.out_of_domain will be None" in capsys.readouterr().err  # said, not silent
     nlp = spacy.load(tmp_path / "calibrated")
     fitted = nlp.get_pipe("tree_expectations").calibration
     assert nlp.get_pipe("second").calibration_map.to_dict() == fitted.to_dict()
