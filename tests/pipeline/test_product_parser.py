@@ -250,13 +250,12 @@ def test_the_shipped_ensemble_multiplies_the_shipped_parser_and_the_head():
 def test_calibrate_fits_the_product_and_stores_the_map_with_the_second_parser(combined, tmp_path, capsys):
     """``spacy-treexp calibrate`` on a saved two-parser pipeline: the map is fitted on the
     product's scores and goes to the parser that writes them last, not to the first one."""
-    from helpers.paths import FIXTURES
-
-    from spacy_treexp.cli import main
-
     from dataclasses import replace
 
+    from helpers.paths import FIXTURES
+
     from spacy_treexp.calibration.novelty import NoveltyReference
+    from spacy_treexp.cli import main
 
     # the first parser's map carries a novelty reference, which the product's new map will not
     first_map = replace(temperature_map(0.3), novelty=NoveltyReference(numpy.zeros(3), numpy.eye(3)))
