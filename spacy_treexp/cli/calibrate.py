@@ -186,11 +186,11 @@ def calibrate(
             # a product parser added by the README's recipe has no map of its own yet; the first
             # parser's map still says what the pipeline gave before
             maps = [current] + [getattr(nlp.get_pipe(n), "calibration_map", None) for n in nlp.pipe_names]
-            earlier = next((m for m in maps if m is not None and m.novelty is not None), None)
-            if novelty_text is None and earlier is not None and earlier.novelty is not None:
+            novelty = next((m.novelty for m in maps if m is not None and m.novelty is not None), None)
+            if novelty_text is None and novelty is not None:
                 warn(
                     "the pipeline's map carries a novelty reference"
-                    + (" and an out-of-domain model" if earlier.novelty.domain is not None else "")
+                    + (" and an out-of-domain model" if novelty.domain is not None else "")
                     + ": the new map has none, so sent._.novelty and sent._.out_of_domain will be None; give "
                     "--novelty-text (with --ood-dev for out_of_domain) to fit them for the new map"
                 )

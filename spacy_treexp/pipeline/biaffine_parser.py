@@ -707,21 +707,20 @@ class BiaffineParser(TrainablePipe):
                     (Path(folder) / name).parent.mkdir(parents=True, exist_ok=True)
                     (Path(folder) / name).write_bytes(content)
                 self._adopt_home(Path(folder))
-        elif other and self._home_mismatch is None:
+        elif other or self._width_mismatch is not None:  # sourced by hand, turned into bytes before it parsed
+            if self._width_mismatch is not None:
+                upstream, expected, given = self._width_mismatch[:3]
+                problem = (
+                    f"its model reads the output of '{upstream}' ({given} wide here) but expects {expected} "
+                    "values per token"
+                )
+                missing = f"its own pipeline's '{upstream}'"
+            else:
+                problem, missing = f"it was trained on other weights of {', '.join(other)} than this pipeline's", "them"
             self._home_mismatch = (
-                f"biaffine_parser '{self.name}': it was trained on other weights of {', '.join(other)} than "
-                f"this pipeline's, and its bytes carry no copy of them (it was sourced by hand and turned into "
-                f"bytes before it parsed a Doc): save the host with nlp.to_disk, or add the parser with "
-                f"spacy_treexp.add_uncertainty(nlp), or parse one Doc before nlp.to_bytes()."
-            )
-        if home is None and self._width_mismatch is not None:  # sourcing was done: the bytes lack the copy
-            upstream, expected, given = self._width_mismatch[:3]
-            raise ValueError(
-                f"biaffine_parser '{self.name}': its model reads the output of '{upstream}' ({given} wide here) but "
-                f"expects {expected} values per token, and its bytes carry no copy of its own pipeline's '{upstream}' "
-                f"(it was sourced by hand and turned into bytes before it parsed a Doc): save the host with "
-                f"nlp.to_disk, or parse one Doc before nlp.to_bytes(), or add the parser with "
-                f"spacy_treexp.add_uncertainty(nlp)."
+                f"biaffine_parser '{self.name}': {problem}, and its bytes carry no copy of {missing} (it was "
+                f"sourced by hand and turned into bytes before it parsed a Doc): save the host with nlp.to_disk, "
+                f"or parse one Doc before nlp.to_bytes(), or add the parser with spacy_treexp.add_uncertainty(nlp)."
             )
         if self._home_mismatch is not None:
             raise ValueError(self._home_mismatch)
