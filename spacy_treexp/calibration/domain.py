@@ -52,8 +52,6 @@ and so every AUROC, is the same for every π.
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 from bisect import bisect_right
 from collections import Counter
@@ -65,6 +63,7 @@ import torch
 
 from spacy_treexp.calibration.language_model import WordLanguageModel
 from spacy_treexp.calibration.map import CalibrationError
+from spacy_treexp.calibration.packed import PACKED, pack, unpack
 
 #: The model's features, in order (see the module doc).
 FEATURES = (
@@ -406,12 +405,10 @@ class DomainModel:
             "values": [list(v) for v in self.values],
             "bias": self.bias,
             "rare": RARE,
-            # base64 of its JSON [word, count] pairs: the map goes into a spaCy config
+            # its [word, count] pairs as one packed string: the map goes into a spaCy config
             # (``spacy-treexp calibrate``), where a dict's keys are config options (a word "3:29"
             # or "a=b" breaks them) and a string holding "${" is a variable
-            "lexicon_base64": base64.b64encode(
-                json.dumps(sorted(self.lexicon.items()), ensure_ascii=False).encode("utf8")
-            ).decode("ascii"),
+            "lexicon" + PACKED: pack(sorted(self.lexicon.items())),
             **({} if self.language_model is None else {"language_model": self.language_model.to_dict()}),
             **({} if self.vector_weights is None else {"vector_weights": list(self.vector_weights)}),
             **({"embedding_width": self.embedding_width} if self.embedding_width else {}),
@@ -428,11 +425,7 @@ class DomainModel:
             if int(data["rare"]) != RARE:
                 raise CalibrationError(f"domain model: made for rare = {data['rare']}, this version reads {RARE}")
             return cls(
-                lexicon=_read_lexicon(
-                    json.loads(base64.b64decode(data["lexicon_base64"], validate=True).decode("utf8"))
-                    if "lexicon_base64" in data
-                    else data["lexicon"]
-                ),
+                lexicon=_read_lexicon(data["lexicon"] if "lexicon" in data else unpack(data, "lexicon")),
                 knots=tuple(tuple(float(v) for v in k) for k in data["knots"]),
                 values=tuple(tuple(float(v) for v in k) for k in data["values"]),
                 bias=float(data["bias"]),

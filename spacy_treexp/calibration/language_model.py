@@ -24,8 +24,6 @@ training text's). The cost of a sentence is O(n · order) dictionary lookups.
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 import re
 from collections import Counter
@@ -33,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 from spacy_treexp.calibration.map import CalibrationError
+from spacy_treexp.calibration.packed import PACKED, pack, unpack
 
 #: The shipped model's n-gram order and pruning threshold (``fit``'s defaults): 19,120
 #: n-grams of two or three words and 15,763 words for EWT train, 1.0 MB stored.
@@ -123,17 +122,14 @@ class WordLanguageModel:
         return sum(values) / len(values)
 
     def to_dict(self) -> Dict[str, Any]:
-        # base64 of JSON, as the domain model's lexicon: the map may go into a spaCy config
+        # one packed string, as the domain model's lexicon: the map may go into a spaCy config
         pairs = sorted([list(gram), n] for gram, n in self.counts.items())
-        return {
-            "order": self.order,
-            "counts_base64": base64.b64encode(json.dumps(pairs).encode("utf8")).decode("ascii"),
-        }
+        return {"order": self.order, "counts" + PACKED: pack(pairs)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WordLanguageModel:
         try:
-            pairs = json.loads(base64.b64decode(data["counts_base64"], validate=True).decode("utf8"))
+            pairs = unpack(data, "counts")
             counts: Dict[Tuple[str, ...], int] = {}
             for gram, n in pairs:
                 if not isinstance(gram, list) or not all(isinstance(w, str) for w in gram):

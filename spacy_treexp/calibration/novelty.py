@@ -26,6 +26,7 @@ import torch
 from spacy_treexp.calibration.domain import DomainModel, SentenceSignals, fit_domain, lexicon_counts
 from spacy_treexp.calibration.language_model import WordLanguageModel
 from spacy_treexp.calibration.map import CalibrationError
+from spacy_treexp.calibration.packed import PACKED
 
 #: Most vectors per product with the reference rows (bounds the similarity matrix to
 #: CHUNK x R floats, 32 MB at R = 2,048).
@@ -94,13 +95,14 @@ class NoveltyReference:
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form: the rows as base64 float16 (halves the size; d changes by < 1e-3)."""
         rows = numpy.ascontiguousarray(self.rows.astype("<f2"))
+        domain = None if self.domain is None else self.domain.to_dict()
         return {
             "width": self.width,
             "size": int(self.rows.shape[0]),
             "centre": [float(v) for v in self.centre],
             "rows_float16_base64": base64.b64encode(rows.tobytes()).decode("ascii"),
-            **({} if self.domain is None else {"domain": self.domain.to_dict()}),
-            **({} if self.encoder_domain is None else {"encoder_domain": self.encoder_domain.to_dict()}),
+            **({} if domain is None else {"domain": domain}),
+            **({} if self.encoder_domain is None else {"encoder_domain": _without_shared(self.encoder_domain, domain)}),
         }
 
     @classmethod
@@ -116,9 +118,38 @@ class NoveltyReference:
             raise CalibrationError(f"novelty reference: {rows.size} numbers for {size} rows of width {width}")
         rows = rows.reshape(size, width)  # unit again after float16 rounding: d stays a cosine distance
         domain = None if data.get("domain") is None else DomainModel.from_dict(data["domain"])
-        encoder = None if data.get("encoder_domain") is None else DomainModel.from_dict(data["encoder_domain"])
+        encoder = None if data.get("encoder_domain") is None else DomainModel.from_dict(_with_shared(data))
         unit = rows / numpy.maximum(numpy.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
         return cls(centre, unit, domain, encoder)
+
+
+#: The encoder domain model's tables that may be stored once, in the domain model's form.
+SHAREABLE = ("lexicon" + PACKED, "language_model")
+#: The key naming them in the encoder domain model's form.
+SHARED = "shared_with_domain"
+
+
+def _without_shared(encoder_domain: DomainModel, domain: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The encoder domain model's form less the tables it shares with the domain model's form
+    (the same lexicon and language model, fitted on the same text: named, stored once)."""
+    own = encoder_domain.to_dict()
+    shared = [key for key in SHAREABLE if domain is not None and key in own and own[key] == domain.get(key)]
+    return {**{k: v for k, v in own.items() if k not in shared}, **({SHARED: shared} if shared else {})}
+
+
+def _with_shared(data: Mapping[str, Any]) -> Dict[str, Any]:
+    """The encoder domain model's form with the tables it shares taken from the domain model's."""
+    own = dict(data["encoder_domain"])
+    shared = own.pop(SHARED, [])
+    if not isinstance(shared, list) or not set(shared) <= set(SHAREABLE):
+        raise CalibrationError(f"novelty reference: {SHARED} must list some of {list(SHAREABLE)}, got {shared!r}")
+    domain = data.get("domain") or {}
+    missing = [key for key in shared if key not in domain]
+    if missing:
+        raise CalibrationError(
+            f"novelty reference: the encoder domain model shares {missing}, which the domain model lacks"
+        )
+    return {**{key: domain[key] for key in shared}, **own}
 
 
 def fit_novelty(vectors: Any, size: int = 4096, iterations: int = 10, seed: int = 0) -> NoveltyReference:

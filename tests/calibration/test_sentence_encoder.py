@@ -220,3 +220,41 @@ def test_the_encoder_model_and_its_widths_round_trip_and_are_checked():
     with pytest.raises(CalibrationError, match="embedding_width 20"):
         type(joint)(joint.lexicon, joint.knots, joint.values, joint.bias, joint.features,
                     vector_weights=joint.vector_weights, embedding_width=20)  # fmt: skip
+
+
+def test_tables_the_two_domain_models_share_are_stored_once_and_read_back_for_both():
+    """The default and the encoder's out-of-domain models are fitted on the same text: their
+    lexicon and language model are stored once (in the default model's form)."""
+    from spacy_treexp.calibration.language_model import WordLanguageModel
+
+    inside, inside_vectors = rows_and_vectors(3, 30, 0.0, 4)
+    outside, outside_vectors = rows_and_vectors(4, 10, 0.8, 4)
+    lexicon = {"the": 5, "dog": 2, "barks": 1}
+    language_model = WordLanguageModel.fit([["The", "dog", "barks", "."], ["a", "cat", "sleeps"]])
+    plain = fit_domain(inside, outside, lexicon, features=BASE_FEATURES)
+    joint = fit_domain(
+        inside, outside, lexicon, features=BASE_FEATURES, inside_vectors=inside_vectors,
+        outside_vectors=outside_vectors, embedding_width=4,
+    )  # fmt: skip
+    plain, joint = (dataclasses.replace(m, language_model=language_model) for m in (plain, joint))
+    reference = NoveltyReference(numpy.zeros(TOKEN_WIDTH), numpy.eye(TOKEN_WIDTH), plain, joint)
+    stored = json.loads(json.dumps(reference.to_dict()))
+    assert stored["encoder_domain"]["shared_with_domain"] == ["lexicon_zlib_base64", "language_model"]
+    assert "language_model" not in stored["encoder_domain"] and "lexicon_zlib_base64" not in stored["encoder_domain"]
+    back = NoveltyReference.from_dict(stored)
+    assert back.domain == plain and back.encoder_domain == joint
+    assert dict(back.encoder_domain.lexicon) == lexicon
+    assert back.encoder_domain.language_model.counts == language_model.counts
+    # a model with a lexicon of its own keeps it
+    other = dataclasses.replace(joint, lexicon={"cat": 1})
+    own = NoveltyReference(numpy.zeros(TOKEN_WIDTH), numpy.eye(TOKEN_WIDTH), plain, other).to_dict()
+    assert own["encoder_domain"]["shared_with_domain"] == ["language_model"]
+    assert dict(NoveltyReference.from_dict(own).encoder_domain.lexicon) == {"cat": 1}
+    with pytest.raises(CalibrationError, match="shared_with_domain must list some of"):
+        NoveltyReference.from_dict(
+            {**stored, "encoder_domain": {**stored["encoder_domain"], "shared_with_domain": ["knots"]}}
+        )
+    with pytest.raises(CalibrationError, match="which the domain model lacks"):
+        NoveltyReference.from_dict(
+            {**stored, "domain": {k: v for k, v in stored["domain"].items() if k != "language_model"}}
+        )
