@@ -133,6 +133,25 @@ def blis_ops(nlp: Language, on: bool) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def first_tagger_only(nlp: Language, on: bool) -> Iterator[None]:
+    """With ``on``, a ``tagger`` whose model is ``spacy_treexp.ProductOfTaggers.v1`` tags
+    with its first tagger alone inside the block (``weight = 0``: the second is not run)."""
+    model = nlp.get_pipe("tagger").model if on else None
+    saved = None if model is None else model.attrs["weight"]
+    if model is not None:
+        model.attrs["weight"] = 0.0
+    try:
+        yield
+    finally:
+        if model is not None:
+            model.attrs["weight"] = saved
+
+
+def has_product_tagger(nlp: Language) -> bool:
+    return "tagger" in nlp.pipe_names and nlp.get_pipe("tagger").model.name == "spacy_treexp.product_of_taggers"
+
+
 def speed(
     nlp: Language, references: List[Doc], without: Sequence[str], repeats: int, blis: bool = False
 ) -> Dict[str, object]:
@@ -140,19 +159,28 @@ def speed(
     time and in the process's CPU time (one torch thread: the CPU time is the work done,
     which other processes on a loaded machine do not inflate). With ``blis``, also both with
     thinc's blis products (``blis_ops``), alternating with the others; ``ratio_to_blis_without``
-    is then the pipeline's speed over that of the pipeline without ``without`` on blis."""
+    is then the pipeline's speed over that of the pipeline without ``without`` on blis. Where
+    the tagger is a product of two taggers, also with its first tagger alone
+    (``first_tagger_only``), alternating with the others."""
     n_words = sum(len(r) for r in references)
     absent = [n for n in without if n in nlp.pipe_names]
+    product = has_product_tagger(nlp)
     settings = [("full", [], False), ("without", absent, False)]
     if blis:
         settings += [("blis", [], True), ("blis_without", absent, True)]
+    if product:
+        settings += [("first_tagger", [], False)]
     best = {key: float("inf") for key, _, _ in settings}
     best_cpu = dict(best)
     list(nlp.pipe([words_doc(nlp, r, False) for r in references[:5]]))
     for _ in range(repeats):
         for key, disable, on_blis in settings:
             docs = [words_doc(nlp, r, False) for r in references]
-            with nlp.select_pipes(disable=disable), blis_ops(nlp, on_blis):
+            with (
+                nlp.select_pipes(disable=disable),
+                blis_ops(nlp, on_blis),
+                first_tagger_only(nlp, key == "first_tagger"),
+            ):
                 start, start_cpu = time.perf_counter(), time.process_time()
                 for _doc in nlp.pipe(docs, batch_size=64):
                     pass
@@ -182,6 +210,11 @@ def speed(
                 "ratio_cpu_to_blis_without": round(best_cpu["blis_without"] / best_cpu["full"], 3),
             }
         )
+    if product:
+        out["words_per_second_first_tagger"] = round(n_words / best["first_tagger"])
+        out["ratio_first_tagger"] = round(best["first_tagger"] / best["full"], 3)
+        if blis:
+            out["ratio_first_tagger_to_blis_without"] = round(best["blis_without"] / best["first_tagger"], 3)
     return out
 
 

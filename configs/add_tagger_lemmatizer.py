@@ -31,22 +31,12 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 from thinc.api import Config
 
+from spacy_treexp.io.files import config_without_sections, folder_replacement
+
 ADDED = {"tagger_tok2vec": "tagger_tok2vec", "tagger": "tagger", "trainable_lemmatizer": "lemmatizer"}
 TABLE = "lemma_table"
 LAST = "space_tags"  # whitespace tokens' tags, over the tagger's and lemmatizer's
 NOUN_CHUNKS = "spacy_treexp.ud_noun_chunks.v1"
-
-
-def _without_sections(text: str, names: list) -> str:
-    """``text`` (a config) without the sections of the components ``names``."""
-    out, keep = [], True
-    for line in text.splitlines():
-        header = re.match(r"\[components\.([^.\]]+)", line)
-        if line.startswith("["):
-            keep = not (header and header.group(1) in names)
-        if keep:
-            out.append(line)
-    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def main(model_dir: Path, trained_dir: Path, train_corpus: Path) -> None:
@@ -68,43 +58,38 @@ def main(model_dir: Path, trained_dir: Path, train_corpus: Path) -> None:
     nlp.add_pipe(TABLE).initialize(lambda: (Example(doc, doc) for doc in references.get_docs(nlp.vocab)))
     nlp.add_pipe(LAST)
 
-    tmp = model_dir.with_name(model_dir.name + ".partial")
-    old = model_dir.with_name(model_dir.name + ".old")
-    for path in (tmp, old):
-        shutil.rmtree(path, ignore_errors=True)
-    shutil.copytree(model_dir, tmp)
-    for name in new:
-        shutil.rmtree(tmp / name, ignore_errors=True)
-        if hasattr(nlp.get_pipe(name), "to_disk"):  # space_tags has no data
-            nlp.get_pipe(name).to_disk(tmp / name, exclude=["vocab"])
-    # the lemmatizer's edit trees refer to strings by hash: the string store gains them
-    nlp.vocab.strings.to_disk(tmp / "vocab" / "strings.json")
+    with folder_replacement(model_dir) as tmp:
+        for name in new:
+            shutil.rmtree(tmp / name, ignore_errors=True)
+            if hasattr(nlp.get_pipe(name), "to_disk"):  # space_tags has no data
+                nlp.get_pipe(name).to_disk(tmp / name, exclude=["vocab"])
+        # the lemmatizer's edit trees refer to strings by hash: the string store gains them
+        nlp.vocab.strings.to_disk(tmp / "vocab" / "strings.json")
 
-    text = _without_sections((model_dir / "config.cfg").read_text(encoding="utf8"), new)
-    pipeline = json.dumps(kept + new).replace('","', '", "')
-    text = re.sub(r"(?m)^pipeline = .*$", f"pipeline = {pipeline}", text, count=1)
-    if NOUN_CHUNKS not in text:  # a pipeline fresh from configs/en_ewt.cfg
-        if not re.search(r"(?m)^after_creation = null$", text):
-            sys.exit(f"{model_dir}/config.cfg has an [nlp] after_creation of its own; add {NOUN_CHUNKS} by hand")
-        text = re.sub(r"(?m)^after_creation = null\n", "", text, count=1)
-        text += f'\n[nlp.after_creation]\n@callbacks = "{NOUN_CHUNKS}"\n'
-    sections = Config({"components": {name: nlp.config["components"][name] for name in new}}).to_str()
-    sections = sections.replace("[components]\n", "", 1)  # the config has that section already
-    (tmp / "config.cfg").write_text(text + "\n" + sections.rstrip("\n") + "\n", encoding="utf8")
+        text = (model_dir / "config.cfg").read_text(encoding="utf8")
+        for name in new:
+            text = config_without_sections(text, f"components.{name}")
+        pipeline = json.dumps(kept + new).replace('","', '", "')
+        text = re.sub(r"(?m)^pipeline = .*$", f"pipeline = {pipeline}", text, count=1)
+        if NOUN_CHUNKS not in text:  # a pipeline fresh from configs/en_ewt.cfg
+            if not re.search(r"(?m)^after_creation = null$", text):
+                sys.exit(f"{model_dir}/config.cfg has an [nlp] after_creation of its own; add {NOUN_CHUNKS} by hand")
+            text = re.sub(r"(?m)^after_creation = null\n", "", text, count=1)
+            text += f'\n[nlp.after_creation]\n@callbacks = "{NOUN_CHUNKS}"\n'
+        sections = Config({"components": {name: nlp.config["components"][name] for name in new}}).to_str()
+        sections = sections.replace("[components]\n", "", 1)  # the config has that section already
+        (tmp / "config.cfg").write_text(text + "\n" + sections.rstrip("\n") + "\n", encoding="utf8")
 
-    meta = json.loads((model_dir / "meta.json").read_text(encoding="utf8"))
-    meta["pipeline"] = meta["components"] = kept + new
-    for name in new:  # as spaCy's own meta: none for a component that hides its labels (the lemmatizer's tree ids)
-        if name in nlp.pipe_labels:
-            meta.setdefault("labels", {})[name] = list(nlp.pipe_labels[name])
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+        meta = json.loads((model_dir / "meta.json").read_text(encoding="utf8"))
+        meta["pipeline"] = meta["components"] = kept + new
+        for name in new:  # as spaCy's own meta: none for a component that hides its labels (the lemmatizer's tree ids)
+            if name in nlp.pipe_labels:
+                meta.setdefault("labels", {})[name] = list(nlp.pipe_labels[name])
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
 
-    loaded = spacy.load(tmp)  # refuse to ship what does not load
-    if loaded.pipe_names != kept + new:
-        sys.exit(f"{tmp} loads as {loaded.pipe_names}, expected {kept + new}")
-    model_dir.rename(old)
-    tmp.rename(model_dir)
-    shutil.rmtree(old)
+        loaded = spacy.load(tmp)  # refuse to ship what does not load
+        if loaded.pipe_names != kept + new:
+            sys.exit(f"{tmp} loads as {loaded.pipe_names}, expected {kept + new}")
     print(f"{model_dir}: {loaded.pipe_names}")
 
 

@@ -20,7 +20,6 @@ replaced atomically (a sibling folder renamed into place).
 
 import argparse
 import json
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -28,18 +27,9 @@ from pathlib import Path
 import spacy
 from thinc.api import Config
 
+from spacy_treexp.io.files import config_without_sections, folder_replacement
+
 PARSER = "biaffine_parser"
-
-
-def _without_parser_sections(text: str) -> str:
-    """``text`` (a config) without the parser's sections."""
-    out, keep = [], True
-    for line in text.splitlines():
-        if line.startswith("["):
-            keep = not re.match(rf"\[components\.{PARSER}[.\]]", line)
-        if keep:
-            out.append(line)
-    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def main(model_dir: Path, trained_dir: Path, arc_temperature: float, rel_temperature: float) -> None:
@@ -54,38 +44,30 @@ def main(model_dir: Path, trained_dir: Path, arc_temperature: float, rel_tempera
     if trained.vocab.vectors.shape != nlp.vocab.vectors.shape:
         sys.exit(f"{trained_dir} was trained with other vectors than {model_dir}")
 
-    tmp = model_dir.with_name(model_dir.name + ".partial")
-    old = model_dir.with_name(model_dir.name + ".old")
-    for path in (tmp, old):
-        shutil.rmtree(path, ignore_errors=True)
-    shutil.copytree(model_dir, tmp)
-    shutil.rmtree(tmp / PARSER)
-    trained.get_pipe(PARSER).to_disk(tmp / PARSER, exclude=["vocab"])
+    with folder_replacement(model_dir) as tmp:
+        shutil.rmtree(tmp / PARSER)
+        trained.get_pipe(PARSER).to_disk(tmp / PARSER, exclude=["vocab"])
 
-    trained_settings = trained.config["components"][PARSER]
-    # the settings the configs name; the others keep following the factory's defaults
-    settings = {key: trained_settings[key] for key in ("factory", "decoding", "model", "scorer")}
-    settings.update(arc_temperature=arc_temperature, rel_temperature=rel_temperature)
-    sections = Config({"components": {PARSER: settings}}).to_str().replace("[components]\n", "", 1)
-    text = _without_parser_sections((model_dir / "config.cfg").read_text(encoding="utf8"))
-    (tmp / "config.cfg").write_text(text + "\n" + sections.rstrip("\n") + "\n", encoding="utf8")
+        trained_settings = trained.config["components"][PARSER]
+        # the settings the configs name; the others keep following the factory's defaults
+        settings = {key: trained_settings[key] for key in ("factory", "decoding", "model", "scorer")}
+        settings.update(arc_temperature=arc_temperature, rel_temperature=rel_temperature)
+        sections = Config({"components": {PARSER: settings}}).to_str().replace("[components]\n", "", 1)
+        text = config_without_sections((model_dir / "config.cfg").read_text(encoding="utf8"), f"components.{PARSER}")
+        (tmp / "config.cfg").write_text(text + "\n" + sections.rstrip("\n") + "\n", encoding="utf8")
 
-    meta = json.loads((model_dir / "meta.json").read_text(encoding="utf8"))
-    dropped = set()
-    for table in (value for key, value in meta.items() if key.startswith("performance")):
-        for key in [key for key in table if "dep_" in key or key.startswith("noun_chunks")]:
-            del table[key]  # they scored the old parser's trees
-            dropped.add(key)
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+        meta = json.loads((model_dir / "meta.json").read_text(encoding="utf8"))
+        dropped = set()
+        for table in (value for key, value in meta.items() if key.startswith("performance")):
+            for key in [key for key in table if "dep_" in key or key.startswith("noun_chunks")]:
+                del table[key]  # they scored the old parser's trees
+                dropped.add(key)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
 
-    loaded = spacy.load(tmp)  # refuse to ship what does not load or parses otherwise than trained
-    probe = "The new parser reads two encoders side by side ."
-    if [t.head.i for t in loaded(probe)] != [t.head.i for t in trained(probe)]:
-        shutil.rmtree(tmp)
-        sys.exit(f"{model_dir}: not replaced, the result parses {probe!r} otherwise than {trained_dir}")
-    model_dir.rename(old)
-    tmp.rename(model_dir)
-    shutil.rmtree(old)
+        loaded = spacy.load(tmp)  # refuse to ship what does not load or parses otherwise than trained
+        probe = "The new parser reads two encoders side by side ."
+        if [t.head.i for t in loaded(probe)] != [t.head.i for t in trained(probe)]:
+            sys.exit(f"{model_dir}: not replaced, the result parses {probe!r} otherwise than {trained_dir}")
     print(f"{model_dir}: {loaded.pipe_names}, {PARSER} from {trained_dir}")
     if dropped:
         print(f"meta.json: the old parser's {', '.join(sorted(dropped))} left out; score the pipeline again")

@@ -36,9 +36,18 @@ SOURCES = [
         "license": "PDDL 1.0",
     },
 ]
+#: The source a pipeline whose tagger is a product with a second tagger on en_core_web_sm's
+#: encoder (configs/add_second_tagger.py) adds: that encoder's weights ship in it, frozen.
+STOCK_SOURCE = {
+    "name": "en_core_web_sm 3.8.0 (Explosion; trained on OntoNotes 5, ClearNLP conversion, WordNet 3.0): its tok2vec weights",
+    "url": "https://github.com/explosion/spacy-models/releases/tag/en_core_web_sm-3.8.0",
+    "license": "MIT",
+}
+PRODUCT = "spacy_treexp.ProductOfTaggers.v1"
+PRODUCT_NOTE = "; the product of its own tagger and a second one on a frozen copy of en_core_web_sm's encoder"
 DESCRIPTION = (
     "spacy_treexp default English pipeline: tok2vec, senter, morphologizer (UPOS, features), "
-    "biaffine_parser (tree-CRF trained, keeps arc scores, UD relations), tagger (PTB tags, EWT XPOS), "
+    "biaffine_parser (tree-CRF trained, keeps arc scores, UD relations), tagger (PTB tags, EWT XPOS{tagger}), "
     "trainable lemmatizer; noun chunks from the UD tree. No named entities. "
     "Model card: spacy_treexp/models/MODEL_CARD.md in the spacy-treexp package."
 )
@@ -87,14 +96,15 @@ def main(model_dir: Path, bench_json: Path) -> None:
     if set(by_condition) != {"predicted", "gold"}:
         sys.exit(f"{bench_json}: expected scores with predicted and gold sentences")
     path = model_dir / "meta.json"
+    product = PRODUCT in (model_dir / "config.cfg").read_text(encoding="utf8")
     meta = json.loads(path.read_text(encoding="utf8"))
     meta.update(package_metadata())
     meta.update(
         name="treexp_ewt",
-        description=DESCRIPTION,
+        description=DESCRIPTION.format(tagger=PRODUCT_NOTE if product else ""),
         license="CC BY-SA 4.0",
         requirements=requirements(),
-        sources=SOURCES,
+        sources=SOURCES + ([STOCK_SOURCE] if product else []),
         performance=performance(by_condition["predicted"]),
         performance_gold_sentences=performance(by_condition["gold"]),
         evaluation="UD English-EWT test, gold tokens, by benchmarks/bench_shipped_pipeline.py "

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Optional, Tuple, Union
+from typing import Iterable, Iterator, Optional, Tuple, Union
 
 
 def write_atomic(path: Path, data: Union[str, bytes]) -> None:
@@ -25,6 +28,38 @@ def write_atomic(path: Path, data: Union[str, bytes]) -> None:
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def folder_replacement(folder: Path) -> Iterator[Path]:
+    """A copy of ``folder`` (``<name>.partial`` beside it) to change inside the block. Leaving
+    the block renames the copy into ``folder``'s place and removes the old folder; leaving it
+    by an exception (``SystemExit`` too) removes the copy and keeps ``folder`` as it was."""
+    staged = folder.with_name(folder.name + ".partial")
+    old = folder.with_name(folder.name + ".old")
+    for path in (staged, old):
+        shutil.rmtree(path, ignore_errors=True)
+    shutil.copytree(folder, staged)
+    try:
+        yield staged
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    folder.rename(old)
+    staged.rename(folder)
+    shutil.rmtree(old)
+
+
+def config_without_sections(text: str, section: str) -> str:
+    """A config's ``text`` without the section ``[section]`` and its subsections ``[section.…]``."""
+    header = re.compile(rf"\[{re.escape(section)}[.\]]")
+    out, keep = [], True
+    for line in text.splitlines():
+        if line.startswith("["):
+            keep = not header.match(line)
+        if keep:
+            out.append(line)
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def within(path: Path, folder: Path, itself: bool = False) -> bool:

@@ -6,7 +6,8 @@ scores (logits), so spaCy's ``tagger`` component takes its argmax and sets ``tok
 with one tagger. The shipped English pipeline multiplies its own tagger (on ``tagger_tok2vec``)
 with a second one on a frozen copy of en_core_web_sm's encoder (``configs/add_second_tagger.py``).
 
-The members are trained apart; the product is for prediction only and refuses to be trained
+``weight = 0`` tags with the first tagger alone and does not run the second (its speed, its
+tags). The members are trained apart; the product is for prediction only and refuses to be trained
 (list its component in ``[training] frozen_components``). Both members must score the same
 labels in the same order: the component's ``labels``, which the assembly script checks.
 
@@ -104,6 +105,8 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
         )
     first, second = model.layers
     weight = model.attrs["weight"]
+    if weight == 0:  # the first tagger alone: the second is not run
+        return [log_probabilities(first, a) for a in first.predict(docs)], _no_backprop
     scores = [
         log_probabilities(first, a) + weight * log_probabilities(second, b)
         for a, b in zip(first.predict(docs), second.predict(docs))

@@ -61,3 +61,38 @@ def test_held_input_names_the_first_existing_input_in_the_folder(tmp_path):
     assert held_input(out, [*sources, ("TRAIN", out / "train.conllu")]) == ("TRAIN", out / "train.conllu")
     assert held_input(out, [("--vectors", out / "link")]) == ("--vectors", out / "link")
     assert held_input(out, [("-o", out)]) == ("-o", out)  # the folder itself
+
+
+def test_folder_replacement_swaps_the_changed_copy_in_or_leaves_the_folder_as_it_was(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "a").write_text("old a")
+    (folder / "b").write_text("old b")
+    with files.folder_replacement(folder) as staged:
+        assert staged != folder and (staged / "a").read_text() == "old a"
+        (staged / "a").write_text("new a")
+        assert (folder / "a").read_text() == "old a"  # not yet
+    assert (folder / "a").read_text() == "new a" and (folder / "b").read_text() == "old b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    for failure in (ValueError("broken"), SystemExit("refused")):
+        with pytest.raises(type(failure)):
+            with files.folder_replacement(folder) as staged:
+                (staged / "a").write_text("half-made")
+                raise failure
+        assert (folder / "a").read_text() == "new a"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_config_without_sections_drops_a_section_and_its_subsections_only():
+    text = (
+        '[nlp]\npipeline = ["tagger"]\n\n[components.tagger]\nfactory = "tagger"\n\n'
+        "[components.tagger.model]\nnO = null\n\n[components.tagger.model.tok2vec]\nwidth = 4\n\n"
+        "[components.tagger_tok2vec.model]\nx = 1\n\n[components.tagger.scorer]\ny = 2\n"
+    )
+    out = files.config_without_sections(text, "components.tagger.model")
+    assert "[components.tagger.model]" not in out and "width = 4" not in out and "nO = null" not in out
+    for kept in ("[components.tagger]", "[components.tagger_tok2vec.model]", "x = 1", "[components.tagger.scorer]"):
+        assert kept in out
+    assert "[components.tagger" not in files.config_without_sections(text, "components.tagger").replace(
+        "[components.tagger_tok2vec", ""
+    )

@@ -89,6 +89,22 @@ def test_the_component_tags_by_the_products_argmax_and_weight_zero_is_the_first_
         assert [t.tag_ for t in doc] == [tagger.labels[i] for i in expected]
 
 
+def test_weight_zero_does_not_run_the_second_tagger():
+    nlp = _pipeline(weight=0.0)
+    product = nlp.get_pipe("tagger").model
+    first, second = product.layers
+    calls = []
+    original = second._func
+    second._func = lambda model, X, is_train: calls.append(len(X)) or original(model, X, is_train)
+    docs = _docs(nlp)
+    for got, a in zip(product.predict(docs), first.predict(docs)):
+        numpy.testing.assert_allclose(got, _log_softmax(a), rtol=1e-6, atol=1e-6)
+    assert calls == []
+    product.attrs["weight"] = 0.5
+    product.predict(docs)
+    assert calls == [len(docs)]
+
+
 def test_a_saved_pipeline_loads_with_the_same_tags_and_scores(tmp_path):
     nlp = _pipeline()
     nlp.to_disk(tmp_path / "p")
