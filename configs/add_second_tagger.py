@@ -31,6 +31,7 @@ from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 from thinc.api import Config, Model
 
+from spacy_treexp.io.files import config_without_sections, folder_replacement
 from spacy_treexp.pipeline.product_of_taggers import build_product_of_taggers, log_probabilities
 
 TAGGER = "tagger"
@@ -70,16 +71,6 @@ def choose_weight(
     return {w: 100.0 * float(((first + w * second).argmax(axis=1) == gold).mean()) for w in weights}
 
 
-def _without_model_sections(text: str) -> str:
-    out, keep = [], True
-    for line in text.splitlines():
-        if line.startswith("["):
-            keep = not re.match(rf"\[components\.{TAGGER}\.model(\.|\])", line)
-        if keep:
-            out.append(line)
-    return "\n".join(out).rstrip("\n") + "\n"
-
-
 def main(model_dir: Path, trained_dir: Path, dev_corpus: Path, weight: Optional[float]) -> None:
     nlp = spacy.load(model_dir)
     trained = spacy.load(trained_dir)
@@ -114,14 +105,6 @@ def main(model_dir: Path, trained_dir: Path, dev_corpus: Path, weight: Optional[
 
     tagger = nlp.get_pipe(TAGGER)
     tagger.model = build_product_of_taggers(first_member(nlp), second, weight=chosen, storage=STORAGE)
-    tmp = model_dir.with_name(model_dir.name + ".partial")
-    old = model_dir.with_name(model_dir.name + ".old")
-    for path in (tmp, old):
-        shutil.rmtree(path, ignore_errors=True)
-    shutil.copytree(model_dir, tmp)
-    shutil.rmtree(tmp / TAGGER)
-    tagger.to_disk(tmp / TAGGER, exclude=["vocab"])
-
     section = {
         "@architectures": PRODUCT,
         "weight": chosen,
@@ -131,15 +114,16 @@ def main(model_dir: Path, trained_dir: Path, dev_corpus: Path, weight: Optional[
     }
     sections = Config({"components": {TAGGER: {"model": section}}}).to_str()
     sections = re.sub(rf"^\[components\]\n+\[components\.{TAGGER}\]\n+", "", sections)  # both exist already
-    text = _without_model_sections((model_dir / "config.cfg").read_text(encoding="utf8"))
-    (tmp / "config.cfg").write_text(text + "\n" + sections.rstrip("\n") + "\n", encoding="utf8")
-
-    loaded = spacy.load(tmp)  # refuse to ship what does not load, or loads other weights
-    if loaded.get_pipe(TAGGER).model.attrs.get("weight") != chosen:
-        sys.exit(f"{tmp} does not load the product of taggers")
-    model_dir.rename(old)
-    tmp.rename(model_dir)
-    shutil.rmtree(old)
+    with folder_replacement(model_dir) as tmp:
+        shutil.rmtree(tmp / TAGGER)
+        tagger.to_disk(tmp / TAGGER, exclude=["vocab"])
+        text = config_without_sections(
+            (model_dir / "config.cfg").read_text(encoding="utf8"), f"components.{TAGGER}.model"
+        )
+        (tmp / "config.cfg").write_text(text + "\n" + sections.rstrip("\n") + "\n", encoding="utf8")
+        loaded = spacy.load(tmp)  # refuse to ship what does not load, or loads other weights
+        if loaded.get_pipe(TAGGER).model.attrs.get("weight") != chosen:
+            sys.exit(f"{tmp} does not load the product of taggers")
     print(f"{model_dir}: {TAGGER} = {PRODUCT} (weight {chosen:g}, stored in {STORAGE})")
 
 
