@@ -31,6 +31,8 @@ from thinc.types import Floats2d
 
 #: How the weights may be saved.
 STORAGES = ("float32", "float16")
+#: The settings the config gives (loading keeps them, whatever the saved model holds).
+SETTINGS = ("weight", "storage")
 
 
 class ProductOfTaggers(Model):
@@ -50,8 +52,14 @@ class ProductOfTaggers(Model):
         return msg
 
     def from_dict(self, msg: Dict) -> ProductOfTaggers:
-        # float16 parameters back to float32 (PyTorch's load_state_dict casts by itself)
-        msg = {**msg, "params": [{name: _full(value) for name, value in params.items()} for params in msg["params"]]}
+        # the settings are the config's (``weight = 0`` in a config override takes effect), not
+        # the saved copies; float16 parameters back to float32 (PyTorch's load_state_dict casts)
+        own = {name: value for name, value in msg["attrs"][0].items() if name not in SETTINGS}
+        msg = {
+            **msg,
+            "attrs": [own, *msg["attrs"][1:]],
+            "params": [{name: _full(value) for name, value in params.items()} for params in msg["params"]],
+        }
         super().from_dict(msg)
         return self
 

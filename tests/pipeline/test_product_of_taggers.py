@@ -115,6 +115,20 @@ def test_a_saved_pipeline_loads_with_the_same_tags_and_scores(tmp_path):
     assert loaded.get_pipe("tagger").model.attrs["weight"] == 0.7
 
 
+def test_the_configs_weight_wins_over_the_saved_one(tmp_path):
+    """``spacy.load(path, config={"components.tagger.model.weight": 0})``: the first tagger
+    alone, although the saved model holds the weight it was saved with."""
+    nlp = _pipeline(weight=3.0)
+    nlp.to_disk(tmp_path / "p")
+    first_only = spacy.load(tmp_path / "p", config={"components.tagger.model.weight": 0.0})
+    assert first_only.get_pipe("tagger").model.attrs["weight"] == 0.0
+    docs = _docs(nlp)
+    first = nlp.get_pipe("tagger").model.layers[0]
+    for got, a in zip(first_only.get_pipe("tagger").model.predict(docs), first.predict(docs)):
+        numpy.testing.assert_allclose(got, _log_softmax(a), rtol=1e-5, atol=1e-5)
+    assert spacy.load(tmp_path / "p").get_pipe("tagger").model.attrs["weight"] == 3.0
+
+
 def test_half_precision_storage_halves_the_file_and_loads_float32_weights_within_rounding(tmp_path):
     full, half = _pipeline(storage="float32"), _pipeline(storage="float16")
     full.to_disk(tmp_path / "full")
