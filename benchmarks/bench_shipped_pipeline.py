@@ -22,7 +22,9 @@ their boundaries differ by convention from UD's as well as by error).
 Speed: words/s of the whole pipeline, best of ``--repeats`` passes over the test Docs
 (gold tokens, predicted sentences), measured for the full pipeline and for it without the
 components named by ``--without`` (by default ``tagger_tok2vec``, ``tagger``, ``lemmatizer`` and
-``lemma_table``: the pipeline as it was before they were added), alternating in one process,
+``lemma_table``: the pipeline as it was before they were added) and, where the tagger is a
+product of two taggers (``spacy_treexp.ProductOfTaggers.v1``), with its first tagger alone
+(``weight = 0``), alternating in one process,
 in wall time and in the process's CPU time (robust on a machine loaded by other work);
 ``--speed-only`` skips the scores.
 
