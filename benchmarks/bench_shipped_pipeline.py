@@ -58,6 +58,7 @@ from spacy_treexp.pipeline.biaffine_parser import biaffine_parser_score
 from spacy_treexp.pipeline.blas import swapped_ops
 from spacy_treexp.pipeline.default_model import load_named
 from spacy_treexp.pipeline.noun_chunks import chunk_spans
+from spacy_treexp.pipeline.product_of_taggers import ProductOfTaggers
 
 DEFAULT_WITHOUT = ("tagger_tok2vec", "tagger", "lemmatizer", "trainable_lemmatizer", "lemma_table")
 
@@ -151,7 +152,7 @@ def first_tagger_only(nlp: Language, on: bool) -> Iterator[None]:
 
 
 def has_product_tagger(nlp: Language) -> bool:
-    return "tagger" in nlp.pipe_names and nlp.get_pipe("tagger").model.name == "spacy_treexp.product_of_taggers"
+    return "tagger" in nlp.pipe_names and isinstance(nlp.get_pipe("tagger").model, ProductOfTaggers)
 
 
 def speed(

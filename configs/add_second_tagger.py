@@ -32,11 +32,17 @@ from spacy.tokens import Doc, DocBin
 from thinc.api import Config, Model
 
 from spacy_treexp.io.files import config_without_sections, folder_replacement
-from spacy_treexp.pipeline.product_of_taggers import build_product_of_taggers, log_probabilities
+from spacy_treexp.pipeline.product_of_taggers import (
+    PRODUCT_OF_TAGGERS,
+    ProductOfTaggers,
+    build_product_of_taggers,
+    log_probabilities,
+    normalizes,
+)
 
 TAGGER = "tagger"
 SECOND = "tagger_sm"
-PRODUCT = "spacy_treexp.ProductOfTaggers.v1"
+PRODUCT = PRODUCT_OF_TAGGERS
 #: The weights the dev corpus chooses among.
 WEIGHTS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 STORAGE = "float16"
@@ -45,7 +51,7 @@ STORAGE = "float16"
 def first_member(nlp: Language) -> Model:
     """The shipped tagger's own model (the first member where the tagger is a product already)."""
     model = nlp.get_pipe(TAGGER).model
-    return model.layers[0] if model.name == "spacy_treexp.product_of_taggers" else model
+    return model.layers[0] if isinstance(model, ProductOfTaggers) else model
 
 
 def first_member_config(config: Config) -> Dict:
@@ -54,12 +60,14 @@ def first_member_config(config: Config) -> Dict:
 
 
 def members_log_probabilities(nlp: Language, second: Model, docs: List[Doc]) -> tuple:
-    """Per dev token the members' log-probabilities (float64), with the gold tag ids."""
+    """Per token of ``docs`` the two taggers' log-probabilities (float64): the shipped one's, ``second``'s."""
     first = first_member(nlp)
     with nlp.select_pipes(enable=nlp.pipe_names[: nlp.pipe_names.index(TAGGER)]):  # what the tagger reads
         analysed = list(nlp.pipe(docs, batch_size=64))
     return tuple(
-        numpy.concatenate([log_probabilities(member, s) for s in member.predict(analysed)]).astype("float64")
+        numpy.concatenate([log_probabilities(s, normalizes(member)) for s in member.predict(analysed)]).astype(
+            "float64"
+        )
         for member in (first, second)
     )
 

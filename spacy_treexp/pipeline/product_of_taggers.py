@@ -25,10 +25,14 @@ import srsly
 import torch
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model
+from thinc.api import Model, get_array_module
 from thinc.shims import PyTorchShim
 from thinc.types import Floats2d
 
+#: The architecture's registered name.
+PRODUCT_OF_TAGGERS = "spacy_treexp.ProductOfTaggers.v1"
+#: The name of the layers it builds.
+LAYER_NAME = "spacy_treexp.product_of_taggers"
 #: How the weights may be saved.
 STORAGES = ("float32", "float16")
 #: The settings the config gives (loading keeps them, whatever the saved model holds).
@@ -64,7 +68,7 @@ class ProductOfTaggers(Model):
         return self
 
 
-@registry.architectures("spacy_treexp.ProductOfTaggers.v1")
+@registry.architectures(PRODUCT_OF_TAGGERS)
 def build_product_of_taggers(
     first: Model[List[Doc], List[Floats2d]],
     second: Model[List[Doc], List[Floats2d]],
@@ -79,17 +83,12 @@ def build_product_of_taggers(
         raise ValueError(f"spacy_treexp.ProductOfTaggers.v1: weight must be 0 or more, not {weight!r}")
     if storage not in STORAGES:
         raise ValueError(f"spacy_treexp.ProductOfTaggers.v1: storage must be one of {STORAGES}, not {storage!r}")
-    widths = {layer.get_dim("nO") for layer in (first, second) if layer.has_dim("nO") is True}
-    if len(widths) > 1:
-        raise ValueError(
-            f"spacy_treexp.ProductOfTaggers.v1: the taggers score different numbers of tags {sorted(widths)}"
-        )
     return ProductOfTaggers(
-        "spacy_treexp.product_of_taggers",
+        LAYER_NAME,
         _forward,
         init=_init,
         layers=[first, second],
-        dims={"nO": widths.pop() if widths else None},
+        dims={"nO": _tag_count([first, second])},
         attrs={"weight": float(weight), "storage": storage},
     )
 
@@ -97,12 +96,18 @@ def build_product_of_taggers(
 def _init(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
     for layer in model.layers:
         layer.initialize(X=X, Y=Y)
-    widths = {layer.get_dim("nO") for layer in model.layers}
-    if len(widths) != 1:
-        raise ValueError(
-            f"spacy_treexp.ProductOfTaggers.v1: the taggers score different numbers of tags {sorted(widths)}"
-        )
-    model.set_dim("nO", widths.pop(), force=True)
+    count = _tag_count(model.layers)
+    if count is None:
+        raise ValueError(f"{PRODUCT_OF_TAGGERS}: the taggers know no number of tags after initialization")
+    model.set_dim("nO", count, force=True)
+
+
+def _tag_count(taggers: List[Model]) -> Optional[int]:
+    """The number of tags the taggers score (None while none knows it); refused if they differ."""
+    widths = {layer.get_dim("nO") for layer in taggers if layer.has_dim("nO") is True}
+    if len(widths) > 1:
+        raise ValueError(f"{PRODUCT_OF_TAGGERS}: the taggers score different numbers of tags {sorted(widths)}")
+    return widths.pop() if widths else None
 
 
 def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Any]:
@@ -113,10 +118,12 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
         )
     first, second = model.layers
     weight = model.attrs["weight"]
+    first_normalizes = normalizes(first)
     if weight == 0:  # the first tagger alone: the second is not run
-        return [log_probabilities(first, a) for a in first.predict(docs)], _no_backprop
+        return [log_probabilities(a, first_normalizes) for a in first.predict(docs)], _no_backprop
+    second_normalizes = normalizes(second)
     scores = [
-        log_probabilities(first, a) + weight * log_probabilities(second, b)
+        log_probabilities(a, first_normalizes) + weight * log_probabilities(b, second_normalizes)
         for a, b in zip(first.predict(docs), second.predict(docs))
     ]
     return scores, _no_backprop
@@ -126,17 +133,18 @@ def _no_backprop(d_scores: List[Floats2d]) -> List[Doc]:
     raise ValueError("spacy_treexp.ProductOfTaggers.v1 passes no gradient (it is for prediction only)")
 
 
-def log_probabilities(tagger: Model, outputs: Floats2d) -> Floats2d:
-    """Log-probabilities of a tagger's outputs: its last softmax layer gives probabilities when
-    it normalizes (spaCy's ``normalize = true``) and logits otherwise."""
-    xp = tagger.ops.xp
-    if _normalizes(tagger):
+def log_probabilities(outputs: Floats2d, normalized: bool) -> Floats2d:
+    """Log-probabilities of a tagger's outputs for one Doc: probabilities where its softmax
+    normalizes (:func:`normalizes`), logits otherwise."""
+    xp = get_array_module(outputs)
+    if normalized:
         return xp.log(xp.maximum(outputs, numpy.finfo(numpy.float32).tiny))
     shifted = outputs - xp.max(outputs, axis=1, keepdims=True)
     return shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
 
 
-def _normalizes(tagger: Model) -> bool:
+def normalizes(tagger: Model) -> bool:
+    """Whether a tagger's last softmax layer gives probabilities (spaCy's ``normalize = true``)."""
     softmaxes = [node for node in tagger.walk() if "softmax_normalize" in node.attrs]
     return bool(softmaxes and softmaxes[-1].attrs["softmax_normalize"])
 
