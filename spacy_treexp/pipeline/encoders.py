@@ -44,7 +44,10 @@ class PackedLSTM(torch.nn.LSTM):
             if bool(nonempty.any()):
                 out[:, nonempty] = self.forward(X[:, nonempty], lengths[nonempty])[0]
             return out, None
-        packed = torch.nn.utils.rnn.pack_padded_sequence(X, lengths, enforce_sorted=False)
+        # thinc's list2padded sorts the Docs longest first: packing them so skips a sort and two
+        # copies of the batch (the input's and the output's reordering)
+        longest_first = bool((lengths[:-1] >= lengths[1:]).all())
+        packed = torch.nn.utils.rnn.pack_padded_sequence(X, lengths, enforce_sorted=longest_first)
         output, _ = super().forward(packed)
         padded, _ = torch.nn.utils.rnn.pad_packed_sequence(output, total_length=X.shape[0])
         return padded, None

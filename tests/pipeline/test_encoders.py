@@ -5,9 +5,10 @@ backward direction of the shorter sequences)."""
 import numpy
 import pytest
 import spacy
+import torch
 from spacy.util import registry
 
-from spacy_treexp.pipeline.encoders import build_packed_bilstm_encoder
+from spacy_treexp.pipeline.encoders import PackedLSTM, build_packed_bilstm_encoder
 
 WIDTH = 8
 
@@ -44,6 +45,23 @@ def test_each_sequence_is_encoded_as_if_alone_in_its_batch(pair):
     # spaCy's own lets the padding after the short sequences into their backward direction
     leaked = theirs.predict(batch)[0]
     assert numpy.abs(leaked - theirs.predict([batch[0]])[0]).max() > 1e-4
+
+
+def test_a_padded_batch_in_any_order_is_encoded_as_each_sequence_alone():
+    """The LSTM packs a batch sorted longest first (as thinc's list2padded gives it) without
+    reordering, and any other order by sorting: both give each sequence its vectors alone."""
+    torch.manual_seed(0)
+    lstm = PackedLSTM(WIDTH, WIDTH // 2, 2, bidirectional=True)
+    batch = [torch.from_numpy(x) for x in sequences([4, 6, 2, 6])]
+    padded = torch.nn.utils.rnn.pad_sequence(batch)  # (time, batch, width)
+    with torch.no_grad():
+        alone = [lstm(x.unsqueeze(1), torch.tensor([len(x)]))[0][:, 0] for x in batch]
+        for order in ([1, 3, 0, 2], [2, 0, 3, 1]):  # longest first, and not
+            lengths = torch.tensor([len(batch[i]) for i in order])
+            out, _ = lstm(padded[:, order], lengths)
+            for column, i in enumerate(order):
+                torch.testing.assert_close(out[: len(batch[i]), column], alone[i], atol=1e-6, rtol=0)
+                assert bool((out[len(batch[i]) :, column] == 0).all())
 
 
 def test_an_empty_sequence_in_the_batch(pair):
