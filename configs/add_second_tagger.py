@@ -1,7 +1,7 @@
 """Multiply the shipped pipeline's tagger with a second tagger (a product of experts).
 
 The second tagger is trained by configs/en_ewt_second_tagger.cfg (component ``tagger_sm``:
-a frozen copy of en_core_web_sm's encoder and the pipeline's vectors under a BiLSTM). This
+a frozen copy of en_core_web_sm's encoder and the pipeline's vectors under two maxout layers). This
 script makes the shipped ``tagger`` component's model ``spacy_treexp.ProductOfTaggers.v1``
 of the shipped tagger's model (``first``) and the second one's (``second``), scores per token
 ``log p_first + weight * log p_second``, with ``weight`` chosen on the dev corpus (gold

