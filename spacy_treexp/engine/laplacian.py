@@ -310,6 +310,11 @@ def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_s
     positions = torch.arange(size, device=values.device).unsqueeze(1)
     padding = (lengths.unsqueeze(0) < positions).to(values.dtype)  # (N+1, B): 1 past the sentence
     factors, steps = [], []  # the pivots, then (single-root) w'(ROOT -> word 1): Z = Π
+    # Without an autograd graph the leading block is updated in place in one copy of the
+    # weights: a new block per step would allocate (and fault in) O(n^2) memory n times.
+    in_place = not (torch.is_grad_enabled() and values.requires_grad)
+    if in_place:
+        values = values.clone()
     for k in range(size - 1, last - 1, -1):
         column = values[:, :k, k]  # w(h -> k), h < k
         pivot = column[:, first_head:].sum(-1) + padding[k]
@@ -318,7 +323,10 @@ def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_s
         row = values[:, k, :k] * inverse_pivot.unsqueeze(-1)  # w(k -> m) / D_k (ROOT: 0)
         if keep_steps:
             steps.append((k, column.contiguous(), row, inverse_pivot))  # bmm wants dense rows
-        values = torch.addcmul(values[:, :k, :k], column.unsqueeze(-1), row.unsqueeze(-2))
+        if in_place:  # column k lies outside the block it updates
+            values[:, :k, :k].addcmul_(column.unsqueeze(-1), row.unsqueeze(-2))
+        else:
+            values = torch.addcmul(values[:, :k, :k], column.unsqueeze(-1), row.unsqueeze(-2))
     if single_root:
         factors.append(values[:, 0, 1])
     if not factors:  # multi-root over no words
