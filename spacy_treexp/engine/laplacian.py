@@ -301,9 +301,14 @@ def _gth_linear(values: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
     return _gth_linear_steps(values, lengths, single_root, keep_steps=False)[0]
 
 
-def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_steps: bool):
+#: Steps per block of the in-place elimination and of its backward pass (see
+#: :func:`_gth_linear_steps`).
+_GTH_BLOCK = 64
+
+
+def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_steps: bool, block: int = 0):
     """The elimination of :func:`_gth_linear`: ``(log Z, [(k, c, r, 1/D_k)] if keep_steps,
-    the weights left at the end)``."""
+    the weights left at the end)``; in place (no autograd graph), ``block`` steps at a time."""
     batch, size, _ = values.shape
     first_head = 1 if single_root else 0  # single-root: ROOT is no state of the chain
     last = 2 if single_root else 1  # single-root: word 1 is left, joined to ROOT at the end
@@ -312,21 +317,37 @@ def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_s
     factors, steps = [], []  # the pivots, then (single-root) w'(ROOT -> word 1): Z = Π
     # Without an autograd graph the leading block is updated in place in one copy of the
     # weights: a new block per step would allocate (and fault in) O(n^2) memory n times.
+    block = block or _GTH_BLOCK
     in_place = not (torch.is_grad_enabled() and values.requires_grad)
     if in_place:
         values = values.clone()
-    for k in range(size - 1, last - 1, -1):
-        column = values[:, :k, k]  # w(h -> k), h < k
-        pivot = column[:, first_head:].sum(-1) + padding[k]
-        inverse_pivot = pivot.reciprocal()
-        factors.append(pivot)
-        row = values[:, k, :k] * inverse_pivot.unsqueeze(-1)  # w(k -> m) / D_k (ROOT: 0)
-        if keep_steps:
-            steps.append((k, column.contiguous(), row, inverse_pivot))  # bmm wants dense rows
-        if in_place:  # column k lies outside the block it updates
-            values[:, :k, :k].addcmul_(column.unsqueeze(-1), row.unsqueeze(-2))
-        else:
-            values = torch.addcmul(values[:, :k, :k], column.unsqueeze(-1), row.unsqueeze(-2))
+    high = size - 1
+    while high >= last:
+        # In place, steps high..low form a block (as blocked LU): each step updates only the
+        # block's columns and rows, and the leading (low, low) block, which the block's steps
+        # do not read, takes their updates at once, one matrix product.
+        low = max(last, high - block + 1) if in_place else high
+        block_columns, block_rows = [], []
+        for k in range(high, low - 1, -1):
+            column = values[:, :k, k]  # w(h -> k), h < k
+            pivot = column[:, first_head:].sum(-1) + padding[k]
+            inverse_pivot = pivot.reciprocal()
+            factors.append(pivot)
+            row = values[:, k, :k] * inverse_pivot.unsqueeze(-1)  # w(k -> m) / D_k (ROOT: 0)
+            if keep_steps:
+                steps.append((k, column.contiguous(), row, inverse_pivot))  # bmm wants dense rows
+            if not in_place:
+                values = torch.addcmul(values[:, :k, :k], column.unsqueeze(-1), row.unsqueeze(-2))
+                continue
+            # column k lies outside the blocks it updates: rows :k of the block's columns,
+            # then the block's rows over the leading columns
+            values[:, :k, low:k].addcmul_(column.unsqueeze(-1), row[:, low:].unsqueeze(-2))
+            values[:, low:k, :low].addcmul_(column[:, low:].unsqueeze(-1), row[:, :low].unsqueeze(-2))
+            block_columns.append(column[:, :low])
+            block_rows.append(row[:, :low])
+        if block_columns:
+            values[:, :low, :low].baddbmm_(torch.stack(block_columns, -1), torch.stack(block_rows, -2))
+        high = low - 1
     if single_root:
         factors.append(values[:, 0, 1])
     if not factors:  # multi-root over no words
@@ -334,16 +355,22 @@ def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_s
     return torch.log(torch.stack(factors)).sum(0), steps, values
 
 
-def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool) -> Tuple[Tensor, Tensor]:
+def _gth_linear_with_gradient(
+    values: Tensor, lengths: Tensor, single_root: bool, block: int = 0
+) -> Tuple[Tensor, Tensor]:
     """:func:`_gth_linear` and its gradient d log Z / d values, by reverse mode by hand.
 
     Step k maps V to V' = V[:k, :k] + c r^T with c = V[:k, k], D = Σ c[first_head:],
     r = V[k, :k] / D, and adds log D. Backwards, with G' = d/dV': d/dV[:k, :k] = G',
     d/dV[k, :k] = (G'^T c) / D, d/dV[:k, k] = G' r + [h >= first_head] (1 - r·(G'^T c)) / D.
-    Each step's c, r and 1/D are kept: O(B n^2) memory, two matrix-vector products per step.
+    Each step's c, r and 1/D are kept: O(B n^2) memory. Both passes go ``block`` steps
+    (default :data:`_GTH_BLOCK`) at a time: two matrix products per block instead of two
+    matrix-vector products over the whole leading block per step (which stream O(n^2)
+    memory each: the unblocked passes are memory-bound).
     """
+    block = block or _GTH_BLOCK
     first_head = 1 if single_root else 0
-    log_z, steps, left = _gth_linear_steps(values, lengths, single_root, keep_steps=True)
+    log_z, steps, left = _gth_linear_steps(values, lengths, single_root, keep_steps=True, block=block)
     gradient = torch.zeros_like(values)
     if single_root:
         gradient[:, 0, 1] = 1.0 / left[:, 0, 1]  # d log w'(ROOT -> word 1)
@@ -351,13 +378,36 @@ def _gth_linear_with_gradient(values: Tensor, lengths: Tensor, single_root: bool
     in_pivot[:first_head] = 0.0  # which heads' weights D_k sums
     # A padding word's D is the constant 1, yet its entries here get d log D / dV = 1: they
     # are gradients for weights that are exactly 0, so they never reach a marginal.
-    for k, column, row, inverse_pivot in reversed(steps):
-        outer = gradient[:, :k, :k]  # d/dV' of this step
-        d_column = torch.bmm(outer, row.unsqueeze(-1)).squeeze(-1)
-        d_row = torch.bmm(column.unsqueeze(-2), outer).squeeze(-2)
-        torch.mul(d_row, inverse_pivot.unsqueeze(-1), out=gradient[:, k, :k])
-        d_pivot = torch.addcmul(inverse_pivot, inverse_pivot, torch.linalg.vecdot(d_row, row), value=-1.0)
-        torch.addcmul(d_column, d_pivot.unsqueeze(-1), in_pivot[:k], out=gradient[:, :k, k])
+    backwards = steps[::-1]  # k increasing
+    for begin in range(0, len(backwards), block):
+        group = backwards[begin : begin + block]
+        # Steps low..low+b-1 write only rows and columns >= low of the gradient, so the
+        # leading (low, low) block G is the same for all of them: its products with the
+        # group's rows and columns are two matrix products, and each step adds what its
+        # predecessors in the group wrote (as blocked LU, backwards).
+        low = group[0][0]
+        leading = gradient[:, :low, :low]
+        by_rows = torch.bmm(leading, torch.stack([row[:, :low] for _, _, row, _ in group], -1))  # G r_j
+        by_columns = torch.bmm(torch.stack([column[:, :low] for _, column, _, _ in group], -2), leading)  # c_j^T G
+        for j, (k, column, row, inverse_pivot) in enumerate(group):
+            # d/dV' of this step is gradient[:, :k, :k]: G' r and c^T G', by parts
+            d_column = torch.cat(
+                [
+                    by_rows[:, :, j] + torch.bmm(gradient[:, :low, low:k], row[:, low:].unsqueeze(-1)).squeeze(-1),
+                    torch.bmm(gradient[:, low:k, :k], row.unsqueeze(-1)).squeeze(-1),
+                ],
+                -1,
+            )
+            d_row = torch.cat(
+                [
+                    by_columns[:, j] + torch.bmm(column[:, low:].unsqueeze(-2), gradient[:, low:k, :low]).squeeze(-2),
+                    torch.bmm(column.unsqueeze(-2), gradient[:, :k, low:k]).squeeze(-2),
+                ],
+                -1,
+            )
+            torch.mul(d_row, inverse_pivot.unsqueeze(-1), out=gradient[:, k, :k])
+            d_pivot = torch.addcmul(inverse_pivot, inverse_pivot, torch.linalg.vecdot(d_row, row), value=-1.0)
+            torch.addcmul(d_column, d_pivot.unsqueeze(-1), in_pivot[:k], out=gradient[:, :k, k])
     return log_z, gradient
 
 
