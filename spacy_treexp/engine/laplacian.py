@@ -395,9 +395,7 @@ def _gth_linear_with_gradient(
             outer = gradient[:, :k, :k]  # d/dV' of this step
             d_column = torch.bmm(outer, row.unsqueeze(-1)).squeeze(-1)
             d_row = torch.bmm(column.unsqueeze(-2), outer).squeeze(-2)
-            torch.mul(d_row, inverse_pivot.unsqueeze(-1), out=gradient[:, k, :k])
-            d_pivot = torch.addcmul(inverse_pivot, inverse_pivot, torch.linalg.vecdot(d_row, row), value=-1.0)
-            torch.addcmul(d_column, d_pivot.unsqueeze(-1), in_pivot[:k], out=gradient[:, :k, k])
+            _write_step_gradient(gradient, k, d_column, d_row, row, inverse_pivot, in_pivot)
         return log_z, gradient
     for begin in range(0, len(backwards), block):
         group = backwards[begin : begin + block]
@@ -425,10 +423,18 @@ def _gth_linear_with_gradient(
                 ],
                 -1,
             )
-            torch.mul(d_row, inverse_pivot.unsqueeze(-1), out=gradient[:, k, :k])
-            d_pivot = torch.addcmul(inverse_pivot, inverse_pivot, torch.linalg.vecdot(d_row, row), value=-1.0)
-            torch.addcmul(d_column, d_pivot.unsqueeze(-1), in_pivot[:k], out=gradient[:, :k, k])
+            _write_step_gradient(gradient, k, d_column, d_row, row, inverse_pivot, in_pivot)
     return log_z, gradient
+
+
+def _write_step_gradient(
+    gradient: Tensor, k: int, d_column: Tensor, d_row: Tensor, row: Tensor, inverse_pivot: Tensor, in_pivot: Tensor
+) -> None:
+    """Step k's gradient from G' r (``d_column``) and c^T G' (``d_row``): d/dV[k, :k] and
+    d/dV[:k, k] (see :func:`_gth_linear_with_gradient`)."""
+    torch.mul(d_row, inverse_pivot.unsqueeze(-1), out=gradient[:, k, :k])
+    d_pivot = torch.addcmul(inverse_pivot, inverse_pivot, torch.linalg.vecdot(d_row, row), value=-1.0)
+    torch.addcmul(d_column, d_pivot.unsqueeze(-1), in_pivot[:k], out=gradient[:, :k, k])
 
 
 #: A log-space elimination whose autograd graph would hold more bytes than this keeps only
