@@ -48,3 +48,32 @@ def test_with_an_autograd_graph_the_elimination_is_not_in_place():
     (gradient,) = torch.autograd.grad(log_z.sum(), w)
     _, by_hand = laplacian._gth_linear_with_gradient(w.detach(), torch.tensor([9, 4]), True, block=3)
     torch.testing.assert_close(gradient, by_hand, rtol=1e-10, atol=1e-300)
+
+
+@pytest.mark.parametrize("scale", [1.0, 100.0])
+def test_a_batch_over_the_threshold_is_blocked_and_gives_the_same_marginals(scale):
+    """Weights of more than _GTH_BLOCKED_BYTES go in blocks by default; on peaked scores too
+    their marginals are the step-by-step ones, each word's heads summing to 1."""
+    generator = torch.Generator().manual_seed(int(scale))
+    batch, n = 8, 300
+    scores = scale * torch.randn(batch, n + 1, n + 1, generator=generator, dtype=torch.float64)
+    lengths = torch.tensor([n, n - 7, n // 2, 250, 200, 100, 37, 5])
+    mask = torch.ones(batch, n + 1, n + 1, dtype=torch.bool)
+    diagonal = torch.arange(n + 1)
+    mask[:, diagonal, diagonal] = False
+    mask[:, :, 0] = False
+    for b, m in enumerate(lengths.tolist()):
+        mask[b, m + 1 :, :] = False
+        mask[b, :, m + 1 :] = False
+    log_weights, _ = laplacian.shifted_log_weights(scores, mask)
+    w = torch.exp(log_weights).masked_fill(~mask, 0.0)
+    assert laplacian._gth_block(w) == laplacian._GTH_BLOCK
+    step_z, step_gradient = laplacian._gth_linear_with_gradient(w, lengths, True, block=1)
+    log_z, gradient = laplacian._gth_linear_with_gradient(w, lengths, True)
+    torch.testing.assert_close(log_z, step_z, rtol=1e-13, atol=0)
+    marginals = w * gradient
+    torch.testing.assert_close(marginals, w * step_gradient, rtol=0, atol=1e-12)
+    words = torch.arange(n + 1).unsqueeze(0) <= lengths.unsqueeze(1)
+    words[:, 0] = False
+    column_sums = marginals.sum(1)
+    torch.testing.assert_close(column_sums[words], torch.ones(int(words.sum()), dtype=torch.float64))
