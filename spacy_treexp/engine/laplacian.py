@@ -326,39 +326,41 @@ def _gth_linear_steps(values: Tensor, lengths: Tensor, single_root: bool, keep_s
     positions = torch.arange(size, device=values.device).unsqueeze(1)
     padding = (lengths.unsqueeze(0) < positions).to(values.dtype)  # (N+1, B): 1 past the sentence
     factors, steps = [], []  # the pivots, then (single-root) w'(ROOT -> word 1): Z = Π
+
+    def eliminate(k: int) -> Tuple[Tensor, Tensor]:
+        """Step k's pivot D_k (kept) and its column c and row r = w(k -> m) / D_k (ROOT: 0)."""
+        column = values[:, :k, k]  # w(h -> k), h < k
+        pivot = column[:, first_head:].sum(-1) + padding[k]
+        inverse_pivot = pivot.reciprocal()
+        factors.append(pivot)
+        row = values[:, k, :k] * inverse_pivot.unsqueeze(-1)
+        if keep_steps:
+            steps.append((k, column.contiguous(), row, inverse_pivot))  # bmm wants dense rows
+        return column, row
+
     block = block or _gth_block(values)
-    # Blocks work in place on one copy of the weights (not under an autograd graph); step by
-    # step, each step makes its (k, k) block anew, which is faster while it stays in cache.
-    in_place = block > 1 and not (torch.is_grad_enabled() and values.requires_grad)
-    if in_place:
+    if block == 1 or (torch.is_grad_enabled() and values.requires_grad):
+        # step by step, each step makes its (k, k) block anew (faster while it stays in cache)
+        for k in range(size - 1, last - 1, -1):
+            column, row = eliminate(k)
+            values = torch.addcmul(values[:, :k, :k], column.unsqueeze(-1), row.unsqueeze(-2))
+    else:
+        # In place on one copy, steps high..low form a block (as blocked LU): each step updates
+        # only the block's columns and rows, and the leading (low, low) block, which the
+        # block's steps do not read, takes their updates at once, one matrix product.
         values = values.clone()
-    high = size - 1
-    while high >= last:
-        # In place, steps high..low form a block (as blocked LU): each step updates only the
-        # block's columns and rows, and the leading (low, low) block, which the block's steps
-        # do not read, takes their updates at once, one matrix product.
-        low = max(last, high - block + 1) if in_place else high
-        block_columns, block_rows = [], []
-        for k in range(high, low - 1, -1):
-            column = values[:, :k, k]  # w(h -> k), h < k
-            pivot = column[:, first_head:].sum(-1) + padding[k]
-            inverse_pivot = pivot.reciprocal()
-            factors.append(pivot)
-            row = values[:, k, :k] * inverse_pivot.unsqueeze(-1)  # w(k -> m) / D_k (ROOT: 0)
-            if keep_steps:
-                steps.append((k, column.contiguous(), row, inverse_pivot))  # bmm wants dense rows
-            if not in_place:
-                values = torch.addcmul(values[:, :k, :k], column.unsqueeze(-1), row.unsqueeze(-2))
-                continue
-            # column k lies outside the blocks it updates: rows :k of the block's columns,
-            # then the block's rows over the leading columns
-            values[:, :k, low:k].addcmul_(column.unsqueeze(-1), row[:, low:].unsqueeze(-2))
-            values[:, low:k, :low].addcmul_(column[:, low:].unsqueeze(-1), row[:, :low].unsqueeze(-2))
-            block_columns.append(column[:, :low])
-            block_rows.append(row[:, :low])
-        if block_columns:
+        for high in range(size - 1, last - 1, -block):
+            low = max(last, high - block + 1)
+            block_columns, block_rows = [], []
+            for k in range(high, low - 1, -1):
+                column, row = eliminate(k)
+                # column k lies outside the blocks it updates: rows :k of the block's columns,
+                # then the block's rows over the leading columns
+                values[:, :k, low:k].addcmul_(column.unsqueeze(-1), row[:, low:].unsqueeze(-2))
+                values[:, low:k, :low].addcmul_(column[:, low:].unsqueeze(-1), row[:, :low].unsqueeze(-2))
+                block_columns.append(column[:, :low])
+                block_rows.append(row[:, :low])
             values[:, :low, :low].baddbmm_(torch.stack(block_columns, -1), torch.stack(block_rows, -2))
-        high = low - 1
     if single_root:
         factors.append(values[:, 0, 1])
     if not factors:  # multi-root over no words
