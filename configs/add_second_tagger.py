@@ -42,7 +42,6 @@ from spacy_treexp.pipeline.product_of_taggers import (
 
 TAGGER = "tagger"
 SECOND = "tagger_sm"
-PRODUCT = PRODUCT_OF_TAGGERS
 #: The weights the dev corpus chooses among.
 WEIGHTS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 STORAGE = "float16"
@@ -56,7 +55,7 @@ def first_member(nlp: Language) -> Model:
 
 def first_member_config(config: Config) -> Dict:
     section = config["components"][TAGGER]["model"]
-    return section["first"] if section.get("@architectures") == PRODUCT else section
+    return section["first"] if section.get("@architectures") == PRODUCT_OF_TAGGERS else section
 
 
 def members_log_probabilities(nlp: Language, second: Model, docs: List[Doc]) -> tuple:
@@ -114,7 +113,7 @@ def main(model_dir: Path, trained_dir: Path, dev_corpus: Path, weight: Optional[
     tagger = nlp.get_pipe(TAGGER)
     tagger.model = build_product_of_taggers(first_member(nlp), second, weight=chosen, storage=STORAGE)
     section = {
-        "@architectures": PRODUCT,
+        "@architectures": PRODUCT_OF_TAGGERS,
         "weight": chosen,
         "storage": STORAGE,
         "first": first_member_config(nlp.config),
@@ -132,7 +131,7 @@ def main(model_dir: Path, trained_dir: Path, dev_corpus: Path, weight: Optional[
         loaded = spacy.load(tmp)  # refuse to ship what does not load, or loads other weights
         if loaded.get_pipe(TAGGER).model.attrs.get("weight") != chosen:
             sys.exit(f"{tmp} does not load the product of taggers")
-    print(f"{model_dir}: {TAGGER} = {PRODUCT} (weight {chosen:g}, stored in {STORAGE})")
+    print(f"{model_dir}: {TAGGER} = {PRODUCT_OF_TAGGERS} (weight {chosen:g}, stored in {STORAGE})")
 
 
 if __name__ == "__main__":
