@@ -12,8 +12,9 @@ With ``--package SCORES`` (the JSON of ``configs/evaluate_en_ewt.py``), it turns
 folder ``trained`` into the shipped one, ``output``: the gold-sentence UAS/LAS of SCORES in
 its meta (``performance``, spaCy's fractions), without the ``tok2vec`` and vocabulary, which
 are en_core_web_sm's own, byte for byte (6 MB the package would copy): their SHA-256 goes
-to ``stock_tok2vec.json`` and ``spacy_treexp.pipeline.default_model.load_stock_head`` takes
-them from the installed en_core_web_sm. With ``--keep-tok2vec`` (a head for another stock
+to ``stock_tok2vec.json`` (with that of the same weights rounded to float16, the shipped
+tagger's frozen copy of them) and ``spacy_treexp.pipeline.default_model`` takes them from that
+copy inside the shipped pipeline or from the installed en_core_web_sm. With ``--keep-tok2vec`` (a head for another stock
 pipeline, which ``load_stock_head`` does not know) they stay, and ``spacy.load`` reads the
 folder as it is. Output folders are replaced atomically
 (``spacy_treexp.cli.partial.replace_folder``).
@@ -29,7 +30,7 @@ import spacy
 
 from spacy_treexp.cli.partial import replace_folder
 from spacy_treexp.pipeline.biaffine_parser import weights_digest
-from spacy_treexp.pipeline.default_model import STOCK_TOK2VEC_FILE
+from spacy_treexp.pipeline.default_model import STOCK_TOK2VEC_FILE, float16_weights
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from write_model_meta import package_metadata  # noqa: E402
@@ -71,6 +72,7 @@ def package(full: Path, output: Path, scores_path: Path, keep_tok2vec: bool) -> 
         "packages": STOCK_PACKAGES,
         "version": STOCK_VERSION,
         "sha256": weights_digest((full / "tok2vec" / "model").read_bytes()),
+        "float16_sha256": weights_digest(float16_weights(spacy.load(full).get_pipe("tok2vec").model)),
     }
 
     def write(folder: Path) -> None:

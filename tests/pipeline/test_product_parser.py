@@ -247,6 +247,46 @@ def test_the_shipped_ensemble_multiplies_the_shipped_parser_and_the_head():
     assert doc._.tree_expectations and all(0.0 <= t._.head_prob <= 1.0 for t in doc)
 
 
+def test_the_shipped_ensemble_needs_no_installed_en_core_web_sm(monkeypatch):
+    """The shipped tagger carries en_core_web_sm's tok2vec, frozen and stored at float16: the
+    head of ``load(ensemble=...)`` runs on that copy, with no en_core_web_sm installed (a fresh
+    clone's environment without the ``ensemble`` extra), and the product is still its scores
+    and the shipped parser's summed."""
+    import spacy_treexp
+    from spacy_treexp.pipeline import default_model
+
+    monkeypatch.setattr(default_model.util, "is_package", lambda name: False)  # nothing installed
+    with pytest.raises(ValueError, match="not installed"):
+        default_model.load_stock_head()
+    host = spacy_treexp.load()
+    frozen = default_model.frozen_stock_weights(host)
+    assert frozen is not None
+    assert default_model.weights_digest(frozen) == default_model.stock_tok2vec_record()["float16_sha256"]
+    for kind in ("product", "mixture"):
+        nlp = spacy_treexp.load(ensemble=kind)
+        second = nlp.get_pipe(default_model.ENSEMBLE_PARSER)
+        assert second._home_upstreams["tok2vec"].model.to_bytes() == frozen  # its home encoder
+    text = "The old man saw the dog with the telescope."
+    head = default_model._assemble_head(default_model.STOCK_HEAD_PATH, host, frozen, exclude=["tree_expectations"])
+    [b] = records_of(head(text))
+    [a] = records_of(host(text))
+    [both] = records_of(spacy_treexp.load(ensemble=True)(text))
+    numpy.testing.assert_allclose(both["arc"], a["arc"] + b["arc"], atol=1e-4)
+
+
+def test_a_frozen_copy_of_other_weights_is_not_taken_for_en_core_web_sms():
+    import spacy_treexp
+    from spacy_treexp.pipeline.default_model import frozen_stock_weights
+    from spacy_treexp.pipeline.encoders import FROZEN_TOK2VEC
+
+    host = spacy_treexp.load()
+    frozen = next(node for node in host.get_pipe("tagger").model.walk() if node.name == FROZEN_TOK2VEC)
+    layer = next(node for node in frozen.walk() if node.has_param("W"))
+    layer.set_param("W", layer.get_param("W") * 0.5)
+    assert frozen_stock_weights(host) is None
+    assert frozen_stock_weights(spacy.blank("en")) is None
+
+
 def test_calibrate_fits_the_product_and_stores_the_map_with_the_second_parser(combined, tmp_path, capsys):
     """``spacy-treexp calibrate`` on a saved two-parser pipeline: the map is fitted on the
     product's scores and goes to the parser that writes them last, not to the first one."""

