@@ -19,7 +19,9 @@ pipeline's in the same run; the summary gives each ratio's median over the runs.
         --output docs/eval_ewt/issue20_baseline_speed.json
 
 ``--ref 954dd24`` is the last commit before the first commit of issue 20 (the shipped pipeline
-then: paragraph breaks, tok2vec, senter, morphologizer and the parser).
+then: paragraph breaks, tok2vec, senter, morphologizer and the parser). The worktree and its
+venv stay under ``--workdir`` (``build/`` is ignored by git) for the next run; ``git worktree
+remove build/issue_baseline/REF/tree`` and deleting the folder undo them.
 """
 
 import argparse

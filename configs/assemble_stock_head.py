@@ -14,9 +14,9 @@ its meta (``performance``, spaCy's fractions), without the ``tok2vec`` and vocab
 are en_core_web_sm's own, byte for byte (6 MB the package would copy): their SHA-256 goes
 to ``stock_tok2vec.json`` (with that of the same weights rounded to float16, the shipped
 tagger's frozen copy of them) and ``spacy_treexp.pipeline.default_model`` takes them from that
-copy inside the shipped pipeline or from the installed en_core_web_sm. With ``--keep-tok2vec`` (a head for another stock
-pipeline, which ``load_stock_head`` does not know) they stay, and ``spacy.load`` reads the
-folder as it is. Output folders are replaced atomically
+copy inside the shipped pipeline or from the installed en_core_web_sm. With
+``--keep-tok2vec`` (a head for another stock pipeline, which ``load_stock_head`` does not
+know) they stay, and ``spacy.load`` reads the folder as it is. Output folders are replaced atomically
 (``spacy_treexp.cli.partial.replace_folder``).
 """
 
