@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from spacy_treexp.engine import laplacian
+from spacy_treexp.engine.checks import arc_mask, word_mask
 
 
 def weights(n: int, lengths, seed: int) -> torch.Tensor:
@@ -58,13 +59,7 @@ def test_a_batch_over_the_threshold_is_blocked_and_gives_the_same_marginals(scal
     batch, n = 8, 300
     scores = scale * torch.randn(batch, n + 1, n + 1, generator=generator, dtype=torch.float64)
     lengths = torch.tensor([n, n - 7, n // 2, 250, 200, 100, 37, 5])
-    mask = torch.ones(batch, n + 1, n + 1, dtype=torch.bool)
-    diagonal = torch.arange(n + 1)
-    mask[:, diagonal, diagonal] = False
-    mask[:, :, 0] = False
-    for b, m in enumerate(lengths.tolist()):
-        mask[b, m + 1 :, :] = False
-        mask[b, :, m + 1 :] = False
+    mask = arc_mask(lengths, n)
     log_weights, _ = laplacian.shifted_log_weights(scores, mask)
     w = torch.exp(log_weights).masked_fill(~mask, 0.0)
     assert laplacian._gth_block(w) == laplacian._GTH_BLOCK
@@ -73,7 +68,6 @@ def test_a_batch_over_the_threshold_is_blocked_and_gives_the_same_marginals(scal
     torch.testing.assert_close(log_z, step_z, rtol=1e-13, atol=0)
     marginals = w * gradient
     torch.testing.assert_close(marginals, w * step_gradient, rtol=0, atol=1e-12)
-    words = torch.arange(n + 1).unsqueeze(0) <= lengths.unsqueeze(1)
-    words[:, 0] = False
+    words = word_mask(lengths, n)
     column_sums = marginals.sum(1)
     torch.testing.assert_close(column_sums[words], torch.ones(int(words.sum()), dtype=torch.float64))
