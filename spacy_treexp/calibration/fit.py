@@ -183,19 +183,27 @@ def fittable(
     return [gold[i] for i in kept], [scores[i] for i in kept], left_out
 
 
+def _where(i: int, tree: GoldTree) -> str:
+    """Which sentence ``i`` (counted from 0) is, by its ``sent_id`` where the gold tree has one."""
+    sent_id = getattr(tree, "sent_id", None)
+    return f"sentence {i} (sent_id {sent_id})" if sent_id else f"sentence {i} (counted from 0)"
+
+
 def _check(gold: Sequence[GoldTree], scores: Sequence[SentenceScores]) -> int:
     if len(gold) != len(scores):
         raise CalibrationError(f"fit_calibration: {len(gold)} gold trees for {len(scores)} scored sentences")
     if not scores:
         raise CalibrationError("fit_calibration: no sentences to fit on")
     for i, (tree, score) in enumerate(zip(gold, scores)):
-        score.check(f"sentence {i}")
+        score.check(_where(i, tree))
         heads = numpy.asarray(tree.heads)
         if heads.shape != (score.n + 1,):
-            raise CalibrationError(f"fit_calibration: sentence {i} has {score.n} words but {len(heads) - 1} gold heads")
+            raise CalibrationError(
+                f"fit_calibration: {_where(i, tree)} has {score.n} words but {len(heads) - 1} gold heads"
+            )
         if forbids_gold(tree, score):
             raise CalibrationError(
-                f"fit_calibration: sentence {i}: the scores forbid an arc of the gold tree (leave it out: fittable)"
+                f"fit_calibration: {_where(i, tree)}: the scores forbid an arc of the gold tree (leave it out: fittable)"
             )
     return int(sum(s.n for s in scores))
 

@@ -1,6 +1,7 @@
 """The calibration map: an exact tree distribution (checked by brute force), its record
 forms, its single point of application in the core, and its fit by gold-tree likelihood."""
 
+import copy
 import dataclasses
 import math
 
@@ -264,9 +265,14 @@ def test_fit_refuses_bad_input():
         fit_calibration(gold[:2], scores, "temperature")
     with pytest.raises(CalibrationError, match="kind"):
         fit_calibration(gold, scores, "isotonic")
-    scores[0].arc[gold[0].heads[1], 1] = -numpy.inf
-    with pytest.raises(CalibrationError, match="forbid"):
+    scores[1].arc[gold[1].heads[1], 1] = -numpy.inf
+    with pytest.raises(CalibrationError, match=r"sentence 1 \(counted from 0\): the scores forbid"):
         fit_calibration(gold, scores, "temperature")
+    named = [copy.copy(tree) for tree in gold]
+    for i, tree in enumerate(named):
+        tree.sent_id = f"doc-{i}"  # as a sentence read from CoNLL-U has
+    with pytest.raises(CalibrationError, match=r"sentence 1 \(sent_id doc-1\): the scores forbid"):
+        fit_calibration(named, scores, "temperature")
 
 
 def test_dependent_relations_from_the_best_label_at_the_parser_head():
