@@ -20,6 +20,8 @@ from typing import Any, Dict, List
 
 import tomllib
 
+from spacy_treexp.pipeline.product_of_taggers import PRODUCT_OF_TAGGERS
+
 REPO = Path(__file__).resolve().parent.parent
 #: The meta of the name-only package ``packages/en_treexp_ewt``: a copy of the pipeline's.
 PACKAGE_META = REPO / "packages" / "en_treexp_ewt" / "en_treexp_ewt" / "meta.json"
@@ -43,7 +45,6 @@ STOCK_SOURCE = {
     "url": "https://github.com/explosion/spacy-models/releases/tag/en_core_web_sm-3.8.0",
     "license": "MIT",
 }
-PRODUCT = "spacy_treexp.ProductOfTaggers.v1"
 PRODUCT_NOTE = "; the product of its own tagger and a second one on a frozen copy of en_core_web_sm's encoder"
 DESCRIPTION = (
     "spacy_treexp default English pipeline: tok2vec, senter, morphologizer (UPOS, features), "
@@ -96,7 +97,7 @@ def main(model_dir: Path, bench_json: Path) -> None:
     if set(by_condition) != {"predicted", "gold"}:
         sys.exit(f"{bench_json}: expected scores with predicted and gold sentences")
     path = model_dir / "meta.json"
-    product = PRODUCT in (model_dir / "config.cfg").read_text(encoding="utf8")
+    product = PRODUCT_OF_TAGGERS in (model_dir / "config.cfg").read_text(encoding="utf8")
     meta = json.loads(path.read_text(encoding="utf8"))
     meta.update(package_metadata())
     meta.update(
