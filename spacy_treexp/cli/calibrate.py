@@ -142,6 +142,7 @@ def calibrate(
                 ("--held-out", held_out),
                 ("--novelty-text", novelty_text),
                 ("--ood-dev", ood_dev),
+                ("--code", code),
                 ("--model", _model_folder(model)),
             ],
         )

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional, TypeVar
 import typer
 
 from spacy_treexp.io import inputs
-from spacy_treexp.io.files import held_input, within, write_atomic
+from spacy_treexp.io.files import held_input, held_workplace, within, write_atomic
 from spacy_treexp.io.inputs import OnBad, Reader
 
 PROG = "spacy-treexp"
@@ -203,9 +203,15 @@ def check_output_path(path: Path, sources: Iterable[Path], what: str = "--output
 
 def check_not_holding(folder: Path, sources: Iterable[tuple[str, Optional[Path]]], what: str = "--out") -> None:
     """An output folder that a command replaces whole (``--force``) must be none of the
-    inputs and hold none of them: replacing it would delete them. ``sources``: (option, path)."""
+    inputs and hold none of them, nor the current or the home folder: replacing it would delete
+    them. ``sources``: (option, path)."""
     if not folder.is_dir():
         return
+    workplace = held_workplace(folder)
+    if workplace is not None:
+        raise UserError(
+            f"{what} {folder}: holds {workplace}, which replacing the folder would empty; write to another folder"
+        )
     held = held_input(
         folder, [(option, source) for option, source in sources if source is None or not is_stdio(source)]
     )

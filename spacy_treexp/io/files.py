@@ -70,6 +70,23 @@ def within(path: Path, folder: Path, itself: bool = False) -> bool:
     return any((itself and c == p) or p in c.parents for c in candidates for p in places)
 
 
+def home_folder() -> Optional[Path]:
+    """The user's home folder, or None where it cannot be known (no HOME, no passwd entry)."""
+    try:
+        return Path.home()
+    except RuntimeError:
+        return None
+
+
+def held_workplace(folder: Path) -> Optional[str]:
+    """ "the current folder" or "your home folder" when ``folder`` is it or holds it (replacing
+    ``folder`` would empty the place the user works in), else None."""
+    for place, what in ((Path.cwd(), "the current folder"), (home_folder(), "your home folder")):
+        if place is not None and within(place, folder, itself=True):
+            return what
+    return None
+
+
 def held_input(folder: Path, sources: Iterable[Tuple[str, Optional[Path]]]) -> Optional[Tuple[str, Path]]:
     """The first ``(option, path)`` of ``sources`` whose path exists (or is a link) and is
     ``folder`` or lies in it (:func:`within`): an input that replacing ``folder`` would delete."""

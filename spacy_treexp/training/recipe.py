@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy
 
 from spacy_treexp.evaluation.report import json_safe
-from spacy_treexp.io.files import held_input, within, write_atomic
+from spacy_treexp.io.files import held_input, held_workplace, write_atomic
 
 SENTENCES_PER_DOC = 10
 TEMPLATES = ("parser.cfg", "transformer.cfg")
@@ -122,9 +122,9 @@ def check_options(options: TrainOptions) -> str:
     if out.exists() and any(out.iterdir()) and not options.force:
         raise TrainingError(f"-o {out}: exists and is not an empty folder; give --force to replace it")
     if out.exists() and options.force:
-        for place, what in ((Path.cwd(), "the current folder"), (_home(), "your home folder")):
-            if place is not None and within(place, out, itself=True):
-                raise TrainingError(f"-o {out}: holds {what}, which --force would empty; write to a new folder")
+        workplace = held_workplace(out)
+        if workplace is not None:
+            raise TrainingError(f"-o {out}: holds {workplace}, which --force would empty; write to a new folder")
         inputs: List[Tuple[str, Union[str, Path, None]]] = [("TRAIN", options.train), ("DEV", options.dev)]
         inputs += [("--test", options.test), ("--vectors", options.vectors), ("--transformer", options.transformer)]
         held = held_input(out, [(option, None if value is None else Path(value)) for option, value in inputs])
@@ -751,14 +751,6 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
         f"arc ECE {before['arc_ece']:.4f} -> {after['arc_ece']:.4f} on {evaluated_on}"
     )
     return summary
-
-
-def _home() -> Optional[Path]:
-    """The user's home folder, or None where it cannot be known (no HOME, no passwd entry)."""
-    try:
-        return Path.home()
-    except RuntimeError:
-        return None
 
 
 def _empty(folder: Path) -> None:

@@ -72,6 +72,20 @@ def test_force_never_replaces_a_folder_holding_an_input(model, tmp_path, user_er
     assert sorted(p.name for p in folder.iterdir()) == ["dev.conllu", "train.conllu"]
 
 
+def test_calibrate_force_keeps_the_code_file_and_the_current_folder(
+    model, conllu_file, tmp_path, monkeypatch, user_error
+):
+    folder = tmp_path / "work"
+    (folder / "sub").mkdir(parents=True)
+    code = folder / "my_scores.py"
+    code.write_text("x = 1\n", encoding="utf-8")
+    args = ["calibrate", "--dev", str(conllu_file), "--model", model, "--out", str(folder), "--force"]
+    assert "holds the input --code" in user_error(*args, "--code", str(code))
+    monkeypatch.chdir(folder / "sub")
+    assert "holds the current folder, which replacing the folder would empty" in user_error(*args)
+    assert sorted(p.name for p in folder.iterdir()) == ["my_scores.py", "sub"]
+
+
 def test_calibrate_refuses_an_infinite_ridge(model, conllu_file, tmp_path, user_error):
     out = str(tmp_path / "o")
     line = user_error("calibrate", "--dev", str(conllu_file), "--model", model, "--out", out, "--l2", "inf")
