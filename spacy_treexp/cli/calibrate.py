@@ -402,10 +402,6 @@ def _model_folder(model: Optional[str]) -> Optional[Path]:
     return Path(model) if Path(model).exists() else None
 
 
-#: Fewer wrongly attached words than this in the fitted part: the map is poorly determined.
-MIN_FIT_ERRORS = 30
-
-
 def _check_attachments(gold: Sequence[Any], part: str, seed: Optional[int]) -> None:
     """Refuse a fitted part whose sentences are all one word long (none left, or all left out):
     the arc map fitted on it is the identity and the relation temperature is fitted on ROOT
@@ -419,18 +415,13 @@ def _check_attachments(gold: Sequence[Any], part: str, seed: Optional[int]) -> N
 
 
 def _warn_if_few_errors(gold: Sequence[Any], scores: Sequence[Any]) -> None:
-    """Warn when the parser errs too rarely on the fitted sentences to fit a confidence: with
-    no error at all the likelihood grows without bound as the scores sharpen, and the map stops
-    only at its ridge (on 2 sentences, a map that raised held-out NLL from 0.25 to 1.79)."""
-    from spacy_treexp.evaluation.calibration_report import predicted_heads
+    """Warn when the parser errs too rarely on the fitted sentences to fit a confidence
+    (:func:`~spacy_treexp.evaluation.calibration_report.few_errors_warning`)."""
+    from spacy_treexp.evaluation.calibration_report import few_errors_warning
 
-    wrong = sum(int((h[1:] != numpy.asarray(g.heads)[1:]).sum()) for h, g in zip(predicted_heads(scores), gold))
-    if wrong < MIN_FIT_ERRORS:
-        warn(
-            f"only {wrong} of {sum(g.n for g in gold)} fitted words have a wrong head (fewer than "
-            f"{MIN_FIT_ERRORS}): too few to tell how sure the parser should be, so the map can be far off; "
-            "fit on more sentences (--dev) and check the held-out rows below"
-        )
+    message = few_errors_warning(gold, scores)
+    if message is not None:
+        warn(f"{message}; fit on more sentences (--dev) and check the held-out rows below")
 
 
 #: More gold words than this share with labels the parser does not know: said so.

@@ -119,11 +119,12 @@ def evaluate(
         )
     except ValueError as e:
         raise UserError(str(e)) from e
+    from spacy_treexp.evaluation.run import InputError
     from spacy_treexp.io import ConlluError
 
     try:
         run(config, log=warn)
-    except ConlluError as e:  # --conllu or --dev is not CoNLL-U: a mistake in the command's files
+    except (ConlluError, InputError) as e:  # --conllu or --dev is not CoNLL-U, or empty: a mistake in its files
         raise UserError(f"evaluate: {_one_line(e)}") from e
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         warn(f"{PROG}: evaluate: {_one_line(e)}")

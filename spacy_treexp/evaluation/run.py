@@ -24,7 +24,7 @@ from spacy_treexp.annotate import SentenceScores, torch_threads
 from spacy_treexp.calibration.fit import fittable
 from spacy_treexp.calibration.map import calibrate_sentences
 from spacy_treexp.engine.sampling import DEFAULT_METHOD
-from spacy_treexp.evaluation.calibration_report import calibration_section, genres
+from spacy_treexp.evaluation.calibration_report import calibration_section, few_errors_warning, genres
 from spacy_treexp.evaluation.conllu import GoldSentence, read_conllu
 from spacy_treexp.evaluation.epistemic import risk_section
 from spacy_treexp.evaluation.evaluator import EvalOptions, evaluate
@@ -35,6 +35,11 @@ from spacy_treexp.evaluation.timing import timing_table
 
 DEFAULT_MODEL = "default (spacy_treexp.load())"
 PathLike = Union[str, Path]
+
+
+class InputError(ValueError):
+    """A problem with the evaluation's input files (an empty --conllu or --dev): the user's to
+    mend, which the command line reports as such."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,17 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
         "seed": config.seed,
     }
     gold = read_conllu(config.conllu)
+    if not gold:
+        raise InputError(f"--conllu {config.conllu}: no sentences, nothing to evaluate")
+    dev_read = read_conllu(config.dev) if config.dev else None  # read first: a bad --dev fails before any work
+    if dev_read == []:
+        raise InputError(f"--dev {config.dev}: no sentences to fit temperatures on")
+    meta["dev_is_test"] = config.dev is not None and os.path.samefile(config.dev, config.conllu)
+    if meta["dev_is_test"]:
+        log(
+            f"warning: --dev {config.dev} is the --conllu file: the temperatures and the map are fitted on the "
+            "sentences they are measured on, so the columns fitted on dev are in-sample figures, not held-out ones"
+        )
     if config.limit:
         gold = gold[: config.limit]
     log(f"{len(gold)} gold sentences from {meta['conllu']}")
@@ -239,14 +255,17 @@ def _run(config: EvalConfig, log: Callable[[str], None]) -> EvalReport:
         log(f"the pipeline's own calibration map ({own_map.kind}) evaluated as well")
     dev_gold: Optional[List[GoldSentence]] = None
     dev_scores: Optional[List[SentenceScores]] = None
-    if config.dev:
-        dev_gold = read_conllu(config.dev)
+    if dev_read is not None:
+        dev_gold = dev_read
         t0 = time.perf_counter()
         dev_gold, dev_scores, left_out = fittable(dev_gold, _score(config, dev_gold, nlp))
         if left_out:
             log(f"{len(left_out)} dev sentences left out of the fits: the scores forbid an arc of their gold tree")
         if not dev_gold:
             raise ValueError("--dev: the scores forbid (-inf) an arc of every sentence's gold tree")
+        few_errors = few_errors_warning(dev_gold, dev_scores)
+        if few_errors is not None:
+            log(f"warning: --dev: {few_errors}; the columns fitted on dev can be worse than raw, fit on more sentences")
         arc = fit_arc_temperature(dev_gold, dev_scores)
         rel = fit_rel_temperature(dev_gold, dev_scores)
         rel_t = rel["temperature"] if rel else 1.0

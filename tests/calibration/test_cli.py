@@ -325,7 +325,7 @@ def test_map_beside_the_parser_is_used_and_carried(pipeline_dir, tmp_path):
 
 def test_a_fit_on_too_few_errors_is_warned_about(pipeline_dir, tmp_path, capsys):
     """The parser's own training sentences: it makes (almost) no error there."""
-    from spacy_treexp.cli.calibrate import MIN_FIT_ERRORS
+    from spacy_treexp.evaluation.calibration_report import MIN_FIT_ERRORS
 
     dev = tmp_path / "seen.conllu"
     blocks = FIXTURE.read_text(encoding="utf-8").strip().split("\n\n")[:12]

@@ -5,6 +5,7 @@ The evaluation itself runs end to end in tests/test_evaluation_command.py."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,29 @@ def test_a_bad_treebank_leaves_no_output_folder(tmp_path, user_error):
     out = tmp_path / "out"
     assert "notes.conllu:1" in user_error("evaluate", "--conllu", str(text), "--out", str(out))
     assert not out.exists()
+
+
+def test_a_dev_that_is_the_test_file_is_said_to_be_in_sample(gold, model, tmp_path, run_cli):
+    """Fitted on the sentences they are measured on, the calibrated columns are no held-out
+    figures: a warning says so (also through a link), and the report's meta records it."""
+    link, copy = tmp_path / "link.conllu", tmp_path / "copy.conllu"
+    link.symlink_to(gold)
+    copy.write_text(gold.read_text())  # the same sentences in another file: not told apart
+    for dev, same in ((gold, True), (link, True), (copy, False)):
+        out = tmp_path / f"out_{dev.stem}"
+        args = ["evaluate", "--conllu", str(gold), "--dev", str(dev), "--out", str(out), "--model", model]
+        status, _, err = run_cli(*args, "--no-timing", "--no-plots", "--no-samples")
+        assert status == 0, err
+        assert (f"--dev {dev} is the --conllu file" in err) == same
+        assert json.loads((out / "report.json").read_text())["meta"]["dev_is_test"] is same
+
+
+def test_an_empty_treebank_is_a_user_error(gold, model, tmp_path, user_error):
+    """Exit status 2, as calibrate gives for an empty --dev: a mistake in the command's files."""
+    empty = tmp_path / "empty.conllu"
+    empty.write_text("")
+    out = str(tmp_path / "out")
+    assert "--conllu" in user_error("evaluate", "--conllu", str(empty), "--out", out, "--model", model)
+    assert "no sentences" in user_error("evaluate", "--conllu", str(empty), "--out", out, "--model", model)
+    message = user_error("evaluate", "--conllu", str(gold), "--dev", str(empty), "--out", out, "--model", model)
+    assert f"--dev {empty}: no sentences" in message

@@ -211,3 +211,28 @@ def test_a_dev_the_parser_cannot_parse_is_warned_about(pipeline_dir, tmp_path):
             said.append,
         )
         assert any("of --dev's words to their gold head" in line for line in said) == warned, said
+
+
+def test_a_dev_with_few_errors_is_warned_about(pipeline_dir, tmp_path):
+    """Temperatures fitted where the parser hardly errs can be far off (calibrate warns alike)."""
+    blocks = FIXTURE.read_text(encoding="utf8").strip().split("\n\n")
+    one = tmp_path / "one.conllu"
+    one.write_text(blocks[0] + "\n\n", encoding="utf8")
+    chain = []
+    for block in blocks:  # every head wrong: many errors
+        rows = [line.split("\t") for line in block.splitlines()]
+        n = sum(row[0].isdigit() for row in rows)
+        for row in rows:
+            if row[0].isdigit():
+                row[6], row[7] = ("0", "root") if int(row[0]) == n else (str(int(row[0]) + 1), "dep")
+        chain.append("\n".join("\t".join(row) for row in rows))
+    many = tmp_path / "chain.conllu"
+    many.write_text("\n\n".join(chain) + "\n\n", encoding="utf8")
+    options = dict(samples=False, timing=False, plots=False, ks=(1,))
+    for dev, warned in ((one, True), (many, False)):
+        said: list = []
+        run(
+            EvalConfig(conllu=FIXTURE, dev=dev, out_dir=tmp_path / dev.stem, model=str(pipeline_dir), **options),
+            said.append,
+        )
+        assert any("--dev: only" in line and "fitted words have a wrong head" in line for line in said) == warned, said
