@@ -74,7 +74,12 @@ def calibrate(
         Optional[Path], typer.Option("--held-out", help="Gold CoNLL-U to report on only (default: part of --dev).")
     ] = None,
     held_out_fraction: Annotated[
-        float, typer.Option("--held-out-fraction", help="Part of --dev kept out of the fit when no --held-out.")
+        float,
+        typer.Option(
+            "--held-out-fraction",
+            help="Part of --dev kept out of the fit when no --held-out (above 0, below 1; "
+            "to fit on all of --dev, give --held-out FILE).",
+        ),
     ] = 0.2,
     l2: Annotated[
         Optional[float],
@@ -128,7 +133,10 @@ def calibrate(
     if ood_dev is not None and novelty_text is None:
         raise UserError("--ood-dev needs --novelty-text: the out-of-domain model reads the novelty reference")
     if held_out is None and not 0 < held_out_fraction < 1:
-        raise UserError(f"--held-out-fraction {held_out_fraction}: expected a number between 0 and 1")
+        raise UserError(
+            f"--held-out-fraction {held_out_fraction}: expected a number between 0 and 1, both excluded; to fit on "
+            "all of --dev, give the sentences to report on with --held-out FILE"
+        )
     if l2 is not None and not 0 <= l2 < float("inf"):
         raise UserError(f"--l2 {l2}: expected a finite number >= 0")
     check_source(model, stanza)
@@ -436,10 +444,14 @@ def _warn_if_unknown_labels(gold: Sequence[Any], scores: Sequence[Any]) -> None:
 
     unknown, words, labels = unknown_gold_labels(gold, scores)
     if words and unknown > MAX_UNKNOWN_LABELS * words:
+        fitted = (
+            "none is, so the relation temperature is not fitted (it stays 1)"
+            if unknown == words
+            else "the relation temperature is fitted on the others"
+        )
         warn(
             f"{unknown} of {words} gold relations are not among the parser's labels (e.g. {', '.join(labels[:5])}): "
-            "the relation temperature is fitted on the others and the labelled figures count them as wrong; "
-            "is --dev annotated with the parser's label set?"
+            f"{fitted} and the labelled figures count them as wrong; is --dev annotated with the parser's label set?"
         )
 
 

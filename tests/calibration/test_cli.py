@@ -203,6 +203,7 @@ def test_a_stanza_ensemble_folder_is_calibrated_from_the_command_line(tmp_path, 
         (["--dev", "{fixture}"], "--out is required"),
         (["--dev", "{fixture}", "--out", "{tmp}/o", "--model", "{model}", "--stanza", "{tmp}"], "not both"),
         (["--dev", "{fixture}", "--out", "{tmp}/o", "--held-out-fraction", "1.5"], "--held-out-fraction"),
+        (["--dev", "{fixture}", "--out", "{tmp}/o", "--held-out-fraction", "0"], "fit on all of --dev, give"),
         (["--dev", "{fixture}", "--out", "{tmp}/o", "--model", "{tmp}/nothing"], "no such spaCy pipeline"),
         (["--dev", "{fixture}", "--out", "{tmp}/o", "--model", "blank:en"], "writes arc scores"),
         (["--dev", "{tmp}/bad.conllu", "--out", "{tmp}/o", "--model", "{model}"], "bad.conllu"),
@@ -547,6 +548,7 @@ def test_gold_relations_the_parser_does_not_know_are_warned_about(pipeline_dir, 
     assert main([*argv, "--kind", "temperature"]) == 0
     err = capsys.readouterr().err
     assert "gold relations are not among the parser's labels (e.g. x_" in err
+    assert "none is, so the relation temperature is not fitted (it stays 1)" in err  # every one renamed
     assert (
         main(
             [
