@@ -667,6 +667,14 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
         mapped = calibration.apply_batch(
             raw, lengths, [relations[owners[j]] for j in index], [entropies[owners[j]] for j in index]
         ).numpy()
+        overflow = ~numpy.isfinite(mapped) & numpy.isfinite(raw.numpy())  # a finite score mapped to ±inf or nan
+        if overflow.any():
+            j = index[int(overflow.reshape(len(index), -1).any(1).argmax())]
+            raise CalibrationError(
+                f"calibration map: it turns finite arc scores of sentence {owners[j]} into infinities or nan (its "
+                f"scales overflow float64: log_scale up to {max(calibration.log_scale):.4g}); refit the map "
+                "(spacy-treexp calibrate) or fix its values"
+            )
         for b, j in enumerate(index):
             size = sizes[j] + 1
             mapped_arcs[j] = numpy.ascontiguousarray(mapped[b, :size, :size])

@@ -170,7 +170,7 @@ class TreeDistribution(Distribution):
         empty = ~torch.isfinite(self._log_partition().detach())
         if empty.any():
             b = int(empty.nonzero()[0, 0])
-            raise ValueError(f"sentence {b} admits no dependency tree (log Z = -inf): its {what} is undefined")
+            raise ValueError(f"sentence {b} admits no dependency tree (log Z = -inf), so it has no {what}")
         self._require_resolved(what)
 
     def _require_resolved(self, what: str) -> None:

@@ -165,6 +165,18 @@ def test_calibrate_sentences_maps_a_ragged_batch_with_and_without_members():
             numpy.testing.assert_allclose(mapped, calibration.apply_arc(member), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("log_scale", [1e6, 709.0])
+def test_a_map_whose_scales_overflow_is_named_not_taken_for_a_sentence_without_trees(log_scale):
+    """exp(1e6) is inf, and exp(709) scales finite scores past float64: the map's fault, said so,
+    where the engine would otherwise see log Z = -inf and call the sentence tree-less."""
+    arc = numpy.random.default_rng(0).normal(0, 3.0, (5, 5))
+    sentences = [SentenceScores(arc=arc.copy()), SentenceScores(arc=arc[:4, :4].copy())]
+    broken = CalibrationMap(kind="temperature", log_scale=(log_scale,))
+    with pytest.raises(CalibrationError, match=r"turns finite arc scores of sentence \d into infinities or nan"):
+        calibrate_sentences(sentences, broken)
+    assert all(numpy.isfinite(s.arc).all() for s in calibrate_sentences(sentences, CalibrationMap.temperature(0.5)))
+
+
 def test_record_round_trips(tmp_path):
     calibration = rich_map(rel_temperature=1.7)
     assert CalibrationMap.from_dict(calibration.to_dict()) == calibration
