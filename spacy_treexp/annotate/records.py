@@ -326,6 +326,11 @@ class SentenceAnnotation:
         marginals, best first (ties in head order), as ``[(head, μ), ...]``, 0 = ROOT."""
         if self.marginals is None:
             return None
+        n = self.marginals.shape[1] - 1
+        if isinstance(word, bool) or not isinstance(word, (int, numpy.integer)) or not 1 <= word <= n:
+            raise IndexError(
+                f"top_heads: word {word!r} is not a word of this sentence: its words are 1..{n} (0 is ROOT)"
+            )
         column = self.marginals[:, word]
         order = numpy.argsort(-column, kind="stable")[: self.top_k_heads]
         return [(int(h), float(column[h])) for h in order if column[h] > 0.0]

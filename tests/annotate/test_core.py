@@ -67,6 +67,21 @@ def test_annotation_equals_brute_force(n):
     assert mbr_heads(annotation).tolist() == best.tolist()
 
 
+def test_top_heads_lists_the_most_probable_heads_and_names_a_word_out_of_range():
+    sentence = random_sentence(4, seed=8)
+    (annotation,) = annotate_sentences([sentence])
+    for word in range(1, 5):
+        column = annotation.marginals[:, word]
+        listed = annotation.top_heads(word)
+        assert [h for h, _ in listed] == sorted(range(5), key=lambda h: -column[h])[:3]
+        assert [mu for _, mu in listed] == pytest.approx(sorted(column, reverse=True)[:3])
+    for word in (0, 5, -1, 1.0, True):
+        with pytest.raises(
+            IndexError, match=r"top_heads: word .* is not a word of this sentence: its words are 1\.\.4"
+        ):
+            annotation.top_heads(word)
+
+
 @pytest.mark.parametrize("native", ["1", "0"])
 @pytest.mark.parametrize("scale", [30.0, 300.0])
 def test_head_entropy_on_peaked_scores_is_the_brute_force_one(scale, native, monkeypatch):
