@@ -199,7 +199,7 @@ def _check(gold: Sequence[GoldTree], scores: Sequence[SentenceScores]) -> int:
         heads = numpy.asarray(tree.heads)
         if heads.shape != (score.n + 1,):
             raise CalibrationError(
-                f"fit_calibration: {_where(i, tree)} has {score.n} words but {len(heads) - 1} gold heads"
+                f"fit_calibration: {_where(i, tree)} has {score.n} words but {heads.size - 1} gold heads"
             )
         if forbids_gold(tree, score):
             raise CalibrationError(
@@ -331,6 +331,23 @@ def fit_calibration(
         if fitted is not None:
             rel_temperature, label_scale = fitted[0], fitted[1] if relation_names else ()
             fit.update(label_nll_per_word_before=fitted[2], label_nll_per_word_after=fitted[3])
+    member_map = None
+    if members_add_up(scores):  # a Stanza ensemble: each member is a parser of its own (map.py's module doc)
+        member_gold, member_scores = member_records(gold, scores)
+        member_map = fit_calibration(
+            member_gold,
+            member_scores,
+            kind,
+            edges=edges,
+            knots=knots,
+            by_relation=by_relation,
+            min_relation_words=min_relation_words,
+            features=features,
+            relation_directions=relation_directions,
+            l2=l2,
+            relations=False,  # members carry arc scores only
+            max_iter=max_iter,
+        )
     return CalibrationMap(
         kind,
         tuple(float(v) for v in log_scale.detach()),
@@ -349,7 +366,43 @@ def fit_calibration(
         head_relation_bias=_rows(tables[2]) if with_tables else (),
         head_relation_scale=_rows(tables[3]) if with_tables else (),
         fit=fit,
+        members=member_map,
     )
+
+
+def members_add_up(scores: Sequence[SentenceScores]) -> bool:
+    """Whether the sentences' ensemble members are the summands of their scores (at least two
+    members, adding up to ``arc`` on its finite entries, -inf where it is): a Stanza
+    ``EnsembleGraphParser``'s, whose parsers were each trained alone. MC-dropout members, the
+    product ensemble's summed members and the mixture's parsers are each on the scale of
+    ``arc`` and do not add up to it."""
+    found = False
+    for score in scores:
+        if score.members is None:
+            continue
+        members = numpy.asarray(score.members, dtype=numpy.float64)
+        arc = numpy.asarray(score.arc, dtype=numpy.float64)
+        total = members.sum(0)
+        finite = numpy.isfinite(arc)
+        if len(members) < 2 or not numpy.array_equal(finite, numpy.isfinite(total)):
+            return False
+        if not numpy.allclose(arc[finite], total[finite], rtol=1e-4, atol=1e-4):
+            return False
+        found = True
+    return found
+
+
+def member_records(gold: Sequence[Tree], scores: Sequence[SentenceScores]) -> Tuple[List[Tree], List[SentenceScores]]:
+    """Each sentence's gold tree once per member, with that member's arc scores in the place
+    of the sentence's (its relation scores, parse and labels kept): what the members' map is
+    fitted on."""
+    out_gold: List[Tree] = []
+    out_scores: List[SentenceScores] = []
+    for tree, score in zip(gold, scores):
+        for arc in score.members if score.members is not None else ():
+            out_gold.append(tree)
+            out_scores.append(score.replace(arc=numpy.asarray(arc), members=None, member_weights=None))
+    return out_gold, out_scores
 
 
 #: Below this gold-tree NLL per word on the fitted sentences, a map has made the parser

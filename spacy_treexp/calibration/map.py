@@ -46,6 +46,15 @@ A map may also carry a :class:`~spacy_treexp.calibration.novelty.NoveltyReferenc
 (``novelty``): the reference of ``sent._.novelty``, how unfamiliar a sentence's encoder
 vectors are (out-of-domain detection); it changes no score.
 
+A map may also carry ``members``, a map of its own for an ensemble's members where they are
+the *summands* of the scores the map is fitted on (a Stanza ``EnsembleGraphParser`` decodes the
+sum of its members' scores, and each member is a parser trained alone): fitted on each member's
+own scores by the gold trees' likelihood (:func:`~spacy_treexp.calibration.fit.fit_calibration`
+does so when the members add up to the scores), it calibrates each member as the parser it is,
+where the map of the sum would flatten every member as much as it flattens the sum. Without it
+the map serves the members too (MC-dropout members, the product ensemble's summed members and
+the mixture's parsers are each on the scale of the scores).
+
 A map is a frozen record with a dict / JSON / bytes form (``to_dict``, ``to_json``,
 ``to_bytes`` and their ``from_*``), stored in a spaCy config, a file or a pipeline folder.
 """
@@ -85,8 +94,9 @@ HEAD_DIRECTIONS = DIRECTIONS[1:]
 #: ``relation_direction_scale``, ``head_relation_scale`` and ``head_relation_bias``; version 1 maps read as before.
 #: Version 3 added the out-of-domain model's vector term (``novelty.domain.vector_weights``), which
 #: a reader of version 2 would silently drop; version 1 and 2 maps read as before.
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+#: Version 4 added ``members`` (a map for an ensemble's members); a map without it is still written as version 3.
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 class CalibrationError(ValueError):
@@ -255,6 +265,8 @@ class CalibrationMap:
         risk_temperature: the sentence risk's temperature fitted with this map, or None (see
             the module doc).
         novelty: the reference of the sentences' encoder novelty, or None (see the module doc).
+        members: the map of an ensemble's members that add up to the scores, or None: this
+            map serves the members (see the module doc).
         fit: how it was fitted (data size, objective before/after); informative only.
     """
 
@@ -277,8 +289,14 @@ class CalibrationMap:
     fit: Dict[str, Any] = field(default_factory=dict, compare=False)
     risk_temperature: Optional[float] = None
     novelty: Optional[NoveltyReference] = field(default=None, compare=False)
+    members: Optional[CalibrationMap] = None
 
     def __post_init__(self) -> None:
+        if self.members is not None and (not isinstance(self.members, CalibrationMap) or self.members.members):
+            raise CalibrationError(
+                "calibration map: members must be a CalibrationMap without members of its own, got "
+                f"{type(self.members).__name__}"
+            )
         if self.kind not in KINDS:
             raise CalibrationError(f"calibration map: kind must be one of {KINDS}, got {self.kind!r}")
         edges = tuple(int(e) for e in self.edges)
@@ -511,7 +529,7 @@ class CalibrationMap:
     def to_dict(self) -> Dict[str, Any]:
         """JSON- and config-ready form."""
         return {
-            "version": FORMAT_VERSION,
+            "version": FORMAT_VERSION if self.members is not None else 3,  # readable by a version-3 reader
             "kind": self.kind,
             "log_scale": list(self.log_scale),
             "bias": list(self.bias),
@@ -531,6 +549,7 @@ class CalibrationMap:
             "fit": dict(self.fit),
             **({} if self.risk_temperature is None else {"risk_temperature": self.risk_temperature}),
             **({} if self.novelty is None else {"novelty": self.novelty.to_dict()}),
+            **({} if self.members is None else {"members": self.members.to_dict()}),
         }
 
     @classmethod
@@ -548,6 +567,8 @@ class CalibrationMap:
         if version >= 2:
             known |= {"dependent_features", "feature_scale", "relation_bias", "relation_direction_scale"}
             known |= {"head_relation_bias", "head_relation_scale"}
+        if version >= 4:
+            known.add("members")
         unknown = sorted(set(data) - known)
         if unknown:
             raise CalibrationError(f"calibration map: unknown field(s) {unknown}")
@@ -579,6 +600,7 @@ class CalibrationMap:
             fit=dict(data.get("fit") or {}),
             risk_temperature=data.get("risk_temperature"),
             novelty=novelty,
+            members=None if data.get("members") is None else cls.from_dict(data["members"]),
         )
 
     def to_json(self) -> str:
@@ -643,27 +665,49 @@ def read_map(value: Any, where: str = "calibration") -> Optional[CalibrationMap]
 def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[CalibrationMap]) -> List[Any]:
     """The sentences' :class:`~spacy_treexp.annotate.SentenceScores` with the map applied to
     their arc and relation scores (the one place a map is applied; the annotation core calls
-    it), and to each ensemble member's arc scores (``members``). ``calibration`` None returns
-    them unchanged."""
+    it), and to each ensemble member's arc scores (``members``; under ``calibration.members``
+    where the map has one). ``calibration`` None returns them unchanged."""
     if calibration is None:
         return list(sentences)
+    member_map = calibration.members or calibration
+    relations = [dependent_relations(s) if calibration.relations or member_map.relations else None for s in sentences]
+    reads_entropy = calibration.reads_label_entropy or member_map.reads_label_entropy
+    entropies = label_entropies(sentences) if reads_entropy else [None] * len(sentences)
+    # each sentence's own scores under the map, each ensemble member's (a member is a parser's
+    # scores of the same words) under the members' map: one padded pass per length bucket
+    arcs = _map_arcs(calibration, [(i, s.arc) for i, s in enumerate(sentences)], sentences, relations, entropies)
+    members = [getattr(s, "members", None) for s in sentences]
+    owned = [(i, arc) for i, own in enumerate(members) if own is not None for arc in own]
+    member_arcs = _map_arcs(member_map, owned, sentences, relations, entropies)
+    out = []
+    position = 0
+    for i, (sentence, names) in enumerate(zip(sentences, relations)):
+        changes = {"arc": arcs[i], "rel": calibration.apply_rel(sentence.rel, names)}
+        own = members[i]
+        if own is not None and len(own):
+            count = len(own)
+            changes["members"] = numpy.stack(member_arcs[position : position + count])
+            position += count
+        out.append(sentence.replace(**changes))
+    return out
+
+
+def _map_arcs(
+    calibration: CalibrationMap,
+    owned: Sequence[Tuple[int, numpy.ndarray]],
+    sentences: Sequence[Any],
+    relations: Sequence[Optional[List[str]]],
+    entropies: Sequence[Optional[numpy.ndarray]],
+) -> List[numpy.ndarray]:
+    """``calibration`` applied to each ``(sentence index, arc scores)`` of ``owned``, in one
+    padded pass per length bucket; a map that turns finite scores into infinities is named."""
     from spacy_treexp.annotate.batching import length_buckets, pad_scores
 
-    relations = [dependent_relations(s) if calibration.relations else None for s in sentences]
-    entropies = label_entropies(sentences) if calibration.reads_label_entropy else [None] * len(sentences)
-    # every arc matrix to map, in one padded pass per length bucket: each sentence's own
-    # scores, then each ensemble member's (a member is a parser's scores of the same words)
-    owners: List[int] = []
-    matrices: List[numpy.ndarray] = []
-    for i, sentence in enumerate(sentences):
-        members = getattr(sentence, "members", None)
-        for arc in [sentence.arc, *(members if members is not None else ())]:
-            owners.append(i)
-            matrices.append(arc)
-    mapped_arcs: List[numpy.ndarray] = [numpy.empty(0)] * len(matrices)
+    owners = [i for i, _ in owned]
+    mapped_arcs: List[numpy.ndarray] = [numpy.empty(0)] * len(owned)
     sizes = [sentences[i].n for i in owners]
     for index in length_buckets(sizes, 512, max_cells=4_000_000):
-        raw, lengths = pad_scores([matrices[j] for j in index])
+        raw, lengths = pad_scores([owned[j][1] for j in index])
         mapped = calibration.apply_batch(
             raw, lengths, [relations[owners[j]] for j in index], [entropies[owners[j]] for j in index]
         ).numpy()
@@ -678,18 +722,7 @@ def calibrate_sentences(sentences: Sequence[Any], calibration: Optional[Calibrat
         for b, j in enumerate(index):
             size = sizes[j] + 1
             mapped_arcs[j] = numpy.ascontiguousarray(mapped[b, :size, :size])
-    out = []
-    position = 0
-    for sentence, names in zip(sentences, relations):
-        members = getattr(sentence, "members", None)
-        count = 1 + (len(members) if members is not None else 0)
-        arcs = mapped_arcs[position : position + count]
-        position += count
-        changes = {"arc": arcs[0], "rel": calibration.apply_rel(sentence.rel, names)}
-        if members is not None and count > 1:  # an ensemble's members: each is a parser's scores
-            changes["members"] = numpy.stack(arcs[1:])
-        out.append(sentence.replace(**changes))
-    return out
+    return mapped_arcs
 
 
 @dataclass

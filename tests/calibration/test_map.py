@@ -463,3 +463,57 @@ def test_a_map_that_learns_its_gold_trees_by_heart_is_named(kind):
     # one-word sentences: certain before any map, nothing was learnt
     one = dataclasses.replace(fitted, fit={**fitted.fit, "tree_nll_per_word_before": 0.0})
     assert separation_warning(one) is None
+
+
+def _ensemble_corpus(count, seed):
+    """An ensemble of two identical members whose sum is calibrated: gold trees drawn from
+    p ∝ exp(Σ_k s_k), each member s_k half of that sum (a Stanza ensemble's shape)."""
+    rng = numpy.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
+    gold, scores = [], []
+
+    class Gold:
+        def __init__(self, heads):
+            self.heads, self.deprels = heads, []
+
+    for _ in range(count):
+        n = int(rng.integers(3, 9))
+        total = rng.normal(0, 3.0, (n + 1, n + 1))
+        heads = TreeDistribution(torch.from_numpy(total)).sample((1,), method="colbourn", generator=generator)[0]
+        gold.append(Gold(heads.numpy()))
+        scores.append(SentenceScores(arc=total, members=numpy.stack([total / 2, total / 2])))
+    return gold, scores
+
+
+def test_members_that_add_up_to_the_scores_get_a_map_of_their_own():
+    """A Stanza ensemble decodes the sum of its members: the map fitted on the sum leaves it as
+    it is (T ≈ 1) and would leave each member, half the sum, twice too flat; the members' own
+    map (fitted on each member's scores) doubles them (T ≈ 0.5), so identical members mix back
+    into the sum's distribution."""
+    from spacy_treexp.calibration.fit import members_add_up
+
+    gold, scores = _ensemble_corpus(300, seed=11)
+    assert members_add_up(scores)
+    fitted = fit_calibration(gold, scores, "temperature")
+    assert fitted.arc_temperature == pytest.approx(1.0, rel=0.1)
+    assert fitted.members is not None and fitted.members.arc_temperature == pytest.approx(0.5, rel=0.1)
+    (mapped,) = calibrate_sentences(scores[:1], fitted)
+    numpy.testing.assert_allclose(mapped.arc, fitted.apply_arc(scores[0].arc))
+    for member, raw in zip(mapped.members, scores[0].members):
+        numpy.testing.assert_allclose(member, fitted.members.apply_arc(raw))
+    # MC-dropout members (each on the scale of the scores) and a lone member do not add up
+    mc = [s.replace(members=numpy.stack([s.arc, s.arc + 0.1])) for s in scores]
+    assert not members_add_up(mc) and fit_calibration(gold, mc, "temperature").members is None
+    assert not members_add_up([s.replace(members=s.arc[None]) for s in scores])
+    assert not members_add_up([s.replace(members=None) for s in scores])
+
+
+def test_a_map_with_a_members_map_round_trips_and_says_its_version():
+    inner = CalibrationMap.temperature(0.5)
+    outer = dataclasses.replace(CalibrationMap.temperature(2.0), members=inner)
+    assert CalibrationMap.from_json(outer.to_json()) == outer
+    assert outer.to_dict()["version"] == 4 and CalibrationMap.temperature(2.0).to_dict()["version"] == 3
+    with pytest.raises(CalibrationError, match="unknown field"):  # a version-3 map has no members
+        CalibrationMap.from_dict({**outer.to_dict(), "version": 3})
+    with pytest.raises(CalibrationError, match="members must be a CalibrationMap without members"):
+        dataclasses.replace(CalibrationMap.temperature(2.0), members=outer)

@@ -130,3 +130,22 @@ def test_trees_of_the_ensembles_mixture():
                     assert h not in seen
                     seen.add(h)
                     h = int(row[h - 1])
+
+
+def test_a_map_fitted_on_an_ensemble_calibrates_its_members_as_the_parsers_they_are():
+    """The ensemble decodes the sum of its members' scores; each member is a parser trained
+    alone. ``fit_calibration`` (what ``calibrate --stanza`` runs) gives the members a map of
+    their own, fitted on each member's scores (the sum's would flatten each member as much as
+    the sum); a single model's map has none."""
+    from spacy_treexp.calibration import fit_calibration
+    from spacy_treexp.calibration.fit import member_records
+    from spacy_treexp.evaluation.conllu import read_conllu
+    from spacy_treexp.evaluation.scores import stanza_scores
+
+    gold = read_conllu(FIXTURES / "stanza" / "tiny_en.dev.conllu")[:40]
+    scores = stanza_scores(str(KINDS / "ensemble"), gold, gold_tags=True)
+    fitted = fit_calibration(gold, scores, "temperature")
+    assert fitted.members is not None
+    assert fitted.members == fit_calibration(*member_records(gold, scores), "temperature", relations=False)
+    single = stanza_scores(str(KINDS / "pretrain"), gold, gold_tags=True)
+    assert fit_calibration(gold, single, "temperature").members is None
