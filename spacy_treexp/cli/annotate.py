@@ -237,7 +237,15 @@ def annotate(
     except KeyboardInterrupt:
         progress.close()
         writer.close()
-        how = "" if is_stdio(output) else "; run the same command with --resume to finish it"
+        if is_stdio(output):
+            how = ""
+        elif header is not None and partial.can_resume(header):
+            how = "; run the same command with --resume to finish it"
+        else:
+            how = (
+                f"; a run on standard input or a pipe cannot be resumed: delete {paths.partial} and "
+                f"{paths.manifest}, then run again"
+            )
         warn(f"interrupted: {writer.docs} documents written to {writer.where}{how}")
         raise StopRun(130)  # said: main adds no line of its own
     except StopRun:

@@ -19,8 +19,8 @@ it holds as one more shard; :func:`settle`). After SIGKILL or a crash the partia
 in a torn or unlisted record and the manifest in a torn line; a resumed run drops them
 (:func:`read_manifest`) and makes those documents again.
 
-Resume rule. ``--resume`` checks that the header matches the command (format, input file
-and size, input format, model, Stanza folder, samples, package version; anything else,
+Resume rule. ``--resume`` checks that the header matches the command (format, input file,
+its size and SHA-256, input format, model, Stanza folder, samples, package version; anything else,
 such as ``--batch-size`` or ``--n-process``, changes a result only by float32 rounding),
 keeps what the manifest lists, skips the input documents that start on or before the last
 listed line (an input position -- a .txt/.jsonl line, the first line of a CoNLL-U sentence
@@ -33,11 +33,14 @@ differ by at most 4e-6, trees identical; a tree or sample could differ only wher
 choices are that close). For ``.spacy`` the same Docs (shard sizes may differ). Without a
 partial, ``--resume`` simply runs; with a complete OUTPUT and no partial, it says so and
 does nothing. Without ``--resume``, an existing partial is never
-overwritten: the command refuses and says how to resume or start over.
+overwritten: the command refuses and says how to resume or start over. A run that reads
+standard input or a pipe cannot be resumed (nothing can check that a second run reads the same
+input): ``--resume`` refuses it, and the interrupted run says to start over.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -61,6 +64,7 @@ CHECKED = {
     "input": "INPUT",
     "input_format": "--input-format",
     "input_size": "INPUT size",
+    "input_sha256": "INPUT content",
     "model": "--model",
     "stanza": "--stanza",
     "samples": "--samples",
@@ -116,6 +120,7 @@ def run_header(
         "input": "-" if stdin else str(input.resolve()),
         "input_format": input_format,
         "input_size": None if stdin else input.stat().st_size,
+        "input_sha256": None if stdin else input_digest(input),
         "model": _where(model),
         "stanza": _where(stanza),
         "samples": samples,
@@ -218,11 +223,40 @@ def settle(paths: OutputPaths, folder: bool) -> Optional[Kept]:
     return kept
 
 
+def input_digest(path: Path) -> Optional[str]:
+    """The SHA-256 of a regular file's bytes (read once, in blocks: about a second per GB), or
+    None for a pipe or device, which reading would consume and which no resumed run can check."""
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def can_resume(header: dict[str, Any]) -> bool:
+    """Whether a run from this header can be resumed: its input is a file whose content a
+    resumed run can check (not standard input or a pipe)."""
+    return header.get("input_sha256") is not None
+
+
 def _check_header(found: dict[str, Any], expected: dict[str, Any], partial: Path, start_over: str) -> None:
+    if not can_resume(expected):
+        raise UserError(
+            f"--resume: INPUT {expected['input']} is standard input or a pipe, whose content cannot be checked "
+            f"against what {partial} was made from (a resumed run would join two inputs); {start_over}, or save "
+            "the input to a file and give that"
+        )
     for key, label in CHECKED.items():
         old, new = found.get(key), expected.get(key)
-        if old == new:
+        if old == new or (key == "input_sha256" and key not in found):  # a partial made before the digest
             continue
+        if key == "input_sha256":
+            raise UserError(
+                f"--resume: INPUT {expected['input']} changed since {partial} was made (same size, other "
+                f"content); {start_over}"
+            )
         if key == "input_size":
             raise UserError(
                 f"--resume: INPUT {expected['input']} changed since {partial} was made "

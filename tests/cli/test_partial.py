@@ -136,10 +136,30 @@ def test_resume_refuses_a_partial_made_otherwise(model, paragraph_model, source,
     )
     conllu = ["annotate", str(source), "-o", str(target), "--output-format", "conllu", "--resume", "--model", model]
     assert "--output-format jsonl, not --output-format conllu" in user_error(*conllu)
-    with source.open("a") as file:
-        file.write("Seven.\n")
+    text = source.read_text()
+    source.write_text(text.swapcase())  # the same size, other content
+    message = user_error(*resume, "--model", model)
+    assert f"INPUT {source} changed since {partial} was made (same size, other content)" in message
+    source.write_text(text + "Seven.\n")
     assert f"INPUT {source} changed since {partial} was made" in user_error(*resume, "--model", model)
     assert partial.read_bytes() == kept and not target.exists()
+
+
+def test_a_run_on_standard_input_is_not_resumed(model, source, tmp_path, monkeypatch, run_cli, user_error):
+    """Nothing can check that a second run reads the same standard input: resuming would join
+    two inputs in one output, so the interrupted run says to start over and --resume refuses."""
+    import io
+    import sys
+
+    target = tmp_path / "out.jsonl"
+    args = ["annotate", "-", "-o", str(target), "--input-format", "txt", "--model", model]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(source.read_bytes())))
+    with pytest.MonkeyPatch.context() as patch:
+        stop_after(patch, 1)
+        status, _, err = run_cli(*args)
+    assert status == 130 and "cannot be resumed: delete" in err and "--resume to finish" not in err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Another text altogether.\n")))
+    assert "is standard input or a pipe, whose content cannot be checked" in user_error(*args, "--resume")
 
 
 def test_a_partial_is_never_overwritten_without_resume(model, source, tmp_path, run_cli, user_error):
