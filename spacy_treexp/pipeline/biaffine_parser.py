@@ -454,6 +454,12 @@ def _saved_joining(path: Path) -> Optional[str]:
     return next((name for name in JOINING if component.get(name, False)), None)
 
 
+def check_members(members: Any) -> None:
+    """``members`` must be 0 (none) or an integer >= 2 (one member is no mixture)."""
+    if isinstance(members, bool) or not isinstance(members, int) or members < 0 or members == 1:
+        raise ValueError(f"biaffine_parser: members must be 0 (none) or an integer >= 2, got {members!r}")
+
+
 class BiaffineParser(TrainablePipe):
     """Graph-based dependency parser (Dozat & Manning 2017) trained as a tree CRF."""
 
@@ -502,8 +508,7 @@ class BiaffineParser(TrainablePipe):
             )
         self.max_sentence_length = max_sentence_length
         # Epistemic uncertainty: K MC-dropout members of the arc scorer (pipeline/members.py).
-        if isinstance(members, bool) or not isinstance(members, int) or members < 0 or members == 1:
-            raise ValueError(f"biaffine_parser: members must be 0 (none) or an integer >= 2, got {members!r}")
+        check_members(members)
         if member_kind not in MEMBER_KINDS:
             raise ValueError(f"biaffine_parser: member_kind must be one of {MEMBER_KINDS}, got {member_kind!r}")
         self.members = members

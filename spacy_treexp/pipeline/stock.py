@@ -139,6 +139,7 @@ def add_uncertainty(
     source: Optional[Language] = None,
     name: str = "biaffine_parser",
     overwrite: bool = True,
+    members: Optional[int] = None,
     **tree_options: Any,
 ) -> Language:
     """Add the UD ``biaffine_parser`` and ``tree_expectations`` to ``nlp`` (returned).
@@ -149,24 +150,60 @@ def add_uncertainty(
     the module doc), else ``spacy_treexp.load()``. spaCy shares a sourced component between
     pipelines, so a source whose parser already runs in another pipeline with another
     ``overwrite`` is refused (it would change that pipeline's tree too);
-    ``overwrite``: see the module doc; ``tree_options``: settings of ``tree_expectations``
-    (``n_samples``, ``seed``, ...). The parser goes last (after the host's parser and
+    ``overwrite``: see the module doc; ``members``: the parser's MC-dropout members (None: the
+    source's, 2 for the shipped parsers; 0: none, a little faster, no epistemic attributes);
+    ``tree_options``: settings of ``tree_expectations`` (``n_samples``, ``seed``, ...). A source
+    with two parsers (``spacy_treexp.load(ensemble=...)``) is refused: only its first would be
+    added. The parser goes last (after the host's parser and
     sentence boundaries), ``tree_expectations`` after it. A pipeline with no component that
     sets sentence boundaries (``spacy.blank("en")``) first gets spaCy's rule-based
     ``sentencizer``, as the parser parses sentence by sentence.
     """
+    from spacy_treexp.pipeline.biaffine_parser import check_members
+    from spacy_treexp.pipeline.default_model import ENSEMBLE_PARSER
     from spacy_treexp.pipeline.noun_chunks import install_ud_noun_chunks
 
+    for given, what in ((nlp, "nlp"), (source, "source")):
+        if given is not None and not isinstance(given, Language):
+            raise TypeError(
+                f"add_uncertainty: {what} must be a loaded spaCy pipeline (spacy.load(...)), got "
+                f"{type(given).__name__} {given!r}"
+            )
     if not isinstance(overwrite, bool):
         raise ValueError(f"add_uncertainty: overwrite must be True or False, got {overwrite!r}")
+    if members is not None:
+        check_members(members)
+    for taken in (name, "tree_expectations"):
+        if taken in nlp.component_names:
+            raise ValueError(
+                f"add_uncertainty: the pipeline already has a component named {taken!r} (add_uncertainty ran on it "
+                "already, or it is a spacy_treexp pipeline, whose parser needs only nlp.add_pipe('tree_expectations'))"
+            )
+    parser_only = set(Language.get_factory_meta("biaffine_parser").default_config or {})
+    parser_only -= set(Language.get_factory_meta("tree_expectations").default_config or {})
+    parser_settings = sorted(set(tree_options) & parser_only)
+    if parser_settings:
+        raise ValueError(
+            f"add_uncertainty: {', '.join(parser_settings)}: biaffine_parser's, not tree_expectations': load the "
+            "source with them, e.g. source=spacy_treexp.load(config={'components.biaffine_parser."
+            f"{parser_settings[0]}': ...}}) (members=... is taken here directly)"
+        )
     if source is None:
         from spacy_treexp.pipeline.default_model import load, stock_head_for
 
         source = stock_head_for(nlp) or load()
+    if ENSEMBLE_PARSER in source.component_names:
+        raise ValueError(
+            f"add_uncertainty: the source holds two parsers (biaffine_parser and {ENSEMBLE_PARSER}, "
+            "spacy_treexp.load(ensemble=...)), and add_uncertainty adds one: give a source with one parser "
+            "(spacy_treexp.load()), or use the ensemble pipeline itself"
+        )
     before = list(nlp.component_names)
     # the source's parser, which add_pipe(source=...) shares with nlp
     shared = source.get_pipe("biaffine_parser") if "biaffine_parser" in source.component_names else None
-    saved = {attr: getattr(shared, attr) for attr in ("overwrite", "hosted", "name") if hasattr(shared, attr)}
+    saved = {
+        attr: getattr(shared, attr) for attr in ("overwrite", "hosted", "name", "members") if hasattr(shared, attr)
+    }
     if getattr(shared, "hosted", False) and getattr(shared, "overwrite", overwrite) != overwrite:
         raise ValueError(
             f"add_uncertainty: the source's biaffine_parser already runs in another pipeline with overwrite="
@@ -183,6 +220,9 @@ def add_uncertainty(
         setattr(parser, "overwrite", overwrite)  # the component is a BiaffineParser (sourced: shared with `source`)
         setattr(parser, "hosted", True)  # nlp.to_bytes carries its home copy
         nlp.get_pipe_config(name)["overwrite"] = overwrite  # saved with the pipeline's config
+        if members is not None:
+            setattr(parser, "members", members)
+            nlp.get_pipe_config(name)["members"] = members
         nlp.add_pipe("tree_expectations", config=tree_options)
     except Exception:  # a bad setting: both pipelines as they were, so that a second call can succeed
         for added in reversed([c for c in nlp.component_names if c not in before]):

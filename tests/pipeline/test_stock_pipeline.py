@@ -211,6 +211,32 @@ def test_add_uncertainty(stock_docs):
     assert again.pipe_names[-2:] == ["biaffine_parser", "tree_expectations"]
 
 
+def test_add_uncertainty_names_what_it_cannot_take(home):
+    nlp = spacy.blank("en")
+    with pytest.raises(TypeError, match="nlp must be a loaded spaCy pipeline .*got str 'en_core_web_sm'"):
+        spacy_treexp.add_uncertainty("en_core_web_sm")
+    with pytest.raises(TypeError, match="source must be a loaded spaCy pipeline"):
+        spacy_treexp.add_uncertainty(nlp, source="en_treexp_ewt")
+    with pytest.raises(ValueError, match="decoding: biaffine_parser's, not tree_expectations'"):
+        spacy_treexp.add_uncertainty(nlp, source=home, decoding="mbr")
+    with pytest.raises(ValueError, match="members must be 0 .none. or an integer >= 2, got 1"):
+        spacy_treexp.add_uncertainty(nlp, source=home, members=1)
+    with pytest.raises(ValueError, match="already has a component named 'biaffine_parser'"):
+        spacy_treexp.add_uncertainty(home)  # a spacy_treexp pipeline: add tree_expectations alone
+    with pytest.raises(ValueError, match="the source holds two parsers"):  # only the first would be added
+        spacy_treexp.add_uncertainty(nlp, source=spacy_treexp.load(ensemble=True))
+    assert nlp.pipe_names == [] and "tree_expectations" not in home.pipe_names
+
+
+def test_add_uncertainty_sets_the_parsers_members():
+    nlp = spacy_treexp.add_uncertainty(spacy.load(STOCK), source=spacy_treexp.load(), members=0)
+    assert nlp.get_pipe("biaffine_parser").members == 0 and nlp.config["components"]["biaffine_parser"]["members"] == 0
+    doc = nlp(TEXTS[0])
+    assert all(s._.mutual_information is None and s._.error_probability is not None for s in doc.sents)
+    with pytest.raises(ValueError, match="already has a component named 'biaffine_parser'"):
+        spacy_treexp.add_uncertainty(nlp)  # a second call
+
+
 def test_a_source_whose_parser_runs_elsewhere_with_another_overwrite_is_refused(kept, stock_docs):
     # kept's parser (overwrite=False) is one component shared with any pipeline sourcing it:
     # overwrite=True here flipped kept to the UD tree, with ClearNLP noun chunks read as UD
