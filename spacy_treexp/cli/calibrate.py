@@ -155,6 +155,11 @@ def calibrate(
             ],
         )
         check_not_inside(target, _model_folder(model), "--model")
+        if target.is_dir() and any(target.iterdir()) and not (target / "config.cfg").is_file():
+            raise UserError(
+                f"--out {target}: holds files but no spaCy pipeline (no config.cfg), and --force replaces only an "
+                "earlier pipeline folder; write to another folder, or empty this one"
+            )
     if held_out is not None and same_file(held_out, dev):
         raise UserError(
             f"--held-out {held_out} is the --dev file: its rows would be the fitted sentences again, not held out; "

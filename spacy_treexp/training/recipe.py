@@ -213,6 +213,11 @@ def check_options(options: TrainOptions) -> str:
         raise TrainingError(f"--max-steps {options.max_steps}: expected a positive integer")
     if options.calibration not in CALIBRATION_KINDS:
         raise TrainingError(f"--calibration {options.calibration}: expected one of {CALIBRATION_KINDS}")
+    if options.force and out.is_dir() and any(out.iterdir()) and not (out / "config.cfg").is_file():
+        raise TrainingError(
+            f"-o {out}: holds files but no earlier run of train (no config.cfg), and --force replaces only such "
+            "a folder; write to another folder, or empty this one"
+        )
     return lang
 
 

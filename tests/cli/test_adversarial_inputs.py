@@ -86,6 +86,17 @@ def test_calibrate_force_keeps_the_code_file_and_the_current_folder(
     assert sorted(p.name for p in folder.iterdir()) == ["my_scores.py", "sub"]
 
 
+def test_calibrate_force_replaces_only_an_earlier_pipeline(model, conllu_file, tmp_path, user_error):
+    """--out FOLDER --force emptied any folder (a typo could take a folder of notes); it
+    replaces only a spaCy pipeline folder (its config.cfg), checked before the fit."""
+    folder = tmp_path / "precious"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("important", encoding="utf-8")
+    args = ["calibrate", "--dev", str(conllu_file), "--model", model, "--out", str(folder), "--force"]
+    assert "holds files but no spaCy pipeline (no config.cfg)" in user_error(*args)
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
 def test_calibrate_refuses_an_infinite_ridge(model, conllu_file, tmp_path, user_error):
     out = str(tmp_path / "o")
     line = user_error("calibrate", "--dev", str(conllu_file), "--model", model, "--out", out, "--l2", "inf")

@@ -393,6 +393,7 @@ def test_force_replaces_what_a_linked_output_folder_holds(run_cli, tmp_path):
     target, elsewhere = tmp_path / "target", tmp_path / "elsewhere"
     target.mkdir()
     (target / "old_results.txt").write_text("x", encoding="utf8")
+    (target / "config.cfg").write_text("", encoding="utf8")  # an earlier run's folder, which --force replaces
     elsewhere.mkdir()
     (elsewhere / "keep.txt").write_text("x", encoding="utf8")
     (target / "link").symlink_to(elsewhere)

@@ -216,7 +216,26 @@ def test_force_never_empties_the_home_folder_and_needs_none(tmp_path, monkeypatc
         raise RuntimeError("Could not determine home directory.")
 
     monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    # judged as any folder then: this one holds no earlier run of train, so --force leaves it alone
+    with pytest.raises(TrainingError, match="holds files but no earlier run of train"):
+        check_options(TrainOptions(train=TOY, dev=TOY, out=home, lang="en", force=True))
+    (home / "config.cfg").write_text("", encoding="utf8")
     assert check_options(TrainOptions(train=TOY, dev=TOY, out=home, lang="en", force=True)) == "en"
+
+
+def test_force_replaces_only_an_earlier_run(tmp_path):
+    """-o FOLDER --force emptied any folder (a typo could take a folder of notes); it replaces
+    only what a run of train left (its config.cfg)."""
+    from spacy_treexp.training.recipe import check_options
+
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "notes.txt").write_text("important", encoding="utf8")
+    with pytest.raises(TrainingError, match=r"-o .*precious: holds files but no earlier run of train \(no config"):
+        check_options(TrainOptions(train=TOY, dev=TOY, out=out, lang="en", force=True))
+    assert (out / "notes.txt").read_text(encoding="utf8") == "important"
+    (out / "config.cfg").write_text("", encoding="utf8")
+    assert check_options(TrainOptions(train=TOY, dev=TOY, out=out, lang="en", force=True)) == "en"
 
 
 def test_force_never_empties_a_folder_holding_an_input(tmp_path):
@@ -360,6 +379,7 @@ def test_an_output_folder_that_cannot_be_written_is_named_before_any_work(tmp_pa
             recipe.check_options(TrainOptions(train=TOY, dev=TOY, out=out, lang="en"))
     monkeypatch.undo()
     (locked / "kept").write_text("x", encoding="utf8")
+    (locked / "config.cfg").write_text("", encoding="utf8")  # an earlier run's, which --force replaces
 
     def refuse(folder: Path) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder / "kept"))
