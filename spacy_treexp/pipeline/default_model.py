@@ -106,12 +106,15 @@ def check_listeners(nlp: Language) -> None:
     and the lemmatizer zeros (wrong tags and lemmas, silently: warned of, as it may be enabled
     again), and ``tagger``/``lemmatizer`` without ``tagger_tok2vec`` read the shared tok2vec's
     narrower vectors (a numpy shape error at the first Doc: refused). A ``biaffine_parser``
+    that listens to its pipeline's encoder refuses a Doc without its vectors, so it is refused
+    too, even where the encoder is only disabled; one sourced from another pipeline (``hosted``)
     checks its own inputs (it may read its home pipeline's copy)."""
     enabled, disabled = set(nlp.pipe_names), set(nlp.disabled)
     missing: Dict[str, List[str]] = {}
     for name, component in nlp.pipeline:
         model = getattr(component, "model", None)
-        if isinstance(component, BiaffineParser) or not isinstance(model, Model):
+        hosted = isinstance(component, BiaffineParser) and component.hosted
+        if hosted or not isinstance(model, Model):
             continue
         for listener in model_listeners(model):
             upstream = getattr(listener, "upstream_name")
@@ -122,16 +125,18 @@ def check_listeners(nlp: Language) -> None:
         verb = "reads" if len(names) == 1 else "read"
         first = nlp.pipe_names.index(names[0])
         encoders = [n for n in nlp.pipe_names[:first] if nlp.get_pipe_meta(n).factory in ("tok2vec", "transformer")]
-        instead = (
-            f"they would read the vectors of {encoders[-1]!r} in its place, and fail"
-            if encoders
-            else "they predict from zeros"
-        )
+        parsers = [n for n in names if isinstance(nlp.get_pipe(n), BiaffineParser)]
+        if encoders:
+            instead = f"they would read the vectors of {encoders[-1]!r} in its place, and fail"
+        elif parsers:
+            instead = f"{', '.join(map(repr, parsers))} would refuse every Doc (it has no token vectors)"
+        else:
+            instead = "they predict from zeros"
         message = (
             f"{', '.join(map(repr, names))} {verb} the token vectors of {upstream!r}, which is {state}: "
             f"without it {instead}. Disable or exclude {', '.join(map(repr, names))} too, or keep {upstream!r}"
         )
-        if upstream not in disabled or encoders:
+        if upstream not in disabled or encoders or parsers:
             raise ValueError(f"spacy_treexp.load: {message}")
         warnings.warn(message, stacklevel=2)
 

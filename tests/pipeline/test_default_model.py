@@ -25,6 +25,20 @@ def test_disabling_the_tok2vec_the_tagger_reads_is_refused_as_it_would_fail():
         spacy_treexp.load(disable=["tagger_tok2vec"])
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"disable": ["tok2vec"]},
+        {"exclude": ["tok2vec", "morphologizer", "tagger_tok2vec", "tagger", "lemmatizer"]},  # the advice followed
+    ],
+)
+def test_leaving_out_the_tok2vec_the_parser_reads_is_refused_at_load(options):
+    """The parser listens to ``tok2vec``: without it the load only warned of the morphologizer,
+    and the first Doc failed with "a Doc has no token vectors"."""
+    with pytest.raises(ValueError, match=r"'biaffine_parser'.* of 'tok2vec'.*'biaffine_parser' would refuse every Doc"):
+        spacy_treexp.load(**options)
+
+
 def test_the_tagger_alone_warns_that_its_vectors_would_be_zeros():
     """``tagger_tok2vec`` listens to ``tok2vec``: enabled alone it gave the tagger zeros, and
     wrong tags without a word of warning."""
