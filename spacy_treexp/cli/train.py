@@ -12,7 +12,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from spacy_treexp.cli.common import CalibrationKind, Gpu, UserError, warn
+from spacy_treexp.cli.common import CalibrationKind, Gpu, StopRun, UserError, warn
 
 
 def train(
@@ -94,4 +94,9 @@ def train(
         train_pipeline(options, log=warn)
     except TrainingError as e:
         raise UserError(str(e)) from e
+    except KeyboardInterrupt:
+        if Path(output).is_dir() and (Path(output) / "config.cfg").is_file():
+            warn(f"interrupted: {output} holds an unfinished run; run the same command with --force to start over")
+            raise StopRun(130) from None
+        raise
     return 0

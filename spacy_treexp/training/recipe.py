@@ -713,13 +713,16 @@ def train_pipeline(options: TrainOptions, log: Callable[[str], None] = print) ->
     try:
         if out.exists() and options.force:
             _empty(out)
-        corpus.mkdir(parents=True)
+        out.mkdir(parents=True, exist_ok=True)
+        # first: a folder this command writes holds its config.cfg from the start, by which a
+        # later --force knows it for a run of train's (check_options) even if this one stops here
+        config.to_disk(out / "config.cfg", interpolate=False)
+        corpus.mkdir()
     except OSError as e:  # a file --force cannot remove, a folder made read-only meanwhile
         raise TrainingError(f"-o {out}: cannot write there ({e.strerror or e}: {e.filename})") from e
     log(f"1/5 convert: {len(train_gold)} training and {len(dev_gold)} dev sentences ({lang})")
     convert(train_gold, lang, corpus / "train.spacy")
     convert(dev_gold, lang, corpus / "dev.spacy")
-    config.to_disk(out / "config.cfg", interpolate=False)
     log(f"2/5 train: {out / 'config.cfg'} ({', '.join(config['nlp']['pipeline'])})")
     start = time.perf_counter()
     train_model(config, out / "training", options.gpu, log)

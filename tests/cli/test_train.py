@@ -467,3 +467,25 @@ def test_a_treebank_of_one_word_sentences_is_refused_before_any_work(user_error,
     assert "every sentence is one word long" in user_error("train", str(one), str(TOY), "-o", str(out))
     assert f"DEV {one}: every sentence is one word long" in user_error("train", str(TOY), str(one), "-o", str(out))
     assert not out.exists()
+
+
+def test_an_interrupted_run_says_how_to_start_over_and_force_takes_its_folder(run_cli, tmp_path, monkeypatch):
+    """Ctrl-C said only "interrupted", and the same command then refused the half-written -o.
+    The folder holds its config.cfg from the start, so --force knows it for a run's."""
+    from spacy_treexp.training import recipe
+
+    data = write_slice(tmp_path / "toy.conllu", last=2)
+    out = tmp_path / "out"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recipe, "train_model", interrupted)
+    args = ("train", str(data), str(data), "-o", str(out), "--lang", "en", *TINY, "--max-steps", "1")
+    status, _, err = run_cli(*args)
+    assert status == 130 and "holds an unfinished run; run the same command with --force to start over" in err
+    assert (out / "config.cfg").is_file()
+    monkeypatch.undo()
+    status, _, err = run_cli(*args, "--force")
+    assert status == 0, err
+    assert (out / "model" / "meta.json").is_file()
