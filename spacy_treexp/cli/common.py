@@ -248,11 +248,13 @@ def same_file(path: Path, source: Path) -> bool:
 
 def write_output(path: Path, data: str, what: str = "--output") -> None:
     """A command's output file written whole (:func:`~spacy_treexp.io.files.write_atomic`);
-    a write that fails (a full disk) is a UserError naming the path, and the old file stays."""
+    a write that fails (a full disk) ends the run with exit status 1, as any failed run, in
+    one line naming the path, and the old file stays."""
     try:
         write_atomic(path, data)
     except OSError as e:
-        raise UserError(f"{what} {path}: cannot write ({e.strerror or e})") from e
+        warn(f"{PROG}: {what} {path}: cannot write ({e.strerror or e}); the file is as it was")
+        raise StopRun(1) from e
 
 
 def open_reader(path: Path, fmt: Optional[InputFormat], on_bad: OnBad) -> Reader:

@@ -126,8 +126,12 @@ def evaluate(
         run(config, log=warn)
     except (ConlluError, InputError) as e:  # --conllu or --dev is not CoNLL-U, or empty: a mistake in its files
         raise UserError(f"evaluate: {_one_line(e)}") from e
-    except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
         warn(f"{PROG}: evaluate: {_one_line(e)}")
+        return 1
+    except OSError as e:  # a full disk, a folder made read-only meanwhile
+        where = e.filename if e.filename is not None else out
+        warn(f"{PROG}: evaluate: --out {out}: cannot write {where} ({e.strerror or _one_line(e)})")
         return 1
     return 0
 

@@ -139,7 +139,8 @@ def test_a_pipe_is_read_as_a_stream_or_named(model, conllu_file, tmp_path, run_c
     assert "not a regular file (a pipe or a device)" in user_error("audit", str(pipe), "--model", model)
 
 
-def test_a_write_that_fails_is_one_line_and_leaves_the_old_output(model, conllu_file, tmp_path, user_error):
+def test_a_write_that_fails_is_one_line_and_leaves_the_old_output(model, conllu_file, tmp_path, run_cli):
+    """A full disk is no mistake in the command: exit status 1 (as annotate gives), one line."""
     text = tmp_path / "in.txt"
     text.write_text("The cat sat on the mat.\nDogs bark.\n" * 20, encoding="utf-8")
     old = "an older output\n"
@@ -157,10 +158,12 @@ def test_a_write_that_fails_is_one_line_and_leaves_the_old_output(model, conllu_
     try:
         resource.setrlimit(resource.RLIMIT_FSIZE, (len(old), hard))  # a full disk
         for args in commands:
-            messages.append(user_error(*args))
+            status, _, err = run_cli(*args)
+            assert status == 1 and err.startswith("spacy-treexp: ") and err.count("\n") == 1, err
+            messages.append(err)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-    assert ["cannot write (File too large)" in message for message in messages] == [True] * 4, messages
+    assert ["cannot write (File too large); the file is as it was" in m for m in messages] == [True] * 4, messages
     assert all(path.read_text() == old for path in outputs.values())
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", "in.conllu", *outputs])
 
