@@ -1238,6 +1238,9 @@ class BiaffineParser(TrainablePipe):
             raise PipelineError(f"biaffine_parser '{self.name}' has no labels: initialize or train it first")
         label_ids = numpy.array([self.vocab.strings.add(label) for label in labels], dtype="uint64")
         ud = is_ud_label_set(labels)
+        # the root relation (spaCy's converter names UD's "root" "ROOT"): a word's relation is it
+        # exactly when its head is ROOT, as in UD and in spaCy's trees
+        root_label = next((labels.index(name) for name in ("ROOT", "root") if name in labels), None)
         b = 0
         named: List[Vocab] = [self.vocab]
         for doc, sentences in zip(docs, predictions["sentences"]):
@@ -1253,7 +1256,11 @@ class BiaffineParser(TrainablePipe):
                 n = end - start
                 dependents = numpy.arange(1, n + 1)
                 sent_heads = heads[b, 1 : n + 1]
-                best = rel[b][sent_heads, dependents].argmax(-1)
+                rows = numpy.array(rel[b][sent_heads, dependents], dtype="float64")
+                if root_label is not None:  # the best relation the arc may have
+                    rows[sent_heads != 0, root_label] = -numpy.inf
+                    rows[sent_heads == 0, root_label] = numpy.inf
+                best = rows.argmax(-1)
                 # spaCy's HEAD attribute is the offset head - i, and a root is its own head.
                 absolute = numpy.where(sent_heads == 0, dependents, sent_heads) + start - 1
                 annotation[start:end, 0] = (absolute - (dependents + start - 1)).astype("int64").view("uint64")

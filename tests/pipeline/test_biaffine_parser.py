@@ -202,6 +202,23 @@ def _initialize(config, examples=None, annotating=None, disable=()):
     return nlp
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_root_relation_goes_to_the_root_word_alone(seed):
+    """An untrained parser's best relation at an arc could be the root's: every word of a
+    short training run came out ROOT. The root relation is the root word's, and only its."""
+    from thinc.api import fix_random_seed
+
+    fix_random_seed(seed)
+    nlp = _initialize(TINY_CONFIG)
+    labels = nlp.get_pipe("biaffine_parser").labels
+    root = next(name for name in ("ROOT", "root") if name in labels)
+    texts = ["the dog saw a cat", "a cat saw the dog near the old house", "dogs bark"]
+    for doc in nlp.pipe(
+        Doc(nlp.vocab, words=text.split(), sent_starts=[True] + [False] * (len(text.split()) - 1)) for text in texts
+    ):
+        assert [token.dep_ == root for token in doc] == [token.head.i == token.i for token in doc]
+
+
 def test_a_pipeline_without_sentence_boundaries_is_named_at_initialize():
     """spacy train without a senter or sentencizer before the parser trained (the gold Docs have
     sentences) and failed only at its first evaluation, on Docs without sentence boundaries: a
