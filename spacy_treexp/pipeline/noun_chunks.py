@@ -162,6 +162,11 @@ def ud_noun_chunks(doclike: Union[Doc, Span]) -> Iterator[Tuple[int, int, int]]:
     doc = doclike.doc
     if not doc.has_annotation("DEP"):
         raise ValueError(Errors.E029)
+    if len(doclike) and not (doc.has_annotation("POS") or doc.has_annotation("TAG")):  # a chunk's head is nominal
+        raise ValueError(
+            "noun_chunks of a UD tree need each word's part of speech (token.pos_, or a PTB token.tag_), and this "
+            "Doc has neither: add a component that sets it (a morphologizer or a tagger) to the pipeline"
+        )
     first, last = doclike[0].sent.start if len(doclike) else 0, doclike[-1].sent.end if len(doclike) else 0
     words = doc[first:last]
     relations = [t.dep_ for t in words]

@@ -168,6 +168,13 @@ def test_spans_and_sentences(nlp):
     assert [(s, e) for s, e, _ in ud_noun_chunks(second)] == [(2, 3)]
 
 
+def test_needs_a_part_of_speech(nlp):
+    """A UD tree without UPOS or PTB tags (spacy.blank + add_uncertainty) gave no chunk at all, silently."""
+    doc = make_doc(nlp, [("Dogs", 2, "nsubj", ""), ("bark", 0, "root", "")])
+    with pytest.raises(ValueError, match=r"need each word's part of speech \(token.pos_, or a PTB token.tag_\)"):
+        list(doc.noun_chunks)
+
+
 def test_needs_a_parse(nlp):
     doc = Doc(nlp.vocab, words=["a", "dog"], pos=["DET", "NOUN"])
     with pytest.raises(ValueError, match="E029"):
