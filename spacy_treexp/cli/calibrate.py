@@ -228,6 +228,13 @@ def calibrate(
         separated = separation_warning(calibration)
         if separated is not None:
             warn(separated)
+        if calibration.members is not None:
+            fit = calibration.members.fit
+            warn(
+                "the ensemble's members add up to its scores (each a parser of its own): a map of their own, fitted "
+                f"on each member's scores (gold-tree NLL/word {fit['tree_nll_per_word_before']:.4f} -> "
+                f"{fit['tree_nll_per_word_after']:.4f})"
+            )
         calibration, risk = with_risk_temperature(calibration, fit_gold, fit_scores)
         warn(
             f"risk temperature {risk['risk_temperature']:.2f} (sentence error probability, log-loss on the fitted "

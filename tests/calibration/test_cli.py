@@ -178,9 +178,12 @@ def test_a_stanza_ensemble_folder_is_calibrated_from_the_command_line(tmp_path, 
     shutil.copytree(FIXTURES / "stanza" / "kinds" / "ensemble", folder)
     dev = FIXTURES / "stanza" / "tiny_en.dev.conllu"
     assert main(["calibrate", "--stanza", str(folder), "--dev", str(dev), "--kind", "temperature"]) == 0
-    first = capsys.readouterr().out
+    captured = capsys.readouterr()
+    first = captured.out
     assert "held-out  after" in first and "current" not in first  # no map yet
-    assert CalibrationMap.from_disk(folder / "treexp_calibration.json").kind == "temperature"
+    stored = CalibrationMap.from_disk(folder / "treexp_calibration.json")
+    assert stored.kind == "temperature" and stored.members is not None  # each member a parser of its own
+    assert "the ensemble's members add up to its scores" in captured.err
     # a model file of the folder is never the map's --out, even with --force
     model = (folder / "depparse.pt").read_bytes()
     args = ["calibrate", "--stanza", str(folder), "--dev", str(dev), "--out", str(folder / "depparse.pt"), "--force"]
