@@ -230,16 +230,18 @@ def test_bad_maps_are_named(change, message):
         CalibrationMap.from_dict(data)
 
 
+class Gold:
+    """A gold tree as fitting reads it: heads, no relations."""
+
+    def __init__(self, heads):
+        self.heads, self.deprels = heads, []
+
+
 def _sample_corpus(true_map, count, seed):
     """Sentences with random scores and gold trees drawn from the recalibrated distribution."""
     rng = numpy.random.default_rng(seed)
     generator = torch.Generator().manual_seed(seed)
     gold, scores = [], []
-
-    class Gold:
-        def __init__(self, heads):
-            self.heads, self.deprels = heads, []
-
     for _ in range(count):
         n = int(rng.integers(2, 9))
         arc = rng.normal(0, 3.0, (n + 1, n + 1))
@@ -471,11 +473,6 @@ def _ensemble_corpus(count, seed):
     rng = numpy.random.default_rng(seed)
     generator = torch.Generator().manual_seed(seed)
     gold, scores = [], []
-
-    class Gold:
-        def __init__(self, heads):
-            self.heads, self.deprels = heads, []
-
     for _ in range(count):
         n = int(rng.integers(3, 9))
         total = rng.normal(0, 3.0, (n + 1, n + 1))

@@ -188,10 +188,9 @@ def test_a_stock_pipeline_is_evaluated_with_our_parser_beside_its_own():
     assert all(s.heads is not None and len(s.heads) == s.n for s in scores)
 
 
-def test_a_dev_the_parser_cannot_parse_is_warned_about(pipeline_dir, tmp_path):
-    """A dev set of another scheme (here the fixture with every word's head moved to the word
-    after it) fitted T = 27.7 in a helper's run and said "(ok)": its temperature says nothing
-    about --conllu."""
+def chain_dev(path):
+    """The fixture with every word's head moved to the word after it (the last to ROOT): a dev
+    set of another scheme, on which the parser gets nearly every head wrong."""
     blocks = []
     for block in FIXTURE.read_text(encoding="utf8").strip().split("\n\n"):
         rows = [line.split("\t") for line in block.splitlines()]
@@ -200,16 +199,25 @@ def test_a_dev_the_parser_cannot_parse_is_warned_about(pipeline_dir, tmp_path):
             if row[0].isdigit():  # a chain: word m hangs from m + 1, the last from ROOT
                 row[6], row[7] = ("0", "root") if int(row[0]) == n else (str(int(row[0]) + 1), "dep")
         blocks.append("\n".join("\t".join(row) for row in rows))
-    moved = "\n\n".join(blocks).splitlines()
-    bad_dev = tmp_path / "chain.conllu"
-    bad_dev.write_text("\n".join(moved) + "\n", encoding="utf8")
+    path.write_text("\n\n".join(blocks) + "\n\n", encoding="utf8")
+    return path
+
+
+def said_with_dev(pipeline_dir, dev, out):
+    """What a quick evaluation of the fixture with temperatures fitted on ``dev`` logs."""
+    said: list = []
     options = dict(samples=False, timing=False, plots=False, ks=(1,))
+    run(EvalConfig(conllu=FIXTURE, dev=dev, out_dir=out, model=str(pipeline_dir), **options), said.append)
+    return said
+
+
+def test_a_dev_the_parser_cannot_parse_is_warned_about(pipeline_dir, tmp_path):
+    """A dev set of another scheme (here the fixture with every word's head moved to the word
+    after it) fitted T = 27.7 in a helper's run and said "(ok)": its temperature says nothing
+    about --conllu."""
+    bad_dev = chain_dev(tmp_path / "chain.conllu")
     for dev, warned in ((bad_dev, True), (FIXTURE, False)):
-        said: list = []
-        run(
-            EvalConfig(conllu=FIXTURE, dev=dev, out_dir=tmp_path / dev.stem, model=str(pipeline_dir), **options),
-            said.append,
-        )
+        said = said_with_dev(pipeline_dir, dev, tmp_path / dev.stem)
         assert any("of --dev's words to their gold head" in line for line in said) == warned, said
 
 
@@ -218,21 +226,7 @@ def test_a_dev_with_few_errors_is_warned_about(pipeline_dir, tmp_path):
     blocks = FIXTURE.read_text(encoding="utf8").strip().split("\n\n")
     one = tmp_path / "one.conllu"
     one.write_text(blocks[0] + "\n\n", encoding="utf8")
-    chain = []
-    for block in blocks:  # every head wrong: many errors
-        rows = [line.split("\t") for line in block.splitlines()]
-        n = sum(row[0].isdigit() for row in rows)
-        for row in rows:
-            if row[0].isdigit():
-                row[6], row[7] = ("0", "root") if int(row[0]) == n else (str(int(row[0]) + 1), "dep")
-        chain.append("\n".join("\t".join(row) for row in rows))
-    many = tmp_path / "chain.conllu"
-    many.write_text("\n\n".join(chain) + "\n\n", encoding="utf8")
-    options = dict(samples=False, timing=False, plots=False, ks=(1,))
+    many = chain_dev(tmp_path / "chain.conllu")  # every head wrong: many errors
     for dev, warned in ((one, True), (many, False)):
-        said: list = []
-        run(
-            EvalConfig(conllu=FIXTURE, dev=dev, out_dir=tmp_path / dev.stem, model=str(pipeline_dir), **options),
-            said.append,
-        )
+        said = said_with_dev(pipeline_dir, dev, tmp_path / dev.stem)
         assert any("--dev: only" in line and "fitted words have a wrong head" in line for line in said) == warned, said
