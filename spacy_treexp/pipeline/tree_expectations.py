@@ -39,6 +39,7 @@ does no maths of its own.
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -56,6 +57,7 @@ from spacy_treexp.calibration.map import CALIBRATION_FILE, CalibrationError, Cal
 from spacy_treexp.calibration.novelty import spans_novelty
 from spacy_treexp.calibration.sentence_encoder import SentenceEncoder
 from spacy_treexp.engine.native import native_requested
+from spacy_treexp.io.files import write_atomic
 from spacy_treexp.pipeline import attributes
 from spacy_treexp.pipeline.extensions import LIVE_WRITERS, PARSER_SCORES, score_writers
 from spacy_treexp.pipeline.noun_chunks import install_for_ud_writers
@@ -78,6 +80,10 @@ DEFAULT_CONFIG = {
     "sentence_encoder": None,
     "out_of_domain_prior": 0.5,
 }
+
+#: Beside a stored map (``to_disk``): the name of the score writer whose scores it is for.
+WRITER_FILE = "treexp_writer.json"
+WRITER_KEY = "calibrated_for"
 
 
 @Language.factory(
@@ -331,26 +337,53 @@ class TreeExpectations(Pipe):
         """Nothing to train: the component only reads scores."""
 
     def to_bytes(self, *, exclude: Sequence[str] = tuple()) -> bytes:
-        """The calibration map that is not in the config (see the module doc), or nothing."""
-        return b"" if self.calibration is None or self.calibration_in_config else self.calibration.to_bytes()
+        """The calibration map that is not in the config (see the module doc) with the writer
+        it is for, or nothing."""
+        if self.calibration is None or self.calibration_in_config:
+            return b""
+        return json.dumps({WRITER_KEY: self._calibrated_for, "map": self.calibration.to_dict()}).encode("utf8")
 
     def from_bytes(self, data: bytes, *, exclude: Sequence[str] = tuple()) -> TreeExpectations:
         if data and not self.calibration_in_config:
-            self.calibration = CalibrationMap.from_bytes(data)
+            stored = json.loads(data)
+            if WRITER_KEY in stored:
+                self._take_stored(CalibrationMap.from_dict(stored["map"]), stored[WRITER_KEY])
+            else:  # bytes of an earlier version: the map alone
+                self.calibration = CalibrationMap.from_dict(stored)
         return self
 
     def to_disk(self, path: Any, *, exclude: Sequence[str] = tuple()) -> None:
-        """Write the calibration map that is not in the config as ``treexp_calibration.json``."""
+        """Write the calibration map that is not in the config as ``treexp_calibration.json``,
+        and the name of the writer it is for as ``treexp_writer.json``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         if self.calibration is not None and not self.calibration_in_config:
             self.calibration.to_disk(path / CALIBRATION_FILE)
+            write_atomic(path / WRITER_FILE, json.dumps({WRITER_KEY: self._calibrated_for}) + "\n")
 
     def from_disk(self, path: Any, *, exclude: Sequence[str] = tuple()) -> TreeExpectations:
         stored = Path(path) / CALIBRATION_FILE
         if stored.is_file() and not self.calibration_in_config:
-            self.calibration = CalibrationMap.from_disk(stored)
+            writer_file = Path(path) / WRITER_FILE
+            written = json.loads(writer_file.read_text(encoding="utf8")) if writer_file.is_file() else {}
+            self._take_stored(CalibrationMap.from_disk(stored), written.get(WRITER_KEY, self._calibrated_for))
         return self
+
+    def _take_stored(self, calibration: CalibrationMap, writer: Optional[str]) -> None:
+        """Take a stored map fitted for ``writer``'s scores, unless the pipeline's last writer is
+        now another (an ensemble loaded with its second parser excluded): the map of the sum
+        would then describe one parser's scores, so that writer's own map stays, and a warning
+        says so."""
+        if writer is None or writer == self._calibrated_for or self._calibrated_for is None:
+            self.calibration = calibration
+            return
+        # spaCy loads the components in order: the writer has read its own map by now
+        self.calibration = carried_calibration(self._writers[self._calibrated_for], self.vocab)
+        warnings.warn(
+            f"{self.name}: its stored calibration map was fitted for the scores of {writer!r}, which this pipeline "
+            f"does not run; it applies the map of {self._calibrated_for!r}, whose scores it reads",
+            stacklevel=2,
+        )
 
     # --- the work -----------------------------------------------------------------
 

@@ -194,6 +194,30 @@ def test_a_product_parser_saves_and_loads_with_its_setting_and_map(combined, tmp
         numpy.testing.assert_allclose(got["arc"], want["arc"], atol=1e-5)
 
 
+def test_a_saved_product_loaded_without_its_second_parser_takes_the_first_parsers_map(combined, tmp_path):
+    """tree_expectations stores the map of the scores it reads (the product's) with the writer
+    it is for: loaded with the second parser excluded, it applied the product's map to the
+    first parser's scores alone (the shipped ensemble: tree entropy 3.06 against 0.507)."""
+    combined.get_pipe("biaffine_parser").calibration_map = temperature_map(0.3)
+    combined.get_pipe("second").calibration_map = temperature_map(-0.2)
+    combined.add_pipe("tree_expectations")
+    try:
+        combined.to_disk(tmp_path / "both")
+    finally:
+        combined.remove_pipe("tree_expectations")
+        combined.get_pipe("biaffine_parser").calibration_map = None
+    assert spacy.load(tmp_path / "both").get_pipe("tree_expectations").calibration == temperature_map(-0.2)
+    with pytest.warns(UserWarning, match="fitted for the scores of 'second', which this pipeline does not run"):
+        alone = spacy.load(tmp_path / "both", exclude=["second"])
+    assert alone.get_pipe("tree_expectations").calibration == temperature_map(0.3)
+    doc = alone(TEXT)
+    first = spacy.load(tmp_path / "both", exclude=["second", "tree_expectations"])
+    first.get_pipe("biaffine_parser").calibration_map = temperature_map(0.3)
+    first.add_pipe("tree_expectations")
+    want = first(TEXT)
+    assert [t._.head_prob for t in doc] == pytest.approx([t._.head_prob for t in want], abs=1e-6)
+
+
 def test_a_product_parser_without_an_earlier_parser_says_so(parsers):
     _, _, folder = parsers
     alone = spacy.load(folder, config={"components.biaffine_parser.product": True})
