@@ -347,6 +347,8 @@ def stanza_stream(
     from spacy_treexp.stanza.convert import to_spacy
 
     vocab = spacy.blank(pipeline.lang).vocab
+    lemmatizer = getattr(pipeline, "processors", {}).get("lemma")
+    lemmas = not getattr(lemmatizer, "use_identity", False)  # an identity lemmatizer predicts no lemma
 
     def text(item: Item) -> Any:
         return item if isinstance(item, str) else [item[0]]  # pretokenized: one sentence's words
@@ -360,7 +362,7 @@ def stanza_stream(
         for k, (item, context) in enumerate(batch):
             try:
                 stanza_doc = parsed[k] if parsed is not None else pipeline(text(item))
-                doc = to_spacy(stanza_doc, vocab, n_samples=n_samples)
+                doc = to_spacy(stanza_doc, vocab, n_samples=n_samples, lemmas=lemmas)
             except Exception as e:  # reported with its line number
                 on_error(context, e)
                 continue

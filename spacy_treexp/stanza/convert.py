@@ -50,8 +50,16 @@ def _sentence_scores(sentence: Any) -> Dict[str, Any]:
     return record
 
 
-def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **component_options: Any) -> Doc:
+def to_spacy(
+    stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, lemmas: bool = True, **component_options: Any
+) -> Doc:
     """A spaCy Doc with Stanza's words, parse and scores (see the module doc).
+
+    ``lemmas``: whether the words' lemmas are the pipeline's predictions, set as the Doc's
+    (a word without one gets its text); False for an identity lemmatizer
+    (``lemma_use_identity``, which only copies each word's text, as :func:`pipeline_from_dir`
+    runs where the folder has no lemmatizer): the Doc then has no lemmas, and a CoNLL-U file
+    annotated through it keeps its own LEMMA column.
 
     ``annotate``: run the spaCy ``tree_expectations`` component so the Doc carries its
     extension attributes, with the options and calibration map the Stanza processor used on
@@ -74,7 +82,7 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
     deps: List[str] = []
     tags: List[str] = []
     pos: List[str] = []
-    lemmas: List[str] = []
+    lemma_values: List[str] = []
     sent_starts: List[Union[bool, int, None]] = []  # as Doc() declares it
     records: List[Dict[str, Any]] = []
     for sentence in stanza_doc.sentences:
@@ -89,7 +97,7 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
             deps.append(word.deprel or "dep")
             tags.append(word.xpos or "")
             pos.append(word.upos or "X")
-            lemmas.append(word.lemma or word.text)
+            lemma_values.append((word.lemma or word.text) if lemmas else "")
             sent_starts.append(word.id == 1)
         records.append({"start": start, "end": start + n, **_sentence_scores(sentence)})
     if not words:
@@ -103,7 +111,7 @@ def to_spacy(stanza_doc: Document, vocab: Vocab, *, annotate: bool = True, **com
             deps=deps,
             tags=tags,
             pos=pos,
-            lemmas=lemmas,
+            lemmas=lemma_values,
             sent_starts=sent_starts,
         )
     for record in records:

@@ -326,6 +326,19 @@ def test_with_a_stanza_pipeline_keeps_gold_sentences(conllu_file, tmp_path, run_
     assert "either --model or --stanza" in user_error("parse", "Hi .", "--stanza", str(STANZA_DIR), "--model", "x")
 
 
+@pytest.mark.skipif(not (STANZA_DIR / "depparse.pt").exists(), reason="tiny Stanza fixture missing")
+def test_a_stanza_folder_without_a_lemmatizer_keeps_the_files_lemmas(conllu_file, tmp_path, run_cli):
+    """The folder's identity lemmatizer (which Stanza's depparse needs) only copies each word:
+    it wrote the forms over the file's gold LEMMA column ("hello" became "Hello")."""
+    from spacy_treexp.io import read_conllu
+
+    target = tmp_path / "out.conllu"
+    assert run_cli("annotate", str(conllu_file), "-o", str(target), "--stanza", str(STANZA_DIR))[0] == 0
+    written, given = list(read_conllu(target)), list(read_conllu(conllu_file))
+    assert [s.lemmas for s in written] == [s.lemmas for s in given]
+    assert written[0].lemmas[0] == "hello"
+
+
 def test_outputs_carry_the_members_values_and_a_rerun_without_members_drops_them(
     members_model, model, tmp_path, run_cli
 ):
