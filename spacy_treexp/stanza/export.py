@@ -9,7 +9,9 @@ so these functions carry them:
   ``{"words": <Stanza's sentence.to_dict()>, "tree_expectations": <record>}``; arrays
   become nested lists and non-finite floats the strings ``"nan"``, ``"inf"``, ``"-inf"``
   (strict JSON has none). ``from_dict(json.loads(json.dumps(to_dict(doc))))`` gives a
-  Document whose properties equal the original's exactly.
+  Document whose properties equal the original's exactly, but for those read from the
+  captured scores (``arc_scores``, ``rel_log_probs``, ``label_marginals``), which need
+  ``include_scores``.
 * :func:`to_conllu` / :func:`from_conllu`: the per-word values in the MISC column
   (``HeadProb=..|HeadEntropy=..|DepProb=..``, with members ``HeadMI`` and ``MixtureHeadProb``)
   and the per-sentence values as comments (``# tree_entropy = ..``, ``# log_partition = ..``,
