@@ -51,7 +51,7 @@ the *summands* of the scores the map is fitted on (a Stanza ``EnsembleGraphParse
 sum of its members' scores, and each member is a parser trained alone): fitted on each member's
 own scores by the gold trees' likelihood (:func:`~spacy_treexp.calibration.fit.fit_calibration`
 does so when the members add up to the scores), it calibrates each member as the parser it is,
-where the map of the sum would flatten every member as much as it flattens the sum. Without it
+where the map of the sum would scale every member as it scales the sum. Without it
 the map serves the members too (MC-dropout members, the product ensemble's summed members and
 the mixture's parsers are each on the scale of the scores).
 

@@ -135,7 +135,7 @@ def test_trees_of_the_ensembles_mixture():
 def test_a_map_fitted_on_an_ensemble_calibrates_its_members_as_the_parsers_they_are():
     """The ensemble decodes the sum of its members' scores; each member is a parser trained
     alone. ``fit_calibration`` (what ``calibrate --stanza`` runs) gives the members a map of
-    their own, fitted on each member's scores (the sum's would flatten each member as much as
+    their own, fitted on each member's scores (the sum's would scale each member as it scales
     the sum); a single model's map has none."""
     from spacy_treexp.calibration import fit_calibration
     from spacy_treexp.calibration.fit import member_records
